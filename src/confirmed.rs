@@ -1,0 +1,45 @@
+//! What the inner service learns about a confirmed call.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use http::Extensions;
+
+use crate::principal::Principal;
+use crate::store::Nonce;
+
+/// Proof, in the forwarded request's extensions, that the layer confirmed this call.
+///
+/// A handler that deletes anything should refuse to act when this value is absent, or when it does
+/// not match the arguments it is about to act on: that way a route that accidentally bypasses the
+/// layer fails closed.
+///
+/// Behind rmcp's `StreamableHttpService`, HTTP extensions reach a tool handler inside
+/// `http::request::Parts`: read it with
+/// `ctx.extensions.get::<http::request::Parts>().and_then(|p| p.extensions.get::<Confirmed>())`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Confirmed {
+    /// The principal who confirmed.
+    pub principal: Principal,
+    /// The confirmed tool.
+    pub tool: Arc<str>,
+    /// The id the user chose (pick-one policies), also written into the arguments.
+    pub chosen: Option<String>,
+    /// The nonce claimed for this call; unique per confirmation.
+    pub nonce: Nonce,
+    /// When the confirmation expires.
+    pub expires_at: SystemTime,
+}
+
+impl Confirmed {
+    /// The `Confirmed` value in `extensions`, if any.
+    pub fn from_extensions(extensions: &Extensions) -> Option<&Self> {
+        extensions.get::<Self>()
+    }
+
+    /// Whether this confirmation covers `tool` acting on `chosen`.
+    pub fn covers(&self, tool: &str, chosen: Option<&str>) -> bool {
+        &*self.tool == tool && self.chosen.as_deref() == chosen
+    }
+}

@@ -1,0 +1,297 @@
+//! The one async path of an intercepted call, shared by the HTTP and the message adapters.
+//!
+//! It strings the pure decisions of [`engine`](crate::engine) and [`form`](crate::form) around the
+//! three things that wait: the resolver, the replay store and the revalidation hook. Nothing is
+//! forwarded unless the state verified, the answer is a valid acceptance, the nonce was claimed and
+//! the revalidation passed, in that order.
+
+use std::sync::Arc;
+use std::task::{Context, Waker};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
+use serde_json::Value;
+
+use crate::audit;
+use crate::confirmed::Confirmed;
+use crate::engine::{self, Binding, Headers, Refused};
+use crate::form::{self, Answer};
+use crate::layer::Config;
+use crate::message::ToolCall;
+use crate::policy::{Lookup, Revalidation, ToolPolicy, candidate_id_ok};
+use crate::principal::Principal;
+use crate::protocol::{self, Outcome, Reply, RpcError};
+use crate::store::{Claim, Nonce, Owner, ReplayStore};
+use crate::token::StateError;
+use crate::token::claims::Claims;
+
+/// What an adapter does with an intercepted call.
+pub(crate) enum Decision {
+    /// Answer with this; the inner service never sees the call.
+    Reply(Reply),
+    /// Forward this confirmed call.
+    Forward(Approved),
+}
+
+/// A confirmed call, ready for the inner service.
+pub(crate) struct Approved {
+    /// The rewritten JSON-RPC message.
+    pub(crate) body: Bytes,
+    /// Goes into the forwarded request's extensions.
+    pub(crate) confirmed: Confirmed,
+    /// Marks the nonce Consumed when dropped; the adapter keeps it alive until the response ends.
+    pub(crate) guard: CompletionGuard,
+    /// The `Mcp-Param-*` header of the rewritten argument, if the tool marks it `x-mcp-header`.
+    pub(crate) param_header: Option<(HeaderName, HeaderValue)>,
+}
+
+/// Decides what happens to an intercepted call.
+pub(crate) async fn decide(
+    config: Arc<Config>,
+    call: ToolCall,
+    principal: Option<Principal>,
+    headers: Option<Headers>,
+) -> Decision {
+    let Some(policy) = config.tools.get(&call.tool).cloned() else {
+        // The parser only intercepts configured tools.
+        return reply_error(&call, &RpcError::internal());
+    };
+    if let Err(refused) = engine::check_protocol(&config, &call, headers.as_ref()) {
+        return refuse(&call, None, refused);
+    }
+    let Some(principal) = principal.or_else(|| config.local_principal.clone()) else {
+        return refuse(&call, None, Refused::new(RpcError::unauthenticated(), "no principal in the request extensions"));
+    };
+    let binding = Binding::new(&config, &policy, &call, &principal);
+    let state = match call.param("requestState") {
+        None => None,
+        Some(Value::String(token)) => Some(token.clone()),
+        Some(_) => return refuse(&call, Some(&principal), Refused::state(StateError::Format)),
+    };
+    let Some(token) = state else {
+        if let Err(refused) = engine::check_form_capability(&call) {
+            return refuse(&call, Some(&principal), refused);
+        }
+        return challenge(&config, &policy, &call, &principal, &binding).await;
+    };
+    let claims = match engine::verify_retry(&config, &binding, &token) {
+        Ok(claims) => claims,
+        Err(e) => return refuse(&call, Some(&principal), Refused::state(e)),
+    };
+    if let Err(refused) = engine::check_form_capability(&call) {
+        return refuse(&call, Some(&principal), refused);
+    }
+    match form::read_answer(&policy, &claims.candidates, call.param("inputResponses")) {
+        Answer::Missing => challenge(&config, &policy, &call, &principal, &binding).await,
+        Answer::Invalid(reason) => refuse(
+            &call,
+            Some(&principal),
+            Refused::new(RpcError::invalid_input_responses(), format!("inputResponses: {reason}")),
+        ),
+        Answer::Cancel => {
+            audit::cancelled(&call.tool, &principal, &claims.nonce);
+            outcome(&call, Outcome::Cancelled, "The confirmation was cancelled; nothing was changed.")
+        }
+        Answer::Decline => decline(&config, &call, &principal, &claims, false).await,
+        Answer::Unconfirmed => decline(&config, &call, &principal, &claims, true).await,
+        Answer::Accept { chosen } => accept(&config, &policy, call, principal, &claims, chosen).await,
+    }
+}
+
+/// Resolves candidates and answers `input_required` with a form and a fresh signed state.
+async fn challenge(
+    config: &Config,
+    policy: &ToolPolicy,
+    call: &ToolCall,
+    principal: &Principal,
+    binding: &Binding,
+) -> Decision {
+    let candidates = match &policy.resolver {
+        None => Vec::new(),
+        Some(resolver) => {
+            let lookup = Lookup {
+                principal: principal.clone(),
+                tool: call.tool.as_str().into(),
+                arguments: Arc::new(engine::confirmed_arguments(policy, call, None)),
+            };
+            match resolver.resolve(lookup).await {
+                Ok(found) => found,
+                Err(e) => {
+                    let reason = format!("resolver failed: {e}");
+                    return refuse(call, Some(principal), Refused::new(RpcError::internal(), reason));
+                }
+            }
+        }
+    };
+    if policy.resolver.is_some() {
+        if candidates.is_empty() {
+            audit::refused(&call.tool, Some(principal), "no candidates");
+            return outcome(call, Outcome::NoCandidates, &policy.no_candidates_text);
+        }
+        if candidates.len() > policy.max_candidates {
+            audit::refused(&call.tool, Some(principal), "too many candidates");
+            let text = format!(
+                "{} records match; at most {} can be offered. Narrow the request; nothing was changed.",
+                candidates.len(),
+                policy.max_candidates
+            );
+            return outcome(call, Outcome::TooManyCandidates, &text);
+        }
+        let unique = candidates.iter().enumerate().all(|(i, c)| !candidates[..i].iter().any(|d| d.id() == c.id()));
+        if !unique || !candidates.iter().all(|c| candidate_id_ok(c.id())) {
+            let reason = "resolver returned empty, oversized or duplicate ids";
+            return refuse(call, Some(principal), Refused::new(RpcError::internal(), reason));
+        }
+    }
+    let ids = candidates.iter().map(|c| c.id().to_owned()).collect();
+    let (token, claims) = match engine::seal_challenge(config, binding, ids) {
+        Ok(sealed) => sealed,
+        Err(e) => return refuse(call, Some(principal), Refused::new(RpcError::internal(), format!("seal: {e}"))),
+    };
+    audit::challenged(&call.tool, principal, &claims.nonce, candidates.len());
+    let schema = form::schema(policy, &candidates);
+    let result = protocol::input_required(&policy.input_key, &policy.message, schema, token);
+    Decision::Reply(Reply::result(&call.id, &result))
+}
+
+/// A decline (or an acceptance with `confirm: false`): consume the nonce, run nothing.
+async fn decline(config: &Config, call: &ToolCall, principal: &Principal, claims: &Claims, unconfirmed: bool) -> Decision {
+    let owner = Owner::random();
+    let until = engine::retention(config, claims);
+    if let Err(decision) = claim(config, call, principal, claims, owner, until).await {
+        return decision;
+    }
+    // Best effort: if completing fails the entry stays InFlight, which refuses replays just the same.
+    let _ = config.store.complete(claims.nonce, owner, until).await;
+    audit::declined(&call.tool, principal, &claims.nonce, unconfirmed);
+    outcome(call, Outcome::Declined, "The user declined; nothing was changed.")
+}
+
+/// An acceptance: claim, revalidate, and hand the rewritten call over to be forwarded.
+async fn accept(
+    config: &Config,
+    policy: &ToolPolicy,
+    call: ToolCall,
+    principal: Principal,
+    claims: &Claims,
+    chosen: Option<String>,
+) -> Decision {
+    let owner = Owner::random();
+    let until = engine::retention(config, claims);
+    if let Err(decision) = claim(config, &call, &principal, claims, owner, until).await {
+        return decision;
+    }
+    // From here on the nonce is burned whatever happens: the guard completes it when dropped.
+    let guard = CompletionGuard::new(Arc::clone(&config.store), claims.nonce, owner, until);
+    audit::accepted(&call.tool, &principal, &claims.nonce, chosen.as_deref());
+    let arguments = engine::confirmed_arguments(policy, &call, chosen.as_deref());
+    if let Some(hook) = &policy.revalidate {
+        let check = Revalidation {
+            principal: principal.clone(),
+            tool: call.tool.as_str().into(),
+            arguments: Arc::new(arguments.clone()),
+            chosen: chosen.clone(),
+        };
+        if let Err(refusal) = hook.revalidate(check).await {
+            audit::revoked(&call.tool, &principal, &claims.nonce, refusal.reason());
+            drop(guard);
+            return outcome(
+                &call,
+                Outcome::Revoked,
+                "The confirmed action is no longer allowed or its target changed; nothing was changed.",
+            );
+        }
+    }
+    let confirmed = Confirmed {
+        principal,
+        tool: call.tool.as_str().into(),
+        chosen,
+        nonce: claims.nonce,
+        expires_at: until,
+    };
+    let param_header = engine::param_header(policy, confirmed.chosen.as_deref());
+    audit::forwarded(&confirmed.tool, &confirmed.principal, &claims.nonce);
+    let body = engine::forward_body(call, arguments);
+    Decision::Forward(Approved { body, confirmed, guard, param_header })
+}
+
+/// Claims the state's nonce; any answer but [`Claim::Claimed`] becomes the reply.
+async fn claim(
+    config: &Config,
+    call: &ToolCall,
+    principal: &Principal,
+    claims: &Claims,
+    owner: Owner,
+    until: SystemTime,
+) -> Result<(), Decision> {
+    match config.store.claim(claims.nonce, owner, until).await {
+        Ok(Claim::Claimed) => Ok(()),
+        Ok(held) => {
+            let (state, e) = match held {
+                Claim::InFlight => ("in_flight", StateError::InFlight),
+                _ => ("consumed", StateError::Consumed),
+            };
+            audit::replay_blocked(&call.tool, principal, &claims.nonce, state);
+            Err(reply_error(call, &Refused::state(e).error))
+        }
+        Err(e) => {
+            let reason = format!("replay store: {e}");
+            Err(refuse(call, Some(principal), Refused::new(RpcError::store_unavailable(), reason)))
+        }
+    }
+}
+
+fn refuse(call: &ToolCall, principal: Option<&Principal>, refused: Refused) -> Decision {
+    audit::refused(&call.tool, principal, &refused.reason);
+    reply_error(call, &refused.error)
+}
+
+fn reply_error(call: &ToolCall, error: &RpcError) -> Decision {
+    Decision::Reply(Reply::error(Some(&call.id), error))
+}
+
+fn outcome(call: &ToolCall, outcome: Outcome, text: &str) -> Decision {
+    Decision::Reply(Reply::result(&call.id, &protocol::outcome_result(outcome, text)))
+}
+
+/// Moves a claimed nonce to Consumed when dropped: after the inner response has ended, or was
+/// dropped, or when the call never got that far. A claimed nonce never returns to Fresh.
+pub(crate) struct CompletionGuard {
+    store: Arc<dyn ReplayStore>,
+    nonce: Nonce,
+    owner: Owner,
+    until: SystemTime,
+}
+
+impl CompletionGuard {
+    fn new(store: Arc<dyn ReplayStore>, nonce: Nonce, owner: Owner, until: SystemTime) -> Self {
+        Self { store, nonce, owner, until }
+    }
+}
+
+impl Drop for CompletionGuard {
+    fn drop(&mut self) {
+        let (store, nonce, owner, until) = (Arc::clone(&self.store), self.nonce, self.owner, self.until);
+        let mut completion = Box::pin(async move {
+            let consumed = matches!(store.complete(nonce, owner, until).await, Ok(true));
+            audit::completed(&nonce, consumed);
+        });
+        // Stores that answer at once (the memory store) complete right here, deterministically.
+        if completion.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_ready() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(completion);
+            }
+            Err(_) => audit::completed(&nonce, false),
+        }
+    }
+}
+
+impl std::fmt::Debug for CompletionGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionGuard").field("nonce", &self.nonce).finish_non_exhaustive()
+    }
+}

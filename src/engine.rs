@@ -1,0 +1,306 @@
+//! The decisions, without I/O: protocol gates, the claims a challenge binds, the checks a retry must
+//! pass, and the rewrite of a confirmed call. The async [`driver`](crate::driver) strings these
+//! together around the resolver, the replay store and the revalidation hook.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
+use serde_json::{Map, Value};
+use subtle::ConstantTimeEq;
+
+use crate::clock::unix_secs;
+use crate::layer::Config;
+use crate::message::{TOOLS_CALL, ToolCall};
+use crate::policy::ToolPolicy;
+use crate::principal::Principal;
+use crate::protocol::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, RpcError};
+use crate::store::Nonce;
+use crate::token::claims::{Claims, Phase, arguments_digest, digest16, request_id_digest};
+use crate::token::{StateError, codec};
+
+/// The MCP request headers, as the HTTP adapter found them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Headers {
+    pub(crate) protocol_version: HeaderField,
+    pub(crate) method: HeaderField,
+    pub(crate) name: HeaderField,
+}
+
+/// One header: absent, present once with a decodable value, or unusable (repeated, not text,
+/// bad encoding).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) enum HeaderField {
+    #[default]
+    Absent,
+    Value(String),
+    Invalid,
+}
+
+impl HeaderField {
+    /// Reads `name` from `headers`, decoding the `=?base64?…?=` form MCP uses for non-ASCII values.
+    pub(crate) fn read(headers: &http::HeaderMap, name: &str) -> Self {
+        let mut values = headers.get_all(name).iter();
+        let (Some(value), None) = (values.next(), values.next()) else {
+            return if headers.contains_key(name) { Self::Invalid } else { Self::Absent };
+        };
+        let Ok(text) = value.to_str() else { return Self::Invalid };
+        match text.strip_prefix("=?base64?").and_then(|t| t.strip_suffix("?=")) {
+            Some(encoded) => STANDARD
+                .decode(encoded)
+                .ok()
+                .and_then(|bytes| String::from_utf8(bytes).ok())
+                .map_or(Self::Invalid, Self::Value),
+            None => Self::Value(text.to_owned()),
+        }
+    }
+
+    fn is(&self, expected: &str) -> bool {
+        matches!(self, Self::Value(v) if v == expected)
+    }
+}
+
+/// A refusal: the wire error and the reason for the audit log.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub(crate) error: RpcError,
+    pub(crate) reason: String,
+}
+
+impl Refused {
+    pub(crate) fn new(error: RpcError, reason: impl Into<String>) -> Self {
+        Self { error, reason: reason.into() }
+    }
+
+    pub(crate) fn state(e: StateError) -> Self {
+        Self::new(RpcError::invalid_state(), format!("requestState: {e}"))
+    }
+}
+
+/// Header/body agreement, `_meta` and protocol version: the checks every intercepted call passes
+/// before anything else, first call and retry alike.
+pub(crate) fn check_protocol(
+    config: &Config,
+    call: &ToolCall,
+    headers: Option<&Headers>,
+) -> Result<(), Refused> {
+    if let Some(h) = headers {
+        if !h.method.is(TOOLS_CALL) || !h.name.is(&call.tool) {
+            return Err(Refused::new(RpcError::header_mismatch(), "Mcp-Method/Mcp-Name missing or not the body's"));
+        }
+    }
+    let meta = call.param("_meta").and_then(Value::as_object);
+    let version = meta.and_then(|m| m.get(META_PROTOCOL_VERSION)).and_then(Value::as_str);
+    let capabilities = meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES)).and_then(Value::as_object);
+    let (Some(version), Some(_)) = (version, capabilities) else {
+        return Err(Refused::new(RpcError::missing_meta(), "_meta protocolVersion or clientCapabilities missing"));
+    };
+    if let Some(h) = headers {
+        if !h.protocol_version.is(version) {
+            return Err(Refused::new(RpcError::header_mismatch(), "MCP-Protocol-Version missing or not the body's"));
+        }
+    }
+    if !config.supported_versions.iter().any(|v| v == version) {
+        return Err(Refused::new(
+            RpcError::unsupported_version(&config.supported_versions, version),
+            format!("unsupported protocol version {version:?}"),
+        ));
+    }
+    match call.param("arguments") {
+        None | Some(Value::Object(_)) => Ok(()),
+        Some(_) => Err(Refused::new(RpcError::invalid_arguments(), "arguments is not an object")),
+    }
+}
+
+/// Whether this request itself declares form elicitation. Earlier requests never count.
+pub(crate) fn check_form_capability(call: &ToolCall) -> Result<(), Refused> {
+    let elicitation = call
+        .param("_meta")
+        .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+        .and_then(|c| c.get("elicitation"));
+    let form = match elicitation {
+        // `{}` predates modes and means form; a mode list means exactly those modes.
+        Some(Value::Object(modes)) => match modes.get("form") {
+            Some(form) => form.is_object(),
+            None => !modes.contains_key("url"),
+        },
+        _ => false,
+    };
+    if form {
+        Ok(())
+    } else {
+        Err(Refused::new(RpcError::missing_form_elicitation(), "client did not declare form elicitation"))
+    }
+}
+
+/// The values a state binds, computed from the request in hand.
+pub(crate) struct Binding {
+    audience: [u8; 16],
+    principal: String,
+    method: [u8; 16],
+    tool: [u8; 16],
+    input_key: [u8; 16],
+    request_id: [u8; 16],
+    arguments: [u8; 32],
+}
+
+impl Binding {
+    pub(crate) fn new(config: &Config, policy: &ToolPolicy, call: &ToolCall, principal: &Principal) -> Self {
+        Self {
+            audience: digest16("audience", config.audience.as_bytes()),
+            principal: principal.subject().to_owned(),
+            method: digest16("method", TOOLS_CALL.as_bytes()),
+            tool: digest16("tool", call.tool.as_bytes()),
+            input_key: digest16("input-key", policy.input_key.as_bytes()),
+            request_id: request_id_digest(&call.id),
+            arguments: arguments_digest(call.param("arguments"), policy.select_into.as_deref()),
+        }
+    }
+}
+
+/// Seals a fresh challenge state over `candidates`.
+pub(crate) fn seal_challenge(
+    config: &Config,
+    binding: &Binding,
+    candidates: Vec<String>,
+) -> Result<(String, Claims), StateError> {
+    let issued_at = unix_secs(config.clock.now());
+    let claims = Claims {
+        phase: Phase::Confirm,
+        issued_at,
+        expires_at: issued_at.saturating_add(config.ttl.as_secs()),
+        nonce: Nonce::random(),
+        audience: binding.audience,
+        principal: config.keys.signing().principal_digest(&binding.principal),
+        method: binding.method,
+        tool: binding.tool,
+        input_key: binding.input_key,
+        request_id: binding.request_id,
+        arguments: binding.arguments,
+        candidates,
+    };
+    let token = codec::seal(&config.keys, &claims)?;
+    Ok((token, claims))
+}
+
+/// Opens a retry's state and checks every binding, in a fixed order, before anything stateful.
+pub(crate) fn verify_retry(config: &Config, binding: &Binding, token: &str) -> Result<Claims, StateError> {
+    let (claims, key) = codec::open(&config.keys, token)?;
+    let now = unix_secs(config.clock.now());
+    let skew = config.skew.as_secs();
+    if now >= claims.expires_at.saturating_add(skew) {
+        return Err(StateError::Expired);
+    }
+    if claims.issued_at > now.saturating_add(skew)
+        || claims.expires_at < claims.issued_at
+        || claims.expires_at - claims.issued_at > config.ttl.as_secs()
+    {
+        return Err(StateError::BadLifetime);
+    }
+    let same = |a: &[u8], b: &[u8]| bool::from(a.ct_eq(b));
+    if !same(&claims.audience, &binding.audience) {
+        return Err(StateError::Audience);
+    }
+    if !key.principal_matches(&claims.principal, &binding.principal) {
+        return Err(StateError::Principal);
+    }
+    if !same(&claims.method, &binding.method) {
+        return Err(StateError::Method);
+    }
+    if !same(&claims.tool, &binding.tool) {
+        return Err(StateError::Tool);
+    }
+    if !same(&claims.arguments, &binding.arguments) {
+        return Err(StateError::Arguments);
+    }
+    if claims.phase != Phase::Confirm {
+        return Err(StateError::Phase);
+    }
+    if !same(&claims.input_key, &binding.input_key) {
+        return Err(StateError::InputKey);
+    }
+    if same(&claims.request_id, &binding.request_id) {
+        return Err(StateError::SameRequestId);
+    }
+    Ok(claims)
+}
+
+/// When the replay store may forget a state's nonce: its expiry plus the allowed skew.
+pub(crate) fn retention(config: &Config, claims: &Claims) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(claims.expires_at.saturating_add(config.skew.as_secs()))
+}
+
+/// The arguments the tool will receive: the client's, with the chosen id written in.
+pub(crate) fn confirmed_arguments(policy: &ToolPolicy, call: &ToolCall, chosen: Option<&str>) -> Value {
+    let mut arguments = match call.param("arguments") {
+        Some(Value::Object(map)) => map.clone(),
+        _ => Map::new(),
+    };
+    if let (Some(field), Some(chosen)) = (&policy.select_into, chosen) {
+        arguments.insert(field.clone(), Value::String(chosen.to_owned()));
+    }
+    Value::Object(arguments)
+}
+
+/// The body forwarded for a confirmed call: the original message with the final arguments, and
+/// without `inputResponses` and `requestState`.
+pub(crate) fn forward_body(mut call: ToolCall, arguments: Value) -> Bytes {
+    if let Some(params) = call.params_mut() {
+        params.remove("inputResponses");
+        params.remove("requestState");
+        params.insert("arguments".to_owned(), arguments);
+    }
+    // Serializing a `Value` tree cannot fail.
+    Bytes::from(serde_json::to_vec(&call.message).unwrap_or_default())
+}
+
+/// The `Mcp-Param-<name>` header carrying the chosen id, encoded as MCP requires.
+pub(crate) fn param_header(policy: &ToolPolicy, chosen: Option<&str>) -> Option<(HeaderName, HeaderValue)> {
+    let (name, chosen) = (policy.select_header.as_ref()?, chosen?);
+    let name = HeaderName::try_from(format!("mcp-param-{name}")).ok()?;
+    let plain = !chosen.is_empty()
+        && chosen.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !chosen.starts_with(' ')
+        && !chosen.ends_with(' ')
+        && !chosen.starts_with("=?base64?");
+    let value = if plain {
+        HeaderValue::from_str(chosen).ok()?
+    } else {
+        HeaderValue::from_str(&format!("=?base64?{}?=", STANDARD.encode(chosen))).ok()?
+    };
+    Some((name, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_fields_decode_base64_and_refuse_repeats() {
+        let mut h = http::HeaderMap::new();
+        h.insert("mcp-name", HeaderValue::from_static("=?base64?bm90ZXNfZGVsZXRl?="));
+        assert_eq!(HeaderField::read(&h, "mcp-name"), HeaderField::Value("notes_delete".into()));
+        h.append("mcp-name", HeaderValue::from_static("notes_delete"));
+        assert_eq!(HeaderField::read(&h, "mcp-name"), HeaderField::Invalid);
+        assert_eq!(HeaderField::read(&h, "mcp-method"), HeaderField::Absent);
+        h.insert("mcp-method", HeaderValue::from_static("=?base64?!!?="));
+        assert_eq!(HeaderField::read(&h, "mcp-method"), HeaderField::Invalid);
+    }
+
+    #[test]
+    fn param_header_encodes_non_plain_values() {
+        let policy = ToolPolicy::confirm_only();
+        assert!(param_header(&policy, Some("x")).is_none());
+        let mut policy = policy;
+        policy.select_header = Some("Note-Id".into());
+        let (name, value) = param_header(&policy, Some("note-7")).unwrap();
+        assert_eq!(name, "mcp-param-note-id");
+        assert_eq!(value, "note-7");
+        let (_, value) = param_header(&policy, Some("notiz-ä")).unwrap();
+        assert_eq!(value, format!("=?base64?{}?=", STANDARD.encode("notiz-ä")).as_str());
+        let (_, value) = param_header(&policy, Some(" padded")).unwrap();
+        assert!(value.to_str().unwrap().starts_with("=?base64?"));
+    }
+}

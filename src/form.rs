@@ -1,0 +1,241 @@
+//! The confirmation form: the flat schema the user fills in, and the strict reading of the answer.
+//!
+//! The form only ever asks for a choice among server-listed ids and a yes/no: never free text, never
+//! a secret. The answer is checked against the schema and against the ids the signed state carries;
+//! the client's own validation counts for nothing.
+
+use serde_json::{Map, Value, json};
+
+use crate::policy::{Candidate, ChoiceStyle, ToolPolicy};
+
+/// The `requestedSchema` for a policy and the candidates shown.
+pub(crate) fn schema(policy: &ToolPolicy, candidates: &[Candidate]) -> Value {
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    if policy.resolver.is_some() {
+        let choice = match policy.style {
+            ChoiceStyle::Titled => {
+                let options: Vec<Value> = candidates
+                    .iter()
+                    .map(|c| {
+                        let title = c
+                            .label()
+                            .map(|l| plain_label(l, policy.max_label_chars))
+                            .filter(|l| !l.is_empty())
+                            .unwrap_or_else(|| plain_label(c.id(), policy.max_label_chars));
+                        json!({ "const": c.id(), "title": title })
+                    })
+                    .collect();
+                json!({ "type": "string", "title": policy.choice_title, "oneOf": options })
+            }
+            ChoiceStyle::Plain => {
+                let ids: Vec<&str> = candidates.iter().map(Candidate::id).collect();
+                json!({ "type": "string", "title": policy.choice_title, "enum": ids })
+            }
+        };
+        properties.insert(policy.choice_field.clone(), choice);
+        required.push(policy.choice_field.clone());
+    }
+    properties.insert(
+        policy.confirm_field.clone(),
+        json!({ "type": "boolean", "title": policy.confirm_title, "default": false }),
+    );
+    required.push(policy.confirm_field.clone());
+    json!({ "type": "object", "properties": properties, "required": required })
+}
+
+/// Reduces a label to one line of plain text of at most `max_chars` characters.
+///
+/// Control characters, bidirectional overrides and zero-width characters are dropped (they can make
+/// one title look like another), runs of whitespace become one space, and a cut label ends in `…`.
+pub(crate) fn plain_label(label: &str, max_chars: usize) -> String {
+    let visible: String = label
+        .chars()
+        .filter_map(|c| if c.is_whitespace() { Some(' ') } else { (!is_invisible(c)).then_some(c) })
+        .collect();
+    let collapsed = visible.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.chars().count() <= max_chars {
+        return collapsed;
+    }
+    let mut out: String = collapsed.chars().take(max_chars.saturating_sub(1)).collect();
+    out.truncate(out.trim_end().len());
+    out.push('…');
+    out
+}
+
+fn is_invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{00AD}' | '\u{061C}' | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}')
+}
+
+/// What the client answered for our key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Our key is not among the responses: ask again.
+    Missing,
+    /// Accepted with `confirm: true`; `chosen` is a signed candidate (pick-one policies).
+    Accept { chosen: Option<String> },
+    /// Accepted with `confirm: false`: a refusal.
+    Unconfirmed,
+    /// The user declined.
+    Decline,
+    /// The user dismissed the form.
+    Cancel,
+    /// Not a well-formed answer to the form that was shown.
+    Invalid(&'static str),
+}
+
+/// Reads `inputResponses` strictly against the policy and the candidate ids the state signed.
+pub(crate) fn read_answer(policy: &ToolPolicy, signed: &[String], responses: Option<&Value>) -> Answer {
+    let Some(responses) = responses else { return Answer::Missing };
+    let Some(responses) = responses.as_object() else {
+        return Answer::Invalid("inputResponses is not an object");
+    };
+    let Some(response) = responses.get(&policy.input_key) else { return Answer::Missing };
+    let Some(response) = response.as_object() else {
+        return Answer::Invalid("the response is not an object");
+    };
+    match response.get("action").and_then(Value::as_str) {
+        Some("decline") => return Answer::Decline,
+        Some("cancel") => return Answer::Cancel,
+        Some("accept") => {}
+        _ => return Answer::Invalid("action is not accept, decline or cancel"),
+    }
+    let Some(content) = response.get("content").and_then(Value::as_object) else {
+        return Answer::Invalid("accept without content");
+    };
+    let expected_fields = if policy.resolver.is_some() { 2 } else { 1 };
+    if content.len() != expected_fields {
+        return Answer::Invalid("content does not match the form's fields");
+    }
+    let Some(confirm) = content.get(&policy.confirm_field).and_then(Value::as_bool) else {
+        return Answer::Invalid("confirm field missing or not a boolean");
+    };
+    let chosen = if policy.resolver.is_some() {
+        let Some(choice) = content.get(&policy.choice_field).and_then(Value::as_str) else {
+            return Answer::Invalid("choice field missing or not a string");
+        };
+        if !signed.iter().any(|id| id == choice) {
+            return Answer::Invalid("choice is not one of the signed candidates");
+        }
+        Some(choice.to_owned())
+    } else {
+        None
+    };
+    if confirm { Answer::Accept { chosen } } else { Answer::Unconfirmed }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Lookup, PolicyError};
+
+    fn pick() -> ToolPolicy {
+        ToolPolicy::pick_one(|_: Lookup| async { Ok::<_, PolicyError>(vec![]) })
+            .choice_field("note_id")
+            .input_key("delete_choice")
+    }
+
+    fn signed() -> Vec<String> {
+        vec!["note-3".into(), "note-7".into(), "note-14".into()]
+    }
+
+    fn read(policy: &ToolPolicy, v: Value) -> Answer {
+        read_answer(policy, &signed(), Some(&v))
+    }
+
+    #[test]
+    fn titled_schema_is_flat_and_requires_both_fields() {
+        let c = vec![
+            Candidate::labelled("note-3", "Groceries — milk, eggs"),
+            Candidate::new("note-7"),
+        ];
+        let s = schema(&pick(), &c);
+        assert_eq!(
+            s,
+            json!({"type":"object","properties":{
+                "note_id":{"type":"string","title":"Which one?","oneOf":[
+                    {"const":"note-3","title":"Groceries — milk, eggs"},
+                    {"const":"note-7","title":"note-7"}]},
+                "confirm":{"type":"boolean","title":"Yes, go ahead","default":false}},
+              "required":["note_id","confirm"]})
+        );
+        let plain = schema(&pick().plain_enum(), &c);
+        assert_eq!(plain["properties"]["note_id"]["enum"], json!(["note-3", "note-7"]));
+        let only = schema(&ToolPolicy::confirm_only(), &[]);
+        assert_eq!(only["required"], json!(["confirm"]));
+        assert_eq!(only["properties"].as_object().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn labels_become_short_plain_text() {
+        assert_eq!(plain_label("  Groceries\n\tlist  ", 80), "Groceries list");
+        assert_eq!(plain_label("a\u{202E}b\u{200B}c\u{0007}", 80), "abc");
+        let long = "x".repeat(200);
+        let cut = plain_label(&long, 20);
+        assert_eq!(cut.chars().count(), 20);
+        assert!(cut.ends_with('…'));
+        assert_eq!(plain_label(&"y".repeat(20), 20), "y".repeat(20));
+        assert_eq!(plain_label("\u{202E}\u{200B}", 20), "");
+    }
+
+    #[test]
+    fn accept_needs_exact_content_a_signed_id_and_true() {
+        let p = pick();
+        assert_eq!(
+            read(&p, json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true}}})),
+            Answer::Accept { chosen: Some("note-7".into()) }
+        );
+        assert_eq!(
+            read(&p, json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":false}}})),
+            Answer::Unconfirmed
+        );
+        for bad in [
+            json!({"delete_choice":{"action":"accept"}}),
+            json!({"delete_choice":{"action":"accept","content":null}}),
+            json!({"delete_choice":{"action":"accept","content":{}}}),
+            json!({"delete_choice":{"action":"accept","content":{"note_id":"note-99","confirm":true}}}),
+            json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":"true"}}}),
+            json!({"delete_choice":{"action":"accept","content":{"note_id":7,"confirm":true}}}),
+            json!({"delete_choice":{"action":"accept","content":{"note_id":["note-7"],"confirm":true}}}),
+            json!({"delete_choice":{"action":"accept","content":{"confirm":true}}}),
+            json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true,"extra":1}}}),
+            json!({"delete_choice":{"action":"ACCEPT","content":{"note_id":"note-7","confirm":true}}}),
+            json!({"delete_choice":{"content":{"note_id":"note-7","confirm":true}}}),
+            json!({"delete_choice":null}),
+            json!({"delete_choice":"accept"}),
+            json!(null),
+            json!([]),
+        ] {
+            assert!(matches!(read(&p, bad.clone()), Answer::Invalid(_)), "{bad}");
+        }
+    }
+
+    #[test]
+    fn decline_cancel_and_missing() {
+        let p = pick();
+        assert_eq!(read(&p, json!({"delete_choice":{"action":"decline"}})), Answer::Decline);
+        assert_eq!(read(&p, json!({"delete_choice":{"action":"cancel"}})), Answer::Cancel);
+        assert_eq!(read(&p, json!({"other":{"action":"accept"}})), Answer::Missing);
+        assert_eq!(read_answer(&p, &signed(), None), Answer::Missing);
+    }
+
+    #[test]
+    fn confirm_only_takes_just_the_checkbox() {
+        let p = ToolPolicy::confirm_only().input_key("confirm").confirm_field("ok");
+        assert_eq!(
+            read(&p, json!({"confirm":{"action":"accept","content":{"ok":true}}})),
+            Answer::Accept { chosen: None }
+        );
+        assert!(matches!(
+            read(&p, json!({"confirm":{"action":"accept","content":{"ok":true,"choice":"note-3"}}})),
+            Answer::Invalid(_)
+        ));
+    }
+}

@@ -1,0 +1,186 @@
+//! The response future of the HTTP adapter: buffer, decide, then call the inner service.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING, WWW_AUTHENTICATE};
+use http::request::Parts;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::combinators::Collect;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::body::{RequestBody, ResponseBody};
+use crate::driver::{self, CompletionGuard, Decision};
+use crate::engine::{HeaderField, Headers};
+use crate::layer::Config;
+use crate::message::{self, Parsed};
+use crate::protocol::{Reply, RpcError};
+use crate::store::BoxFuture;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pin_project! {
+    /// Response future of [`Confirm`](crate::Confirm) over HTTP.
+    pub struct ResponseFuture<S, B>
+    where
+        S: Service<Request<RequestBody<B>>>,
+        B: Body,
+        B::Error: Into<BoxError>,
+    {
+        #[pin]
+        state: State<S, B>,
+        config: Arc<Config>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, B>
+    where
+        S: Service<Request<RequestBody<B>>>,
+        B: Body,
+        B::Error: Into<BoxError>,
+    {
+        // Reading the POST body, up to the cap.
+        Buffering { #[pin] collect: Collect<Limited<B>>, parts: Option<Parts>, inner: Option<S> },
+        // Waiting on the resolver, the replay store or the revalidation hook.
+        Deciding { decision: BoxFuture<'static, Decision>, parts: Option<Parts>, inner: Option<S> },
+        // The inner service has the request.
+        Inner { #[pin] future: S::Future, guard: Option<CompletionGuard> },
+        // The layer answers on its own.
+        Replying { reply: Option<Reply> },
+    }
+}
+
+impl<S, B> ResponseFuture<S, B>
+where
+    S: Service<Request<RequestBody<B>>>,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    pub(super) fn buffering(config: Arc<Config>, parts: Parts, body: B, inner: S) -> Self {
+        let collect = Limited::new(body, config.max_body_bytes).collect();
+        let state = State::Buffering { collect, parts: Some(parts), inner: Some(inner) };
+        Self { state, config }
+    }
+
+    pub(super) fn inner(config: Arc<Config>, future: S::Future) -> Self {
+        Self { state: State::Inner { future, guard: None }, config }
+    }
+
+    pub(super) fn reply(config: Arc<Config>, reply: Reply) -> Self {
+        Self { state: State::Replying { reply: Some(reply) }, config }
+    }
+}
+
+impl<S, B, ResBody> Future for ResponseFuture<S, B>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            let next = match this.state.as_mut().project() {
+                StateProj::Buffering { collect, parts, inner } => {
+                    let collected = ready!(collect.poll(cx));
+                    let (Some(parts), Some(inner)) = (parts.take(), inner.take()) else {
+                        panic!("ResponseFuture polled after completion");
+                    };
+                    match collected {
+                        Ok(collected) => route(this.config, parts, collected.to_bytes(), inner),
+                        Err(e) => {
+                            let error = if e.downcast_ref::<LengthLimitError>().is_some() {
+                                RpcError::body_too_large()
+                            } else {
+                                RpcError::invalid_request()
+                            };
+                            State::Replying { reply: Some(Reply::error(Some("null"), &error)) }
+                        }
+                    }
+                }
+                StateProj::Deciding { decision, parts, inner } => {
+                    let decision = ready!(decision.as_mut().poll(cx));
+                    let (Some(parts), Some(mut inner)) = (parts.take(), inner.take()) else {
+                        panic!("ResponseFuture polled after completion");
+                    };
+                    match decision {
+                        Decision::Reply(reply) => State::Replying { reply: Some(reply) },
+                        Decision::Forward(approved) => {
+                            let mut parts = parts;
+                            parts.headers.remove(TRANSFER_ENCODING);
+                            parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(approved.body.len()));
+                            if let Some((name, value)) = approved.param_header {
+                                parts.headers.insert(name, value);
+                            }
+                            parts.extensions.insert(approved.confirmed);
+                            let request = Request::from_parts(parts, RequestBody::buffered(approved.body));
+                            State::Inner { future: inner.call(request), guard: Some(approved.guard) }
+                        }
+                    }
+                }
+                StateProj::Inner { future, guard } => {
+                    let result = ready!(future.poll(cx));
+                    let guard = guard.take();
+                    return Poll::Ready(result.map(|response| response.map(|body| ResponseBody::inner(body, guard))));
+                }
+                StateProj::Replying { reply } => {
+                    let Some(reply) = reply.take() else {
+                        panic!("ResponseFuture polled after completion");
+                    };
+                    return Poll::Ready(Ok(own_response(reply)));
+                }
+            };
+            this.state.set(next);
+        }
+    }
+}
+
+/// Decides, synchronously where it can, what a fully buffered POST becomes.
+fn route<S, B>(config: &Arc<Config>, parts: Parts, body: Bytes, mut inner: S) -> State<S, B>
+where
+    S: Service<Request<RequestBody<B>>>,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    match message::classify(&body, |tool| config.guards(tool)) {
+        Parsed::Forward => {
+            // Not ours: the same bytes, the same headers.
+            let request = Request::from_parts(parts, RequestBody::buffered(body));
+            State::Inner { future: inner.call(request), guard: None }
+        }
+        Parsed::Reject { id, error } => State::Replying { reply: Some(Reply::error(id.as_deref(), &error)) },
+        Parsed::Intercept(call) => {
+            let principal = config.principal(&parts.extensions);
+            let headers = Headers {
+                protocol_version: HeaderField::read(&parts.headers, "mcp-protocol-version"),
+                method: HeaderField::read(&parts.headers, "mcp-method"),
+                name: HeaderField::read(&parts.headers, "mcp-name"),
+            };
+            let decision = Box::pin(driver::decide(Arc::clone(config), call, principal, Some(headers)));
+            State::Deciding { decision, parts: Some(parts), inner: Some(inner) }
+        }
+    }
+}
+
+fn own_response<B>(reply: Reply) -> Response<ResponseBody<B>> {
+    let has_body = reply.body.is_some();
+    let mut response = Response::new(ResponseBody::own(reply.body));
+    *response.status_mut() = reply.status;
+    if has_body {
+        response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    if reply.status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
+}

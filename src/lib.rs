@@ -1,0 +1,113 @@
+//! Safe-by-default destructive MCP tool calls: a tower layer that makes each tool you name go
+//! through a signed, one-time user confirmation before it runs.
+//!
+//! MCP `2026-07-28` is stateless. A server that needs the user answers a call with
+//! `resultType: "input_required"`, an embedded `elicitation/create` form and an opaque
+//! `requestState`; the client retries the same call with the user's answer and the state echoed
+//! back. [`ConfirmLayer`] does all of this in front of any MCP server, and adds what a signed state
+//! alone cannot give: **single use**. Every state carries a nonce that must be claimed, atomically,
+//! in a [`ReplayStore`] shared by every instance, before the call reaches the server.
+//!
+//! # The request path
+//!
+//! ```text
+//! POST ─► buffer (≤ cap) ─► strict parse ── not a confirmed tools/call ──► inner service, same bytes
+//!                                 │
+//!                first call       │        retry (requestState present)
+//!           ┌─────────────────────┴───────────────────────┐
+//!           ▼                                             ▼
+//!  _meta, version, headers, principal,          same gates, then verify the state (MAC, expiry,
+//!  form capability; resolve candidates;         audience, principal, tool, argument digest, phase,
+//!  seal state → input_required + form           new request id); capability again; read answer:
+//!                                                 accept  → claim nonce → revalidate → forward the
+//!                                                           rewritten call with `Confirmed`; the
+//!                                                           nonce is Consumed when the response ends
+//!                                                 decline → consume nonce, refusal result
+//!                                                 cancel  → result, nothing consumed
+//!                                                 missing → ask again; malformed → JSON-RPC error
+//! ```
+//!
+//! Nothing runs before a validated acceptance, a final revalidation and a nonce claim.
+//!
+//! # Example
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use mcp_confirm::{Candidate, ConfirmLayer, KeyRing, Lookup, MemoryReplayStore, PolicyError, ToolPolicy};
+//! use tower::{ServiceBuilder, service_fn};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let keys = KeyRing::new([("k2", [7u8; 32]), ("k1", [9u8; 32])])?; // first key signs, all verify
+//! let confirm = ConfirmLayer::builder(keys)
+//!     .audience("notes.example")
+//!     .replay_store(MemoryReplayStore::with_capacity(100_000))
+//!     .tool(
+//!         "notes_delete",
+//!         ToolPolicy::pick_one(|lookup: Lookup| async move {
+//!             // Find the notes this principal may delete that match `lookup.arguments`.
+//!             Ok::<_, PolicyError>(vec![Candidate::labelled("note-7", "Groceries: milk, eggs")])
+//!         })
+//!         .message("Choose one matching note and confirm deletion.")
+//!         .input_key("delete_choice")
+//!         .choice_field("note_id")
+//!         .select_into("note_id"),
+//!     )
+//!     .build();
+//!
+//! // Any HTTP service works: an axum Router, rmcp's StreamableHttpService, a hyper service_fn.
+//! let mcp_server = service_fn(|_req: http::Request<mcp_confirm::http::RequestBody<String>>| async {
+//!     Ok::<_, Infallible>(http::Response::new(String::new()))
+//! });
+//! let service = ServiceBuilder::new().layer(confirm).service(mcp_server);
+//! # let _ = service;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Put the layer *behind* authentication (it reads the [`Principal`] from request extensions) and
+//! behind Host/Origin validation: the answers it writes itself never reach the inner server's checks.
+//!
+//! # What a confirmation does not prove
+//!
+//! An `accept` comes from the client, not necessarily from a human: some clients let a model answer
+//! forms. The confirmation is consent bound to an authenticated principal, not an authorization
+//! decision; keep server-side authorization, and use the revalidation hook to re-check it at the
+//! moment the call runs.
+
+#![deny(missing_docs, unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod audit;
+pub mod clock;
+mod confirmed;
+mod driver;
+mod engine;
+mod form;
+pub mod http;
+mod layer;
+mod message;
+mod policy;
+mod principal;
+mod protocol;
+pub mod rpc;
+mod service;
+pub mod store;
+pub mod token;
+
+pub use confirmed::Confirmed;
+pub use layer::{
+    ConfigError, ConfirmLayer, ConfirmLayerBuilder, DEFAULT_CLOCK_SKEW, DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_TTL, MAX_TTL,
+};
+pub use policy::{
+    Candidate, ChoiceStyle, Lookup, PolicyError, Refusal, Resolver, Revalidate, Revalidation,
+    ToolPolicy,
+};
+pub use principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
+pub use protocol::{
+    META_CLIENT_CAPABILITIES, META_OUTCOME, META_PROTOCOL_VERSION, PROTOCOL_VERSION, code,
+};
+pub use rpc::{JsonRpcMessage, JsonRpcReply};
+pub use service::Confirm;
+pub use store::{Claim, MemoryReplayStore, Nonce, Owner, ReplayStore, StoreError};
+pub use token::{KeyError, KeyRing, StateError};

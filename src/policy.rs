@@ -1,0 +1,347 @@
+//! Per-tool confirmation policies: what the user is asked, and the hooks that look at live data.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::principal::Principal;
+use crate::store::BoxFuture;
+use crate::token::{MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES};
+
+/// One record the user may pick, e.g. one of three notes titled "Groceries".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    id: String,
+    label: Option<String>,
+}
+
+impl Candidate {
+    /// A candidate shown by its id alone.
+    pub fn new(id: impl Into<String>) -> Self {
+        Self { id: id.into(), label: None }
+    }
+
+    /// A candidate shown with a human-readable label. Labels are reduced to plain text and capped
+    /// in length before they reach the form.
+    pub fn labelled(id: impl Into<String>, label: impl Into<String>) -> Self {
+        Self { id: id.into(), label: Some(label.into()) }
+    }
+
+    /// The id written into the call when this candidate is chosen.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The label, if any.
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+}
+
+/// What a [`Resolver`] is asked: which records does this principal's call refer to?
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Lookup {
+    /// The authenticated principal.
+    pub principal: Principal,
+    /// The tool being called.
+    pub tool: Arc<str>,
+    /// The call's `arguments` (`{}` when absent).
+    pub arguments: Arc<Value>,
+}
+
+/// What a [`Revalidate`] hook is asked right before the confirmed call runs.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Revalidation {
+    /// The authenticated principal making the confirmed retry.
+    pub principal: Principal,
+    /// The tool being called.
+    pub tool: Arc<str>,
+    /// The arguments the tool will receive (with the chosen id written in).
+    pub arguments: Arc<Value>,
+    /// The id the user chose, for pick-one policies.
+    pub chosen: Option<String>,
+}
+
+/// A failure of a resolver: the call is refused with an internal error, nothing is shown.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PolicyError(#[source] Box<dyn std::error::Error + Send + Sync>);
+
+impl PolicyError {
+    /// Wraps any error.
+    pub fn new(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self(error.into())
+    }
+}
+
+/// Why a revalidation refused the confirmed call. Logged, never sent to the client.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{reason}")]
+pub struct Refusal {
+    reason: Cow<'static, str>,
+}
+
+impl Refusal {
+    /// A refusal with a reason for the audit log.
+    pub fn new(reason: impl Into<Cow<'static, str>>) -> Self {
+        Self { reason: reason.into() }
+    }
+
+    /// The reason.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+/// Finds the records a call may refer to, for the principal making it.
+///
+/// Implemented for async closures `Fn(Lookup) -> impl Future<Output = Result<Vec<Candidate>, PolicyError>>`.
+pub trait Resolver: Send + Sync + 'static {
+    /// The candidates, in the order they should be shown.
+    fn resolve(&self, lookup: Lookup) -> BoxFuture<'static, Result<Vec<Candidate>, PolicyError>>;
+}
+
+impl<F, Fut> Resolver for F
+where
+    F: Fn(Lookup) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Vec<Candidate>, PolicyError>> + Send + 'static,
+{
+    fn resolve(&self, lookup: Lookup) -> BoxFuture<'static, Result<Vec<Candidate>, PolicyError>> {
+        Box::pin(self(lookup))
+    }
+}
+
+/// The last check before a confirmed call runs: re-authorize the principal, re-load the live record
+/// and re-check that it is still where the confirmation said it was.
+///
+/// It runs after the nonce is claimed, so a refusal burns the confirmation.
+pub trait Revalidate: Send + Sync + 'static {
+    /// `Ok` lets the call through.
+    fn revalidate(&self, check: Revalidation) -> BoxFuture<'static, Result<(), Refusal>>;
+}
+
+impl<F, Fut> Revalidate for F
+where
+    F: Fn(Revalidation) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), Refusal>> + Send + 'static,
+{
+    fn revalidate(&self, check: Revalidation) -> BoxFuture<'static, Result<(), Refusal>> {
+        Box::pin(self(check))
+    }
+}
+
+/// How the choice among candidates is rendered in the form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChoiceStyle {
+    /// A titled single-select (`oneOf` of `{const, title}`), labels shown to the user.
+    Titled,
+    /// A plain `enum` of ids.
+    Plain,
+}
+
+/// How one destructive tool is confirmed.
+///
+/// ```
+/// use mcp_confirm::{Candidate, Lookup, PolicyError, ToolPolicy};
+///
+/// let policy = ToolPolicy::pick_one(|lookup: Lookup| async move {
+///     let title = lookup.arguments["title"].as_str().unwrap_or_default().to_owned();
+///     Ok::<_, PolicyError>(vec![Candidate::labelled("note-3", format!("{title} (Monday)"))])
+/// })
+/// .message("Choose one matching note and confirm deletion.")
+/// .input_key("delete_choice")
+/// .choice_field("note_id")
+/// .select_into("note_id");
+/// # let _ = policy;
+/// ```
+#[derive(Clone)]
+pub struct ToolPolicy {
+    pub(crate) resolver: Option<Arc<dyn Resolver>>,
+    pub(crate) revalidate: Option<Arc<dyn Revalidate>>,
+    pub(crate) message: String,
+    pub(crate) input_key: String,
+    pub(crate) choice_field: String,
+    pub(crate) choice_title: String,
+    pub(crate) confirm_field: String,
+    pub(crate) confirm_title: String,
+    pub(crate) select_into: Option<String>,
+    pub(crate) select_header: Option<String>,
+    pub(crate) style: ChoiceStyle,
+    pub(crate) max_candidates: usize,
+    pub(crate) max_label_chars: usize,
+    pub(crate) no_candidates_text: String,
+}
+
+impl fmt::Debug for ToolPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolPolicy")
+            .field("pick_one", &self.resolver.is_some())
+            .field("revalidate", &self.revalidate.is_some())
+            .field("message", &self.message)
+            .field("input_key", &self.input_key)
+            .field("choice_field", &self.choice_field)
+            .field("confirm_field", &self.confirm_field)
+            .field("select_into", &self.select_into)
+            .field("select_header", &self.select_header)
+            .field("style", &self.style)
+            .field("max_candidates", &self.max_candidates)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolPolicy {
+    fn base(resolver: Option<Arc<dyn Resolver>>, message: &str) -> Self {
+        Self {
+            resolver,
+            revalidate: None,
+            message: message.to_owned(),
+            input_key: "confirmation".to_owned(),
+            choice_field: "choice".to_owned(),
+            choice_title: "Which one?".to_owned(),
+            confirm_field: "confirm".to_owned(),
+            confirm_title: "Yes, go ahead".to_owned(),
+            select_into: None,
+            select_header: None,
+            style: ChoiceStyle::Titled,
+            max_candidates: MAX_CANDIDATES,
+            max_label_chars: 80,
+            no_candidates_text: "Nothing matched this request, so nothing was changed.".to_owned(),
+        }
+    }
+
+    /// The user picks exactly one of the candidates `resolver` finds, and confirms.
+    pub fn pick_one(resolver: impl Resolver) -> Self {
+        Self::base(Some(Arc::new(resolver)), "Choose one item and confirm.")
+    }
+
+    /// The user confirms the call as it is; the form holds only the confirmation checkbox.
+    pub fn confirm_only() -> Self {
+        Self::base(None, "Confirm this action.")
+    }
+
+    /// The message shown above the form. Write it server-side; never take it from arguments.
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
+        self
+    }
+
+    /// The `inputRequests` / `inputResponses` key (default `"confirmation"`).
+    pub fn input_key(mut self, key: impl Into<String>) -> Self {
+        self.input_key = key.into();
+        self
+    }
+
+    /// The form field holding the chosen id (default `"choice"`), and its title.
+    pub fn choice_field(mut self, field: impl Into<String>) -> Self {
+        self.choice_field = field.into();
+        self
+    }
+
+    /// The title shown for the choice field.
+    pub fn choice_title(mut self, title: impl Into<String>) -> Self {
+        self.choice_title = title.into();
+        self
+    }
+
+    /// The boolean form field that must be `true` (default `"confirm"`).
+    pub fn confirm_field(mut self, field: impl Into<String>) -> Self {
+        self.confirm_field = field.into();
+        self
+    }
+
+    /// The title shown for the confirmation checkbox.
+    pub fn confirm_title(mut self, title: impl Into<String>) -> Self {
+        self.confirm_title = title.into();
+        self
+    }
+
+    /// Writes the chosen id into this top-level argument of the forwarded call, replacing whatever
+    /// the client sent there. That argument is therefore not part of the bound argument digest.
+    pub fn select_into(mut self, argument: impl Into<String>) -> Self {
+        self.select_into = Some(argument.into());
+        self
+    }
+
+    /// The argument named by [`select_into`](Self::select_into) is marked `x-mcp-header: <name>` in
+    /// the tool's schema: keep the `Mcp-Param-<name>` header in step with the rewritten value.
+    pub fn select_header(mut self, header_name: impl Into<String>) -> Self {
+        self.select_header = Some(header_name.into());
+        self
+    }
+
+    /// Show the choice as a plain `enum` of ids instead of a titled single-select.
+    pub fn plain_enum(mut self) -> Self {
+        self.style = ChoiceStyle::Plain;
+        self
+    }
+
+    /// The most candidates offered in one form (at most 16). More matches are refused with a
+    /// message asking to narrow the request.
+    pub fn max_candidates(mut self, max: usize) -> Self {
+        self.max_candidates = max.clamp(1, MAX_CANDIDATES);
+        self
+    }
+
+    /// The longest label shown, in characters (default 80).
+    pub fn max_label_chars(mut self, max: usize) -> Self {
+        self.max_label_chars = max.max(8);
+        self
+    }
+
+    /// The text of the result when nothing matches.
+    pub fn no_candidates_text(mut self, text: impl Into<String>) -> Self {
+        self.no_candidates_text = text.into();
+        self
+    }
+
+    /// The live check run right before the confirmed call is forwarded.
+    pub fn revalidate(mut self, hook: impl Revalidate) -> Self {
+        self.revalidate = Some(Arc::new(hook));
+        self
+    }
+
+    pub(crate) fn validate(&self, tool: &str) -> Result<(), String> {
+        let field_ok = |s: &str| !s.is_empty() && s.len() <= 64 && !s.chars().any(char::is_control);
+        if !field_ok(&self.input_key) {
+            return Err(format!("tool {tool:?}: invalid input key {:?}", self.input_key));
+        }
+        if !field_ok(&self.confirm_field) {
+            return Err(format!("tool {tool:?}: invalid confirm field {:?}", self.confirm_field));
+        }
+        if self.resolver.is_some() {
+            if !field_ok(&self.choice_field) {
+                return Err(format!("tool {tool:?}: invalid choice field {:?}", self.choice_field));
+            }
+            if self.choice_field == self.confirm_field {
+                return Err(format!("tool {tool:?}: choice and confirm fields must differ"));
+            }
+        } else if self.select_into.is_some() {
+            return Err(format!("tool {tool:?}: select_into needs a pick_one policy"));
+        }
+        if let Some(arg) = &self.select_into {
+            if !field_ok(arg) {
+                return Err(format!("tool {tool:?}: invalid select_into argument {arg:?}"));
+            }
+        }
+        if let Some(name) = &self.select_header {
+            if self.select_into.is_none() {
+                return Err(format!("tool {tool:?}: select_header needs select_into"));
+            }
+            if name.is_empty() || http::HeaderName::try_from(format!("mcp-param-{name}")).is_err() {
+                return Err(format!("tool {tool:?}: invalid header name {name:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bounds the resolver's output to what a state can carry.
+pub(crate) fn candidate_id_ok(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_CANDIDATE_ID_LEN
+}

@@ -1,0 +1,266 @@
+//! The MCP `2026-07-28` wire pieces the layer reads and writes.
+//!
+//! Everything here is plain data: `_meta` keys, the JSON-RPC errors the layer may answer with, and
+//! the results it synthesizes (`input_required` and the three refusal outcomes). The HTTP status of
+//! each error lives next to its code so both adapters answer the same way.
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde_json::{Map, Value, json};
+
+/// The protocol revision this crate speaks.
+pub const PROTOCOL_VERSION: &str = "2026-07-28";
+
+/// `_meta` key carrying the request's protocol version.
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key carrying the capabilities the client declares for this one request.
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key on the layer's own results that names the confirmation outcome.
+///
+/// Lives under this crate's own prefix: `io.modelcontextprotocol/` and `dev.mcp/` are reserved.
+pub const META_OUTCOME: &str = "io.github.mcp-confirm/outcome";
+
+/// The JSON-RPC error codes the layer emits.
+pub mod code {
+    /// Invalid JSON.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// Not a single well-formed JSON-RPC request.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// Bad params: missing `_meta`, a bad `requestState` or bad `inputResponses`.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// A server-side failure (resolver, replay store).
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// Headers and body disagree, or a required header is missing.
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// The request needs a client capability it did not declare.
+    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+    /// The request's protocol version is not supported.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+    /// No authenticated principal on a confirmed tool call.
+    ///
+    /// Application-defined, so outside the reserved `-32768..=-32000` range.
+    pub const UNAUTHENTICATED: i64 = -31001;
+    /// The replay store could not take the claim; safe to retry later.
+    pub const STORE_UNAVAILABLE: i64 = -31002;
+}
+
+/// A JSON-RPC error the layer answers with, plus the HTTP status it travels under.
+///
+/// Messages are frozen per failure class: the specific reason goes to `tracing`, never to the wire,
+/// so a client cannot use the answers as an oracle.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RpcError {
+    pub(crate) code: i64,
+    pub(crate) message: &'static str,
+    pub(crate) data: Option<Value>,
+    pub(crate) status: StatusCode,
+}
+
+impl RpcError {
+    const fn new(code: i64, message: &'static str, status: StatusCode) -> Self {
+        Self { code, message, data: None, status }
+    }
+
+    fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    pub(crate) fn parse_error() -> Self {
+        Self::new(code::PARSE_ERROR, "Parse error", StatusCode::BAD_REQUEST)
+    }
+
+    pub(crate) fn invalid_request() -> Self {
+        Self::new(code::INVALID_REQUEST, "Invalid Request", StatusCode::BAD_REQUEST)
+    }
+
+    pub(crate) fn body_too_large() -> Self {
+        Self::new(code::INVALID_REQUEST, "Request body too large", StatusCode::PAYLOAD_TOO_LARGE)
+    }
+
+    pub(crate) fn missing_meta() -> Self {
+        Self::new(
+            code::INVALID_PARAMS,
+            "Invalid params: request _meta is missing or has malformed required fields",
+            StatusCode::BAD_REQUEST,
+        )
+        .with_data(json!({ "reason": "invalid_meta" }))
+    }
+
+    pub(crate) fn header_mismatch() -> Self {
+        Self::new(
+            code::HEADER_MISMATCH,
+            "Header mismatch: MCP request headers do not match the body",
+            StatusCode::BAD_REQUEST,
+        )
+    }
+
+    pub(crate) fn unsupported_version(supported: &[String], requested: &str) -> Self {
+        Self::new(
+            code::UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version",
+            StatusCode::BAD_REQUEST,
+        )
+        .with_data(json!({ "supported": supported, "requested": requested }))
+    }
+
+    pub(crate) fn missing_form_elicitation() -> Self {
+        Self::new(
+            code::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "This tool requires form elicitation to confirm the call",
+            StatusCode::BAD_REQUEST,
+        )
+        .with_data(json!({ "requiredCapabilities": { "elicitation": { "form": {} } } }))
+    }
+
+    /// The one answer for every `requestState` that fails verification or was already used.
+    pub(crate) fn invalid_state() -> Self {
+        Self::new(code::INVALID_PARAMS, "Invalid or expired requestState", StatusCode::OK)
+            .with_data(json!({ "reason": "invalid_request_state" }))
+    }
+
+    pub(crate) fn invalid_input_responses() -> Self {
+        Self::new(code::INVALID_PARAMS, "Invalid inputResponses", StatusCode::OK)
+            .with_data(json!({ "reason": "invalid_input_responses" }))
+    }
+
+    pub(crate) fn invalid_arguments() -> Self {
+        Self::new(code::INVALID_PARAMS, "Invalid params: arguments must be an object", StatusCode::OK)
+            .with_data(json!({ "reason": "invalid_arguments" }))
+    }
+
+    pub(crate) fn unauthenticated() -> Self {
+        Self::new(
+            code::UNAUTHENTICATED,
+            "Authentication required to confirm this tool call",
+            StatusCode::UNAUTHORIZED,
+        )
+        .with_data(json!({ "reason": "unauthenticated" }))
+    }
+
+    pub(crate) fn store_unavailable() -> Self {
+        Self::new(
+            code::STORE_UNAVAILABLE,
+            "Confirmation could not be recorded; nothing was changed, retry later",
+            StatusCode::SERVICE_UNAVAILABLE,
+        )
+        .with_data(json!({ "reason": "replay_store_unavailable", "retryable": true }))
+    }
+
+    pub(crate) fn internal() -> Self {
+        Self::new(code::INTERNAL_ERROR, "Could not prepare the confirmation", StatusCode::OK)
+            .with_data(json!({ "reason": "confirmation_unavailable" }))
+    }
+
+    /// The `error` member of a JSON-RPC response.
+    pub(crate) fn to_value(&self) -> Value {
+        let mut error = Map::new();
+        error.insert("code".into(), self.code.into());
+        error.insert("message".into(), self.message.into());
+        if let Some(data) = &self.data {
+            error.insert("data".into(), data.clone());
+        }
+        Value::Object(error)
+    }
+}
+
+/// What the layer sends back on its own: a status and a JSON body (or no body for a notification).
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) body: Option<Bytes>,
+}
+
+impl Reply {
+    /// A JSON-RPC error response for the request `id` (raw JSON text; `null` when unknown).
+    ///
+    /// A notification (`id` absent) never gets a JSON-RPC answer, only the status.
+    pub(crate) fn error(id: Option<&str>, error: &RpcError) -> Self {
+        let Some(id) = id else {
+            let status =
+                if error.status.is_success() { StatusCode::BAD_REQUEST } else { error.status };
+            return Self { status, body: None };
+        };
+        Self { status: error.status, body: Some(envelope(id, "error", &error.to_value())) }
+    }
+
+    /// A JSON-RPC success response carrying `result`.
+    pub(crate) fn result(id: &str, result: &Value) -> Self {
+        Self { status: StatusCode::OK, body: Some(envelope(id, "result", result)) }
+    }
+}
+
+fn envelope(id: &str, member: &str, value: &Value) -> Bytes {
+    // `id` is raw JSON already validated by the parser; write it back byte for byte.
+    let value = serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned());
+    let mut out = String::with_capacity(40 + id.len() + value.len());
+    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+    out.push_str(id);
+    out.push_str(",\"");
+    out.push_str(member);
+    out.push_str("\":");
+    out.push_str(&value);
+    out.push('}');
+    Bytes::from(out)
+}
+
+/// How a confirmation ended without running the tool. Each maps to a distinct result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Nothing matched; no form was shown.
+    NoCandidates,
+    /// Too many matches to offer in one form.
+    TooManyCandidates,
+    /// The user declined (or accepted with `confirm: false`).
+    Declined,
+    /// The user dismissed the form; the same state may be answered again.
+    Cancelled,
+    /// The live re-check refused the confirmed call.
+    Revoked,
+}
+
+impl Outcome {
+    fn tag(self) -> &'static str {
+        match self {
+            Outcome::NoCandidates => "no_candidates",
+            Outcome::TooManyCandidates => "too_many_candidates",
+            Outcome::Declined => "declined",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Revoked => "revoked",
+        }
+    }
+
+    fn is_error(self) -> bool {
+        match self {
+            Outcome::NoCandidates | Outcome::TooManyCandidates | Outcome::Revoked => true,
+            Outcome::Declined | Outcome::Cancelled => false,
+        }
+    }
+}
+
+/// A complete `CallToolResult` reporting an [`Outcome`] in plain text.
+pub(crate) fn outcome_result(outcome: Outcome, text: &str) -> Value {
+    json!({
+        "resultType": "complete",
+        "content": [{ "type": "text", "text": text }],
+        "isError": outcome.is_error(),
+        "_meta": { META_OUTCOME: outcome.tag() },
+    })
+}
+
+/// An `InputRequiredResult` embedding one form elicitation under `key`.
+pub(crate) fn input_required(key: &str, message: &str, schema: Value, state: String) -> Value {
+    let mut requests = Map::new();
+    requests.insert(
+        key.to_owned(),
+        json!({
+            "method": "elicitation/create",
+            "params": { "mode": "form", "message": message, "requestedSchema": schema },
+        }),
+    );
+    json!({
+        "resultType": "input_required",
+        "inputRequests": requests,
+        "requestState": state,
+    })
+}

@@ -1,0 +1,115 @@
+//! The message face of [`Confirm`]: `Service<JsonRpcMessage>` for inner services that take one
+//! JSON-RPC message and give back at most one (stdio servers, in-process transports, queues).
+//!
+//! The same strict reading and the same decision path as over HTTP; only the framing differs:
+//! there are no headers to cross-check, and an answer to a notification is simply no message.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::Extensions;
+use tower_service::Service;
+
+use crate::driver::{self, Decision};
+use crate::message::{self, Parsed};
+use crate::protocol::{Reply, RpcError};
+use crate::service::Confirm;
+use crate::store::BoxFuture;
+
+/// One incoming JSON-RPC message, as raw bytes, with the extensions an auth layer filled in (a
+/// [`Principal`](crate::Principal), by default).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct JsonRpcMessage {
+    /// The message exactly as received.
+    pub body: Bytes,
+    /// Request-scoped values: the principal in, [`Confirmed`](crate::Confirmed) out.
+    pub extensions: Extensions,
+}
+
+impl JsonRpcMessage {
+    /// A message with empty extensions.
+    pub fn new(body: impl Into<Bytes>) -> Self {
+        Self { body: body.into(), extensions: Extensions::new() }
+    }
+
+    /// Adds a value to the extensions.
+    pub fn with_extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.extensions.insert(value);
+        self
+    }
+}
+
+/// The answer to a [`JsonRpcMessage`]: one message, or none (for a notification).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JsonRpcReply {
+    /// The response message, if there is one.
+    pub body: Option<Bytes>,
+}
+
+impl JsonRpcReply {
+    /// A reply carrying `body`.
+    pub fn message(body: impl Into<Bytes>) -> Self {
+        Self { body: Some(body.into()) }
+    }
+
+    /// No reply.
+    pub fn none() -> Self {
+        Self { body: None }
+    }
+}
+
+impl From<Reply> for JsonRpcReply {
+    fn from(reply: Reply) -> Self {
+        Self { body: reply.body }
+    }
+}
+
+impl<S> Service<JsonRpcMessage> for Confirm<S>
+where
+    S: Service<JsonRpcMessage, Response = JsonRpcReply> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = JsonRpcReply;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<JsonRpcReply, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut msg: JsonRpcMessage) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let config = Arc::clone(&self.config);
+        if msg.body.len() > config.max_body_bytes {
+            let reply = Reply::error(Some("null"), &RpcError::body_too_large());
+            return Box::pin(std::future::ready(Ok(reply.into())));
+        }
+        let call = match message::classify(&msg.body, |tool| config.guards(tool)) {
+            Parsed::Forward => return Box::pin(inner.call(msg)),
+            Parsed::Reject { id, error } => {
+                let reply = Reply::error(id.as_deref(), &error);
+                return Box::pin(std::future::ready(Ok(reply.into())));
+            }
+            Parsed::Intercept(call) => call,
+        };
+        Box::pin(async move {
+            let principal = config.principal(&msg.extensions);
+            match driver::decide(Arc::clone(&config), call, principal, None).await {
+                Decision::Reply(reply) => Ok(reply.into()),
+                Decision::Forward(approved) => {
+                    msg.body = approved.body;
+                    msg.extensions.insert(approved.confirmed);
+                    let result = inner.call(msg).await;
+                    // The call is over: the nonce is consumed, whatever the outcome.
+                    drop(approved.guard);
+                    result
+                }
+            }
+        })
+    }
+}

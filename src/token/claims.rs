@@ -1,0 +1,328 @@
+//! What a `requestState` binds, and its exact byte layout.
+//!
+//! The payload is binary, fixed-order and length-prefixed, so every payload has exactly one encoding
+//! and the MAC input is injective. Values the client has no business reading (audience, principal,
+//! method, tool, input key, arguments, request id) are stored as digests; the candidate ids are stored
+//! as they were shown in the form, because the retry must check the answer against them.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::store::Nonce;
+
+/// The most candidates one state can carry.
+pub const MAX_CANDIDATES: usize = 16;
+/// The longest candidate id, in bytes.
+pub const MAX_CANDIDATE_ID_LEN: usize = 128;
+
+/// Where in the confirmation a state was issued. Unknown phases are refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Phase {
+    /// The user was shown the confirmation form.
+    Confirm = 1,
+}
+
+impl Phase {
+    fn from_byte(b: u8) -> Option<Self> {
+        match b {
+            1 => Some(Phase::Confirm),
+            _ => None,
+        }
+    }
+}
+
+/// The signed contents of a `requestState`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Claims {
+    pub(crate) phase: Phase,
+    pub(crate) issued_at: u64,
+    pub(crate) expires_at: u64,
+    pub(crate) nonce: Nonce,
+    pub(crate) audience: [u8; 16],
+    pub(crate) principal: [u8; 16],
+    pub(crate) method: [u8; 16],
+    pub(crate) tool: [u8; 16],
+    pub(crate) input_key: [u8; 16],
+    pub(crate) request_id: [u8; 16],
+    pub(crate) arguments: [u8; 32],
+    pub(crate) candidates: Vec<String>,
+}
+
+const FIXED_LEN: usize = 1 + 8 + 8 + 16 + 16 * 6 + 32 + 1;
+
+impl Claims {
+    pub(crate) fn encoded_len(&self) -> usize {
+        FIXED_LEN + self.candidates.iter().map(|c| 1 + c.len()).sum::<usize>()
+    }
+
+    /// Appends the payload bytes to `out`. Callers guarantee the candidate bounds.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.phase as u8);
+        out.extend_from_slice(&self.issued_at.to_be_bytes());
+        out.extend_from_slice(&self.expires_at.to_be_bytes());
+        out.extend_from_slice(self.nonce.as_bytes());
+        for digest in [
+            &self.audience,
+            &self.principal,
+            &self.method,
+            &self.tool,
+            &self.input_key,
+            &self.request_id,
+        ] {
+            out.extend_from_slice(digest);
+        }
+        out.extend_from_slice(&self.arguments);
+        out.push(self.candidates.len() as u8);
+        for id in &self.candidates {
+            out.push(id.len() as u8);
+            out.extend_from_slice(id.as_bytes());
+        }
+    }
+
+    /// Parses a payload strictly: known phase, bounded and unique UTF-8 ids, no trailing bytes.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut r = Reader(bytes);
+        let phase = Phase::from_byte(r.byte()?)?;
+        let issued_at = u64::from_be_bytes(r.array()?);
+        let expires_at = u64::from_be_bytes(r.array()?);
+        let nonce = Nonce::from_bytes(r.array()?);
+        let audience = r.array()?;
+        let principal = r.array()?;
+        let method = r.array()?;
+        let tool = r.array()?;
+        let input_key = r.array()?;
+        let request_id = r.array()?;
+        let arguments = r.array()?;
+        let count = usize::from(r.byte()?);
+        if count > MAX_CANDIDATES {
+            return None;
+        }
+        let mut candidates: Vec<String> = Vec::with_capacity(count);
+        for _ in 0..count {
+            let len = usize::from(r.byte()?);
+            if len == 0 || len > MAX_CANDIDATE_ID_LEN {
+                return None;
+            }
+            let id = std::str::from_utf8(r.take(len)?).ok()?;
+            if candidates.iter().any(|c| c == id) {
+                return None;
+            }
+            candidates.push(id.to_owned());
+        }
+        if !r.0.is_empty() {
+            return None;
+        }
+        Some(Self {
+            phase,
+            issued_at,
+            expires_at,
+            nonce,
+            audience,
+            principal,
+            method,
+            tool,
+            input_key,
+            request_id,
+            arguments,
+            candidates,
+        })
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Some(head)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.take(N)?.try_into().ok()
+    }
+}
+
+/// A domain-separated, truncated SHA-256 of one bound value.
+pub(crate) fn digest16(label: &str, value: &[u8]) -> [u8; 16] {
+    let mut h = Sha256::new();
+    h.update(b"mcp-confirm/v1/");
+    h.update(label.as_bytes());
+    h.update([0u8]);
+    h.update(value);
+    let full = h.finalize();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
+/// A digest of a JSON-RPC id (given as its raw JSON text) that ignores formatting, so `"a"` and
+/// `"\u0061"` are the same id while `1` and `"1"` are not.
+pub(crate) fn request_id_digest(raw_id: &str) -> [u8; 16] {
+    match serde_json::from_str::<Value>(raw_id) {
+        Ok(Value::String(s)) => digest16("request-id/string", s.as_bytes()),
+        Ok(Value::Number(n)) => digest16("request-id/number", n.to_string().as_bytes()),
+        _ => digest16("request-id/raw", raw_id.as_bytes()),
+    }
+}
+
+/// The digest of a tool call's `arguments`, independent of key order and whitespace.
+///
+/// Absent arguments hash like `{}`. `exclude` names the top-level argument the layer overwrites
+/// with the user's choice: whatever the client sent there never reaches the tool, so it is not
+/// bound.
+pub(crate) fn arguments_digest(arguments: Option<&Value>, exclude: Option<&str>) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"mcp-confirm/v1/arguments\0");
+    match arguments {
+        None => hash_object(&mut h, std::iter::empty()),
+        Some(Value::Object(map)) => hash_object(
+            &mut h,
+            map.iter().filter(|(k, _)| Some(k.as_str()) != exclude).map(|(k, v)| (k.as_str(), v)),
+        ),
+        Some(other) => hash_value(&mut h, other),
+    }
+    h.finalize().into()
+}
+
+fn hash_len(h: &mut Sha256, len: usize) {
+    h.update((len as u64).to_be_bytes());
+}
+
+fn hash_str(h: &mut Sha256, s: &str) {
+    hash_len(h, s.len());
+    h.update(s.as_bytes());
+}
+
+fn hash_object<'a>(h: &mut Sha256, entries: impl Iterator<Item = (&'a str, &'a Value)>) {
+    let mut entries: Vec<(&str, &Value)> = entries.collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    h.update(b"{");
+    hash_len(h, entries.len());
+    for (k, v) in entries {
+        hash_str(h, k);
+        hash_value(h, v);
+    }
+}
+
+fn hash_value(h: &mut Sha256, value: &Value) {
+    match value {
+        Value::Null => h.update(b"n"),
+        Value::Bool(true) => h.update(b"t"),
+        Value::Bool(false) => h.update(b"f"),
+        Value::Number(n) => {
+            h.update(b"#");
+            hash_str(h, &n.to_string());
+        }
+        Value::String(s) => {
+            h.update(b"\"");
+            hash_str(h, s);
+        }
+        Value::Array(items) => {
+            h.update(b"[");
+            hash_len(h, items.len());
+            for item in items {
+                hash_value(h, item);
+            }
+        }
+        Value::Object(map) => hash_object(h, map.iter().map(|(k, v)| (k.as_str(), v))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    pub(crate) fn sample() -> Claims {
+        Claims {
+            phase: Phase::Confirm,
+            issued_at: 1_700_000_000,
+            expires_at: 1_700_000_300,
+            nonce: Nonce::from_bytes([7; 16]),
+            audience: [1; 16],
+            principal: [2; 16],
+            method: [3; 16],
+            tool: [4; 16],
+            input_key: [5; 16],
+            request_id: [6; 16],
+            arguments: [8; 32],
+            candidates: vec!["note-3".into(), "note-7".into(), "note-14".into()],
+        }
+    }
+
+    #[test]
+    fn round_trips_and_is_exact_length() {
+        let c = sample();
+        let mut out = Vec::new();
+        c.encode(&mut out);
+        assert_eq!(out.len(), c.encoded_len());
+        assert_eq!(Claims::decode(&out), Some(c));
+    }
+
+    #[test]
+    fn rejects_trailing_short_unknown_phase_and_duplicates() {
+        let mut out = Vec::new();
+        sample().encode(&mut out);
+        let mut long = out.clone();
+        long.push(0);
+        assert_eq!(Claims::decode(&long), None);
+        for n in 0..out.len() {
+            assert_eq!(Claims::decode(&out[..n]), None, "prefix {n}");
+        }
+        let mut phase = out.clone();
+        phase[0] = 9;
+        assert_eq!(Claims::decode(&phase), None);
+        let mut dup = sample();
+        dup.candidates = vec!["a".into(), "a".into()];
+        let mut bytes = Vec::new();
+        dup.encode(&mut bytes);
+        assert_eq!(Claims::decode(&bytes), None);
+    }
+
+    #[test]
+    fn argument_digest_ignores_order_and_whitespace_but_not_values() {
+        let a: Value = serde_json::from_str(r#"{"title":"Groceries","workspaceUri":"file:///p","n":{"b":1,"a":[1,2]}}"#).unwrap();
+        let b: Value = serde_json::from_str(
+            "{ \"n\" : {\"a\":[1, 2],\"b\":1},\n \"workspaceUri\":\"file:///p\", \"title\":\"Groceries\" }",
+        )
+        .unwrap();
+        assert_eq!(arguments_digest(Some(&a), None), arguments_digest(Some(&b), None));
+        let c = json!({"title":"Groceries!","workspaceUri":"file:///p","n":{"b":1,"a":[1,2]}});
+        assert_ne!(arguments_digest(Some(&a), None), arguments_digest(Some(&c), None));
+        let d = json!({"title":"Groceries","workspaceUri":"file:///p","n":{"b":1,"a":[2,1]}});
+        assert_ne!(arguments_digest(Some(&a), None), arguments_digest(Some(&d), None));
+        // Absent arguments are `{}`; the overwritten field is not bound.
+        assert_eq!(arguments_digest(None, None), arguments_digest(Some(&json!({})), None));
+        let with = json!({"title":"Groceries","note_id":"evil"});
+        let without = json!({"title":"Groceries"});
+        assert_eq!(
+            arguments_digest(Some(&with), Some("note_id")),
+            arguments_digest(Some(&without), Some("note_id"))
+        );
+        // Type confusions do not collide.
+        assert_ne!(
+            arguments_digest(Some(&json!({"a":"1"})), None),
+            arguments_digest(Some(&json!({"a":1})), None)
+        );
+        assert_ne!(
+            arguments_digest(Some(&json!({"a":["b"]})), None),
+            arguments_digest(Some(&json!({"a":"b"})), None)
+        );
+    }
+
+    #[test]
+    fn request_id_digest_compares_values() {
+        assert_eq!(request_id_digest("\"a\""), request_id_digest("\"\\u0061\""));
+        assert_ne!(request_id_digest("1"), request_id_digest("\"1\""));
+        assert_ne!(request_id_digest("1"), request_id_digest("2"));
+    }
+}

@@ -1,0 +1,224 @@
+//! Sealing and opening `requestState` tokens.
+//!
+//! ```text
+//! token = "mcpc1." base64url-nopad( body || tag )            at most MAX_TOKEN_LEN characters
+//! body  = version:u8 (=1) || kid_len:u8 || kid || payload      payload: see `claims`
+//! tag   = HMAC-SHA256(K_mac[kid], LABEL || body)               32 bytes, never truncated
+//! ```
+//!
+//! Opening checks, cheapest first and nothing stateful: length, prefix, canonical base64, version,
+//! key id, MAC (constant time, full length), then a strict parse of the payload.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::Mac;
+
+use super::claims::{Claims, MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES};
+use super::keyring::{KeyRing, MAX_KEY_ID_LEN, RingKey};
+use super::StateError;
+
+/// The token prefix: format name and version, readable in logs without decoding.
+pub const PREFIX: &str = "mcpc1.";
+/// The longest token accepted or produced, in characters.
+pub const MAX_TOKEN_LEN: usize = 4096;
+
+const VERSION: u8 = 1;
+const LABEL: &[u8] = b"mcp-confirm/requestState/v1\0";
+const TAG_LEN: usize = 32;
+
+/// Seals `claims` with the ring's signing key.
+pub(crate) fn seal(ring: &KeyRing, claims: &Claims) -> Result<String, StateError> {
+    if claims.candidates.len() > MAX_CANDIDATES
+        || claims.candidates.iter().any(|c| c.is_empty() || c.len() > MAX_CANDIDATE_ID_LEN)
+    {
+        return Err(StateError::TooLarge);
+    }
+    let key = ring.signing();
+    let mut raw = Vec::with_capacity(2 + key.id().len() + claims.encoded_len() + TAG_LEN);
+    raw.push(VERSION);
+    raw.push(key.id().len() as u8);
+    raw.extend_from_slice(key.id().as_bytes());
+    claims.encode(&mut raw);
+    let tag = tag(key, &raw);
+    raw.extend_from_slice(&tag);
+    let mut token = String::with_capacity(PREFIX.len() + raw.len().div_ceil(3) * 4);
+    token.push_str(PREFIX);
+    URL_SAFE_NO_PAD.encode_string(&raw, &mut token);
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(StateError::TooLarge);
+    }
+    Ok(token)
+}
+
+/// Opens a token: returns its claims and the ring key that signed it.
+pub(crate) fn open<'r>(ring: &'r KeyRing, token: &str) -> Result<(Claims, &'r RingKey), StateError> {
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(StateError::TooLarge);
+    }
+    let encoded = token.strip_prefix(PREFIX).ok_or(StateError::Format)?;
+    // The standard engine rejects padding and non-zero trailing bits, so each byte string has
+    // exactly one accepted encoding.
+    let raw = URL_SAFE_NO_PAD.decode(encoded).map_err(|_| StateError::Format)?;
+    if raw.len() < 2 + TAG_LEN {
+        return Err(StateError::Format);
+    }
+    let (body, tag) = raw.split_at(raw.len() - TAG_LEN);
+    if body[0] != VERSION {
+        return Err(StateError::Version);
+    }
+    let kid_len = usize::from(body[1]);
+    if kid_len == 0 || kid_len > MAX_KEY_ID_LEN || body.len() < 2 + kid_len {
+        return Err(StateError::Format);
+    }
+    let key = ring.find(&body[2..2 + kid_len]).ok_or(StateError::UnknownKey)?;
+    let mut mac = key.mac();
+    mac.update(LABEL);
+    mac.update(body);
+    mac.verify_slice(tag).map_err(|_| StateError::BadMac)?;
+    let claims = Claims::decode(&body[2 + kid_len..]).ok_or(StateError::Malformed)?;
+    Ok((claims, key))
+}
+
+fn tag(key: &RingKey, body: &[u8]) -> [u8; TAG_LEN] {
+    let mut mac = key.mac();
+    mac.update(LABEL);
+    mac.update(body);
+    mac.finalize().into_bytes().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Nonce;
+    use crate::token::claims::Phase;
+
+    fn claims() -> Claims {
+        Claims {
+            phase: Phase::Confirm,
+            issued_at: 1_700_000_000,
+            expires_at: 1_700_000_300,
+            nonce: Nonce::from_bytes([9; 16]),
+            audience: [1; 16],
+            principal: [2; 16],
+            method: [3; 16],
+            tool: [4; 16],
+            input_key: [5; 16],
+            request_id: [6; 16],
+            arguments: [8; 32],
+            candidates: vec!["note-3".into(), "note-7".into(), "note-14".into()],
+        }
+    }
+
+    fn ring() -> KeyRing {
+        KeyRing::single("k1", [0x42u8; 32]).unwrap()
+    }
+
+    #[test]
+    fn round_trip() {
+        let token = seal(&ring(), &claims()).unwrap();
+        assert!(token.starts_with(PREFIX));
+        let ring = ring();
+        let (opened, key) = open(&ring, &token).unwrap();
+        assert_eq!(opened, claims());
+        assert_eq!(key.id(), "k1");
+    }
+
+    #[test]
+    fn every_single_byte_change_and_truncation_is_refused() {
+        let ring = ring();
+        let token = seal(&ring, &claims()).unwrap();
+        let bytes = token.as_bytes();
+        let mut accepted = 0usize;
+        let mut tried = 0usize;
+        for i in 0..bytes.len() {
+            for b in 0u8..=255 {
+                if b == bytes[i] {
+                    continue;
+                }
+                let mut changed = bytes.to_vec();
+                changed[i] = b;
+                let Ok(s) = std::str::from_utf8(&changed) else { continue };
+                tried += 1;
+                if open(&ring, s).is_ok() {
+                    accepted += 1;
+                }
+            }
+        }
+        for n in 0..token.len() {
+            tried += 1;
+            if open(&ring, &token[..n]).is_ok() {
+                accepted += 1;
+            }
+        }
+        assert!(tried > 30_000, "{tried}");
+        assert_eq!(accepted, 0);
+    }
+
+    #[test]
+    fn every_decoded_bit_flip_is_refused() {
+        let ring = ring();
+        let token = seal(&ring, &claims()).unwrap();
+        let raw = URL_SAFE_NO_PAD.decode(&token[PREFIX.len()..]).unwrap();
+        for i in 0..raw.len() * 8 {
+            let mut flipped = raw.clone();
+            flipped[i / 8] ^= 1 << (i % 8);
+            let forged = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(&flipped));
+            assert!(open(&ring, &forged).is_err(), "bit {i}");
+        }
+    }
+
+    #[test]
+    fn non_canonical_encodings_and_appended_bytes_are_refused() {
+        let ring = ring();
+        let token = seal(&ring, &claims()).unwrap();
+        assert_eq!(open(&ring, &format!("{token}=")).unwrap_err(), StateError::Format);
+        for extra in ["A", "AA", "AAA", "AAAA", "=="] {
+            assert!(open(&ring, &format!("{token}{extra}")).is_err(), "{extra}");
+        }
+        assert_eq!(open(&ring, &format!("{token}-TAMPERED")).unwrap_err(), StateError::Format);
+        assert!(open(&ring, &format!("{token}").replace(['-', '_'], "+")).is_err());
+        // A non-zero trailing bit is another spelling of the same bytes: refused before the MAC.
+        let last = token.chars().last().unwrap();
+        let alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let pos = alphabet.find(last).unwrap();
+        let sibling = alphabet.as_bytes()[pos ^ 1] as char;
+        let respelled = format!("{}{sibling}", &token[..token.len() - 1]);
+        if (token.len() - PREFIX.len()) % 4 != 0 {
+            assert_eq!(open(&ring, &respelled).unwrap_err(), StateError::Format);
+        }
+        assert_eq!(open(&ring, &token[1..]).unwrap_err(), StateError::Format);
+        assert_eq!(open(&ring, "").unwrap_err(), StateError::Format);
+        assert_eq!(open(&ring, &"A".repeat(MAX_TOKEN_LEN + 1)).unwrap_err(), StateError::TooLarge);
+    }
+
+    #[test]
+    fn keys_rotate_and_removed_keys_are_refused() {
+        let old = KeyRing::single("k1", [1u8; 32]).unwrap();
+        let both = KeyRing::new([("k2", [2u8; 32]), ("k1", [1u8; 32])]).unwrap();
+        let new = KeyRing::single("k2", [2u8; 32]).unwrap();
+        let by_old = seal(&old, &claims()).unwrap();
+        let by_new = seal(&both, &claims()).unwrap();
+        assert_eq!(open(&both, &by_old).unwrap().1.id(), "k1");
+        assert_eq!(open(&both, &by_new).unwrap().1.id(), "k2");
+        assert_eq!(open(&new, &by_old).unwrap_err(), StateError::UnknownKey);
+        // Same id, different secret: the MAC fails.
+        let impostor = KeyRing::single("k1", [3u8; 32]).unwrap();
+        assert_eq!(open(&impostor, &by_old).unwrap_err(), StateError::BadMac);
+    }
+
+    #[test]
+    fn oversized_claims_are_not_sealed() {
+        let mut c = claims();
+        c.candidates = (0..=MAX_CANDIDATES).map(|i| format!("id-{i}")).collect();
+        assert_eq!(seal(&ring(), &c).unwrap_err(), StateError::TooLarge);
+        let mut c = claims();
+        c.candidates = vec!["x".repeat(MAX_CANDIDATE_ID_LEN + 1)];
+        assert_eq!(seal(&ring(), &c).unwrap_err(), StateError::TooLarge);
+        // The largest legal state still fits the cap.
+        let mut c = claims();
+        c.candidates =
+            (0..MAX_CANDIDATES).map(|i| format!("{i:0>width$}", width = MAX_CANDIDATE_ID_LEN)).collect();
+        let token = seal(&KeyRing::single("k".repeat(32), [1u8; 32]).unwrap(), &c);
+        assert!(token.is_ok());
+    }
+}

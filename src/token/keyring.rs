@@ -1,0 +1,267 @@
+//! Signing keys with ids, so keys can rotate without invalidating states in flight.
+
+use std::fmt;
+
+use hkdf::Hkdf;
+use hmac::{KeyInit, Mac};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+use zeroize::Zeroizing;
+
+/// Minimum secret length in bytes.
+pub const MIN_SECRET_LEN: usize = 32;
+/// Maximum key-id length in bytes.
+pub const MAX_KEY_ID_LEN: usize = 32;
+
+const MAC_KEY_INFO: &[u8] = b"mcp-confirm/requestState/v1/mac";
+const PRINCIPAL_KEY_INFO: &[u8] = b"mcp-confirm/requestState/v1/principal";
+
+pub(crate) type HmacSha256 = hmac::Hmac<Sha256>;
+
+/// Why a [`KeyRing`] could not be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The ring has no keys.
+    #[error("a key ring needs at least one key")]
+    Empty,
+    /// A secret is shorter than [`MIN_SECRET_LEN`] bytes.
+    #[error("the secret for key id {id:?} is {len} bytes; at least {MIN_SECRET_LEN} are required")]
+    SecretTooShort {
+        /// The key id.
+        id: String,
+        /// The secret's length.
+        len: usize,
+    },
+    /// A key id is empty, too long, or uses characters other than `A-Z a-z 0-9 . _ -`.
+    #[error("invalid key id {0:?}: use 1 to {MAX_KEY_ID_LEN} characters from A-Z a-z 0-9 . _ -")]
+    InvalidId(String),
+    /// Two keys share an id.
+    #[error("duplicate key id {0:?}")]
+    DuplicateId(String),
+    /// A hex-encoded secret is not valid hex.
+    #[error("the secret for key id {0:?} is not valid hex")]
+    InvalidHex(String),
+}
+
+/// The keys that sign and verify `requestState` tokens.
+///
+/// The first key signs; every key verifies. Rotate in three deploys, each fully rolled out:
+/// `[old, new]`, then `[new, old]`, then `[new]` once the longest TTL has passed. A state signed by a
+/// key that is no longer in the ring is refused.
+///
+/// Secrets are never used directly: each is expanded with HKDF-SHA256 into purpose-bound keys, held
+/// in zeroizing memory. `Debug` prints only the key ids.
+#[derive(Clone)]
+pub struct KeyRing {
+    keys: Vec<RingKey>,
+}
+
+#[derive(Clone)]
+pub(crate) struct RingKey {
+    id: String,
+    mac: Zeroizing<[u8; 32]>,
+    principal: Zeroizing<[u8; 32]>,
+}
+
+impl KeyRing {
+    /// Builds a ring from `(key id, secret)` pairs; the first pair signs.
+    ///
+    /// # Errors
+    /// [`KeyError`] when the ring is empty, a secret is shorter than 32 bytes, or an id is invalid
+    /// or repeated.
+    pub fn new<I, K, S>(keys: I) -> Result<Self, KeyError>
+    where
+        I: IntoIterator<Item = (K, S)>,
+        K: Into<String>,
+        S: AsRef<[u8]>,
+    {
+        let mut ring = Vec::new();
+        for (id, secret) in keys {
+            let id = id.into();
+            if !valid_key_id(&id) {
+                return Err(KeyError::InvalidId(id));
+            }
+            if ring.iter().any(|k: &RingKey| k.id == id) {
+                return Err(KeyError::DuplicateId(id));
+            }
+            let secret = secret.as_ref();
+            if secret.len() < MIN_SECRET_LEN {
+                return Err(KeyError::SecretTooShort { id, len: secret.len() });
+            }
+            ring.push(RingKey::derive(id, secret));
+        }
+        if ring.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        Ok(Self { keys: ring })
+    }
+
+    /// A ring with one key.
+    ///
+    /// # Errors
+    /// As [`KeyRing::new`].
+    pub fn single(id: impl Into<String>, secret: impl AsRef<[u8]>) -> Result<Self, KeyError> {
+        Self::new([(id, secret)])
+    }
+
+    /// A ring with one key given as hex (for command-line flags and environment variables).
+    ///
+    /// # Errors
+    /// As [`KeyRing::new`], plus [`KeyError::InvalidHex`].
+    pub fn single_hex(id: impl Into<String>, hex: &str) -> Result<Self, KeyError> {
+        let id = id.into();
+        let secret = Zeroizing::new(decode_hex(hex).ok_or_else(|| KeyError::InvalidHex(id.clone()))?);
+        Self::single(id, &*secret)
+    }
+
+    /// A ring with one fresh random 32-byte key. States it signs die with the process and no other
+    /// instance can verify them: for demos and tests.
+    ///
+    /// # Panics
+    /// If the operating system's random source fails.
+    pub fn random() -> Self {
+        let mut secret = Zeroizing::new([0u8; 32]);
+        #[allow(clippy::expect_used)]
+        getrandom::fill(&mut secret[..]).expect("the OS random source failed");
+        Self { keys: vec![RingKey::derive("random".to_owned(), &secret[..])] }
+    }
+
+    /// The ids in the ring, signing key first.
+    pub fn key_ids(&self) -> impl Iterator<Item = &str> {
+        self.keys.iter().map(|k| k.id.as_str())
+    }
+
+    pub(crate) fn signing(&self) -> &RingKey {
+        &self.keys[0]
+    }
+
+    pub(crate) fn find(&self, id: &[u8]) -> Option<&RingKey> {
+        self.keys.iter().find(|k| k.id.as_bytes() == id)
+    }
+}
+
+impl fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyRing")
+            .field("key_ids", &self.keys.iter().map(|k| &k.id).collect::<Vec<_>>())
+            .field("secrets", &"<redacted>")
+            .finish()
+    }
+}
+
+impl fmt::Debug for RingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RingKey").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl RingKey {
+    fn derive(id: String, secret: &[u8]) -> Self {
+        let hk = Hkdf::<Sha256>::new(None, secret);
+        let mut mac = Zeroizing::new([0u8; 32]);
+        let mut principal = Zeroizing::new([0u8; 32]);
+        // 32 bytes is far below HKDF-SHA256's 8160-byte output limit, so expand cannot fail.
+        let _ = hk.expand(MAC_KEY_INFO, &mut mac[..]);
+        let _ = hk.expand(PRINCIPAL_KEY_INFO, &mut principal[..]);
+        Self { id, mac, principal }
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub(crate) fn mac(&self) -> HmacSha256 {
+        // HMAC takes keys of any length.
+        <HmacSha256 as KeyInit>::new_from_slice(&self.mac[..]).unwrap_or_else(|_| unreachable!())
+    }
+
+    /// A keyed digest of the principal, so the token does not reveal who it was issued to.
+    pub(crate) fn principal_digest(&self, subject: &str) -> [u8; 16] {
+        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&self.principal[..])
+            .unwrap_or_else(|_| unreachable!());
+        mac.update(subject.as_bytes());
+        let full = mac.finalize().into_bytes();
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&full[..16]);
+        out
+    }
+
+    pub(crate) fn principal_matches(&self, digest: &[u8; 16], subject: &str) -> bool {
+        bool::from(self.principal_digest(subject).ct_eq(digest))
+    }
+}
+
+fn valid_key_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_KEY_ID_LEN
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    let hex = hex.trim();
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    hex.as_bytes().chunks(2).map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_short_secrets_bad_ids_and_duplicates() {
+        assert_eq!(
+            KeyRing::single("k1", [0u8; 31]).unwrap_err(),
+            KeyError::SecretTooShort { id: "k1".into(), len: 31 }
+        );
+        assert!(matches!(KeyRing::single("", [0u8; 32]), Err(KeyError::InvalidId(_))));
+        assert!(matches!(KeyRing::single("k 1", [0u8; 32]), Err(KeyError::InvalidId(_))));
+        assert!(matches!(
+            KeyRing::single("k".repeat(33), [0u8; 32]),
+            Err(KeyError::InvalidId(_))
+        ));
+        assert!(matches!(
+            KeyRing::new([("a", [1u8; 32]), ("a", [2u8; 32])]),
+            Err(KeyError::DuplicateId(_))
+        ));
+        assert_eq!(KeyRing::new(Vec::<(String, Vec<u8>)>::new()).unwrap_err(), KeyError::Empty);
+        assert!(KeyRing::single("k1", [0u8; 32]).is_ok());
+    }
+
+    #[test]
+    fn debug_redacts_secrets() {
+        let ring = KeyRing::new([("k2", [0xABu8; 32]), ("k1", [0xCDu8; 32])]).unwrap();
+        let shown = format!("{ring:?}");
+        assert!(shown.contains("k2") && shown.contains("k1") && shown.contains("<redacted>"));
+        assert!(!shown.to_lowercase().contains("ab, ab") && !shown.contains("171"));
+        assert_eq!(ring.key_ids().collect::<Vec<_>>(), ["k2", "k1"]);
+    }
+
+    #[test]
+    fn hex_secrets() {
+        assert!(KeyRing::single_hex("k", &"ab".repeat(32)).is_ok());
+        assert!(matches!(KeyRing::single_hex("k", "zz"), Err(KeyError::InvalidHex(_))));
+        assert!(matches!(
+            KeyRing::single_hex("k", &"ab".repeat(16)),
+            Err(KeyError::SecretTooShort { len: 16, .. })
+        ));
+    }
+
+    #[test]
+    fn principal_digest_is_keyed() {
+        let a = KeyRing::single("k", [1u8; 32]).unwrap();
+        let b = KeyRing::single("k", [2u8; 32]).unwrap();
+        assert_ne!(a.signing().principal_digest("alice"), b.signing().principal_digest("alice"));
+        let d = a.signing().principal_digest("alice");
+        assert!(a.signing().principal_matches(&d, "alice"));
+        assert!(!a.signing().principal_matches(&d, "bob"));
+    }
+}

@@ -1,0 +1,75 @@
+//! The `requestState` format: key ids, the bound claims, sealing and opening.
+//!
+//! A state is HMAC-SHA256-signed, not encrypted: the client can decode it but can only read what
+//! the form already showed it (the candidate ids). Everything else is a digest.
+
+pub(crate) mod claims;
+pub(crate) mod codec;
+mod keyring;
+
+pub use claims::{MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES};
+pub use codec::{MAX_TOKEN_LEN, PREFIX};
+pub use keyring::{KeyError, KeyRing, MAX_KEY_ID_LEN, MIN_SECRET_LEN};
+
+/// Why a `requestState` was refused.
+///
+/// The wire never sees these: every variant becomes the same frozen JSON-RPC error, and the variant
+/// goes to the audit log only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// Longer than [`MAX_TOKEN_LEN`], or claims too large to seal.
+    #[error("state too large")]
+    TooLarge,
+    /// Not `mcpc1.` followed by canonical unpadded base64url of a plausible body.
+    #[error("state is not well formed")]
+    Format,
+    /// An unknown format version.
+    #[error("unknown state version")]
+    Version,
+    /// Signed by a key that is not (or no longer) in the ring.
+    #[error("unknown key id")]
+    UnknownKey,
+    /// The tag does not verify.
+    #[error("bad signature")]
+    BadMac,
+    /// The signed payload does not parse strictly.
+    #[error("malformed payload")]
+    Malformed,
+    /// Past its expiry (plus the allowed clock skew).
+    #[error("state expired")]
+    Expired,
+    /// Issued in the future (beyond the allowed clock skew), or with a lifetime above the TTL.
+    #[error("state lifetime is implausible")]
+    BadLifetime,
+    /// Issued for another audience (deployment).
+    #[error("audience mismatch")]
+    Audience,
+    /// Issued to another principal.
+    #[error("principal mismatch")]
+    Principal,
+    /// Issued for another method.
+    #[error("method mismatch")]
+    Method,
+    /// Issued for another tool.
+    #[error("tool mismatch")]
+    Tool,
+    /// The arguments changed since the form was shown.
+    #[error("arguments changed")]
+    Arguments,
+    /// Issued for another phase of the confirmation.
+    #[error("phase mismatch")]
+    Phase,
+    /// Issued for another `inputRequests` key.
+    #[error("input key mismatch")]
+    InputKey,
+    /// The retry reuses the JSON-RPC id of the request that was challenged.
+    #[error("retry reuses the original request id")]
+    SameRequestId,
+    /// The state's nonce is being used by another retry right now.
+    #[error("state already in use")]
+    InFlight,
+    /// The state's nonce was already used.
+    #[error("state already used")]
+    Consumed,
+}
