@@ -1,0 +1,282 @@
+//! Shared fixtures: a notes "database", a recording inner service, and request builders.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use mcp_confirm::clock::ManualClock;
+use mcp_confirm::http::RequestBody;
+use mcp_confirm::{
+    Candidate, Confirm, ConfirmLayer, ConfirmLayerBuilder, Confirmed, KeyRing, Lookup,
+    MemoryReplayStore, PolicyError, Principal, Refusal, Revalidation, ToolPolicy,
+};
+use serde_json::{Value, json};
+use tower::{Layer, ServiceExt};
+
+pub const KEY: [u8; 32] = [0x11; 32];
+pub const PERSONAL: &str = "file:///data/personal";
+pub const TEAM: &str = "file:///data/team";
+
+/// One request as the inner service saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub body: Bytes,
+    pub headers: HeaderMap,
+    pub confirmed: Option<Confirmed>,
+}
+
+impl Seen {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("inner got JSON")
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Recorder(pub Arc<Mutex<Vec<Seen>>>);
+
+impl Recorder {
+    pub fn count(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+    pub fn last(&self) -> Seen {
+        self.0.lock().unwrap().last().cloned().expect("inner was called")
+    }
+}
+
+/// Notes: id → (workspace, title).
+#[derive(Debug, Clone, Default)]
+pub struct Notes(pub Arc<Mutex<BTreeMap<String, (String, String)>>>);
+
+impl Notes {
+    pub fn seeded() -> Self {
+        let notes = Notes::default();
+        for (id, ws, title) in [
+            ("note-3", PERSONAL, "Groceries"),
+            ("note-7", PERSONAL, "Groceries"),
+            ("note-14", PERSONAL, "Groceries"),
+            ("note-20", PERSONAL, "Taxes"),
+            ("note-30", TEAM, "Groceries"),
+        ] {
+            notes.0.lock().unwrap().insert(id.into(), (ws.into(), title.into()));
+        }
+        notes
+    }
+
+    pub fn move_to(&self, id: &str, ws: &str) {
+        if let Some(n) = self.0.lock().unwrap().get_mut(id) {
+            n.0 = ws.into();
+        }
+    }
+}
+
+fn may_use(principal: &str, ws: &str) -> bool {
+    match principal {
+        "alice" => ws == PERSONAL || ws == TEAM,
+        "bob" => ws == TEAM,
+        _ => false,
+    }
+}
+
+pub fn delete_policy(notes: &Notes) -> ToolPolicy {
+    let find = notes.clone();
+    let check_notes = notes.clone();
+    ToolPolicy::pick_one(move |lookup: Lookup| {
+        let notes = find.clone();
+        async move {
+            let ws = lookup.arguments["workspaceUri"].as_str().unwrap_or_default().to_owned();
+            let title = lookup.arguments["title"].as_str().unwrap_or_default().to_owned();
+            if !may_use(lookup.principal.subject(), &ws) {
+                return Ok::<_, PolicyError>(vec![]);
+            }
+            Ok(notes
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, (w, t))| *w == ws && *t == title)
+                .map(|(id, (_, t))| Candidate::labelled(id.clone(), format!("{t} ({id})")))
+                .collect())
+        }
+    })
+    .message("Choose one matching note and confirm deletion.")
+    .input_key("delete_choice")
+    .choice_field("note_id")
+    .select_into("note_id")
+    .revalidate(move |check: Revalidation| {
+        let notes = check_notes.clone();
+        async move {
+            let ws = check.arguments["workspaceUri"].as_str().unwrap_or_default().to_owned();
+            if !may_use(check.principal.subject(), &ws) {
+                return Err(Refusal::new("principal may not use this workspace"));
+            }
+            let chosen = check.chosen.clone().unwrap_or_default();
+            match notes.0.lock().unwrap().get(&chosen) {
+                Some((w, _)) if *w == ws => Ok(()),
+                Some(_) => Err(Refusal::new("note moved out of the workspace")),
+                None => Err(Refusal::new("note is gone")),
+            }
+        }
+    })
+}
+
+pub type Inner = tower::util::BoxCloneSyncService<Request<RequestBody<Full<Bytes>>>, Response<Full<Bytes>>, Infallible>;
+
+/// An inner service that records what it receives and answers a fixed tool result.
+pub fn recording_inner(recorder: &Recorder) -> Inner {
+    let recorder = recorder.clone();
+    tower::util::BoxCloneSyncService::new(tower::service_fn(move |req: Request<RequestBody<Full<Bytes>>>| {
+        let recorder = recorder.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+            let confirmed = parts.extensions.get::<Confirmed>().cloned();
+            recorder.0.lock().unwrap().push(Seen { body: body.clone(), headers: parts.headers, confirmed });
+            let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let Some(id) = message.get("id").cloned() else {
+                return Ok::<_, Infallible>(
+                    Response::builder().status(StatusCode::ACCEPTED).body(Full::new(Bytes::new())).unwrap(),
+                );
+            };
+            let answer = json!({"jsonrpc":"2.0","id":id,"result":{"resultType":"complete",
+                "content":[{"type":"text","text":"done by inner"}]}});
+            Ok(Response::builder()
+                .header("content-type", "application/json")
+                .header("x-inner", "yes")
+                .body(Full::new(Bytes::from(answer.to_string())))
+                .unwrap())
+        }
+    }))
+}
+
+pub struct Fixture {
+    pub svc: Confirm<Inner>,
+    pub seen: Recorder,
+    pub notes: Notes,
+    pub clock: ManualClock,
+    pub store: MemoryReplayStore,
+}
+
+pub fn base_builder(notes: &Notes, clock: &ManualClock, store: &MemoryReplayStore) -> ConfirmLayerBuilder {
+    ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+        .audience("notes.example")
+        .ttl(Duration::from_secs(300))
+        .clock(clock.clone())
+        .replay_store(store.clone())
+        .tool("notes_delete", delete_policy(notes).select_header("Note-Id"))
+}
+
+pub fn now() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+}
+
+pub fn fixture() -> Fixture {
+    fixture_with(|b| b)
+}
+
+pub fn fixture_with(customize: impl FnOnce(ConfirmLayerBuilder) -> ConfirmLayerBuilder) -> Fixture {
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = customize(base_builder(&notes, &clock, &store)).build();
+    let seen = Recorder::default();
+    Fixture { svc: layer.layer(recording_inner(&seen)), seen, notes, clock, store }
+}
+
+pub fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+           "io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}},
+           "io.modelcontextprotocol/clientInfo":{"name":"test-client","version":"1"}})
+}
+
+pub fn delete_call(id: Value, title: &str) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+        "_meta": meta(), "name":"notes_delete",
+        "arguments":{"workspaceUri": PERSONAL, "title": title}}})
+}
+
+pub fn retry(mut call: Value, id: Value, state: &str, responses: Value) -> Value {
+    call["id"] = id;
+    call["params"]["requestState"] = Value::String(state.to_owned());
+    call["params"]["inputResponses"] = responses;
+    call
+}
+
+pub fn accept(choice: &str) -> Value {
+    json!({"delete_choice":{"action":"accept","content":{"note_id":choice,"confirm":true}}})
+}
+
+/// A POST with the MCP headers derived from the body and `principal` in the extensions.
+pub fn post(body: &Value, principal: Option<&str>) -> Request<Full<Bytes>> {
+    post_raw(body.to_string().into_bytes(), principal, Some(body))
+}
+
+pub fn post_raw(body: Vec<u8>, principal: Option<&str>, headers_from: Option<&Value>) -> Request<Full<Bytes>> {
+    let mut req = Request::post("/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(v) = headers_from {
+        if let Some(version) = v["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str() {
+            req = req.header("mcp-protocol-version", version);
+        }
+        if let Some(m) = v["method"].as_str() {
+            req = req.header("mcp-method", m);
+        }
+        if let Some(n) = v["params"]["name"].as_str() {
+            req = req.header("mcp-name", n);
+        }
+    }
+    let mut req = req.body(Full::new(Bytes::from(body))).unwrap();
+    if let Some(p) = principal {
+        req.extensions_mut().insert(Principal::new(p));
+    }
+    req
+}
+
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub bytes: Bytes,
+}
+
+impl Answer {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.bytes))
+    }
+    pub fn result(&self) -> Value {
+        self.json()["result"].clone()
+    }
+    pub fn error(&self) -> Value {
+        self.json()["error"].clone()
+    }
+    pub fn state(&self) -> String {
+        self.result()["requestState"].as_str().expect("a requestState").to_owned()
+    }
+}
+
+pub async fn send(svc: &Confirm<Inner>, req: Request<Full<Bytes>>) -> Answer {
+    let response = svc.clone().oneshot(req).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    Answer { status: parts.status, headers: parts.headers, bytes }
+}
+
+pub fn assert_frozen_state_error(answer: &Answer) {
+    assert_eq!(
+        answer.error(),
+        json!({"code":-32602,"message":"Invalid or expired requestState","data":{"reason":"invalid_request_state"}}),
+        "{:?}",
+        answer.bytes
+    );
+}
+
+/// Runs the first round for alice and returns the state.
+pub async fn challenge(f: &Fixture) -> String {
+    let answer = send(&f.svc, post(&delete_call(json!(1), "Groceries"), Some("alice"))).await;
+    assert_eq!(answer.result()["resultType"], "input_required", "{:?}", answer.bytes);
+    answer.state()
+}
