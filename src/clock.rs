@@ -33,7 +33,9 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock frozen at `at`.
     pub fn new(at: SystemTime) -> Self {
-        Self { millis: Arc::new(AtomicU64::new(millis_since_epoch(at))) }
+        Self {
+            millis: Arc::new(AtomicU64::new(millis_since_epoch(at))),
+        }
     }
 
     /// Moves the clock forward by `by`.
@@ -55,7 +57,8 @@ impl Clock for ManualClock {
 }
 
 fn millis_since_epoch(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Whole seconds since the Unix epoch (0 before it).

@@ -31,7 +31,7 @@ pub(crate) enum Decision {
     /// Answer with this; the inner service never sees the call.
     Reply(Reply),
     /// Forward this confirmed call.
-    Forward(Approved),
+    Forward(Box<Approved>),
 }
 
 /// A confirmed call, ready for the inner service.
@@ -61,7 +61,14 @@ pub(crate) async fn decide(
         return refuse(&call, None, refused);
     }
     let Some(principal) = principal.or_else(|| config.local_principal.clone()) else {
-        return refuse(&call, None, Refused::new(RpcError::unauthenticated(), "no principal in the request extensions"));
+        return refuse(
+            &call,
+            None,
+            Refused::new(
+                RpcError::unauthenticated(),
+                "no principal in the request extensions",
+            ),
+        );
     };
     let binding = Binding::new(&config, &policy, &call, &principal);
     let state = match call.param("requestState") {
@@ -87,15 +94,24 @@ pub(crate) async fn decide(
         Answer::Invalid(reason) => refuse(
             &call,
             Some(&principal),
-            Refused::new(RpcError::invalid_input_responses(), format!("inputResponses: {reason}")),
+            Refused::new(
+                RpcError::invalid_input_responses(),
+                format!("inputResponses: {reason}"),
+            ),
         ),
         Answer::Cancel => {
             audit::cancelled(&call.tool, &principal, &claims.nonce);
-            outcome(&call, Outcome::Cancelled, "The confirmation was cancelled; nothing was changed.")
+            outcome(
+                &call,
+                Outcome::Cancelled,
+                "The confirmation was cancelled; nothing was changed.",
+            )
         }
         Answer::Decline => decline(&config, &call, &principal, &claims, false).await,
         Answer::Unconfirmed => decline(&config, &call, &principal, &claims, true).await,
-        Answer::Accept { chosen } => accept(&config, &policy, call, principal, &claims, chosen).await,
+        Answer::Accept { chosen } => {
+            accept(&config, &policy, call, principal, &claims, chosen).await
+        }
     }
 }
 
@@ -119,7 +135,11 @@ async fn challenge(
                 Ok(found) => found,
                 Err(e) => {
                     let reason = format!("resolver failed: {e}");
-                    return refuse(call, Some(principal), Refused::new(RpcError::internal(), reason));
+                    return refuse(
+                        call,
+                        Some(principal),
+                        Refused::new(RpcError::internal(), reason),
+                    );
                 }
             }
         }
@@ -138,16 +158,29 @@ async fn challenge(
             );
             return outcome(call, Outcome::TooManyCandidates, &text);
         }
-        let unique = candidates.iter().enumerate().all(|(i, c)| !candidates[..i].iter().any(|d| d.id() == c.id()));
+        let unique = candidates
+            .iter()
+            .enumerate()
+            .all(|(i, c)| !candidates[..i].iter().any(|d| d.id() == c.id()));
         if !unique || !candidates.iter().all(|c| candidate_id_ok(c.id())) {
             let reason = "resolver returned empty, oversized or duplicate ids";
-            return refuse(call, Some(principal), Refused::new(RpcError::internal(), reason));
+            return refuse(
+                call,
+                Some(principal),
+                Refused::new(RpcError::internal(), reason),
+            );
         }
     }
     let ids = candidates.iter().map(|c| c.id().to_owned()).collect();
     let (token, claims) = match engine::seal_challenge(config, binding, ids) {
         Ok(sealed) => sealed,
-        Err(e) => return refuse(call, Some(principal), Refused::new(RpcError::internal(), format!("seal: {e}"))),
+        Err(e) => {
+            return refuse(
+                call,
+                Some(principal),
+                Refused::new(RpcError::internal(), format!("seal: {e}")),
+            );
+        }
     };
     audit::challenged(&call.tool, principal, &claims.nonce, candidates.len());
     let schema = form::schema(policy, &candidates);
@@ -156,7 +189,13 @@ async fn challenge(
 }
 
 /// A decline (or an acceptance with `confirm: false`): consume the nonce, run nothing.
-async fn decline(config: &Config, call: &ToolCall, principal: &Principal, claims: &Claims, unconfirmed: bool) -> Decision {
+async fn decline(
+    config: &Config,
+    call: &ToolCall,
+    principal: &Principal,
+    claims: &Claims,
+    unconfirmed: bool,
+) -> Decision {
     let owner = Owner::random();
     let until = engine::retention(config, claims);
     if let Err(decision) = claim(config, call, principal, claims, owner, until).await {
@@ -165,7 +204,11 @@ async fn decline(config: &Config, call: &ToolCall, principal: &Principal, claims
     // Best effort: if completing fails the entry stays InFlight, which refuses replays just the same.
     let _ = config.store.complete(claims.nonce, owner, until).await;
     audit::declined(&call.tool, principal, &claims.nonce, unconfirmed);
-    outcome(call, Outcome::Declined, "The user declined; nothing was changed.")
+    outcome(
+        call,
+        Outcome::Declined,
+        "The user declined; nothing was changed.",
+    )
 }
 
 /// An acceptance: claim, revalidate, and hand the rewritten call over to be forwarded.
@@ -213,7 +256,12 @@ async fn accept(
     let param_header = engine::param_header(policy, confirmed.chosen.as_deref());
     audit::forwarded(&confirmed.tool, &confirmed.principal, &claims.nonce);
     let body = engine::forward_body(call, arguments);
-    Decision::Forward(Approved { body, confirmed, guard, param_header })
+    Decision::Forward(Box::new(Approved {
+        body,
+        confirmed,
+        guard,
+        param_header,
+    }))
 }
 
 /// Claims the state's nonce; any answer but [`Claim::Claimed`] becomes the reply.
@@ -237,7 +285,11 @@ async fn claim(
         }
         Err(e) => {
             let reason = format!("replay store: {e}");
-            Err(refuse(call, Some(principal), Refused::new(RpcError::store_unavailable(), reason)))
+            Err(refuse(
+                call,
+                Some(principal),
+                Refused::new(RpcError::store_unavailable(), reason),
+            ))
         }
     }
 }
@@ -252,7 +304,10 @@ fn reply_error(call: &ToolCall, error: &RpcError) -> Decision {
 }
 
 fn outcome(call: &ToolCall, outcome: Outcome, text: &str) -> Decision {
-    Decision::Reply(Reply::result(&call.id, &protocol::outcome_result(outcome, text)))
+    Decision::Reply(Reply::result(
+        &call.id,
+        &protocol::outcome_result(outcome, text),
+    ))
 }
 
 /// Moves a claimed nonce to Consumed when dropped: after the inner response has ended, or was
@@ -266,19 +321,29 @@ pub(crate) struct CompletionGuard {
 
 impl CompletionGuard {
     fn new(store: Arc<dyn ReplayStore>, nonce: Nonce, owner: Owner, until: SystemTime) -> Self {
-        Self { store, nonce, owner, until }
+        Self {
+            store,
+            nonce,
+            owner,
+            until,
+        }
     }
 }
 
 impl Drop for CompletionGuard {
     fn drop(&mut self) {
-        let (store, nonce, owner, until) = (Arc::clone(&self.store), self.nonce, self.owner, self.until);
+        let (store, nonce, owner, until) =
+            (Arc::clone(&self.store), self.nonce, self.owner, self.until);
         let mut completion = Box::pin(async move {
             let consumed = matches!(store.complete(nonce, owner, until).await, Ok(true));
             audit::completed(&nonce, consumed);
         });
         // Stores that answer at once (the memory store) complete right here, deterministically.
-        if completion.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_ready() {
+        if completion
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_ready()
+        {
             return;
         }
         match tokio::runtime::Handle::try_current() {
@@ -292,6 +357,8 @@ impl Drop for CompletionGuard {
 
 impl std::fmt::Debug for CompletionGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompletionGuard").field("nonce", &self.nonce).finish_non_exhaustive()
+        f.debug_struct("CompletionGuard")
+            .field("nonce", &self.nonce)
+            .finish_non_exhaustive()
     }
 }

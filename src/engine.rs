@@ -44,10 +44,19 @@ impl HeaderField {
     pub(crate) fn read(headers: &http::HeaderMap, name: &str) -> Self {
         let mut values = headers.get_all(name).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
-            return if headers.contains_key(name) { Self::Invalid } else { Self::Absent };
+            return if headers.contains_key(name) {
+                Self::Invalid
+            } else {
+                Self::Absent
+            };
         };
-        let Ok(text) = value.to_str() else { return Self::Invalid };
-        match text.strip_prefix("=?base64?").and_then(|t| t.strip_suffix("?=")) {
+        let Ok(text) = value.to_str() else {
+            return Self::Invalid;
+        };
+        match text
+            .strip_prefix("=?base64?")
+            .and_then(|t| t.strip_suffix("?="))
+        {
             Some(encoded) => STANDARD
                 .decode(encoded)
                 .ok()
@@ -71,7 +80,10 @@ pub(crate) struct Refused {
 
 impl Refused {
     pub(crate) fn new(error: RpcError, reason: impl Into<String>) -> Self {
-        Self { error, reason: reason.into() }
+        Self {
+            error,
+            reason: reason.into(),
+        }
     }
 
     pub(crate) fn state(e: StateError) -> Self {
@@ -86,21 +98,34 @@ pub(crate) fn check_protocol(
     call: &ToolCall,
     headers: Option<&Headers>,
 ) -> Result<(), Refused> {
-    if let Some(h) = headers {
-        if !h.method.is(TOOLS_CALL) || !h.name.is(&call.tool) {
-            return Err(Refused::new(RpcError::header_mismatch(), "Mcp-Method/Mcp-Name missing or not the body's"));
-        }
+    if let Some(h) = headers
+        && (!h.method.is(TOOLS_CALL) || !h.name.is(&call.tool))
+    {
+        return Err(Refused::new(
+            RpcError::header_mismatch(),
+            "Mcp-Method/Mcp-Name missing or not the body's",
+        ));
     }
     let meta = call.param("_meta").and_then(Value::as_object);
-    let version = meta.and_then(|m| m.get(META_PROTOCOL_VERSION)).and_then(Value::as_str);
-    let capabilities = meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES)).and_then(Value::as_object);
+    let version = meta
+        .and_then(|m| m.get(META_PROTOCOL_VERSION))
+        .and_then(Value::as_str);
+    let capabilities = meta
+        .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+        .and_then(Value::as_object);
     let (Some(version), Some(_)) = (version, capabilities) else {
-        return Err(Refused::new(RpcError::missing_meta(), "_meta protocolVersion or clientCapabilities missing"));
+        return Err(Refused::new(
+            RpcError::missing_meta(),
+            "_meta protocolVersion or clientCapabilities missing",
+        ));
     };
-    if let Some(h) = headers {
-        if !h.protocol_version.is(version) {
-            return Err(Refused::new(RpcError::header_mismatch(), "MCP-Protocol-Version missing or not the body's"));
-        }
+    if let Some(h) = headers
+        && !h.protocol_version.is(version)
+    {
+        return Err(Refused::new(
+            RpcError::header_mismatch(),
+            "MCP-Protocol-Version missing or not the body's",
+        ));
     }
     if !config.supported_versions.iter().any(|v| v == version) {
         return Err(Refused::new(
@@ -110,7 +135,10 @@ pub(crate) fn check_protocol(
     }
     match call.param("arguments") {
         None | Some(Value::Object(_)) => Ok(()),
-        Some(_) => Err(Refused::new(RpcError::invalid_arguments(), "arguments is not an object")),
+        Some(_) => Err(Refused::new(
+            RpcError::invalid_arguments(),
+            "arguments is not an object",
+        )),
     }
 }
 
@@ -131,7 +159,10 @@ pub(crate) fn check_form_capability(call: &ToolCall) -> Result<(), Refused> {
     if form {
         Ok(())
     } else {
-        Err(Refused::new(RpcError::missing_form_elicitation(), "client did not declare form elicitation"))
+        Err(Refused::new(
+            RpcError::missing_form_elicitation(),
+            "client did not declare form elicitation",
+        ))
     }
 }
 
@@ -147,7 +178,12 @@ pub(crate) struct Binding {
 }
 
 impl Binding {
-    pub(crate) fn new(config: &Config, policy: &ToolPolicy, call: &ToolCall, principal: &Principal) -> Self {
+    pub(crate) fn new(
+        config: &Config,
+        policy: &ToolPolicy,
+        call: &ToolCall,
+        principal: &Principal,
+    ) -> Self {
         Self {
             audience: digest16("audience", config.audience.as_bytes()),
             principal: principal.subject().to_owned(),
@@ -186,7 +222,11 @@ pub(crate) fn seal_challenge(
 }
 
 /// Opens a retry's state and checks every binding, in a fixed order, before anything stateful.
-pub(crate) fn verify_retry(config: &Config, binding: &Binding, token: &str) -> Result<Claims, StateError> {
+pub(crate) fn verify_retry(
+    config: &Config,
+    binding: &Binding,
+    token: &str,
+) -> Result<Claims, StateError> {
     let (claims, key) = codec::open(&config.keys, token)?;
     let now = unix_secs(config.clock.now());
     let skew = config.skew.as_secs();
@@ -233,7 +273,11 @@ pub(crate) fn retention(config: &Config, claims: &Claims) -> SystemTime {
 }
 
 /// The arguments the tool will receive: the client's, with the chosen id written in.
-pub(crate) fn confirmed_arguments(policy: &ToolPolicy, call: &ToolCall, chosen: Option<&str>) -> Value {
+pub(crate) fn confirmed_arguments(
+    policy: &ToolPolicy,
+    call: &ToolCall,
+    chosen: Option<&str>,
+) -> Value {
     let mut arguments = match call.param("arguments") {
         Some(Value::Object(map)) => map.clone(),
         _ => Map::new(),
@@ -257,7 +301,10 @@ pub(crate) fn forward_body(mut call: ToolCall, arguments: Value) -> Bytes {
 }
 
 /// The `Mcp-Param-<name>` header carrying the chosen id, encoded as MCP requires.
-pub(crate) fn param_header(policy: &ToolPolicy, chosen: Option<&str>) -> Option<(HeaderName, HeaderValue)> {
+pub(crate) fn param_header(
+    policy: &ToolPolicy,
+    chosen: Option<&str>,
+) -> Option<(HeaderName, HeaderValue)> {
     let (name, chosen) = (policy.select_header.as_ref()?, chosen?);
     let name = HeaderName::try_from(format!("mcp-param-{name}")).ok()?;
     let plain = !chosen.is_empty()
@@ -280,8 +327,14 @@ mod tests {
     #[test]
     fn header_fields_decode_base64_and_refuse_repeats() {
         let mut h = http::HeaderMap::new();
-        h.insert("mcp-name", HeaderValue::from_static("=?base64?bm90ZXNfZGVsZXRl?="));
-        assert_eq!(HeaderField::read(&h, "mcp-name"), HeaderField::Value("notes_delete".into()));
+        h.insert(
+            "mcp-name",
+            HeaderValue::from_static("=?base64?bm90ZXNfZGVsZXRl?="),
+        );
+        assert_eq!(
+            HeaderField::read(&h, "mcp-name"),
+            HeaderField::Value("notes_delete".into())
+        );
         h.append("mcp-name", HeaderValue::from_static("notes_delete"));
         assert_eq!(HeaderField::read(&h, "mcp-name"), HeaderField::Invalid);
         assert_eq!(HeaderField::read(&h, "mcp-method"), HeaderField::Absent);
@@ -299,7 +352,10 @@ mod tests {
         assert_eq!(name, "mcp-param-note-id");
         assert_eq!(value, "note-7");
         let (_, value) = param_header(&policy, Some("notiz-ä")).unwrap();
-        assert_eq!(value, format!("=?base64?{}?=", STANDARD.encode("notiz-ä")).as_str());
+        assert_eq!(
+            value,
+            format!("=?base64?{}?=", STANDARD.encode("notiz-ä")).as_str()
+        );
         let (_, value) = param_header(&policy, Some(" padded")).unwrap();
         assert!(value.to_str().unwrap().starts_with("=?base64?"));
     }

@@ -51,13 +51,22 @@ pub(crate) fn schema(policy: &ToolPolicy, candidates: &[Candidate]) -> Value {
 pub(crate) fn plain_label(label: &str, max_chars: usize) -> String {
     let visible: String = label
         .chars()
-        .filter_map(|c| if c.is_whitespace() { Some(' ') } else { (!is_invisible(c)).then_some(c) })
+        .filter_map(|c| {
+            if c.is_whitespace() {
+                Some(' ')
+            } else {
+                (!is_invisible(c)).then_some(c)
+            }
+        })
         .collect();
     let collapsed = visible.split_whitespace().collect::<Vec<_>>().join(" ");
     if collapsed.chars().count() <= max_chars {
         return collapsed;
     }
-    let mut out: String = collapsed.chars().take(max_chars.saturating_sub(1)).collect();
+    let mut out: String = collapsed
+        .chars()
+        .take(max_chars.saturating_sub(1))
+        .collect();
     out.truncate(out.trim_end().len());
     out.push('…');
     out
@@ -92,12 +101,20 @@ pub(crate) enum Answer {
 }
 
 /// Reads `inputResponses` strictly against the policy and the candidate ids the state signed.
-pub(crate) fn read_answer(policy: &ToolPolicy, signed: &[String], responses: Option<&Value>) -> Answer {
-    let Some(responses) = responses else { return Answer::Missing };
+pub(crate) fn read_answer(
+    policy: &ToolPolicy,
+    signed: &[String],
+    responses: Option<&Value>,
+) -> Answer {
+    let Some(responses) = responses else {
+        return Answer::Missing;
+    };
     let Some(responses) = responses.as_object() else {
         return Answer::Invalid("inputResponses is not an object");
     };
-    let Some(response) = responses.get(&policy.input_key) else { return Answer::Missing };
+    let Some(response) = responses.get(&policy.input_key) else {
+        return Answer::Missing;
+    };
     let Some(response) = response.as_object() else {
         return Answer::Invalid("the response is not an object");
     };
@@ -128,7 +145,11 @@ pub(crate) fn read_answer(policy: &ToolPolicy, signed: &[String], responses: Opt
     } else {
         None
     };
-    if confirm { Answer::Accept { chosen } } else { Answer::Unconfirmed }
+    if confirm {
+        Answer::Accept { chosen }
+    } else {
+        Answer::Unconfirmed
+    }
 }
 
 #[cfg(test)]
@@ -167,7 +188,10 @@ mod tests {
               "required":["note_id","confirm"]})
         );
         let plain = schema(&pick().plain_enum(), &c);
-        assert_eq!(plain["properties"]["note_id"]["enum"], json!(["note-3", "note-7"]));
+        assert_eq!(
+            plain["properties"]["note_id"]["enum"],
+            json!(["note-3", "note-7"])
+        );
         let only = schema(&ToolPolicy::confirm_only(), &[]);
         assert_eq!(only["required"], json!(["confirm"]));
         assert_eq!(only["properties"].as_object().unwrap().len(), 1);
@@ -189,11 +213,19 @@ mod tests {
     fn accept_needs_exact_content_a_signed_id_and_true() {
         let p = pick();
         assert_eq!(
-            read(&p, json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true}}})),
-            Answer::Accept { chosen: Some("note-7".into()) }
+            read(
+                &p,
+                json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true}}})
+            ),
+            Answer::Accept {
+                chosen: Some("note-7".into())
+            }
         );
         assert_eq!(
-            read(&p, json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":false}}})),
+            read(
+                &p,
+                json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":false}}})
+            ),
             Answer::Unconfirmed
         );
         for bad in [
@@ -220,21 +252,38 @@ mod tests {
     #[test]
     fn decline_cancel_and_missing() {
         let p = pick();
-        assert_eq!(read(&p, json!({"delete_choice":{"action":"decline"}})), Answer::Decline);
-        assert_eq!(read(&p, json!({"delete_choice":{"action":"cancel"}})), Answer::Cancel);
-        assert_eq!(read(&p, json!({"other":{"action":"accept"}})), Answer::Missing);
+        assert_eq!(
+            read(&p, json!({"delete_choice":{"action":"decline"}})),
+            Answer::Decline
+        );
+        assert_eq!(
+            read(&p, json!({"delete_choice":{"action":"cancel"}})),
+            Answer::Cancel
+        );
+        assert_eq!(
+            read(&p, json!({"other":{"action":"accept"}})),
+            Answer::Missing
+        );
         assert_eq!(read_answer(&p, &signed(), None), Answer::Missing);
     }
 
     #[test]
     fn confirm_only_takes_just_the_checkbox() {
-        let p = ToolPolicy::confirm_only().input_key("confirm").confirm_field("ok");
+        let p = ToolPolicy::confirm_only()
+            .input_key("confirm")
+            .confirm_field("ok");
         assert_eq!(
-            read(&p, json!({"confirm":{"action":"accept","content":{"ok":true}}})),
+            read(
+                &p,
+                json!({"confirm":{"action":"accept","content":{"ok":true}}})
+            ),
             Answer::Accept { chosen: None }
         );
         assert!(matches!(
-            read(&p, json!({"confirm":{"action":"accept","content":{"ok":true,"choice":"note-3"}}})),
+            read(
+                &p,
+                json!({"confirm":{"action":"accept","content":{"ok":true,"choice":"note-3"}}})
+            ),
             Answer::Invalid(_)
         ));
     }

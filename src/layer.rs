@@ -222,7 +222,10 @@ impl ConfirmLayerBuilder {
     /// [`ConfigError`] when the audience is missing, the TTL is out of range, no version is
     /// supported, or a tool policy is inconsistent.
     pub fn try_build(self) -> Result<ConfirmLayer, ConfigError> {
-        let audience = self.audience.filter(|a| !a.is_empty()).ok_or(ConfigError::MissingAudience)?;
+        let audience = self
+            .audience
+            .filter(|a| !a.is_empty())
+            .ok_or(ConfigError::MissingAudience)?;
         if self.ttl.as_secs() == 0 || self.ttl > MAX_TTL {
             return Err(ConfigError::InvalidTtl);
         }
@@ -232,7 +235,9 @@ impl ConfirmLayerBuilder {
         for (name, policy) in &self.tools {
             policy.validate(name).map_err(ConfigError::InvalidPolicy)?;
         }
-        let store = self.store.unwrap_or_else(|| Arc::new(MemoryReplayStore::new()));
+        let store = self
+            .store
+            .unwrap_or_else(|| Arc::new(MemoryReplayStore::new()));
         Ok(ConfirmLayer {
             config: Arc::new(Config {
                 keys: self.keys,

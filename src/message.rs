@@ -53,7 +53,9 @@ impl ToolCall {
     }
 
     pub(crate) fn params_mut(&mut self) -> Option<&mut Map<String, Value>> {
-        self.message.get_mut("params").and_then(Value::as_object_mut)
+        self.message
+            .get_mut("params")
+            .and_then(Value::as_object_mut)
     }
 
     pub(crate) fn param(&self, key: &str) -> Option<&Value> {
@@ -64,7 +66,10 @@ impl ToolCall {
 /// Classifies `body`. `guarded` says whether a tool name is one the layer confirms.
 pub(crate) fn classify(body: &[u8], guarded: impl Fn(&str) -> bool) -> Parsed {
     if let Err(error) = validate_strict(body) {
-        return Parsed::Reject { id: Some("null".to_owned()), error };
+        return Parsed::Reject {
+            id: Some("null".to_owned()),
+            error,
+        };
     }
     let envelope: Envelope<'_> = match serde_json::from_slice(body) {
         Ok(envelope) => envelope,
@@ -78,11 +83,15 @@ pub(crate) fn classify(body: &[u8], guarded: impl Fn(&str) -> bool) -> Parsed {
     if envelope.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
         return invalid(id);
     }
-    let Some(method) = envelope.method.and_then(as_str) else { return invalid(id) };
+    let Some(method) = envelope.method.and_then(as_str) else {
+        return invalid(id);
+    };
     if method != TOOLS_CALL {
         return Parsed::Forward;
     }
-    let Some(params) = envelope.params else { return Parsed::Forward };
+    let Some(params) = envelope.params else {
+        return Parsed::Forward;
+    };
     if !params.get().starts_with('{') {
         return invalid(id);
     }
@@ -90,23 +99,37 @@ pub(crate) fn classify(body: &[u8], guarded: impl Fn(&str) -> bool) -> Parsed {
         Ok(params) => params,
         Err(_) => return invalid(id),
     };
-    let Some(name) = params.name.0 else { return Parsed::Forward };
-    let Some(name) = as_str(name) else { return invalid(id) };
+    let Some(name) = params.name.0 else {
+        return Parsed::Forward;
+    };
+    let Some(name) = as_str(name) else {
+        return invalid(id);
+    };
     if !guarded(&name) {
         return Parsed::Forward;
     }
     let Some(id) = id else {
         // A notification cannot be confirmed (there is nothing to answer) and must not run.
-        return Parsed::Reject { id: None, error: RpcError::invalid_request() };
+        return Parsed::Reject {
+            id: None,
+            error: RpcError::invalid_request(),
+        };
     };
     match serde_json::from_slice::<Map<String, Value>>(body) {
-        Ok(message) => Parsed::Intercept(ToolCall { id: id.to_owned(), tool: name.into_owned(), message }),
+        Ok(message) => Parsed::Intercept(ToolCall {
+            id: id.to_owned(),
+            tool: name.into_owned(),
+            message,
+        }),
         Err(_) => invalid(Some(id)),
     }
 }
 
 fn invalid(id: Option<&str>) -> Parsed {
-    Parsed::Reject { id: id.map(str::to_owned), error: RpcError::invalid_request() }
+    Parsed::Reject {
+        id: id.map(str::to_owned),
+        error: RpcError::invalid_request(),
+    }
 }
 
 #[derive(Deserialize)]
@@ -143,7 +166,8 @@ fn is_string(raw: &RawValue) -> bool {
 }
 
 fn is_number(raw: &RawValue) -> bool {
-    raw.get().starts_with(|c: char| c == '-' || c.is_ascii_digit())
+    raw.get()
+        .starts_with(|c: char| c == '-' || c.is_ascii_digit())
 }
 
 fn as_str(raw: &RawValue) -> Option<Cow<'_, str>> {
@@ -152,13 +176,18 @@ fn as_str(raw: &RawValue) -> Option<Cow<'_, str>> {
     }
     match serde_json::from_str::<&str>(raw.get()) {
         Ok(s) => Some(Cow::Borrowed(s)),
-        Err(_) => serde_json::from_str::<String>(raw.get()).ok().map(Cow::Owned),
+        Err(_) => serde_json::from_str::<String>(raw.get())
+            .ok()
+            .map(Cow::Owned),
     }
 }
 
 /// Checks that `body` is one JSON object, valid UTF-8 throughout, with no duplicate key anywhere.
 fn validate_strict(body: &[u8]) -> Result<(), RpcError> {
-    let trimmed = body.iter().position(|b| !b.is_ascii_whitespace()).map(|i| body[i]);
+    let trimmed = body
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .map(|i| body[i]);
     match trimmed {
         Some(b'{') => {}
         // A batch, a scalar or an empty body: JSON-RPC, but not one MCP message.
@@ -300,7 +329,10 @@ mod tests {
     fn reject_code(body: &[u8]) -> (Option<String>, i64) {
         match classify(body, guarded) {
             Parsed::Reject { id, error } => (id, error.code),
-            other => panic!("expected a rejection for {:?}, got {other:?}", String::from_utf8_lossy(body)),
+            other => panic!(
+                "expected a rejection for {:?}, got {other:?}",
+                String::from_utf8_lossy(body)
+            ),
         }
     }
 
@@ -308,16 +340,31 @@ mod tests {
 
     #[test]
     fn intercepts_only_guarded_tool_calls() {
-        assert!(matches!(classify(DELETE.as_bytes(), guarded), Parsed::Intercept(c) if c.tool == "notes_delete" && c.id == "1"));
+        assert!(
+            matches!(classify(DELETE.as_bytes(), guarded), Parsed::Intercept(c) if c.tool == "notes_delete" && c.id == "1")
+        );
         let list = DELETE.replace("notes_delete", "notes_list");
-        assert!(matches!(classify(list.as_bytes(), guarded), Parsed::Forward));
-        let other = r#"{"jsonrpc":"2.0","id":"a","method":"tools/list","params":{"name":"notes_delete"}}"#;
-        assert!(matches!(classify(other.as_bytes(), guarded), Parsed::Forward));
+        assert!(matches!(
+            classify(list.as_bytes(), guarded),
+            Parsed::Forward
+        ));
+        let other =
+            r#"{"jsonrpc":"2.0","id":"a","method":"tools/list","params":{"name":"notes_delete"}}"#;
+        assert!(matches!(
+            classify(other.as_bytes(), guarded),
+            Parsed::Forward
+        ));
         // Escaped names are read as the inner service reads them.
         let escaped = DELETE.replace("notes_delete", r"notes\u005fdelete");
-        assert!(matches!(classify(escaped.as_bytes(), guarded), Parsed::Intercept(_)));
+        assert!(matches!(
+            classify(escaped.as_bytes(), guarded),
+            Parsed::Intercept(_)
+        ));
         let escaped_method = DELETE.replace("tools/call", r"tools\/call");
-        assert!(matches!(classify(escaped_method.as_bytes(), guarded), Parsed::Intercept(_)));
+        assert!(matches!(
+            classify(escaped_method.as_bytes(), guarded),
+            Parsed::Intercept(_)
+        ));
     }
 
     #[test]
@@ -331,9 +378,15 @@ mod tests {
         assert_eq!(reject_code(&bad_utf8).1, code::PARSE_ERROR);
         let surrogate = DELETE.replace("\"x\"", r#""\ud800""#);
         assert_eq!(reject_code(surrogate.as_bytes()).1, code::PARSE_ERROR);
-        assert_eq!(reject_code(format!("{DELETE} {{}}").as_bytes()).1, code::PARSE_ERROR);
+        assert_eq!(
+            reject_code(format!("{DELETE} {{}}").as_bytes()).1,
+            code::PARSE_ERROR
+        );
         // A batch, or not an object.
-        assert_eq!(reject_code(format!("[{DELETE}]").as_bytes()).1, code::INVALID_REQUEST);
+        assert_eq!(
+            reject_code(format!("[{DELETE}]").as_bytes()).1,
+            code::INVALID_REQUEST
+        );
         assert_eq!(reject_code(b"7").1, code::INVALID_REQUEST);
         // Duplicate keys, at the top, in params, anywhere below.
         for dup in [
@@ -343,7 +396,11 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"notes_list","_meta":{"k":{"x":1,"\u0078":2}}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}"#,
         ] {
-            assert_eq!(reject_code(dup.as_bytes()).1, code::INVALID_REQUEST, "{dup}");
+            assert_eq!(
+                reject_code(dup.as_bytes()).1,
+                code::INVALID_REQUEST,
+                "{dup}"
+            );
         }
         // Non-string method or name, bad id, bad version, non-object params on tools/call.
         for bad in [
@@ -357,7 +414,11 @@ mod tests {
             r#"{"id":1,"method":"tools/list"}"#,
             r#"{"jsonrpc":"2.0","id":1}"#,
         ] {
-            assert_eq!(reject_code(bad.as_bytes()).1, code::INVALID_REQUEST, "{bad}");
+            assert_eq!(
+                reject_code(bad.as_bytes()).1,
+                code::INVALID_REQUEST,
+                "{bad}"
+            );
         }
     }
 
@@ -376,8 +437,12 @@ mod tests {
     fn guarded_notifications_are_refused_without_an_id() {
         let note = r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"notes_delete"}}"#;
         assert_eq!(reject_code(note.as_bytes()), (None, code::INVALID_REQUEST));
-        let other = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#;
-        assert!(matches!(classify(other.as_bytes(), guarded), Parsed::Forward));
+        let other =
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#;
+        assert!(matches!(
+            classify(other.as_bytes(), guarded),
+            Parsed::Forward
+        ));
     }
 
     #[test]

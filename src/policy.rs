@@ -21,13 +21,19 @@ pub struct Candidate {
 impl Candidate {
     /// A candidate shown by its id alone.
     pub fn new(id: impl Into<String>) -> Self {
-        Self { id: id.into(), label: None }
+        Self {
+            id: id.into(),
+            label: None,
+        }
     }
 
     /// A candidate shown with a human-readable label. Labels are reduced to plain text and capped
     /// in length before they reach the form.
     pub fn labelled(id: impl Into<String>, label: impl Into<String>) -> Self {
-        Self { id: id.into(), label: Some(label.into()) }
+        Self {
+            id: id.into(),
+            label: Some(label.into()),
+        }
     }
 
     /// The id written into the call when this candidate is chosen.
@@ -89,7 +95,9 @@ pub struct Refusal {
 impl Refusal {
     /// A refusal with a reason for the audit log.
     pub fn new(reason: impl Into<Cow<'static, str>>) -> Self {
-        Self { reason: reason.into() }
+        Self {
+            reason: reason.into(),
+        }
     }
 
     /// The reason.
@@ -309,25 +317,40 @@ impl ToolPolicy {
     pub(crate) fn validate(&self, tool: &str) -> Result<(), String> {
         let field_ok = |s: &str| !s.is_empty() && s.len() <= 64 && !s.chars().any(char::is_control);
         if !field_ok(&self.input_key) {
-            return Err(format!("tool {tool:?}: invalid input key {:?}", self.input_key));
+            return Err(format!(
+                "tool {tool:?}: invalid input key {:?}",
+                self.input_key
+            ));
         }
         if !field_ok(&self.confirm_field) {
-            return Err(format!("tool {tool:?}: invalid confirm field {:?}", self.confirm_field));
+            return Err(format!(
+                "tool {tool:?}: invalid confirm field {:?}",
+                self.confirm_field
+            ));
         }
         if self.resolver.is_some() {
             if !field_ok(&self.choice_field) {
-                return Err(format!("tool {tool:?}: invalid choice field {:?}", self.choice_field));
+                return Err(format!(
+                    "tool {tool:?}: invalid choice field {:?}",
+                    self.choice_field
+                ));
             }
             if self.choice_field == self.confirm_field {
-                return Err(format!("tool {tool:?}: choice and confirm fields must differ"));
+                return Err(format!(
+                    "tool {tool:?}: choice and confirm fields must differ"
+                ));
             }
         } else if self.select_into.is_some() {
-            return Err(format!("tool {tool:?}: select_into needs a pick_one policy"));
+            return Err(format!(
+                "tool {tool:?}: select_into needs a pick_one policy"
+            ));
         }
-        if let Some(arg) = &self.select_into {
-            if !field_ok(arg) {
-                return Err(format!("tool {tool:?}: invalid select_into argument {arg:?}"));
-            }
+        if let Some(arg) = &self.select_into
+            && !field_ok(arg)
+        {
+            return Err(format!(
+                "tool {tool:?}: invalid select_into argument {arg:?}"
+            ));
         }
         if let Some(name) = &self.select_header {
             if self.select_into.is_none() {

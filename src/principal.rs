@@ -20,7 +20,9 @@ pub struct Principal {
 impl Principal {
     /// A principal with the given subject.
     pub fn new(subject: impl Into<Arc<str>>) -> Self {
-        Self { subject: subject.into() }
+        Self {
+            subject: subject.into(),
+        }
     }
 
     /// The subject.

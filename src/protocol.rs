@@ -58,7 +58,12 @@ pub(crate) struct RpcError {
 
 impl RpcError {
     const fn new(code: i64, message: &'static str, status: StatusCode) -> Self {
-        Self { code, message, data: None, status }
+        Self {
+            code,
+            message,
+            data: None,
+            status,
+        }
     }
 
     fn with_data(mut self, data: Value) -> Self {
@@ -71,11 +76,19 @@ impl RpcError {
     }
 
     pub(crate) fn invalid_request() -> Self {
-        Self::new(code::INVALID_REQUEST, "Invalid Request", StatusCode::BAD_REQUEST)
+        Self::new(
+            code::INVALID_REQUEST,
+            "Invalid Request",
+            StatusCode::BAD_REQUEST,
+        )
     }
 
     pub(crate) fn body_too_large() -> Self {
-        Self::new(code::INVALID_REQUEST, "Request body too large", StatusCode::PAYLOAD_TOO_LARGE)
+        Self::new(
+            code::INVALID_REQUEST,
+            "Request body too large",
+            StatusCode::PAYLOAD_TOO_LARGE,
+        )
     }
 
     pub(crate) fn missing_meta() -> Self {
@@ -115,18 +128,30 @@ impl RpcError {
 
     /// The one answer for every `requestState` that fails verification or was already used.
     pub(crate) fn invalid_state() -> Self {
-        Self::new(code::INVALID_PARAMS, "Invalid or expired requestState", StatusCode::OK)
-            .with_data(json!({ "reason": "invalid_request_state" }))
+        Self::new(
+            code::INVALID_PARAMS,
+            "Invalid or expired requestState",
+            StatusCode::OK,
+        )
+        .with_data(json!({ "reason": "invalid_request_state" }))
     }
 
     pub(crate) fn invalid_input_responses() -> Self {
-        Self::new(code::INVALID_PARAMS, "Invalid inputResponses", StatusCode::OK)
-            .with_data(json!({ "reason": "invalid_input_responses" }))
+        Self::new(
+            code::INVALID_PARAMS,
+            "Invalid inputResponses",
+            StatusCode::OK,
+        )
+        .with_data(json!({ "reason": "invalid_input_responses" }))
     }
 
     pub(crate) fn invalid_arguments() -> Self {
-        Self::new(code::INVALID_PARAMS, "Invalid params: arguments must be an object", StatusCode::OK)
-            .with_data(json!({ "reason": "invalid_arguments" }))
+        Self::new(
+            code::INVALID_PARAMS,
+            "Invalid params: arguments must be an object",
+            StatusCode::OK,
+        )
+        .with_data(json!({ "reason": "invalid_arguments" }))
     }
 
     pub(crate) fn unauthenticated() -> Self {
@@ -148,8 +173,12 @@ impl RpcError {
     }
 
     pub(crate) fn internal() -> Self {
-        Self::new(code::INTERNAL_ERROR, "Could not prepare the confirmation", StatusCode::OK)
-            .with_data(json!({ "reason": "confirmation_unavailable" }))
+        Self::new(
+            code::INTERNAL_ERROR,
+            "Could not prepare the confirmation",
+            StatusCode::OK,
+        )
+        .with_data(json!({ "reason": "confirmation_unavailable" }))
     }
 
     /// The `error` member of a JSON-RPC response.
@@ -177,16 +206,25 @@ impl Reply {
     /// A notification (`id` absent) never gets a JSON-RPC answer, only the status.
     pub(crate) fn error(id: Option<&str>, error: &RpcError) -> Self {
         let Some(id) = id else {
-            let status =
-                if error.status.is_success() { StatusCode::BAD_REQUEST } else { error.status };
+            let status = if error.status.is_success() {
+                StatusCode::BAD_REQUEST
+            } else {
+                error.status
+            };
             return Self { status, body: None };
         };
-        Self { status: error.status, body: Some(envelope(id, "error", &error.to_value())) }
+        Self {
+            status: error.status,
+            body: Some(envelope(id, "error", &error.to_value())),
+        }
     }
 
     /// A JSON-RPC success response carrying `result`.
     pub(crate) fn result(id: &str, result: &Value) -> Self {
-        Self { status: StatusCode::OK, body: Some(envelope(id, "result", result)) }
+        Self {
+            status: StatusCode::OK,
+            body: Some(envelope(id, "result", result)),
+        }
     }
 }
 

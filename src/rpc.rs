@@ -31,7 +31,10 @@ pub struct JsonRpcMessage {
 impl JsonRpcMessage {
     /// A message with empty extensions.
     pub fn new(body: impl Into<Bytes>) -> Self {
-        Self { body: body.into(), extensions: Extensions::new() }
+        Self {
+            body: body.into(),
+            extensions: Extensions::new(),
+        }
     }
 
     /// Adds a value to the extensions.
@@ -52,7 +55,9 @@ pub struct JsonRpcReply {
 impl JsonRpcReply {
     /// A reply carrying `body`.
     pub fn message(body: impl Into<Bytes>) -> Self {
-        Self { body: Some(body.into()) }
+        Self {
+            body: Some(body.into()),
+        }
     }
 
     /// No reply.

@@ -9,12 +9,14 @@ use serde_json::json;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
+type Fields = Vec<(String, String)>;
+
 #[derive(Clone, Default)]
-struct Events(Arc<Mutex<Vec<Vec<(String, String)>>>>);
+struct Events(Arc<Mutex<Vec<Fields>>>);
 
-struct Fields<'a>(&'a mut Vec<(String, String)>);
+struct Recorded<'a>(&'a mut Fields);
 
-impl Visit for Fields<'_> {
+impl Visit for Recorded<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         self.0.push((field.name().to_owned(), format!("{value:?}")));
     }
@@ -29,46 +31,113 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
             return;
         }
         let mut fields = Vec::new();
-        event.record(&mut Fields(&mut fields));
+        event.record(&mut Recorded(&mut fields));
         self.0.lock().unwrap().push(fields);
     }
 }
 
 impl Events {
     fn decisions(&self) -> Vec<String> {
-        self.0.lock().unwrap().iter().filter_map(|e| e.iter().find(|(k, _)| k == "decision").map(|(_, v)| v.clone())).collect()
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| {
+                e.iter()
+                    .find(|(k, _)| k == "decision")
+                    .map(|(_, v)| v.clone())
+            })
+            .collect()
     }
     fn reasons(&self) -> Vec<String> {
-        self.0.lock().unwrap().iter().filter_map(|e| e.iter().find(|(k, _)| k == "reason").map(|(_, v)| v.clone())).collect()
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| {
+                e.iter()
+                    .find(|(k, _)| k == "reason")
+                    .map(|(_, v)| v.clone())
+            })
+            .collect()
     }
 }
 
 #[tokio::test]
 async fn every_decision_is_an_audit_event_without_secrets() {
     let events = Events::default();
-    let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(events.clone()));
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(events.clone()));
     let f = fixture();
 
     let state = challenge(&f).await;
-    let call = |id: i64, responses| retry(delete_call(json!(1), "Groceries"), json!(id), &state, responses);
-    send(&f.svc, post(&call(2, json!({"delete_choice":{"action":"cancel"}})), Some("alice"))).await;
+    let call = |id: i64, responses| {
+        retry(
+            delete_call(json!(1), "Groceries"),
+            json!(id),
+            &state,
+            responses,
+        )
+    };
+    send(
+        &f.svc,
+        post(
+            &call(2, json!({"delete_choice":{"action":"cancel"}})),
+            Some("alice"),
+        ),
+    )
+    .await;
     send(&f.svc, post(&call(3, json!({"delete_choice":{"action":"accept","content":{"note_id":"nope","confirm":true}}})), Some("alice"))).await;
     send(&f.svc, post(&call(4, accept("note-7")), Some("bob"))).await;
     send(&f.svc, post(&call(5, accept("note-7")), Some("alice"))).await;
     send(&f.svc, post(&call(6, accept("note-7")), Some("alice"))).await;
     let other = challenge(&f).await;
-    send(&f.svc, post(&retry(delete_call(json!(1), "Groceries"), json!(7), &other, json!({"delete_choice":{"action":"decline"}})), Some("alice"))).await;
+    send(
+        &f.svc,
+        post(
+            &retry(
+                delete_call(json!(1), "Groceries"),
+                json!(7),
+                &other,
+                json!({"delete_choice":{"action":"decline"}}),
+            ),
+            Some("alice"),
+        ),
+    )
+    .await;
 
     assert_eq!(
         events.decisions(),
-        ["challenged", "cancelled", "refused", "refused", "accepted", "forwarded", "completed", "replay_blocked", "challenged", "declined"]
+        [
+            "challenged",
+            "cancelled",
+            "refused",
+            "refused",
+            "accepted",
+            "forwarded",
+            "completed",
+            "replay_blocked",
+            "challenged",
+            "declined"
+        ]
     );
     let reasons = events.reasons();
-    assert!(reasons.iter().any(|r| r.contains("inputResponses: choice is not one of the signed candidates")), "{reasons:?}");
-    assert!(reasons.iter().any(|r| r.contains("principal mismatch")), "{reasons:?}");
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("inputResponses: choice is not one of the signed candidates")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("principal mismatch")),
+        "{reasons:?}"
+    );
     // No event carries the token, the key or the form content.
     let all = format!("{:?}", events.0.lock().unwrap());
-    assert!(!all.contains(&state[6..30]), "state leaked into the audit log");
+    assert!(
+        !all.contains(&state[6..30]),
+        "state leaked into the audit log"
+    );
     assert!(!all.contains("mcpc1."));
     assert!(!all.contains("17, 17, 17"));
 }

@@ -31,14 +31,23 @@ async fn concurrent_retries_across_two_instances_run_the_call_once() {
     let b = build().layer(recording_inner(&seen_b));
     let mut total = 0;
     for round in 0..ROUNDS {
-        let first = send(&a, post(&delete_call(json!(round), "Groceries"), Some("alice"))).await;
+        let first = send(
+            &a,
+            post(&delete_call(json!(round), "Groceries"), Some("alice")),
+        )
+        .await;
         let state = first.state();
         let barrier = Arc::new(tokio::sync::Barrier::new(RETRIES));
         let ok = Arc::new(AtomicUsize::new(0));
         let tasks: Vec<_> = (0..RETRIES)
             .map(|i| {
                 let svc = if i % 2 == 0 { a.clone() } else { b.clone() };
-                let call = retry(delete_call(json!(round), "Groceries"), json!(format!("{round}-{i}")), &state, accept("note-7"));
+                let call = retry(
+                    delete_call(json!(round), "Groceries"),
+                    json!(format!("{round}-{i}")),
+                    &state,
+                    accept("note-7"),
+                );
                 let (barrier, ok) = (barrier.clone(), ok.clone());
                 tokio::spawn(async move {
                     barrier.wait().await;
@@ -56,6 +65,10 @@ async fn concurrent_retries_across_two_instances_run_the_call_once() {
         }
         assert_eq!(ok.load(Ordering::SeqCst), 1, "round {round}");
         total += 1;
-        assert_eq!(seen_a.count() + seen_b.count(), total, "round {round}: inner calls");
+        assert_eq!(
+            seen_a.count() + seen_b.count(),
+            total,
+            "round {round}: inner calls"
+        );
     }
 }

@@ -20,7 +20,8 @@ async fn untouched_traffic_passes_byte_for_byte_with_its_headers() {
     let f = fixture();
     let body = "{ \"jsonrpc\" : \"2.0\",\"id\":9,  \"method\":\"tools/call\",\"params\":{\"_meta\":{},\"name\":\"notes_list\",\"arguments\":{\"z\":1,\"a\":2}} }\n";
     let mut req = post_raw(body.as_bytes().to_vec(), Some("alice"), None);
-    req.headers_mut().insert("x-custom", "kept".parse().unwrap());
+    req.headers_mut()
+        .insert("x-custom", "kept".parse().unwrap());
     let answer = send(&f.svc, req).await;
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.headers["x-inner"], "yes");
@@ -60,7 +61,9 @@ async fn an_id_less_destructive_call_never_runs_and_never_gets_a_json_rpc_answer
 #[tokio::test]
 async fn non_post_requests_pass_without_touching_the_body() {
     let f = fixture();
-    let req = http::Request::get("/mcp").body(http_body_util::Full::new(Bytes::from_static(b"{not json"))).unwrap();
+    let req = http::Request::get("/mcp")
+        .body(http_body_util::Full::new(Bytes::from_static(b"{not json")))
+        .unwrap();
     let answer = send(&f.svc, req).await;
     assert_eq!(answer.status, StatusCode::ACCEPTED);
     assert_eq!(f.seen.last().body, Bytes::from_static(b"{not json"));
@@ -78,24 +81,33 @@ async fn streamed_inner_responses_are_not_buffered() {
     let layer = base_builder(&notes, &clock, &store).build();
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
     let rx = std::sync::Arc::new(std::sync::Mutex::new(Some(rx)));
-    let inner = tower::service_fn(move |_req: http::Request<RequestBody<http_body_util::Full<Bytes>>>| {
-        let rx = rx.lock().unwrap().take().unwrap();
-        async move {
-            Ok::<_, std::convert::Infallible>(
-                http::Response::builder().header("content-type", "text/event-stream").body(ChannelBody(rx)).unwrap(),
-            )
-        }
-    });
+    let inner = tower::service_fn(
+        move |_req: http::Request<RequestBody<http_body_util::Full<Bytes>>>| {
+            let rx = rx.lock().unwrap().take().unwrap();
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .header("content-type", "text/event-stream")
+                        .body(ChannelBody(rx))
+                        .unwrap(),
+                )
+            }
+        },
+    );
     let svc = layer.layer(inner);
     let list = json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":meta()}});
     let response = svc.oneshot(post(&list, None)).await.unwrap();
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let mut body = response.into_body();
-    tx.send(Bytes::from_static(b"data: {\"progress\":1}\n\n")).await.unwrap();
+    tx.send(Bytes::from_static(b"data: {\"progress\":1}\n\n"))
+        .await
+        .unwrap();
     // The first event arrives while the inner stream is still open.
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(first, Bytes::from_static(b"data: {\"progress\":1}\n\n"));
-    tx.send(Bytes::from_static(b"data: {\"result\":{}}\n\n")).await.unwrap();
+    tx.send(Bytes::from_static(b"data: {\"result\":{}}\n\n"))
+        .await
+        .unwrap();
     drop(tx);
     let rest = body.collect().await.unwrap().to_bytes();
     assert_eq!(rest, Bytes::from_static(b"data: {\"result\":{}}\n\n"));
@@ -111,7 +123,9 @@ impl http_body::Body for ChannelBody {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(http_body::Frame::data(b))))
+        self.0
+            .poll_recv(cx)
+            .map(|b| b.map(|b| Ok(http_body::Frame::data(b))))
     }
 }
 
@@ -159,8 +173,18 @@ async fn bodies_the_layer_cannot_read_strictly_are_never_forwarded() {
     ];
     for (body, code) in cases {
         let answer = send(&f.svc, post_raw(body.clone(), Some("alice"), None)).await;
-        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{:?}", String::from_utf8_lossy(&body));
-        assert_eq!(answer.error()["code"], code, "{:?}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{:?}",
+            String::from_utf8_lossy(&body)
+        );
+        assert_eq!(
+            answer.error()["code"],
+            code,
+            "{:?}",
+            String::from_utf8_lossy(&body)
+        );
     }
     assert_eq!(f.seen.count(), 0);
 }
@@ -171,7 +195,8 @@ async fn headers_alone_never_decide() {
     // Body names the destructive tool, headers claim a harmless one: intercepted, and the mismatch is refused.
     let call = delete_call(json!(1), "Groceries");
     let mut req = post(&call, Some("alice"));
-    req.headers_mut().insert("mcp-name", "notes_list".parse().unwrap());
+    req.headers_mut()
+        .insert("mcp-name", "notes_list".parse().unwrap());
     let answer = send(&f.svc, req).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
     assert_eq!(answer.error()["code"], -32020);
@@ -179,7 +204,8 @@ async fn headers_alone_never_decide() {
     let mut list = call.clone();
     list["params"]["name"] = json!("notes_list");
     let mut req = post(&list, Some("alice"));
-    req.headers_mut().insert("mcp-name", "notes_delete".parse().unwrap());
+    req.headers_mut()
+        .insert("mcp-name", "notes_delete".parse().unwrap());
     let _ = send(&f.svc, req).await;
     assert_eq!(f.seen.count(), 1);
     // Missing Mcp-Method / Mcp-Name on an intercepted call: refused.
@@ -188,8 +214,12 @@ async fn headers_alone_never_decide() {
     assert_eq!(send(&f.svc, req).await.error()["code"], -32020);
     // The base64 form of Mcp-Name is decoded before comparing.
     let mut req = post(&call, Some("alice"));
-    req.headers_mut().insert("mcp-name", "=?base64?bm90ZXNfZGVsZXRl?=".parse().unwrap());
-    assert_eq!(send(&f.svc, req).await.result()["resultType"], "input_required");
+    req.headers_mut()
+        .insert("mcp-name", "=?base64?bm90ZXNfZGVsZXRl?=".parse().unwrap());
+    assert_eq!(
+        send(&f.svc, req).await.result()["resultType"],
+        "input_required"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -199,7 +229,8 @@ async fn headers_alone_never_decide() {
 async fn no_principal_fails_closed_and_client_info_is_not_identity() {
     let f = fixture();
     let mut call = delete_call(json!(1), "Groceries");
-    call["params"]["_meta"]["io.modelcontextprotocol/clientInfo"] = json!({"name":"alice","version":"1"});
+    call["params"]["_meta"]["io.modelcontextprotocol/clientInfo"] =
+        json!({"name":"alice","version":"1"});
     let answer = send(&f.svc, post(&call, None)).await;
     assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
     assert_eq!(answer.headers["www-authenticate"], "Bearer");
@@ -222,11 +253,18 @@ async fn a_custom_extractor_reads_the_auth_layers_own_type() {
         sub: String,
     }
     let f = fixture_with(|b| {
-        b.principal_extractor(|ext: &http::Extensions| ext.get::<Claims>().map(|c| Principal::new(c.sub.as_str())))
+        b.principal_extractor(|ext: &http::Extensions| {
+            ext.get::<Claims>().map(|c| Principal::new(c.sub.as_str()))
+        })
     });
     let mut req = post(&delete_call(json!(1), "Groceries"), None);
-    req.extensions_mut().insert(Claims { sub: "alice".into() });
-    assert_eq!(send(&f.svc, req).await.result()["resultType"], "input_required");
+    req.extensions_mut().insert(Claims {
+        sub: "alice".into(),
+    });
+    assert_eq!(
+        send(&f.svc, req).await.result()["resultType"],
+        "input_required"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -235,11 +273,18 @@ async fn a_custom_extractor_reads_the_auth_layers_own_type() {
 #[tokio::test]
 async fn missing_meta_is_invalid_params_with_400() {
     let f = fixture();
-    for drop_key in ["io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientCapabilities"] {
+    for drop_key in [
+        "io.modelcontextprotocol/protocolVersion",
+        "io.modelcontextprotocol/clientCapabilities",
+    ] {
         let mut call = delete_call(json!(1), "Groceries");
-        call["params"]["_meta"].as_object_mut().unwrap().remove(drop_key);
+        call["params"]["_meta"]
+            .as_object_mut()
+            .unwrap()
+            .remove(drop_key);
         let mut req = post(&call, Some("alice"));
-        req.headers_mut().insert("mcp-protocol-version", "2026-07-28".parse().unwrap());
+        req.headers_mut()
+            .insert("mcp-protocol-version", "2026-07-28".parse().unwrap());
         let answer = send(&f.svc, req).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST);
         assert_eq!(answer.error()["code"], -32602);
@@ -247,7 +292,10 @@ async fn missing_meta_is_invalid_params_with_400() {
     let mut call = delete_call(json!(1), "Groceries");
     call["params"].as_object_mut().unwrap().remove("_meta");
     let answer = send(&f.svc, post(&call, Some("alice"))).await;
-    assert_eq!((answer.status, answer.error()["code"].clone()), (StatusCode::BAD_REQUEST, json!(-32602)));
+    assert_eq!(
+        (answer.status, answer.error()["code"].clone()),
+        (StatusCode::BAD_REQUEST, json!(-32602))
+    );
 }
 
 #[tokio::test]
@@ -258,7 +306,10 @@ async fn unsupported_versions_get_32022_with_exact_data() {
     let answer = send(&f.svc, post(&call, Some("alice"))).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
     assert_eq!(answer.error()["code"], -32022);
-    assert_eq!(answer.error()["data"], json!({"supported":["2026-07-28"],"requested":"1900-01-01"}));
+    assert_eq!(
+        answer.error()["data"],
+        json!({"supported":["2026-07-28"],"requested":"1900-01-01"})
+    );
 }
 
 #[tokio::test]
@@ -266,9 +317,13 @@ async fn a_version_header_that_disagrees_with_meta_is_32020() {
     let f = fixture();
     let call = delete_call(json!(1), "Groceries");
     let mut req = post(&call, Some("alice"));
-    req.headers_mut().insert("mcp-protocol-version", "2025-11-25".parse().unwrap());
+    req.headers_mut()
+        .insert("mcp-protocol-version", "2025-11-25".parse().unwrap());
     let answer = send(&f.svc, req).await;
-    assert_eq!((answer.status, answer.error()["code"].clone()), (StatusCode::BAD_REQUEST, json!(-32020)));
+    assert_eq!(
+        (answer.status, answer.error()["code"].clone()),
+        (StatusCode::BAD_REQUEST, json!(-32020))
+    );
     let mut req = post(&call, Some("alice"));
     req.headers_mut().remove("mcp-protocol-version");
     assert_eq!(send(&f.svc, req).await.error()["code"], -32020);
@@ -283,15 +338,27 @@ fn with_caps(caps: Value) -> Value {
 #[tokio::test]
 async fn form_elicitation_must_be_declared_on_this_request() {
     let f = fixture();
-    for caps in [json!({"elicitation":{}}), json!({"elicitation":{"form":{}}}), json!({"elicitation":{"form":{},"url":{}}})] {
+    for caps in [
+        json!({"elicitation":{}}),
+        json!({"elicitation":{"form":{}}}),
+        json!({"elicitation":{"form":{},"url":{}}}),
+    ] {
         let answer = send(&f.svc, post(&with_caps(caps.clone()), Some("alice"))).await;
         assert_eq!(answer.result()["resultType"], "input_required", "{caps}");
     }
-    for caps in [json!({}), json!({"elicitation":{"url":{}}}), json!({"sampling":{}}), json!({"elicitation":true})] {
+    for caps in [
+        json!({}),
+        json!({"elicitation":{"url":{}}}),
+        json!({"sampling":{}}),
+        json!({"elicitation":true}),
+    ] {
         let answer = send(&f.svc, post(&with_caps(caps.clone()), Some("alice"))).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{caps}");
         assert_eq!(answer.error()["code"], -32021);
-        assert_eq!(answer.error()["data"]["requiredCapabilities"], json!({"elicitation":{"form":{}}}));
+        assert_eq!(
+            answer.error()["data"]["requiredCapabilities"],
+            json!({"elicitation":{"form":{}}})
+        );
     }
     assert_eq!(f.seen.count(), 0);
 }
@@ -299,40 +366,73 @@ async fn form_elicitation_must_be_declared_on_this_request() {
 #[tokio::test]
 async fn url_only_client_gets_32021() {
     let f = fixture();
-    let answer = send(&f.svc, post(&with_caps(json!({"elicitation":{"url":{}}})), Some("alice"))).await;
+    let answer = send(
+        &f.svc,
+        post(&with_caps(json!({"elicitation":{"url":{}}})), Some("alice")),
+    )
+    .await;
     assert_eq!(answer.error()["code"], -32021);
-    assert_eq!(answer.error()["data"], json!({"requiredCapabilities":{"elicitation":{"form":{}}}}));
+    assert_eq!(
+        answer.error()["data"],
+        json!({"requiredCapabilities":{"elicitation":{"form":{}}}})
+    );
 }
 
 #[tokio::test]
 async fn a_declaration_on_an_earlier_request_never_counts() {
     let f = fixture();
     let state = challenge(&f).await;
-    let mut again = retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7"));
+    let mut again = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
     again["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
     let answer = send(&f.svc, post(&again, Some("alice"))).await;
     assert_eq!(answer.error()["code"], -32021);
     assert_eq!(f.seen.count(), 0);
     // Nothing was claimed: the same state still works once the retry declares the capability.
-    let ok = retry(delete_call(json!(1), "Groceries"), json!(3), &state, accept("note-7"));
-    assert_eq!(send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"], "done by inner");
+    let ok = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(3),
+        &state,
+        accept("note-7"),
+    );
+    assert_eq!(
+        send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"],
+        "done by inner"
+    );
 }
 
 #[tokio::test]
 async fn zero_candidates_is_a_complete_error_result_without_state() {
     let f = fixture();
-    let answer = send(&f.svc, post(&delete_call(json!(1), "Nothing like this"), Some("alice"))).await;
+    let answer = send(
+        &f.svc,
+        post(&delete_call(json!(1), "Nothing like this"), Some("alice")),
+    )
+    .await;
     let result = answer.result();
     assert_eq!(result["resultType"], "complete");
     assert_eq!(result["isError"], true);
-    assert!(result["content"][0]["text"].as_str().unwrap().contains("nothing was changed"));
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("nothing was changed")
+    );
     assert!(result.get("requestState").is_none() && result.get("inputRequests").is_none());
 }
 
 #[tokio::test]
 async fn the_challenge_is_a_flat_titled_form_with_a_signed_state() {
     let f = fixture();
-    let answer = send(&f.svc, post(&delete_call(json!("r1"), "Groceries"), Some("alice"))).await;
+    let answer = send(
+        &f.svc,
+        post(&delete_call(json!("r1"), "Groceries"), Some("alice")),
+    )
+    .await;
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.headers["content-type"], "application/json");
     let body = answer.json();
@@ -353,11 +453,22 @@ async fn the_challenge_is_a_flat_titled_form_with_a_signed_state() {
               "required":["note_id","confirm"]}}}})
     );
     let state = answer.state();
-    assert!(state.starts_with("mcpc1.") && state.len() < 1024, "{}", state.len());
+    assert!(
+        state.starts_with("mcpc1.") && state.len() < 1024,
+        "{}",
+        state.len()
+    );
     // The client can decode the state, but reads only what the form showed.
     let raw = URL_SAFE_NO_PAD.decode(&state["mcpc1.".len()..]).unwrap();
     let text = String::from_utf8_lossy(&raw);
-    for secret in ["alice", "Groceries", "notes.example", "notes_delete", "personal", "delete_choice"] {
+    for secret in [
+        "alice",
+        "Groceries",
+        "notes.example",
+        "notes_delete",
+        "personal",
+        "delete_choice",
+    ] {
         assert!(!text.contains(secret), "{secret} readable in state");
     }
     assert!(text.contains("note-7"));
@@ -369,11 +480,21 @@ async fn plain_enum_and_confirm_only_forms() {
     let notes = Notes::seeded();
     let f = fixture_with(|b| {
         b.tool("notes_delete", delete_policy(&notes).plain_enum())
-            .tool("notes_purge", mcp_confirm::ToolPolicy::confirm_only().input_key("ok_to_purge"))
+            .tool(
+                "notes_purge",
+                mcp_confirm::ToolPolicy::confirm_only().input_key("ok_to_purge"),
+            )
     });
-    let answer = send(&f.svc, post(&delete_call(json!(1), "Groceries"), Some("alice"))).await;
+    let answer = send(
+        &f.svc,
+        post(&delete_call(json!(1), "Groceries"), Some("alice")),
+    )
+    .await;
     let schema = &answer.result()["inputRequests"]["delete_choice"]["params"]["requestedSchema"];
-    assert_eq!(schema["properties"]["note_id"]["enum"], json!(["note-14", "note-3", "note-7"]));
+    assert_eq!(
+        schema["properties"]["note_id"]["enum"],
+        json!(["note-14", "note-3", "note-7"])
+    );
     let mut purge = delete_call(json!(2), "Groceries");
     purge["params"]["name"] = json!("notes_purge");
     let answer = send(&f.svc, post(&purge, Some("alice"))).await;
@@ -385,14 +506,28 @@ async fn plain_enum_and_confirm_only_forms() {
 #[tokio::test]
 async fn labels_are_plain_and_capped_and_too_many_matches_are_refused() {
     let notes = Notes::seeded();
-    notes.0.lock().unwrap().insert("note-90".into(), (PERSONAL.into(), "Taxes".into()));
-    let f = fixture_with(|b| b.tool("notes_delete", delete_policy(&notes).max_label_chars(12).max_candidates(2)));
+    notes
+        .0
+        .lock()
+        .unwrap()
+        .insert("note-90".into(), (PERSONAL.into(), "Taxes".into()));
+    let f = fixture_with(|b| {
+        b.tool(
+            "notes_delete",
+            delete_policy(&notes).max_label_chars(12).max_candidates(2),
+        )
+    });
     let answer = send(&f.svc, post(&delete_call(json!(1), "Taxes"), Some("alice"))).await;
-    let options = &answer.result()["inputRequests"]["delete_choice"]["params"]["requestedSchema"]["properties"]["note_id"]["oneOf"];
+    let options = &answer.result()["inputRequests"]["delete_choice"]["params"]["requestedSchema"]["properties"]
+        ["note_id"]["oneOf"];
     for o in options.as_array().unwrap() {
         assert!(o["title"].as_str().unwrap().chars().count() <= 12, "{o}");
     }
-    let answer = send(&f.svc, post(&delete_call(json!(1), "Groceries"), Some("alice"))).await;
+    let answer = send(
+        &f.svc,
+        post(&delete_call(json!(1), "Groceries"), Some("alice")),
+    )
+    .await;
     assert_eq!(answer.result()["isError"], true);
     assert!(answer.result().get("requestState").is_none());
 }
@@ -404,11 +539,17 @@ async fn labels_are_plain_and_capped_and_too_many_matches_are_refused() {
 async fn accept_forwards_the_original_call_rewritten_and_confirmed() {
     let f = fixture();
     let state = challenge(&f).await;
-    let mut call = retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7"));
+    let mut call = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
     // Whatever the client put into the selected argument is overwritten.
     call["params"]["arguments"]["note_id"] = json!("note-3");
     let mut req = post(&call, Some("alice"));
-    req.headers_mut().insert("mcp-param-note-id", "note-3".parse().unwrap());
+    req.headers_mut()
+        .insert("mcp-param-note-id", "note-3".parse().unwrap());
     let answer = send(&f.svc, req).await;
     assert_eq!(answer.headers["x-inner"], "yes");
     assert_eq!(answer.result()["content"][0]["text"], "done by inner");
@@ -437,9 +578,19 @@ async fn accept_forwards_the_original_call_rewritten_and_confirmed() {
 async fn a_state_is_single_use_after_success() {
     let f = fixture();
     let state = challenge(&f).await;
-    let call = retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7"));
+    let call = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
     send(&f.svc, post(&call, Some("alice"))).await;
-    let replay = retry(delete_call(json!(1), "Groceries"), json!(3), &state, accept("note-7"));
+    let replay = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(3),
+        &state,
+        accept("note-7"),
+    );
     assert_frozen_state_error(&send(&f.svc, post(&replay, Some("alice"))).await);
     assert_eq!(f.seen.count(), 1);
 }
@@ -458,31 +609,63 @@ async fn a_retry_while_the_first_is_in_flight_is_refused() {
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = calls.clone();
     // The inner answers with a body that stays open until the test says so.
-    let inner = tower::service_fn(move |_req: http::Request<mcp_confirm::http::RequestBody<http_body_util::Full<Bytes>>>| {
-        let rx = rx.clone();
-        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        async move {
-            let rx = rx.lock().await.take();
-            let body = OnceAfter { rx, sent: false };
-            Ok::<_, std::convert::Infallible>(http::Response::new(body))
-        }
-    });
+    let inner = tower::service_fn(
+        move |_req: http::Request<mcp_confirm::http::RequestBody<http_body_util::Full<Bytes>>>| {
+            let rx = rx.clone();
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                let rx = rx.lock().await.take();
+                let body = OnceAfter { rx, sent: false };
+                Ok::<_, std::convert::Infallible>(http::Response::new(body))
+            }
+        },
+    );
     let svc = layer.layer(inner);
-    let first = svc.clone().oneshot(post(&delete_call(json!(1), "Groceries"), Some("alice"))).await.unwrap();
-    let state: Value = serde_json::from_slice(&first.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let first = svc
+        .clone()
+        .oneshot(post(&delete_call(json!(1), "Groceries"), Some("alice")))
+        .await
+        .unwrap();
+    let state: Value =
+        serde_json::from_slice(&first.into_body().collect().await.unwrap().to_bytes()).unwrap();
     let state = state["result"]["requestState"].as_str().unwrap().to_owned();
-    let go = retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7"));
+    let go = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
     let open_response = svc.clone().oneshot(post(&go, Some("alice"))).await.unwrap();
     // While that response is still streaming, a second retry of the same state is refused.
-    let again = retry(delete_call(json!(1), "Groceries"), json!(3), &state, accept("note-7"));
-    let refused = svc.clone().oneshot(post(&again, Some("alice"))).await.unwrap();
-    let refused: Value = serde_json::from_slice(&refused.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let again = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(3),
+        &state,
+        accept("note-7"),
+    );
+    let refused = svc
+        .clone()
+        .oneshot(post(&again, Some("alice")))
+        .await
+        .unwrap();
+    let refused: Value =
+        serde_json::from_slice(&refused.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(refused["error"]["data"]["reason"], "invalid_request_state");
     tx.send(()).unwrap();
     let _ = open_response.into_body().collect().await.unwrap();
-    let after = retry(delete_call(json!(1), "Groceries"), json!(4), &state, accept("note-7"));
-    let after = svc.clone().oneshot(post(&after, Some("alice"))).await.unwrap();
-    let after: Value = serde_json::from_slice(&after.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let after = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(4),
+        &state,
+        accept("note-7"),
+    );
+    let after = svc
+        .clone()
+        .oneshot(post(&after, Some("alice")))
+        .await
+        .unwrap();
+    let after: Value =
+        serde_json::from_slice(&after.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(after["error"]["data"]["reason"], "invalid_request_state");
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
@@ -516,13 +699,23 @@ impl http_body::Body for OnceAfter {
 async fn decline_is_a_final_non_error_refusal_that_burns_the_state() {
     let f = fixture();
     let state = challenge(&f).await;
-    let no = retry(delete_call(json!(1), "Groceries"), json!(2), &state, json!({"delete_choice":{"action":"decline"}}));
+    let no = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        json!({"delete_choice":{"action":"decline"}}),
+    );
     let answer = send(&f.svc, post(&no, Some("alice"))).await;
     let result = answer.result();
     assert_eq!(result["resultType"], "complete");
     assert_eq!(result["isError"], false);
     assert_eq!(result["_meta"]["io.github.mcp-confirm/outcome"], "declined");
-    let later = retry(delete_call(json!(1), "Groceries"), json!(3), &state, accept("note-7"));
+    let later = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(3),
+        &state,
+        accept("note-7"),
+    );
     assert_frozen_state_error(&send(&f.svc, post(&later, Some("alice"))).await);
     assert_eq!(f.seen.count(), 0);
 }
@@ -531,17 +724,33 @@ async fn decline_is_a_final_non_error_refusal_that_burns_the_state() {
 async fn user_dismisses_the_dialog_cancel_keeps_the_state_retryable() {
     let f = fixture();
     let state = challenge(&f).await;
-    let dismissed = retry(delete_call(json!(1), "Groceries"), json!(2), &state, json!({"delete_choice":{"action":"cancel"}}));
+    let dismissed = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        json!({"delete_choice":{"action":"cancel"}}),
+    );
     let answer = send(&f.svc, post(&dismissed, Some("alice"))).await;
     let result = answer.result();
     assert_eq!(result["resultType"], "complete");
-    assert_eq!(result["_meta"]["io.github.mcp-confirm/outcome"], "cancelled");
+    assert_eq!(
+        result["_meta"]["io.github.mcp-confirm/outcome"],
+        "cancelled"
+    );
     assert_ne!(result["content"], send_decline_text());
     assert_eq!(f.seen.count(), 0);
     // Cancelling again is fine, and the same state accepted later runs the call.
     send(&f.svc, post(&dismissed, Some("alice"))).await;
-    let later = retry(delete_call(json!(1), "Groceries"), json!(3), &state, accept("note-7"));
-    assert_eq!(send(&f.svc, post(&later, Some("alice"))).await.result()["content"][0]["text"], "done by inner");
+    let later = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(3),
+        &state,
+        accept("note-7"),
+    );
+    assert_eq!(
+        send(&f.svc, post(&later, Some("alice"))).await.result()["content"][0]["text"],
+        "done by inner"
+    );
     assert_eq!(f.seen.count(), 1);
 }
 
@@ -553,11 +762,25 @@ fn send_decline_text() -> Value {
 async fn confirm_false_is_a_refusal() {
     let f = fixture();
     let state = challenge(&f).await;
-    let unconfirmed = json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":false}}});
-    let call = retry(delete_call(json!(1), "Groceries"), json!(2), &state, unconfirmed);
+    let unconfirmed =
+        json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":false}}});
+    let call = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        unconfirmed,
+    );
     let answer = send(&f.svc, post(&call, Some("alice"))).await;
-    assert_eq!(answer.result()["_meta"]["io.github.mcp-confirm/outcome"], "declined");
-    let later = retry(delete_call(json!(1), "Groceries"), json!(3), &state, accept("note-7"));
+    assert_eq!(
+        answer.result()["_meta"]["io.github.mcp-confirm/outcome"],
+        "declined"
+    );
+    let later = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(3),
+        &state,
+        accept("note-7"),
+    );
     assert_frozen_state_error(&send(&f.svc, post(&later, Some("alice"))).await);
     assert_eq!(f.seen.count(), 0);
 }
@@ -566,10 +789,21 @@ async fn confirm_false_is_a_refusal() {
 async fn a_missing_answer_asks_again_with_a_fresh_state() {
     let f = fixture();
     let state = challenge(&f).await;
-    for responses in [json!({"something_else":{"action":"accept","content":{}}}), Value::Null] {
-        let mut call = retry(delete_call(json!(1), "Groceries"), json!(2), &state, responses.clone());
+    for responses in [
+        json!({"something_else":{"action":"accept","content":{}}}),
+        Value::Null,
+    ] {
+        let mut call = retry(
+            delete_call(json!(1), "Groceries"),
+            json!(2),
+            &state,
+            responses.clone(),
+        );
         if responses.is_null() {
-            call["params"].as_object_mut().unwrap().remove("inputResponses");
+            call["params"]
+                .as_object_mut()
+                .unwrap()
+                .remove("inputResponses");
         }
         let answer = send(&f.svc, post(&call, Some("alice"))).await;
         assert_eq!(answer.result()["resultType"], "input_required");
@@ -595,15 +829,32 @@ async fn malformed_answers_are_errors_never_completions() {
         json!({"delete_choice":{"action":"accept","content":{"note_id":"note-20","confirm":true}}}),
         json!({"delete_choice":{"action":"accept","content":{"note_id":"note-30","confirm":true}}}),
     ] {
-        let call = retry(delete_call(json!(1), "Groceries"), json!(2), &state, bad.clone());
+        let call = retry(
+            delete_call(json!(1), "Groceries"),
+            json!(2),
+            &state,
+            bad.clone(),
+        );
         let answer = send(&f.svc, post(&call, Some("alice"))).await;
         assert_eq!(answer.error()["code"], -32602, "{bad}");
-        assert_eq!(answer.error()["data"]["reason"], "invalid_input_responses", "{bad}");
+        assert_eq!(
+            answer.error()["data"]["reason"],
+            "invalid_input_responses",
+            "{bad}"
+        );
     }
     assert_eq!(f.seen.count(), 0);
     // Nothing was claimed along the way.
-    let ok = retry(delete_call(json!(1), "Groceries"), json!(3), &state, accept("note-14"));
-    assert_eq!(send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"], "done by inner");
+    let ok = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(3),
+        &state,
+        accept("note-14"),
+    );
+    assert_eq!(
+        send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"],
+        "done by inner"
+    );
 }
 
 #[tokio::test]
@@ -611,7 +862,12 @@ async fn record_moves_out_of_the_workspace_after_the_form_was_shown() {
     let f = fixture();
     let state = challenge(&f).await;
     f.notes.move_to("note-7", TEAM);
-    let call = retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7"));
+    let call = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
     let answer = send(&f.svc, post(&call, Some("alice"))).await;
     let result = answer.result();
     assert_eq!(result["isError"], true);
@@ -619,7 +875,12 @@ async fn record_moves_out_of_the_workspace_after_the_form_was_shown() {
     assert_eq!(f.seen.count(), 0);
     // The failed revalidation burned the state.
     f.notes.move_to("note-7", PERSONAL);
-    let again = retry(delete_call(json!(1), "Groceries"), json!(3), &state, accept("note-7"));
+    let again = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(3),
+        &state,
+        accept("note-7"),
+    );
     assert_frozen_state_error(&send(&f.svc, post(&again, Some("alice"))).await);
     assert_eq!(f.seen.count(), 0);
 }
@@ -638,8 +899,23 @@ async fn refused_without_effect(f: &Fixture, call: Value, principal: &str) {
 async fn changed_arguments_are_refused() {
     let f = fixture();
     let state = challenge(&f).await;
-    refused_without_effect(&f, retry(delete_call(json!(1), "Taxes"), json!(2), &state, accept("note-7")), "alice").await;
-    let mut extra = retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7"));
+    refused_without_effect(
+        &f,
+        retry(
+            delete_call(json!(1), "Taxes"),
+            json!(2),
+            &state,
+            accept("note-7"),
+        ),
+        "alice",
+    )
+    .await;
+    let mut extra = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
     extra["params"]["arguments"]["force"] = json!(true);
     refused_without_effect(&f, extra, "alice").await;
     // Key order and whitespace do not matter.
@@ -649,7 +925,11 @@ async fn changed_arguments_are_refused() {
         meta()
     );
     let value: Value = serde_json::from_str(&reordered).unwrap();
-    let answer = send(&f.svc, post_raw(reordered.into_bytes(), Some("alice"), Some(&value))).await;
+    let answer = send(
+        &f.svc,
+        post_raw(reordered.into_bytes(), Some("alice"), Some(&value)),
+    )
+    .await;
     assert_eq!(answer.result()["content"][0]["text"], "done by inner");
 }
 
@@ -657,7 +937,17 @@ async fn changed_arguments_are_refused() {
 async fn bob_replaying_alices_state_is_refused() {
     let f = fixture();
     let state = challenge(&f).await;
-    refused_without_effect(&f, retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7")), "bob").await;
+    refused_without_effect(
+        &f,
+        retry(
+            delete_call(json!(1), "Groceries"),
+            json!(2),
+            &state,
+            accept("note-7"),
+        ),
+        "bob",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -665,7 +955,12 @@ async fn a_state_for_another_tool_is_refused() {
     let notes = Notes::seeded();
     let f = fixture_with(|b| b.tool("notes_archive", delete_policy(&notes)));
     let state = challenge(&f).await;
-    let mut call = retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7"));
+    let mut call = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
     call["params"]["name"] = json!("notes_archive");
     refused_without_effect(&f, call, "alice").await;
 }
@@ -675,7 +970,17 @@ async fn a_state_from_another_audience_is_refused() {
     let f = fixture();
     let other = fixture_with(|b| b.audience("billing.example"));
     let state = challenge(&other).await;
-    refused_without_effect(&f, retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7")), "alice").await;
+    refused_without_effect(
+        &f,
+        retry(
+            delete_call(json!(1), "Groceries"),
+            json!(2),
+            &state,
+            accept("note-7"),
+        ),
+        "alice",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -684,10 +989,28 @@ async fn expired_states_are_refused_at_the_boundary() {
     let state = challenge(&f).await;
     // TTL 300 s, skew 30 s: still good just before, refused from the boundary on.
     f.clock.advance(Duration::from_secs(329));
-    let call = retry(delete_call(json!(1), "Groceries"), json!(2), &state, json!({"delete_choice":{"action":"cancel"}}));
-    assert_eq!(send(&f.svc, post(&call, Some("alice"))).await.result()["resultType"], "complete");
+    let call = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        json!({"delete_choice":{"action":"cancel"}}),
+    );
+    assert_eq!(
+        send(&f.svc, post(&call, Some("alice"))).await.result()["resultType"],
+        "complete"
+    );
     f.clock.advance(Duration::from_secs(1));
-    refused_without_effect(&f, retry(delete_call(json!(1), "Groceries"), json!(3), &state, accept("note-7")), "alice").await;
+    refused_without_effect(
+        &f,
+        retry(
+            delete_call(json!(1), "Groceries"),
+            json!(3),
+            &state,
+            accept("note-7"),
+        ),
+        "alice",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -696,7 +1019,17 @@ async fn states_from_the_future_are_refused() {
     f.clock.advance(Duration::from_secs(31));
     let state = challenge(&f).await;
     f.clock.set(now());
-    refused_without_effect(&f, retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7")), "alice").await;
+    refused_without_effect(
+        &f,
+        retry(
+            delete_call(json!(1), "Groceries"),
+            json!(2),
+            &state,
+            accept("note-7"),
+        ),
+        "alice",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -708,16 +1041,23 @@ async fn unknown_and_removed_keys_are_refused_and_old_keys_verify_during_rotatio
         let notes = Notes::seeded();
         let clock = mcp_confirm::clock::ManualClock::new(now());
         let store = mcp_confirm::MemoryReplayStore::new();
-        let layer = mcp_confirm::ConfirmLayer::builder(KeyRing::new([("k2", [0x22; 32]), ("k1", KEY)]).unwrap())
-            .audience("notes.example")
-            .clock(clock)
-            .replay_store(store)
-            .tool("notes_delete", delete_policy(&notes))
-            .build();
+        let layer = mcp_confirm::ConfirmLayer::builder(
+            KeyRing::new([("k2", [0x22; 32]), ("k1", KEY)]).unwrap(),
+        )
+        .audience("notes.example")
+        .clock(clock)
+        .replay_store(store)
+        .tool("notes_delete", delete_policy(&notes))
+        .build();
         let seen = Recorder::default();
         (tower::Layer::layer(&layer, recording_inner(&seen)), seen)
     };
-    let call = retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7"));
+    let call = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
     let answer = send(&both.0, post(&call, Some("alice"))).await;
     assert_eq!(answer.result()["content"][0]["text"], "done by inner");
     assert_eq!(both.1.count(), 1);
@@ -733,7 +1073,12 @@ async fn unknown_and_removed_keys_are_refused_and_old_keys_verify_during_rotatio
         (tower::Layer::layer(&layer, recording_inner(&seen)), seen)
     };
     let state = challenge(&old).await;
-    let call = retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7"));
+    let call = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
     assert_frozen_state_error(&send(&new_only.0, post(&call, Some("alice"))).await);
     assert_eq!(new_only.1.count(), 0);
 }
@@ -742,10 +1087,28 @@ async fn unknown_and_removed_keys_are_refused_and_old_keys_verify_during_rotatio
 async fn reusing_the_original_request_id_is_refused() {
     let f = fixture();
     let state = challenge(&f).await;
-    refused_without_effect(&f, retry(delete_call(json!(1), "Groceries"), json!(1), &state, accept("note-7")), "alice").await;
+    refused_without_effect(
+        &f,
+        retry(
+            delete_call(json!(1), "Groceries"),
+            json!(1),
+            &state,
+            accept("note-7"),
+        ),
+        "alice",
+    )
+    .await;
     // `1` and `"1"` are different ids.
-    let ok = retry(delete_call(json!(1), "Groceries"), json!("1"), &state, accept("note-7"));
-    assert_eq!(send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"], "done by inner");
+    let ok = retry(
+        delete_call(json!(1), "Groceries"),
+        json!("1"),
+        &state,
+        accept("note-7"),
+    );
+    assert_eq!(
+        send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"],
+        "done by inner"
+    );
 }
 
 #[tokio::test]
@@ -759,14 +1122,37 @@ async fn tampered_and_malformed_states_are_refused() {
         String::new(),
         "x".repeat(10_000),
     ] {
-        refused_without_effect(&f, retry(delete_call(json!(1), "Groceries"), json!(2), &forged, accept("note-7")), "alice").await;
+        refused_without_effect(
+            &f,
+            retry(
+                delete_call(json!(1), "Groceries"),
+                json!(2),
+                &forged,
+                accept("note-7"),
+            ),
+            "alice",
+        )
+        .await;
     }
-    let mut not_a_string = retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7"));
+    let mut not_a_string = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
     not_a_string["params"]["requestState"] = json!({"nonce": 1});
     refused_without_effect(&f, not_a_string, "alice").await;
     // None of that consumed anything.
-    let ok = retry(delete_call(json!(1), "Groceries"), json!(3), &state, accept("note-7"));
-    assert_eq!(send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"], "done by inner");
+    let ok = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(3),
+        &state,
+        accept("note-7"),
+    );
+    assert_eq!(
+        send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"],
+        "done by inner"
+    );
 }
 
 #[tokio::test]
@@ -777,11 +1163,20 @@ async fn tamper_sweep_through_the_layer_accepts_nothing() {
     let mut accepted = 0;
     for i in 0..state.len() {
         // Three substitutions per position keep the sweep quick; the codec test covers all 256.
-        for &b in alphabet.iter().filter(|&&b| b != state.as_bytes()[i]).take(3) {
+        for &b in alphabet
+            .iter()
+            .filter(|&&b| b != state.as_bytes()[i])
+            .take(3)
+        {
             let mut forged = state.clone().into_bytes();
             forged[i] = b;
             let forged = String::from_utf8(forged).unwrap();
-            let call = retry(delete_call(json!(1), "Groceries"), json!(2), &forged, accept("note-7"));
+            let call = retry(
+                delete_call(json!(1), "Groceries"),
+                json!(2),
+                &forged,
+                accept("note-7"),
+            );
             let answer = send(&f.svc, post(&call, Some("alice"))).await;
             if answer.json().get("error").is_none() {
                 accepted += 1;

@@ -13,7 +13,10 @@ use tower::{Layer, ServiceExt};
 
 type Log = Arc<Mutex<Vec<(Value, Option<Confirmed>)>>>;
 
-fn service(log: &Log) -> impl tower::Service<JsonRpcMessage, Response = JsonRpcReply, Error = Infallible, Future = impl Send> + Clone {
+fn service(
+    log: &Log,
+) -> impl tower::Service<JsonRpcMessage, Response = JsonRpcReply, Error = Infallible, Future = impl Send>
++ Clone {
     let notes = Notes::seeded();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .audience("notes.example")
@@ -51,18 +54,33 @@ where
 async fn confirms_over_messages() {
     let log = Log::default();
     let svc = service(&log);
-    let first = ask(&svc, &delete_call(json!(1), "Groceries"), Some("alice")).await.unwrap();
+    let first = ask(&svc, &delete_call(json!(1), "Groceries"), Some("alice"))
+        .await
+        .unwrap();
     assert_eq!(first["result"]["resultType"], "input_required");
     let state = first["result"]["requestState"].as_str().unwrap().to_owned();
-    let go = retry(delete_call(json!(1), "Groceries"), json!(2), &state, accept("note-7"));
+    let go = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
     let done = ask(&svc, &go, Some("alice")).await.unwrap();
     assert_eq!(done["result"]["resultType"], "complete");
     let (forwarded, confirmed) = log.lock().unwrap().last().cloned().unwrap();
     assert_eq!(forwarded["params"]["arguments"]["note_id"], "note-7");
     assert!(forwarded["params"].get("requestState").is_none());
     assert!(confirmed.unwrap().covers("notes_delete", Some("note-7")));
-    let replay = retry(delete_call(json!(1), "Groceries"), json!(3), &state, accept("note-7"));
-    assert_eq!(ask(&svc, &replay, Some("alice")).await.unwrap()["error"]["data"]["reason"], "invalid_request_state");
+    let replay = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(3),
+        &state,
+        accept("note-7"),
+    );
+    assert_eq!(
+        ask(&svc, &replay, Some("alice")).await.unwrap()["error"]["data"]["reason"],
+        "invalid_request_state"
+    );
     assert_eq!(log.lock().unwrap().len(), 1);
 }
 
@@ -71,14 +89,24 @@ async fn messages_get_the_same_gates() {
     let log = Log::default();
     let svc = service(&log);
     // No principal.
-    let err = ask(&svc, &delete_call(json!(1), "Groceries"), None).await.unwrap();
+    let err = ask(&svc, &delete_call(json!(1), "Groceries"), None)
+        .await
+        .unwrap();
     assert_eq!(err["error"]["code"], -31001);
     // URL-only client.
     let mut url_only = delete_call(json!(1), "Groceries");
-    url_only["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({"elicitation":{"url":{}}});
-    assert_eq!(ask(&svc, &url_only, Some("alice")).await.unwrap()["error"]["code"], -32021);
+    url_only["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+        json!({"elicitation":{"url":{}}});
+    assert_eq!(
+        ask(&svc, &url_only, Some("alice")).await.unwrap()["error"]["code"],
+        -32021
+    );
     // Strict parsing.
-    let reply = svc.clone().oneshot(JsonRpcMessage::new(Bytes::from_static(b"[1]"))).await.unwrap();
+    let reply = svc
+        .clone()
+        .oneshot(JsonRpcMessage::new(Bytes::from_static(b"[1]")))
+        .await
+        .unwrap();
     let reply: Value = serde_json::from_slice(&reply.body.unwrap()).unwrap();
     assert_eq!(reply["error"]["code"], -32600);
     assert!(log.lock().unwrap().is_empty());

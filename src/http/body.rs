@@ -29,12 +29,16 @@ pin_project! {
 
 impl<B> RequestBody<B> {
     pub(crate) fn streaming(body: B) -> Self {
-        Self { kind: RequestKind::Streaming { body } }
+        Self {
+            kind: RequestKind::Streaming { body },
+        }
     }
 
     pub(crate) fn buffered(bytes: Bytes) -> Self {
         let bytes = (!bytes.is_empty()).then_some(bytes);
-        Self { kind: RequestKind::Buffered { bytes } }
+        Self {
+            kind: RequestKind::Buffered { bytes },
+        }
     }
 }
 
@@ -54,7 +58,9 @@ impl<B: Body<Data = Bytes>> Body for RequestBody<B> {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         match self.project().kind.project() {
             RequestKindProj::Streaming { body } => body.poll_frame(cx),
-            RequestKindProj::Buffered { bytes } => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            RequestKindProj::Buffered { bytes } => {
+                Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b))))
+            }
         }
     }
 
@@ -68,7 +74,9 @@ impl<B: Body<Data = Bytes>> Body for RequestBody<B> {
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             RequestKind::Streaming { body } => body.size_hint(),
-            RequestKind::Buffered { bytes } => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
+            RequestKind::Buffered { bytes } => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
         }
     }
 }
@@ -93,11 +101,17 @@ pin_project! {
 impl<B> ResponseBody<B> {
     /// The inner body; `guard` completes the claimed nonce when the stream ends or is dropped.
     pub(crate) fn inner(body: B, guard: Option<CompletionGuard>) -> Self {
-        Self { kind: ResponseKind::Inner { body, guard } }
+        Self {
+            kind: ResponseKind::Inner { body, guard },
+        }
     }
 
     pub(crate) fn own(bytes: Option<Bytes>) -> Self {
-        Self { kind: ResponseKind::Own { bytes: bytes.filter(|b| !b.is_empty()) } }
+        Self {
+            kind: ResponseKind::Own {
+                bytes: bytes.filter(|b| !b.is_empty()),
+            },
+        }
     }
 }
 
@@ -124,7 +138,9 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
                 }
                 Poll::Ready(frame)
             }
-            ResponseKindProj::Own { bytes } => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            ResponseKindProj::Own { bytes } => {
+                Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b))))
+            }
         }
     }
 
@@ -138,7 +154,9 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             ResponseKind::Inner { body, .. } => body.size_hint(),
-            ResponseKind::Own { bytes } => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
+            ResponseKind::Own { bytes } => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
         }
     }
 }

@@ -66,16 +66,29 @@ where
 {
     pub(super) fn buffering(config: Arc<Config>, parts: Parts, body: B, inner: S) -> Self {
         let collect = Limited::new(body, config.max_body_bytes).collect();
-        let state = State::Buffering { collect, parts: Some(parts), inner: Some(inner) };
+        let state = State::Buffering {
+            collect,
+            parts: Some(parts),
+            inner: Some(inner),
+        };
         Self { state, config }
     }
 
     pub(super) fn inner(config: Arc<Config>, future: S::Future) -> Self {
-        Self { state: State::Inner { future, guard: None }, config }
+        Self {
+            state: State::Inner {
+                future,
+                guard: None,
+            },
+            config,
+        }
     }
 
     pub(super) fn reply(config: Arc<Config>, reply: Reply) -> Self {
-        Self { state: State::Replying { reply: Some(reply) }, config }
+        Self {
+            state: State::Replying { reply: Some(reply) },
+            config,
+        }
     }
 }
 
@@ -91,7 +104,11 @@ where
         let mut this = self.project();
         loop {
             let next = match this.state.as_mut().project() {
-                StateProj::Buffering { collect, parts, inner } => {
+                StateProj::Buffering {
+                    collect,
+                    parts,
+                    inner,
+                } => {
                     let collected = ready!(collect.poll(cx));
                     let (Some(parts), Some(inner)) = (parts.take(), inner.take()) else {
                         panic!("ResponseFuture polled after completion");
@@ -104,11 +121,17 @@ where
                             } else {
                                 RpcError::invalid_request()
                             };
-                            State::Replying { reply: Some(Reply::error(Some("null"), &error)) }
+                            State::Replying {
+                                reply: Some(Reply::error(Some("null"), &error)),
+                            }
                         }
                     }
                 }
-                StateProj::Deciding { decision, parts, inner } => {
+                StateProj::Deciding {
+                    decision,
+                    parts,
+                    inner,
+                } => {
                     let decision = ready!(decision.as_mut().poll(cx));
                     let (Some(parts), Some(mut inner)) = (parts.take(), inner.take()) else {
                         panic!("ResponseFuture polled after completion");
@@ -118,20 +141,29 @@ where
                         Decision::Forward(approved) => {
                             let mut parts = parts;
                             parts.headers.remove(TRANSFER_ENCODING);
-                            parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(approved.body.len()));
+                            parts
+                                .headers
+                                .insert(CONTENT_LENGTH, HeaderValue::from(approved.body.len()));
                             if let Some((name, value)) = approved.param_header {
                                 parts.headers.insert(name, value);
                             }
                             parts.extensions.insert(approved.confirmed);
-                            let request = Request::from_parts(parts, RequestBody::buffered(approved.body));
-                            State::Inner { future: inner.call(request), guard: Some(approved.guard) }
+                            let request =
+                                Request::from_parts(parts, RequestBody::buffered(approved.body));
+                            State::Inner {
+                                future: inner.call(request),
+                                guard: Some(approved.guard),
+                            }
                         }
                     }
                 }
                 StateProj::Inner { future, guard } => {
                     let result = ready!(future.poll(cx));
                     let guard = guard.take();
-                    return Poll::Ready(result.map(|response| response.map(|body| ResponseBody::inner(body, guard))));
+                    return Poll::Ready(
+                        result
+                            .map(|response| response.map(|body| ResponseBody::inner(body, guard))),
+                    );
                 }
                 StateProj::Replying { reply } => {
                     let Some(reply) = reply.take() else {
@@ -156,9 +188,14 @@ where
         Parsed::Forward => {
             // Not ours: the same bytes, the same headers.
             let request = Request::from_parts(parts, RequestBody::buffered(body));
-            State::Inner { future: inner.call(request), guard: None }
+            State::Inner {
+                future: inner.call(request),
+                guard: None,
+            }
         }
-        Parsed::Reject { id, error } => State::Replying { reply: Some(Reply::error(id.as_deref(), &error)) },
+        Parsed::Reject { id, error } => State::Replying {
+            reply: Some(Reply::error(id.as_deref(), &error)),
+        },
         Parsed::Intercept(call) => {
             let principal = config.principal(&parts.extensions);
             let headers = Headers {
@@ -166,8 +203,17 @@ where
                 method: HeaderField::read(&parts.headers, "mcp-method"),
                 name: HeaderField::read(&parts.headers, "mcp-name"),
             };
-            let decision = Box::pin(driver::decide(Arc::clone(config), call, principal, Some(headers)));
-            State::Deciding { decision, parts: Some(parts), inner: Some(inner) }
+            let decision = Box::pin(driver::decide(
+                Arc::clone(config),
+                call,
+                principal,
+                Some(headers),
+            ));
+            State::Deciding {
+                decision,
+                parts: Some(parts),
+                inner: Some(inner),
+            }
         }
     }
 }
@@ -177,10 +223,14 @@ fn own_response<B>(reply: Reply) -> Response<ResponseBody<B>> {
     let mut response = Response::new(ResponseBody::own(reply.body));
     *response.status_mut() = reply.status;
     if has_body {
-        response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
     if reply.status == StatusCode::UNAUTHORIZED {
-        response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     response
 }

@@ -50,7 +50,10 @@ where
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|len| len > config.max_body_bytes as u64) {
-            return ResponseFuture::reply(config, Reply::error(Some("null"), &RpcError::body_too_large()));
+            return ResponseFuture::reply(
+                config,
+                Reply::error(Some("null"), &RpcError::body_too_large()),
+            );
         }
         let (parts, body) = request.into_parts();
         ResponseFuture::buffering(config, parts, body, inner)

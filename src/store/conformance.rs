@@ -24,23 +24,44 @@ fn soon() -> SystemTime {
 /// A fresh nonce is claimed exactly once; a second claim sees it InFlight.
 pub async fn claim_is_granted_once<S: ReplayStore>(store: &S) {
     let nonce = Nonce::random();
-    assert_eq!(store.claim(nonce, Owner::random(), soon()).await.ok(), Some(Claim::Claimed));
-    assert_eq!(store.claim(nonce, Owner::random(), soon()).await.ok(), Some(Claim::InFlight));
+    assert_eq!(
+        store.claim(nonce, Owner::random(), soon()).await.ok(),
+        Some(Claim::Claimed)
+    );
+    assert_eq!(
+        store.claim(nonce, Owner::random(), soon()).await.ok(),
+        Some(Claim::InFlight)
+    );
     // The same owner asking again is still refused: a claim is not re-entrant.
     let other = Nonce::random();
     let owner = Owner::random();
-    assert_eq!(store.claim(other, owner, soon()).await.ok(), Some(Claim::Claimed));
-    assert_eq!(store.claim(other, owner, soon()).await.ok(), Some(Claim::InFlight));
+    assert_eq!(
+        store.claim(other, owner, soon()).await.ok(),
+        Some(Claim::Claimed)
+    );
+    assert_eq!(
+        store.claim(other, owner, soon()).await.ok(),
+        Some(Claim::InFlight)
+    );
 }
 
 /// Completing by the owner makes the nonce Consumed for good; completing twice fails.
 pub async fn completed_claims_stay_consumed<S: ReplayStore>(store: &S) {
     let nonce = Nonce::random();
     let owner = Owner::random();
-    assert_eq!(store.claim(nonce, owner, soon()).await.ok(), Some(Claim::Claimed));
+    assert_eq!(
+        store.claim(nonce, owner, soon()).await.ok(),
+        Some(Claim::Claimed)
+    );
     assert_eq!(store.complete(nonce, owner, soon()).await.ok(), Some(true));
-    assert_eq!(store.claim(nonce, Owner::random(), soon()).await.ok(), Some(Claim::Consumed));
-    assert_eq!(store.claim(nonce, owner, soon()).await.ok(), Some(Claim::Consumed));
+    assert_eq!(
+        store.claim(nonce, Owner::random(), soon()).await.ok(),
+        Some(Claim::Consumed)
+    );
+    assert_eq!(
+        store.claim(nonce, owner, soon()).await.ok(),
+        Some(Claim::Consumed)
+    );
     assert_eq!(store.complete(nonce, owner, soon()).await.ok(), Some(false));
 }
 
@@ -48,10 +69,22 @@ pub async fn completed_claims_stay_consumed<S: ReplayStore>(store: &S) {
 pub async fn only_the_owner_completes<S: ReplayStore>(store: &S) {
     let nonce = Nonce::random();
     let owner = Owner::random();
-    assert_eq!(store.claim(nonce, owner, soon()).await.ok(), Some(Claim::Claimed));
-    assert_eq!(store.complete(nonce, Owner::random(), soon()).await.ok(), Some(false));
-    assert_eq!(store.claim(nonce, Owner::random(), soon()).await.ok(), Some(Claim::InFlight));
-    assert_eq!(store.complete(Nonce::random(), owner, soon()).await.ok(), Some(false));
+    assert_eq!(
+        store.claim(nonce, owner, soon()).await.ok(),
+        Some(Claim::Claimed)
+    );
+    assert_eq!(
+        store.complete(nonce, Owner::random(), soon()).await.ok(),
+        Some(false)
+    );
+    assert_eq!(
+        store.claim(nonce, Owner::random(), soon()).await.ok(),
+        Some(Claim::InFlight)
+    );
+    assert_eq!(
+        store.complete(Nonce::random(), owner, soon()).await.ok(),
+        Some(false)
+    );
     assert_eq!(store.complete(nonce, owner, soon()).await.ok(), Some(true));
 }
 
@@ -59,10 +92,19 @@ pub async fn only_the_owner_completes<S: ReplayStore>(store: &S) {
 pub async fn entries_expire<S: ReplayStore>(store: &S) {
     let nonce = Nonce::random();
     let expires_at = SystemTime::now() + Duration::from_millis(1_000);
-    assert_eq!(store.claim(nonce, Owner::random(), expires_at).await.ok(), Some(Claim::Claimed));
-    assert_eq!(store.claim(nonce, Owner::random(), expires_at).await.ok(), Some(Claim::InFlight));
+    assert_eq!(
+        store.claim(nonce, Owner::random(), expires_at).await.ok(),
+        Some(Claim::Claimed)
+    );
+    assert_eq!(
+        store.claim(nonce, Owner::random(), expires_at).await.ok(),
+        Some(Claim::InFlight)
+    );
     tokio::time::sleep(Duration::from_millis(1_600)).await;
-    assert_eq!(store.claim(nonce, Owner::random(), soon()).await.ok(), Some(Claim::Claimed));
+    assert_eq!(
+        store.claim(nonce, Owner::random(), soon()).await.ok(),
+        Some(Claim::Claimed)
+    );
 }
 
 /// Different nonces never interfere.
@@ -70,9 +112,15 @@ pub async fn nonces_are_independent<S: ReplayStore>(store: &S) {
     let a = Nonce::random();
     let b = Nonce::random();
     let owner = Owner::random();
-    assert_eq!(store.claim(a, owner, soon()).await.ok(), Some(Claim::Claimed));
+    assert_eq!(
+        store.claim(a, owner, soon()).await.ok(),
+        Some(Claim::Claimed)
+    );
     assert_eq!(store.complete(a, owner, soon()).await.ok(), Some(true));
-    assert_eq!(store.claim(b, owner, soon()).await.ok(), Some(Claim::Claimed));
+    assert_eq!(
+        store.claim(b, owner, soon()).await.ok(),
+        Some(Claim::Claimed)
+    );
 }
 
 /// 64 concurrent claimants of one nonce: exactly one wins, the rest see it taken; 100 rounds.

@@ -110,20 +110,28 @@ impl MemoryReplayStore {
         self.inner.prune(self.inner.clock.now())
     }
 
-    fn claim_now(&self, nonce: Nonce, owner: Owner, expires_at: SystemTime) -> Result<Claim, StoreError> {
+    fn claim_now(
+        &self,
+        nonce: Nonce,
+        owner: Owner,
+        expires_at: SystemTime,
+    ) -> Result<Claim, StoreError> {
         let inner = &*self.inner;
         let now = inner.clock.now();
-        if let Some(held) = inner.entries.get(&nonce).map(|e| *e) {
-            if held.expires_at > now {
-                return Ok(held.state.into());
-            }
+        if let Some(held) = inner.entries.get(&nonce).map(|e| *e)
+            && held.expires_at > now
+        {
+            return Ok(held.state.into());
         }
         // Reserve a slot before touching the map: pruning takes every shard lock, so it must not run
         // while this thread holds an entry.
         if !inner.reserve(now) {
             return Err(StoreError::Full);
         }
-        let fresh = Entry { state: State::InFlight(owner), expires_at };
+        let fresh = Entry {
+            state: State::InFlight(owner),
+            expires_at,
+        };
         match inner.entries.entry(nonce) {
             MapEntry::Vacant(slot) => {
                 slot.insert(fresh);
@@ -165,7 +173,9 @@ impl Inner {
 
     fn try_reserve(&self) -> bool {
         self.len
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.capacity).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.capacity).then_some(n + 1)
+            })
             .is_ok()
     }
 
@@ -225,17 +235,32 @@ mod tests {
         let store = MemoryReplayStore::with_clock(3, clock.clone());
         let exp = clock.now() + Duration::from_secs(60);
         for i in 0..3 {
-            assert_eq!(store.claim(nonce(i), Owner::random(), exp).await.unwrap(), Claim::Claimed);
+            assert_eq!(
+                store.claim(nonce(i), Owner::random(), exp).await.unwrap(),
+                Claim::Claimed
+            );
         }
-        assert!(matches!(store.claim(nonce(99), Owner::random(), exp).await, Err(StoreError::Full)));
+        assert!(matches!(
+            store.claim(nonce(99), Owner::random(), exp).await,
+            Err(StoreError::Full)
+        ));
         // The live ones are all still there.
         for i in 0..3 {
-            assert_eq!(store.claim(nonce(i), Owner::random(), exp).await.unwrap(), Claim::InFlight);
+            assert_eq!(
+                store.claim(nonce(i), Owner::random(), exp).await.unwrap(),
+                Claim::InFlight
+            );
         }
         assert_eq!(store.len(), 3);
         // Once they expire, room is made by pruning, not eviction.
         clock.advance(Duration::from_secs(61));
-        assert_eq!(store.claim(nonce(99), Owner::random(), exp + Duration::from_secs(120)).await.unwrap(), Claim::Claimed);
+        assert_eq!(
+            store
+                .claim(nonce(99), Owner::random(), exp + Duration::from_secs(120))
+                .await
+                .unwrap(),
+            Claim::Claimed
+        );
         assert_eq!(store.len(), 1);
     }
 
@@ -261,7 +286,10 @@ mod tests {
                 clock.advance(Duration::from_secs(2));
             }
             let exp = clock.now() + Duration::from_secs(1);
-            assert_eq!(store.claim(nonce(i), Owner::random(), exp).await.unwrap(), Claim::Claimed);
+            assert_eq!(
+                store.claim(nonce(i), Owner::random(), exp).await.unwrap(),
+                Claim::Claimed
+            );
             assert!(store.len() <= 1_000);
         }
     }
@@ -271,7 +299,10 @@ mod tests {
         let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
         let store = MemoryReplayStore::with_clock(10, clock.clone());
         let owner = Owner::random();
-        store.claim(nonce(1), owner, clock.now() + Duration::from_secs(1)).await.unwrap();
+        store
+            .claim(nonce(1), owner, clock.now() + Duration::from_secs(1))
+            .await
+            .unwrap();
         clock.advance(Duration::from_secs(2));
         assert!(!store.complete(nonce(1), owner, clock.now()).await.unwrap());
     }

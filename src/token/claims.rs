@@ -186,7 +186,9 @@ pub(crate) fn arguments_digest(arguments: Option<&Value>, exclude: Option<&str>)
         None => hash_object(&mut h, std::iter::empty()),
         Some(Value::Object(map)) => hash_object(
             &mut h,
-            map.iter().filter(|(k, _)| Some(k.as_str()) != exclude).map(|(k, v)| (k.as_str(), v)),
+            map.iter()
+                .filter(|(k, _)| Some(k.as_str()) != exclude)
+                .map(|(k, v)| (k.as_str(), v)),
         ),
         Some(other) => hash_value(&mut h, other),
     }
@@ -290,18 +292,33 @@ mod tests {
 
     #[test]
     fn argument_digest_ignores_order_and_whitespace_but_not_values() {
-        let a: Value = serde_json::from_str(r#"{"title":"Groceries","workspaceUri":"file:///p","n":{"b":1,"a":[1,2]}}"#).unwrap();
+        let a: Value = serde_json::from_str(
+            r#"{"title":"Groceries","workspaceUri":"file:///p","n":{"b":1,"a":[1,2]}}"#,
+        )
+        .unwrap();
         let b: Value = serde_json::from_str(
             "{ \"n\" : {\"a\":[1, 2],\"b\":1},\n \"workspaceUri\":\"file:///p\", \"title\":\"Groceries\" }",
         )
         .unwrap();
-        assert_eq!(arguments_digest(Some(&a), None), arguments_digest(Some(&b), None));
+        assert_eq!(
+            arguments_digest(Some(&a), None),
+            arguments_digest(Some(&b), None)
+        );
         let c = json!({"title":"Groceries!","workspaceUri":"file:///p","n":{"b":1,"a":[1,2]}});
-        assert_ne!(arguments_digest(Some(&a), None), arguments_digest(Some(&c), None));
+        assert_ne!(
+            arguments_digest(Some(&a), None),
+            arguments_digest(Some(&c), None)
+        );
         let d = json!({"title":"Groceries","workspaceUri":"file:///p","n":{"b":1,"a":[2,1]}});
-        assert_ne!(arguments_digest(Some(&a), None), arguments_digest(Some(&d), None));
+        assert_ne!(
+            arguments_digest(Some(&a), None),
+            arguments_digest(Some(&d), None)
+        );
         // Absent arguments are `{}`; the overwritten field is not bound.
-        assert_eq!(arguments_digest(None, None), arguments_digest(Some(&json!({})), None));
+        assert_eq!(
+            arguments_digest(None, None),
+            arguments_digest(Some(&json!({})), None)
+        );
         let with = json!({"title":"Groceries","note_id":"evil"});
         let without = json!({"title":"Groceries"});
         assert_eq!(

@@ -13,9 +13,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::Mac;
 
+use super::StateError;
 use super::claims::{Claims, MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES};
 use super::keyring::{KeyRing, MAX_KEY_ID_LEN, RingKey};
-use super::StateError;
 
 /// The token prefix: format name and version, readable in logs without decoding.
 pub const PREFIX: &str = "mcpc1.";
@@ -29,7 +29,10 @@ const TAG_LEN: usize = 32;
 /// Seals `claims` with the ring's signing key.
 pub(crate) fn seal(ring: &KeyRing, claims: &Claims) -> Result<String, StateError> {
     if claims.candidates.len() > MAX_CANDIDATES
-        || claims.candidates.iter().any(|c| c.is_empty() || c.len() > MAX_CANDIDATE_ID_LEN)
+        || claims
+            .candidates
+            .iter()
+            .any(|c| c.is_empty() || c.len() > MAX_CANDIDATE_ID_LEN)
     {
         return Err(StateError::TooLarge);
     }
@@ -51,14 +54,19 @@ pub(crate) fn seal(ring: &KeyRing, claims: &Claims) -> Result<String, StateError
 }
 
 /// Opens a token: returns its claims and the ring key that signed it.
-pub(crate) fn open<'r>(ring: &'r KeyRing, token: &str) -> Result<(Claims, &'r RingKey), StateError> {
+pub(crate) fn open<'r>(
+    ring: &'r KeyRing,
+    token: &str,
+) -> Result<(Claims, &'r RingKey), StateError> {
     if token.len() > MAX_TOKEN_LEN {
         return Err(StateError::TooLarge);
     }
     let encoded = token.strip_prefix(PREFIX).ok_or(StateError::Format)?;
     // The standard engine rejects padding and non-zero trailing bits, so each byte string has
     // exactly one accepted encoding.
-    let raw = URL_SAFE_NO_PAD.decode(encoded).map_err(|_| StateError::Format)?;
+    let raw = URL_SAFE_NO_PAD
+        .decode(encoded)
+        .map_err(|_| StateError::Format)?;
     if raw.len() < 2 + TAG_LEN {
         return Err(StateError::Format);
     }
@@ -70,7 +78,9 @@ pub(crate) fn open<'r>(ring: &'r KeyRing, token: &str) -> Result<(Claims, &'r Ri
     if kid_len == 0 || kid_len > MAX_KEY_ID_LEN || body.len() < 2 + kid_len {
         return Err(StateError::Format);
     }
-    let key = ring.find(&body[2..2 + kid_len]).ok_or(StateError::UnknownKey)?;
+    let key = ring
+        .find(&body[2..2 + kid_len])
+        .ok_or(StateError::UnknownKey)?;
     let mut mac = key.mac();
     mac.update(LABEL);
     mac.update(body);
@@ -137,7 +147,9 @@ mod tests {
                 }
                 let mut changed = bytes.to_vec();
                 changed[i] = b;
-                let Ok(s) = std::str::from_utf8(&changed) else { continue };
+                let Ok(s) = std::str::from_utf8(&changed) else {
+                    continue;
+                };
                 tried += 1;
                 if open(&ring, s).is_ok() {
                     accepted += 1;
@@ -171,24 +183,33 @@ mod tests {
     fn non_canonical_encodings_and_appended_bytes_are_refused() {
         let ring = ring();
         let token = seal(&ring, &claims()).unwrap();
-        assert_eq!(open(&ring, &format!("{token}=")).unwrap_err(), StateError::Format);
+        assert_eq!(
+            open(&ring, &format!("{token}=")).unwrap_err(),
+            StateError::Format
+        );
         for extra in ["A", "AA", "AAA", "AAAA", "=="] {
             assert!(open(&ring, &format!("{token}{extra}")).is_err(), "{extra}");
         }
-        assert_eq!(open(&ring, &format!("{token}-TAMPERED")).unwrap_err(), StateError::Format);
-        assert!(open(&ring, &format!("{token}").replace(['-', '_'], "+")).is_err());
+        assert_eq!(
+            open(&ring, &format!("{token}-TAMPERED")).unwrap_err(),
+            StateError::Format
+        );
+        assert!(open(&ring, &token.replace(['-', '_'], "+")).is_err());
         // A non-zero trailing bit is another spelling of the same bytes: refused before the MAC.
         let last = token.chars().last().unwrap();
         let alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
         let pos = alphabet.find(last).unwrap();
         let sibling = alphabet.as_bytes()[pos ^ 1] as char;
         let respelled = format!("{}{sibling}", &token[..token.len() - 1]);
-        if (token.len() - PREFIX.len()) % 4 != 0 {
+        if !(token.len() - PREFIX.len()).is_multiple_of(4) {
             assert_eq!(open(&ring, &respelled).unwrap_err(), StateError::Format);
         }
         assert_eq!(open(&ring, &token[1..]).unwrap_err(), StateError::Format);
         assert_eq!(open(&ring, "").unwrap_err(), StateError::Format);
-        assert_eq!(open(&ring, &"A".repeat(MAX_TOKEN_LEN + 1)).unwrap_err(), StateError::TooLarge);
+        assert_eq!(
+            open(&ring, &"A".repeat(MAX_TOKEN_LEN + 1)).unwrap_err(),
+            StateError::TooLarge
+        );
     }
 
     #[test]
@@ -216,8 +237,9 @@ mod tests {
         assert_eq!(seal(&ring(), &c).unwrap_err(), StateError::TooLarge);
         // The largest legal state still fits the cap.
         let mut c = claims();
-        c.candidates =
-            (0..MAX_CANDIDATES).map(|i| format!("{i:0>width$}", width = MAX_CANDIDATE_ID_LEN)).collect();
+        c.candidates = (0..MAX_CANDIDATES)
+            .map(|i| format!("{i:0>width$}", width = MAX_CANDIDATE_ID_LEN))
+            .collect();
         let token = seal(&KeyRing::single("k".repeat(32), [1u8; 32]).unwrap(), &c);
         assert!(token.is_ok());
     }

@@ -87,7 +87,10 @@ impl KeyRing {
             }
             let secret = secret.as_ref();
             if secret.len() < MIN_SECRET_LEN {
-                return Err(KeyError::SecretTooShort { id, len: secret.len() });
+                return Err(KeyError::SecretTooShort {
+                    id,
+                    len: secret.len(),
+                });
             }
             ring.push(RingKey::derive(id, secret));
         }
@@ -111,7 +114,8 @@ impl KeyRing {
     /// As [`KeyRing::new`], plus [`KeyError::InvalidHex`].
     pub fn single_hex(id: impl Into<String>, hex: &str) -> Result<Self, KeyError> {
         let id = id.into();
-        let secret = Zeroizing::new(decode_hex(hex).ok_or_else(|| KeyError::InvalidHex(id.clone()))?);
+        let secret =
+            Zeroizing::new(decode_hex(hex).ok_or_else(|| KeyError::InvalidHex(id.clone()))?);
         Self::single(id, &*secret)
     }
 
@@ -124,7 +128,9 @@ impl KeyRing {
         let mut secret = Zeroizing::new([0u8; 32]);
         #[allow(clippy::expect_used)]
         getrandom::fill(&mut secret[..]).expect("the OS random source failed");
-        Self { keys: vec![RingKey::derive("random".to_owned(), &secret[..])] }
+        Self {
+            keys: vec![RingKey::derive("random".to_owned(), &secret[..])],
+        }
     }
 
     /// The ids in the ring, signing key first.
@@ -144,7 +150,10 @@ impl KeyRing {
 impl fmt::Debug for KeyRing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyRing")
-            .field("key_ids", &self.keys.iter().map(|k| &k.id).collect::<Vec<_>>())
+            .field(
+                "key_ids",
+                &self.keys.iter().map(|k| &k.id).collect::<Vec<_>>(),
+            )
             .field("secrets", &"<redacted>")
             .finish()
     }
@@ -152,7 +161,9 @@ impl fmt::Debug for KeyRing {
 
 impl fmt::Debug for RingKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RingKey").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("RingKey")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -195,12 +206,14 @@ impl RingKey {
 fn valid_key_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= MAX_KEY_ID_LEN
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
     let hex = hex.trim();
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
     let nibble = |c: u8| match c {
@@ -209,7 +222,10 @@ fn decode_hex(hex: &str) -> Option<Vec<u8>> {
         b'A'..=b'F' => Some(c - b'A' + 10),
         _ => None,
     };
-    hex.as_bytes().chunks(2).map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?)).collect()
+    hex.as_bytes()
+        .chunks(2)
+        .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
+        .collect()
 }
 
 #[cfg(test)]
@@ -220,10 +236,19 @@ mod tests {
     fn refuses_short_secrets_bad_ids_and_duplicates() {
         assert_eq!(
             KeyRing::single("k1", [0u8; 31]).unwrap_err(),
-            KeyError::SecretTooShort { id: "k1".into(), len: 31 }
+            KeyError::SecretTooShort {
+                id: "k1".into(),
+                len: 31
+            }
         );
-        assert!(matches!(KeyRing::single("", [0u8; 32]), Err(KeyError::InvalidId(_))));
-        assert!(matches!(KeyRing::single("k 1", [0u8; 32]), Err(KeyError::InvalidId(_))));
+        assert!(matches!(
+            KeyRing::single("", [0u8; 32]),
+            Err(KeyError::InvalidId(_))
+        ));
+        assert!(matches!(
+            KeyRing::single("k 1", [0u8; 32]),
+            Err(KeyError::InvalidId(_))
+        ));
         assert!(matches!(
             KeyRing::single("k".repeat(33), [0u8; 32]),
             Err(KeyError::InvalidId(_))
@@ -232,7 +257,10 @@ mod tests {
             KeyRing::new([("a", [1u8; 32]), ("a", [2u8; 32])]),
             Err(KeyError::DuplicateId(_))
         ));
-        assert_eq!(KeyRing::new(Vec::<(String, Vec<u8>)>::new()).unwrap_err(), KeyError::Empty);
+        assert_eq!(
+            KeyRing::new(Vec::<(String, Vec<u8>)>::new()).unwrap_err(),
+            KeyError::Empty
+        );
         assert!(KeyRing::single("k1", [0u8; 32]).is_ok());
     }
 
@@ -248,7 +276,10 @@ mod tests {
     #[test]
     fn hex_secrets() {
         assert!(KeyRing::single_hex("k", &"ab".repeat(32)).is_ok());
-        assert!(matches!(KeyRing::single_hex("k", "zz"), Err(KeyError::InvalidHex(_))));
+        assert!(matches!(
+            KeyRing::single_hex("k", "zz"),
+            Err(KeyError::InvalidHex(_))
+        ));
         assert!(matches!(
             KeyRing::single_hex("k", &"ab".repeat(16)),
             Err(KeyError::SecretTooShort { len: 16, .. })
@@ -259,7 +290,10 @@ mod tests {
     fn principal_digest_is_keyed() {
         let a = KeyRing::single("k", [1u8; 32]).unwrap();
         let b = KeyRing::single("k", [2u8; 32]).unwrap();
-        assert_ne!(a.signing().principal_digest("alice"), b.signing().principal_digest("alice"));
+        assert_ne!(
+            a.signing().principal_digest("alice"),
+            b.signing().principal_digest("alice")
+        );
         let d = a.signing().principal_digest("alice");
         assert!(a.signing().principal_matches(&d, "alice"));
         assert!(!a.signing().principal_matches(&d, "bob"));

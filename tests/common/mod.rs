@@ -44,7 +44,12 @@ impl Recorder {
         self.0.lock().unwrap().len()
     }
     pub fn last(&self) -> Seen {
-        self.0.lock().unwrap().last().cloned().expect("inner was called")
+        self.0
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("inner was called")
     }
 }
 
@@ -62,7 +67,11 @@ impl Notes {
             ("note-20", PERSONAL, "Taxes"),
             ("note-30", TEAM, "Groceries"),
         ] {
-            notes.0.lock().unwrap().insert(id.into(), (ws.into(), title.into()));
+            notes
+                .0
+                .lock()
+                .unwrap()
+                .insert(id.into(), (ws.into(), title.into()));
         }
         notes
     }
@@ -88,8 +97,14 @@ pub fn delete_policy(notes: &Notes) -> ToolPolicy {
     ToolPolicy::pick_one(move |lookup: Lookup| {
         let notes = find.clone();
         async move {
-            let ws = lookup.arguments["workspaceUri"].as_str().unwrap_or_default().to_owned();
-            let title = lookup.arguments["title"].as_str().unwrap_or_default().to_owned();
+            let ws = lookup.arguments["workspaceUri"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let title = lookup.arguments["title"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             if !may_use(lookup.principal.subject(), &ws) {
                 return Ok::<_, PolicyError>(vec![]);
             }
@@ -110,7 +125,10 @@ pub fn delete_policy(notes: &Notes) -> ToolPolicy {
     .revalidate(move |check: Revalidation| {
         let notes = check_notes.clone();
         async move {
-            let ws = check.arguments["workspaceUri"].as_str().unwrap_or_default().to_owned();
+            let ws = check.arguments["workspaceUri"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             if !may_use(check.principal.subject(), &ws) {
                 return Err(Refusal::new("principal may not use this workspace"));
             }
@@ -124,33 +142,50 @@ pub fn delete_policy(notes: &Notes) -> ToolPolicy {
     })
 }
 
-pub type Inner = tower::util::BoxCloneSyncService<Request<RequestBody<Full<Bytes>>>, Response<Full<Bytes>>, Infallible>;
+pub type Inner = tower::util::BoxCloneSyncService<
+    Request<RequestBody<Full<Bytes>>>,
+    Response<Full<Bytes>>,
+    Infallible,
+>;
 
 /// An inner service that records what it receives and answers a fixed tool result.
 pub fn recording_inner(recorder: &Recorder) -> Inner {
     let recorder = recorder.clone();
-    tower::util::BoxCloneSyncService::new(tower::service_fn(move |req: Request<RequestBody<Full<Bytes>>>| {
-        let recorder = recorder.clone();
-        async move {
-            let (parts, body) = req.into_parts();
-            let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-            let confirmed = parts.extensions.get::<Confirmed>().cloned();
-            recorder.0.lock().unwrap().push(Seen { body: body.clone(), headers: parts.headers, confirmed });
-            let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let Some(id) = message.get("id").cloned() else {
-                return Ok::<_, Infallible>(
-                    Response::builder().status(StatusCode::ACCEPTED).body(Full::new(Bytes::new())).unwrap(),
-                );
-            };
-            let answer = json!({"jsonrpc":"2.0","id":id,"result":{"resultType":"complete",
+    tower::util::BoxCloneSyncService::new(tower::service_fn(
+        move |req: Request<RequestBody<Full<Bytes>>>| {
+            let recorder = recorder.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let body = body
+                    .collect()
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
+                let confirmed = parts.extensions.get::<Confirmed>().cloned();
+                recorder.0.lock().unwrap().push(Seen {
+                    body: body.clone(),
+                    headers: parts.headers,
+                    confirmed,
+                });
+                let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let Some(id) = message.get("id").cloned() else {
+                    return Ok::<_, Infallible>(
+                        Response::builder()
+                            .status(StatusCode::ACCEPTED)
+                            .body(Full::new(Bytes::new()))
+                            .unwrap(),
+                    );
+                };
+                let answer = json!({"jsonrpc":"2.0","id":id,"result":{"resultType":"complete",
                 "content":[{"type":"text","text":"done by inner"}]}});
-            Ok(Response::builder()
-                .header("content-type", "application/json")
-                .header("x-inner", "yes")
-                .body(Full::new(Bytes::from(answer.to_string())))
-                .unwrap())
-        }
-    }))
+                Ok(Response::builder()
+                    .header("content-type", "application/json")
+                    .header("x-inner", "yes")
+                    .body(Full::new(Bytes::from(answer.to_string())))
+                    .unwrap())
+            }
+        },
+    ))
 }
 
 pub struct Fixture {
@@ -161,13 +196,20 @@ pub struct Fixture {
     pub store: MemoryReplayStore,
 }
 
-pub fn base_builder(notes: &Notes, clock: &ManualClock, store: &MemoryReplayStore) -> ConfirmLayerBuilder {
+pub fn base_builder(
+    notes: &Notes,
+    clock: &ManualClock,
+    store: &MemoryReplayStore,
+) -> ConfirmLayerBuilder {
     ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .audience("notes.example")
         .ttl(Duration::from_secs(300))
         .clock(clock.clone())
         .replay_store(store.clone())
-        .tool("notes_delete", delete_policy(notes).select_header("Note-Id"))
+        .tool(
+            "notes_delete",
+            delete_policy(notes).select_header("Note-Id"),
+        )
 }
 
 pub fn now() -> SystemTime {
@@ -184,7 +226,13 @@ pub fn fixture_with(customize: impl FnOnce(ConfirmLayerBuilder) -> ConfirmLayerB
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let layer = customize(base_builder(&notes, &clock, &store)).build();
     let seen = Recorder::default();
-    Fixture { svc: layer.layer(recording_inner(&seen)), seen, notes, clock, store }
+    Fixture {
+        svc: layer.layer(recording_inner(&seen)),
+        seen,
+        notes,
+        clock,
+        store,
+    }
 }
 
 pub fn meta() -> Value {
@@ -215,12 +263,18 @@ pub fn post(body: &Value, principal: Option<&str>) -> Request<Full<Bytes>> {
     post_raw(body.to_string().into_bytes(), principal, Some(body))
 }
 
-pub fn post_raw(body: Vec<u8>, principal: Option<&str>, headers_from: Option<&Value>) -> Request<Full<Bytes>> {
+pub fn post_raw(
+    body: Vec<u8>,
+    principal: Option<&str>,
+    headers_from: Option<&Value>,
+) -> Request<Full<Bytes>> {
     let mut req = Request::post("/mcp")
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream");
     if let Some(v) = headers_from {
-        if let Some(version) = v["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str() {
+        if let Some(version) =
+            v["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str()
+        {
             req = req.header("mcp-protocol-version", version);
         }
         if let Some(m) = v["method"].as_str() {
@@ -245,7 +299,8 @@ pub struct Answer {
 
 impl Answer {
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.bytes))
+        serde_json::from_slice(&self.bytes)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.bytes))
     }
     pub fn result(&self) -> Value {
         self.json()["result"].clone()
@@ -254,7 +309,10 @@ impl Answer {
         self.json()["error"].clone()
     }
     pub fn state(&self) -> String {
-        self.result()["requestState"].as_str().expect("a requestState").to_owned()
+        self.result()["requestState"]
+            .as_str()
+            .expect("a requestState")
+            .to_owned()
     }
 }
 
@@ -262,7 +320,11 @@ pub async fn send(svc: &Confirm<Inner>, req: Request<Full<Bytes>>) -> Answer {
     let response = svc.clone().oneshot(req).await.unwrap();
     let (parts, body) = response.into_parts();
     let bytes = body.collect().await.unwrap().to_bytes();
-    Answer { status: parts.status, headers: parts.headers, bytes }
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        bytes,
+    }
 }
 
 pub fn assert_frozen_state_error(answer: &Answer) {
@@ -276,7 +338,16 @@ pub fn assert_frozen_state_error(answer: &Answer) {
 
 /// Runs the first round for alice and returns the state.
 pub async fn challenge(f: &Fixture) -> String {
-    let answer = send(&f.svc, post(&delete_call(json!(1), "Groceries"), Some("alice"))).await;
-    assert_eq!(answer.result()["resultType"], "input_required", "{:?}", answer.bytes);
+    let answer = send(
+        &f.svc,
+        post(&delete_call(json!(1), "Groceries"), Some("alice")),
+    )
+    .await;
+    assert_eq!(
+        answer.result()["resultType"],
+        "input_required",
+        "{:?}",
+        answer.bytes
+    );
     answer.state()
 }
