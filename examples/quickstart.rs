@@ -1,0 +1,136 @@
+//! A minimal MCP 2026-07-28 endpoint with `notes_delete` confirmed by `ConfirmLayer`.
+//!
+//! ```text
+//! cargo run --example quickstart            # listens on 127.0.0.1:3000 (or pass an address)
+//! ```
+//!
+//! The JSON-RPC handler is hand-written and keeps notes in memory, so the layer is the only moving
+//! part. Tokens `alice-token` and `bob-token` stand in for a real OAuth resource server.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Extension, Json, Request};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use mcp_confirm::{
+    Candidate, ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal, Refusal,
+    Revalidation, ToolPolicy,
+};
+use serde_json::{Value, json};
+
+/// id → title.
+type Notes = Arc<Mutex<BTreeMap<String, String>>>;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt().with_env_filter("mcp_confirm=info").init();
+    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:3000".to_owned());
+
+    let notes: Notes = Arc::new(Mutex::new(BTreeMap::from([
+        ("note-3".to_owned(), "Groceries".to_owned()),
+        ("note-7".to_owned(), "Groceries".to_owned()),
+        ("note-14".to_owned(), "Groceries".to_owned()),
+        ("note-20".to_owned(), "Taxes".to_owned()),
+    ])));
+
+    let find = notes.clone();
+    let check = notes.clone();
+    let policy = ToolPolicy::pick_one(move |lookup: Lookup| {
+        let notes = find.clone();
+        async move {
+            let title = lookup.arguments["title"].as_str().unwrap_or_default().to_owned();
+            let notes = notes.lock().map_err(|_| PolicyError::new("notes lock poisoned"))?;
+            Ok(notes
+                .iter()
+                .filter(|(_, t)| **t == title)
+                .map(|(id, t)| Candidate::labelled(id.clone(), format!("{t} ({id})")))
+                .collect())
+        }
+    })
+    .message("Choose one matching note and confirm deletion.")
+    .input_key("delete_choice")
+    .choice_field("note_id")
+    .select_into("note_id")
+    .revalidate(move |r: Revalidation| {
+        let exists = r.chosen.as_ref().is_some_and(|id| check.lock().is_ok_and(|n| n.contains_key(id)));
+        async move { if exists { Ok(()) } else { Err(Refusal::new("note is gone")) } }
+    });
+
+    eprintln!("warning: using a random signing key; instances behind one endpoint must share a key");
+    let confirm = ConfirmLayer::builder(KeyRing::random())
+        .audience(format!("http://{addr}/mcp"))
+        .tool("notes_delete", policy)
+        .build();
+
+    let app = Router::new()
+        .route("/mcp", post(handle))
+        .layer(confirm)
+        .layer(middleware::from_fn(authenticate))
+        .with_state(notes);
+
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    println!("MCP endpoint on http://{addr}/mcp (tokens: alice-token, bob-token)");
+    println!("try:\n  curl -s http://{addr}/mcp -H 'Authorization: Bearer alice-token' \\");
+    println!("    -H 'Content-Type: application/json' -H 'MCP-Protocol-Version: 2026-07-28' \\");
+    println!("    -H 'Mcp-Method: tools/call' -H 'Mcp-Name: notes_delete' \\");
+    println!(
+        "    -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"notes_delete\",\"arguments\":{{\"title\":\"Groceries\"}},\"_meta\":{{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{{\"elicitation\":{{}}}}}}}}}}'"
+    );
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// The demo auth layer: a bearer token becomes a `Principal` in the request extensions.
+async fn authenticate(mut request: Request, next: Next) -> Response {
+    let token = request.headers().get("authorization").and_then(|v| v.to_str().ok());
+    let principal = match token {
+        Some("Bearer alice-token") => "alice",
+        Some("Bearer bob-token") => "bob",
+        _ => return (StatusCode::UNAUTHORIZED, [("www-authenticate", "Bearer")]).into_response(),
+    };
+    request.extensions_mut().insert(Principal::new(principal));
+    next.run(request).await
+}
+
+/// A bare-bones JSON-RPC handler standing in for an MCP server.
+async fn handle(
+    axum::extract::State(notes): axum::extract::State<Notes>,
+    confirmed: Option<Extension<Confirmed>>,
+    Json(msg): Json<Value>,
+) -> Response {
+    let Some(id) = msg.get("id").cloned() else { return StatusCode::ACCEPTED.into_response() };
+    let text = |s: String| json!({"resultType":"complete","content":[{"type":"text","text":s}]});
+    let result = match (msg["method"].as_str(), msg["params"]["name"].as_str()) {
+        (Some("tools/call"), Some("notes_delete")) => {
+            let note_id = msg["params"]["arguments"]["note_id"].as_str().unwrap_or_default();
+            // Refuse to act on anything the layer did not confirm.
+            match confirmed {
+                Some(Extension(c)) if c.covers("notes_delete", Some(note_id)) => {
+                    let removed = notes.lock().map(|mut n| n.remove(note_id)).ok().flatten();
+                    text(match removed {
+                        Some(title) => format!("Deleted {note_id} ({title})."),
+                        None => format!("{note_id} was already gone."),
+                    })
+                }
+                _ => text("Refused: this call was not confirmed.".to_owned()),
+            }
+        }
+        (Some("tools/call"), Some("notes_list")) => {
+            let list = notes.lock().map(|n| format!("{:?}", *n)).unwrap_or_default();
+            text(list)
+        }
+        (Some("tools/list"), _) => json!({"resultType":"complete","ttlMs":0,"cacheScope":"private","tools":[
+            {"name":"notes_list","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},
+            {"name":"notes_delete","inputSchema":{"type":"object","properties":{"title":{"type":"string"}},"required":["title"]},
+             "annotations":{"destructiveHint":true}}]}),
+        _ => {
+            let error = json!({"code":-32601,"message":"Method not found"});
+            return (StatusCode::NOT_FOUND, Json(json!({"jsonrpc":"2.0","id":id,"error":error}))).into_response();
+        }
+    };
+    Json(json!({"jsonrpc":"2.0","id":id,"result":result})).into_response()
+}
