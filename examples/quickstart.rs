@@ -10,12 +10,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use axum::Router;
 use axum::extract::{Extension, Json, Request};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::Router;
 use mcp_confirm::{
     Candidate, ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal, Refusal,
     Revalidation, ToolPolicy,
@@ -27,8 +27,12 @@ type Notes = Arc<Mutex<BTreeMap<String, String>>>;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt().with_env_filter("mcp_confirm=info").init();
-    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:3000".to_owned());
+    tracing_subscriber::fmt()
+        .with_env_filter("mcp_confirm=info")
+        .init();
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:3000".to_owned());
 
     let notes: Notes = Arc::new(Mutex::new(BTreeMap::from([
         ("note-3".to_owned(), "Groceries".to_owned()),
@@ -42,8 +46,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let policy = ToolPolicy::pick_one(move |lookup: Lookup| {
         let notes = find.clone();
         async move {
-            let title = lookup.arguments["title"].as_str().unwrap_or_default().to_owned();
-            let notes = notes.lock().map_err(|_| PolicyError::new("notes lock poisoned"))?;
+            let title = lookup.arguments["title"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let notes = notes
+                .lock()
+                .map_err(|_| PolicyError::new("notes lock poisoned"))?;
             Ok(notes
                 .iter()
                 .filter(|(_, t)| **t == title)
@@ -56,11 +65,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .choice_field("note_id")
     .select_into("note_id")
     .revalidate(move |r: Revalidation| {
-        let exists = r.chosen.as_ref().is_some_and(|id| check.lock().is_ok_and(|n| n.contains_key(id)));
-        async move { if exists { Ok(()) } else { Err(Refusal::new("note is gone")) } }
+        let exists = r
+            .chosen
+            .as_ref()
+            .is_some_and(|id| check.lock().is_ok_and(|n| n.contains_key(id)));
+        async move {
+            if exists {
+                Ok(())
+            } else {
+                Err(Refusal::new("note is gone"))
+            }
+        }
     });
 
-    eprintln!("warning: using a random signing key; instances behind one endpoint must share a key");
+    eprintln!(
+        "warning: using a random signing key; instances behind one endpoint must share a key"
+    );
     let confirm = ConfirmLayer::builder(KeyRing::random())
         .audience(format!("http://{addr}/mcp"))
         .tool("notes_delete", policy)
@@ -86,7 +106,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// The demo auth layer: a bearer token becomes a `Principal` in the request extensions.
 async fn authenticate(mut request: Request, next: Next) -> Response {
-    let token = request.headers().get("authorization").and_then(|v| v.to_str().ok());
+    let token = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok());
     let principal = match token {
         Some("Bearer alice-token") => "alice",
         Some("Bearer bob-token") => "bob",
@@ -102,11 +125,15 @@ async fn handle(
     confirmed: Option<Extension<Confirmed>>,
     Json(msg): Json<Value>,
 ) -> Response {
-    let Some(id) = msg.get("id").cloned() else { return StatusCode::ACCEPTED.into_response() };
+    let Some(id) = msg.get("id").cloned() else {
+        return StatusCode::ACCEPTED.into_response();
+    };
     let text = |s: String| json!({"resultType":"complete","content":[{"type":"text","text":s}]});
     let result = match (msg["method"].as_str(), msg["params"]["name"].as_str()) {
         (Some("tools/call"), Some("notes_delete")) => {
-            let note_id = msg["params"]["arguments"]["note_id"].as_str().unwrap_or_default();
+            let note_id = msg["params"]["arguments"]["note_id"]
+                .as_str()
+                .unwrap_or_default();
             // Refuse to act on anything the layer did not confirm.
             match confirmed {
                 Some(Extension(c)) if c.covers("notes_delete", Some(note_id)) => {
@@ -120,16 +147,25 @@ async fn handle(
             }
         }
         (Some("tools/call"), Some("notes_list")) => {
-            let list = notes.lock().map(|n| format!("{:?}", *n)).unwrap_or_default();
+            let list = notes
+                .lock()
+                .map(|n| format!("{:?}", *n))
+                .unwrap_or_default();
             text(list)
         }
-        (Some("tools/list"), _) => json!({"resultType":"complete","ttlMs":0,"cacheScope":"private","tools":[
+        (Some("tools/list"), _) => {
+            json!({"resultType":"complete","ttlMs":0,"cacheScope":"private","tools":[
             {"name":"notes_list","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},
             {"name":"notes_delete","inputSchema":{"type":"object","properties":{"title":{"type":"string"}},"required":["title"]},
-             "annotations":{"destructiveHint":true}}]}),
+             "annotations":{"destructiveHint":true}}]})
+        }
         _ => {
             let error = json!({"code":-32601,"message":"Method not found"});
-            return (StatusCode::NOT_FOUND, Json(json!({"jsonrpc":"2.0","id":id,"error":error}))).into_response();
+            return (
+                StatusCode::NOT_FOUND,
+                Json(json!({"jsonrpc":"2.0","id":id,"error":error})),
+            )
+                .into_response();
         }
     };
     Json(json!({"jsonrpc":"2.0","id":id,"result":result})).into_response()
