@@ -53,7 +53,7 @@ pub(crate) async fn decide(
     principal: Option<Principal>,
     headers: Option<Headers>,
 ) -> Decision {
-    let Some(policy) = config.tools.get(&call.tool).cloned() else {
+    let Some(policy) = config.tools.get(&call.tool).map(Arc::clone) else {
         // The parser only intercepts configured tools.
         return reply_error(&call, &RpcError::internal());
     };

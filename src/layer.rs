@@ -49,7 +49,7 @@ pub(crate) struct Config {
     pub(crate) ttl: Duration,
     pub(crate) skew: Duration,
     pub(crate) store: Arc<dyn ReplayStore>,
-    pub(crate) tools: HashMap<String, ToolPolicy>,
+    pub(crate) tools: HashMap<String, Arc<ToolPolicy>>,
     pub(crate) supported_versions: Vec<String>,
     pub(crate) principal: Arc<dyn PrincipalExtractor>,
     pub(crate) local_principal: Option<Principal>,
@@ -245,7 +245,11 @@ impl ConfirmLayerBuilder {
                 ttl: self.ttl,
                 skew: self.skew,
                 store,
-                tools: self.tools,
+                tools: self
+                    .tools
+                    .into_iter()
+                    .map(|(name, policy)| (name, Arc::new(policy)))
+                    .collect(),
                 supported_versions: self.supported_versions,
                 principal: self.principal,
                 local_principal: self.local_principal,

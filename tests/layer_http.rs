@@ -1186,3 +1186,76 @@ async fn tamper_sweep_through_the_layer_accepts_nothing() {
     assert_eq!(accepted, 0);
     assert_eq!(f.seen.count(), 0);
 }
+
+#[tokio::test]
+async fn confirm_only_policies_forward_without_a_choice() {
+    let f = fixture_with(|b| {
+        b.tool(
+            "notes_purge",
+            mcp_confirm::ToolPolicy::confirm_only().input_key("ok"),
+        )
+    });
+    let mut purge = delete_call(json!(1), "Groceries");
+    purge["params"]["name"] = json!("notes_purge");
+    let answer = send(&f.svc, post(&purge, Some("alice"))).await;
+    let state = answer.state();
+    let yes = json!({"ok":{"action":"accept","content":{"confirm":true}}});
+    let go = retry(purge.clone(), json!(2), &state, yes);
+    assert_eq!(
+        send(&f.svc, post(&go, Some("alice"))).await.result()["content"][0]["text"],
+        "done by inner"
+    );
+    let seen = f.seen.last();
+    assert!(seen.confirmed.as_ref().unwrap().covers("notes_purge", None));
+    assert_eq!(
+        seen.json()["params"]["arguments"],
+        json!({"workspaceUri": PERSONAL, "title": "Groceries"})
+    );
+}
+
+#[tokio::test]
+async fn a_full_replay_store_refuses_with_a_retryable_error_and_runs_nothing() {
+    let notes = Notes::seeded();
+    let clock = mcp_confirm::clock::ManualClock::new(now());
+    let store = mcp_confirm::MemoryReplayStore::with_clock(1, clock.clone());
+    let layer = base_builder(&notes, &clock, &store).build();
+    let seen = Recorder::default();
+    let svc = tower::Layer::layer(&layer, recording_inner(&seen));
+    let f = Fixture {
+        svc,
+        seen,
+        notes,
+        clock,
+        store,
+    };
+    let first = challenge(&f).await;
+    let second = challenge(&f).await;
+    let go = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &first,
+        accept("note-7"),
+    );
+    send(&f.svc, post(&go, Some("alice"))).await;
+    assert_eq!(f.seen.count(), 1);
+    // The one slot holds a live (consumed) entry: the next claim is refused, not evicted into.
+    let go = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(3),
+        &second,
+        accept("note-3"),
+    );
+    let answer = send(&f.svc, post(&go, Some("alice"))).await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(answer.error()["code"], -31002);
+    assert_eq!(answer.error()["data"]["retryable"], true);
+    assert_eq!(f.seen.count(), 1);
+    // And the first state is still refused.
+    let replay = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(4),
+        &first,
+        accept("note-7"),
+    );
+    assert_frozen_state_error(&send(&f.svc, post(&replay, Some("alice"))).await);
+}
