@@ -37,28 +37,12 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
 }
 
 impl Events {
-    fn decisions(&self) -> Vec<String> {
-        self.0
-            .lock()
-            .unwrap()
+    /// The value of `name` in every event that has it.
+    fn field(&self, name: &str) -> Vec<String> {
+        let events = self.0.lock().unwrap();
+        events
             .iter()
-            .filter_map(|e| {
-                e.iter()
-                    .find(|(k, _)| k == "decision")
-                    .map(|(_, v)| v.clone())
-            })
-            .collect()
-    }
-    fn reasons(&self) -> Vec<String> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|e| {
-                e.iter()
-                    .find(|(k, _)| k == "reason")
-                    .map(|(_, v)| v.clone())
-            })
+            .filter_map(|e| e.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
             .collect()
     }
 }
@@ -107,7 +91,7 @@ async fn every_decision_is_an_audit_event_without_secrets() {
     .await;
 
     assert_eq!(
-        events.decisions(),
+        events.field("decision"),
         [
             "challenged",
             "cancelled",
@@ -121,7 +105,7 @@ async fn every_decision_is_an_audit_event_without_secrets() {
             "declined"
         ]
     );
-    let reasons = events.reasons();
+    let reasons = events.field("reason");
     assert!(
         reasons
             .iter()

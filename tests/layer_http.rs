@@ -1037,41 +1037,22 @@ async fn unknown_and_removed_keys_are_refused_and_old_keys_verify_during_rotatio
     let old = fixture();
     let state = challenge(&old).await;
     // Rotation phase 2: the new key signs, the old one still verifies.
-    let both = {
-        let notes = Notes::seeded();
-        let clock = mcp_confirm::clock::ManualClock::new(now());
-        let store = mcp_confirm::MemoryReplayStore::new();
-        let layer = mcp_confirm::ConfirmLayer::builder(
-            KeyRing::new([("k2", [0x22; 32]), ("k1", KEY)]).unwrap(),
-        )
-        .audience("notes.example")
-        .clock(clock)
-        .replay_store(store)
-        .tool("notes_delete", delete_policy(&notes))
-        .build();
-        let seen = Recorder::default();
-        (tower::Layer::layer(&layer, recording_inner(&seen)), seen)
-    };
+    let both = fixture_from(
+        KeyRing::new([("k2", [0x22; 32]), ("k1", KEY)]).unwrap(),
+        100,
+        |b| b,
+    );
     let call = retry(
         delete_call(json!(1), "Groceries"),
         json!(2),
         &state,
         accept("note-7"),
     );
-    let answer = send(&both.0, post(&call, Some("alice"))).await;
+    let answer = send(&both.svc, post(&call, Some("alice"))).await;
     assert_eq!(answer.result()["content"][0]["text"], "done by inner");
-    assert_eq!(both.1.count(), 1);
+    assert_eq!(both.seen.count(), 1);
     // Phase 3: the old key is gone.
-    let new_only = {
-        let notes = Notes::seeded();
-        let layer = mcp_confirm::ConfirmLayer::builder(KeyRing::single("k2", [0x22; 32]).unwrap())
-            .audience("notes.example")
-            .clock(mcp_confirm::clock::ManualClock::new(now()))
-            .tool("notes_delete", delete_policy(&notes))
-            .build();
-        let seen = Recorder::default();
-        (tower::Layer::layer(&layer, recording_inner(&seen)), seen)
-    };
+    let new_only = fixture_from(KeyRing::single("k2", [0x22; 32]).unwrap(), 100, |b| b);
     let state = challenge(&old).await;
     let call = retry(
         delete_call(json!(1), "Groceries"),
@@ -1079,8 +1060,8 @@ async fn unknown_and_removed_keys_are_refused_and_old_keys_verify_during_rotatio
         &state,
         accept("note-7"),
     );
-    assert_frozen_state_error(&send(&new_only.0, post(&call, Some("alice"))).await);
-    assert_eq!(new_only.1.count(), 0);
+    assert_frozen_state_error(&send(&new_only.svc, post(&call, Some("alice"))).await);
+    assert_eq!(new_only.seen.count(), 0);
 }
 
 #[tokio::test]
@@ -1215,19 +1196,7 @@ async fn confirm_only_policies_forward_without_a_choice() {
 
 #[tokio::test]
 async fn a_full_replay_store_refuses_with_a_retryable_error_and_runs_nothing() {
-    let notes = Notes::seeded();
-    let clock = mcp_confirm::clock::ManualClock::new(now());
-    let store = mcp_confirm::MemoryReplayStore::with_clock(1, clock.clone());
-    let layer = base_builder(&notes, &clock, &store).build();
-    let seen = Recorder::default();
-    let svc = tower::Layer::layer(&layer, recording_inner(&seen));
-    let f = Fixture {
-        svc,
-        seen,
-        notes,
-        clock,
-        store,
-    };
+    let f = fixture_from(KeyRing::single("k1", KEY).unwrap(), 1, |b| b);
     let first = challenge(&f).await;
     let second = challenge(&f).await;
     let go = retry(

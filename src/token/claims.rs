@@ -240,7 +240,7 @@ fn hash_value(h: &mut Sha256, value: &Value) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 

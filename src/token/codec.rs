@@ -99,24 +99,9 @@ fn tag(key: &RingKey, body: &[u8]) -> [u8; TAG_LEN] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Nonce;
-    use crate::token::claims::Phase;
 
     fn claims() -> Claims {
-        Claims {
-            phase: Phase::Confirm,
-            issued_at: 1_700_000_000,
-            expires_at: 1_700_000_300,
-            nonce: Nonce::from_bytes([9; 16]),
-            audience: [1; 16],
-            principal: [2; 16],
-            method: [3; 16],
-            tool: [4; 16],
-            input_key: [5; 16],
-            request_id: [6; 16],
-            arguments: [8; 32],
-            candidates: vec!["note-3".into(), "note-7".into(), "note-14".into()],
-        }
+        crate::token::claims::tests::sample()
     }
 
     fn ring() -> KeyRing {

@@ -201,7 +201,16 @@ pub fn base_builder(
     clock: &ManualClock,
     store: &MemoryReplayStore,
 ) -> ConfirmLayerBuilder {
-    ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+    keyed_builder(KeyRing::single("k1", KEY).unwrap(), notes, clock, store)
+}
+
+fn keyed_builder(
+    keys: KeyRing,
+    notes: &Notes,
+    clock: &ManualClock,
+    store: &MemoryReplayStore,
+) -> ConfirmLayerBuilder {
+    ConfirmLayer::builder(keys)
         .audience("notes.example")
         .ttl(Duration::from_secs(300))
         .clock(clock.clone())
@@ -221,10 +230,19 @@ pub fn fixture() -> Fixture {
 }
 
 pub fn fixture_with(customize: impl FnOnce(ConfirmLayerBuilder) -> ConfirmLayerBuilder) -> Fixture {
+    fixture_from(KeyRing::single("k1", KEY).unwrap(), 10_000, customize)
+}
+
+/// A fixture signing with `keys` over a memory store of `capacity` entries.
+pub fn fixture_from(
+    keys: KeyRing,
+    capacity: usize,
+    customize: impl FnOnce(ConfirmLayerBuilder) -> ConfirmLayerBuilder,
+) -> Fixture {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
-    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let layer = customize(base_builder(&notes, &clock, &store)).build();
+    let store = MemoryReplayStore::with_clock(capacity, clock.clone());
+    let layer = customize(keyed_builder(keys, &notes, &clock, &store)).build();
     let seen = Recorder::default();
     Fixture {
         svc: layer.layer(recording_inner(&seen)),
