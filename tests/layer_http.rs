@@ -1140,32 +1140,47 @@ async fn tampered_and_malformed_states_are_refused() {
 async fn tamper_sweep_through_the_layer_accepts_nothing() {
     let f = fixture();
     let state = challenge(&f).await;
-    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.";
-    let mut accepted = 0;
+    let attempt = |forged: String| {
+        let call = retry(
+            delete_call(json!(1), "Groceries"),
+            json!(2),
+            &forged,
+            accept("note-7"),
+        );
+        let svc = f.svc.clone();
+        async move { send(&svc, post(&call, Some("alice"))).await }
+    };
+    let (mut tried, mut accepted) = (0usize, 0usize);
+    // Every printable ASCII substitution at every position (JSON escaping is the builder's job)...
     for i in 0..state.len() {
-        // Three substitutions per position keep the sweep quick; the codec test covers all 256.
-        for &b in alphabet
-            .iter()
-            .filter(|&&b| b != state.as_bytes()[i])
-            .take(3)
-        {
+        for b in (0x20u8..0x7f).filter(|&b| b != state.as_bytes()[i]) {
             let mut forged = state.clone().into_bytes();
             forged[i] = b;
-            let forged = String::from_utf8(forged).unwrap();
-            let call = retry(
-                delete_call(json!(1), "Groceries"),
-                json!(2),
-                &forged,
-                accept("note-7"),
-            );
-            let answer = send(&f.svc, post(&call, Some("alice"))).await;
+            tried += 1;
+            let answer = attempt(String::from_utf8(forged).unwrap()).await;
             if answer.json().get("error").is_none() {
                 accepted += 1;
             }
         }
     }
+    // ...and every truncation.
+    for n in 0..state.len() {
+        tried += 1;
+        if attempt(state[..n].to_owned())
+            .await
+            .json()
+            .get("error")
+            .is_none()
+        {
+            accepted += 1;
+        }
+    }
+    assert!(tried > 25_000, "{tried}");
     assert_eq!(accepted, 0);
     assert_eq!(f.seen.count(), 0);
+    // Forgeries claim nothing: the genuine state still works.
+    let answer = attempt(state).await;
+    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
 }
 
 #[tokio::test]
@@ -1227,4 +1242,94 @@ async fn a_full_replay_store_refuses_with_a_retryable_error_and_runs_nothing() {
         accept("note-7"),
     );
     assert_frozen_state_error(&send(&f.svc, post(&replay, Some("alice"))).await);
+}
+
+async fn nonce_state(f: &Fixture) -> mcp_confirm::Claim {
+    use mcp_confirm::ReplayStore;
+    let nonce = f.seen.last().confirmed.expect("confirmed").nonce;
+    let far = now() + Duration::from_secs(3_600);
+    f.store
+        .claim(nonce, mcp_confirm::Owner::random(), far)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_nonce_is_consumed_when_the_response_ends() {
+    let f = fixture();
+    let state = challenge(&f).await;
+    let go = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
+    send(&f.svc, post(&go, Some("alice"))).await;
+    assert_eq!(nonce_state(&f).await, mcp_confirm::Claim::Consumed);
+}
+
+#[tokio::test]
+async fn the_nonce_is_consumed_when_the_response_is_dropped_unread() {
+    use tower::ServiceExt;
+    let f = fixture();
+    let state = challenge(&f).await;
+    let go = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
+    let response = f
+        .svc
+        .clone()
+        .oneshot(post(&go, Some("alice")))
+        .await
+        .unwrap();
+    drop(response);
+    assert_eq!(nonce_state(&f).await, mcp_confirm::Claim::Consumed);
+}
+
+#[tokio::test]
+async fn the_nonce_is_consumed_when_the_call_is_abandoned_mid_flight() {
+    use mcp_confirm::{Claim, Owner, ReplayStore};
+    use std::sync::{Arc, Mutex};
+    use tower::{Layer, ServiceExt};
+
+    let f = fixture();
+    // An inner service that takes the call and never answers (the client will disconnect).
+    let nonce = Arc::new(Mutex::new(None));
+    let slot = nonce.clone();
+    let inner = tower::service_fn(
+        move |req: http::Request<mcp_confirm::http::RequestBody<http_body_util::Full<Bytes>>>| {
+            *slot.lock().unwrap() = req
+                .extensions()
+                .get::<mcp_confirm::Confirmed>()
+                .map(|c| c.nonce);
+            std::future::pending::<
+                Result<http::Response<http_body_util::Full<Bytes>>, std::convert::Infallible>,
+            >()
+        },
+    );
+    let layer = base_builder(&f.notes, &f.clock, &f.store).build();
+    let svc = layer.layer(inner);
+    let state = challenge(&f).await;
+    let go = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
+    let call = svc.oneshot(post(&go, Some("alice")));
+    // The call reaches the inner service and hangs there; then the client gives up.
+    let abandoned = tokio::time::timeout(Duration::from_millis(50), call).await;
+    assert!(abandoned.is_err());
+    let nonce = nonce
+        .lock()
+        .unwrap()
+        .expect("the inner service got the confirmed call");
+    let far = now() + Duration::from_secs(3_600);
+    assert_eq!(
+        f.store.claim(nonce, Owner::random(), far).await.unwrap(),
+        Claim::Consumed
+    );
 }
