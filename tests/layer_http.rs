@@ -608,11 +608,17 @@ async fn a_retry_while_the_first_is_in_flight_is_refused() {
     let rx = std::sync::Arc::new(tokio::sync::Mutex::new(Some(rx)));
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = calls.clone();
+    let nonce = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let slot = nonce.clone();
     // The inner answers with a body that stays open until the test says so.
     let inner = tower::service_fn(
-        move |_req: http::Request<mcp_confirm::http::RequestBody<http_body_util::Full<Bytes>>>| {
+        move |req: http::Request<mcp_confirm::http::RequestBody<http_body_util::Full<Bytes>>>| {
             let rx = rx.clone();
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            *slot.lock().unwrap() = req
+                .extensions()
+                .get::<mcp_confirm::Confirmed>()
+                .map(|c| c.nonce);
             async move {
                 let rx = rx.lock().await.take();
                 let body = OnceAfter { rx, sent: false };
@@ -651,8 +657,25 @@ async fn a_retry_while_the_first_is_in_flight_is_refused() {
     let refused: Value =
         serde_json::from_slice(&refused.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(refused["error"]["data"]["reason"], "invalid_request_state");
+    // The claim is held, not yet consumed, while the response streams...
+    let nonce = nonce
+        .lock()
+        .unwrap()
+        .expect("confirmed call reached the inner service");
+    let far = now() + Duration::from_secs(3_600);
+    let owner = mcp_confirm::Owner::random();
+    use mcp_confirm::ReplayStore;
+    assert_eq!(
+        store.claim(nonce, owner, far).await.unwrap(),
+        mcp_confirm::Claim::InFlight
+    );
     tx.send(()).unwrap();
     let _ = open_response.into_body().collect().await.unwrap();
+    // ...and consumed once it has ended.
+    assert_eq!(
+        store.claim(nonce, owner, far).await.unwrap(),
+        mcp_confirm::Claim::Consumed
+    );
     let after = retry(
         delete_call(json!(1), "Groceries"),
         json!(4),
@@ -1332,4 +1355,21 @@ async fn the_nonce_is_consumed_when_the_call_is_abandoned_mid_flight() {
         f.store.claim(nonce, Owner::random(), far).await.unwrap(),
         Claim::Consumed
     );
+}
+
+#[tokio::test]
+async fn a_state_issued_for_another_input_key_is_refused() {
+    let f = fixture();
+    let state = challenge(&f).await;
+    let other = fixture_with(|b| {
+        b.tool(
+            "notes_delete",
+            delete_policy(&Notes::seeded()).input_key("other_choice"),
+        )
+    });
+    let answer =
+        json!({"other_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true}}});
+    let call = retry(delete_call(json!(1), "Groceries"), json!(2), &state, answer);
+    assert_frozen_state_error(&send(&other.svc, post(&call, Some("alice"))).await);
+    assert_eq!(other.seen.count(), 0);
 }

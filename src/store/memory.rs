@@ -47,6 +47,13 @@ enum State {
     Consumed,
 }
 
+impl Entry {
+    /// How a claim of an unexpired entry is answered; `None` once it has expired.
+    fn live(&self, now: SystemTime) -> Option<Claim> {
+        (self.expires_at > now).then_some(self.state.into())
+    }
+}
+
 impl From<State> for Claim {
     fn from(state: State) -> Self {
         match state {
@@ -118,10 +125,9 @@ impl MemoryReplayStore {
     ) -> Result<Claim, StoreError> {
         let inner = &*self.inner;
         let now = inner.clock.now();
-        if let Some(held) = inner.entries.get(&nonce).map(|e| *e)
-            && held.expires_at > now
-        {
-            return Ok(held.state.into());
+        // Fast path for replays: no slot needed to turn away a live entry.
+        if let Some(answer) = inner.entries.get(&nonce).and_then(|held| held.live(now)) {
+            return Ok(answer);
         }
         // Reserve a slot before touching the map: pruning takes every shard lock, so it must not run
         // while this thread holds an entry.
@@ -139,9 +145,8 @@ impl MemoryReplayStore {
             }
             MapEntry::Occupied(mut slot) => {
                 inner.len.fetch_sub(1, Ordering::AcqRel);
-                let held = *slot.get();
-                if held.expires_at > now {
-                    return Ok(held.state.into());
+                if let Some(answer) = slot.get().live(now) {
+                    return Ok(answer);
                 }
                 // Expired: its token no longer verifies, so reusing the slot reopens nothing.
                 slot.insert(fresh);
