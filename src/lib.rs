@@ -90,6 +90,7 @@ mod policy;
 mod principal;
 mod protocol;
 pub mod rpc;
+pub mod scope;
 mod service;
 pub mod store;
 pub mod token;
