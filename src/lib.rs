@@ -83,6 +83,7 @@ mod confirmed;
 mod driver;
 mod engine;
 mod form;
+pub mod guard;
 pub mod http;
 mod layer;
 mod message;
