@@ -155,7 +155,7 @@ impl NotesStore {
     }
 
     fn seed(&self) -> Result<(), NotesError> {
-        let seed: [(&str, &[(&str, &str, &str)]); 2] = [
+        let seed: [(&str, &[SeedNote]); 2] = [
             (
                 "personal",
                 &[
@@ -203,6 +203,9 @@ impl NotesStore {
         Ok(())
     }
 }
+
+/// `(id, title, body)` of a seeded note.
+type SeedNote = (&'static str, &'static str, &'static str);
 
 fn read_note(dir: &ScopedDir, id: &str) -> Result<Note, NotesError> {
     let text = dir

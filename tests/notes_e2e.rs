@@ -1,0 +1,463 @@
+//! End to end: the notes server (rmcp behind ConfirmLayer) on 127.0.0.1 over real HTTP, driven by
+//! the rmcp client one round at a time, with the note files checked on disk.
+
+#[path = "../examples/notes_server/app.rs"]
+#[allow(dead_code)]
+mod app;
+#[path = "../examples/notes_server/notes.rs"]
+#[allow(dead_code)]
+mod notes;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mcp_confirm::KeyRing;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation,
+    JsonObject, ProtocolVersion,
+};
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt};
+use serde_json::{Value, json};
+
+/// A running server on its own data directory.
+struct Server {
+    url: String,
+    dir: TempDir,
+    store: Arc<notes::NotesStore>,
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Server {
+    async fn start() -> Self {
+        Self::start_with(false).await
+    }
+
+    async fn start_with(without_confirmation: bool) -> Self {
+        let base = std::env::temp_dir().join(format!(
+            "mcp-confirm-e2e-{}",
+            mcp_confirm::Nonce::random().to_hex()
+        ));
+        let data = base.join("data");
+        let store = Arc::new(notes::NotesStore::open(&data).unwrap());
+        let options = app::Options {
+            keys: KeyRing::single("k1", [0x5a; 32]).unwrap(),
+            audience: "notes-e2e".into(),
+            replay_store: None,
+            without_confirmation,
+        };
+        let router = app::app(Arc::clone(&store), options);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Self {
+            url,
+            dir: TempDir(base),
+            store,
+        }
+    }
+
+    fn workspace(&self, name: &str) -> String {
+        self.store.workspace_uri(name)
+    }
+
+    fn note_path(&self, workspace: &str, id: &str) -> PathBuf {
+        self.store
+            .root_path()
+            .join(workspace)
+            .join(format!("{id}.md"))
+    }
+
+    fn notes_in(&self, workspace: &str) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.store.root_path().join(workspace))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn base(&self) -> &Path {
+        &self.dir.0
+    }
+}
+
+#[derive(Clone)]
+struct TestClient {
+    capabilities: ClientCapabilities,
+}
+
+impl ClientHandler for TestClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            self.capabilities.clone(),
+            Implementation::new("e2e-client", "1.0.0"),
+        )
+    }
+}
+
+type Client = RunningService<RoleClient, TestClient>;
+
+async fn connect(server: &Server, token: &str, capabilities: Value) -> Client {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(server.url.clone()).auth_header(token),
+    );
+    let capabilities = serde_json::from_value(capabilities).unwrap();
+    TestClient { capabilities }
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("connect")
+}
+
+async fn form_client(server: &Server, token: &str) -> Client {
+    connect(server, token, json!({"elicitation":{"form":{}}})).await
+}
+
+fn args(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+fn delete_args(server: &Server, title: &str) -> JsonObject {
+    args(json!({"workspaceUri": server.workspace("personal"), "title": title}))
+}
+
+/// One raw round; the result (complete or input_required) or the JSON-RPC error, as JSON.
+async fn round(client: &Client, params: CallToolRequestParams) -> Result<Value, (i32, Value)> {
+    match client.call_tool_once(params).await {
+        Ok(CallToolResponse::Complete(result)) => Ok(serde_json::to_value(result).unwrap()),
+        Ok(CallToolResponse::InputRequired(result)) => Ok(serde_json::to_value(result).unwrap()),
+        Ok(other) => panic!("unexpected response {other:?}"),
+        Err(ServiceError::McpError(e)) => Err((e.code.0, e.data.unwrap_or(Value::Null))),
+        Err(e) => panic!("transport error {e}"),
+    }
+}
+
+/// First round of `notes_delete`; returns the state and the ids offered.
+async fn challenge(client: &Client, server: &Server, title: &str) -> (String, Vec<String>) {
+    let first = round(
+        client,
+        CallToolRequestParams::new("notes_delete").with_arguments(delete_args(server, title)),
+    )
+    .await
+    .expect("input_required");
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    let schema = &first["inputRequests"]["delete_choice"]["params"]["requestedSchema"];
+    let ids = schema["properties"]["note_id"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["const"].as_str().unwrap().to_owned())
+        .collect();
+    (first["requestState"].as_str().unwrap().to_owned(), ids)
+}
+
+fn answer(state: &str, server: &Server, title: &str, response: Value) -> CallToolRequestParams {
+    let responses = serde_json::from_value(json!({ "delete_choice": response })).unwrap();
+    CallToolRequestParams::new("notes_delete")
+        .with_arguments(delete_args(server, title))
+        .with_request_state(state)
+        .with_input_responses(responses)
+}
+
+fn accept(id: &str) -> Value {
+    json!({"action":"accept","content":{"note_id": id, "confirm": true}})
+}
+
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+const ALL_PERSONAL: [&str; 5] = [
+    "note-1.md",
+    "note-14.md",
+    "note-2.md",
+    "note-3.md",
+    "note-7.md",
+];
+
+#[tokio::test]
+async fn three_groceries_pick_note_7_confirm_only_note_7_is_gone() {
+    let server = Server::start().await;
+    let alice = form_client(&server, "alice-token").await;
+    let (state, ids) = challenge(&alice, &server, "Groceries").await;
+    assert_eq!(ids, ["note-3", "note-7", "note-14"]);
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+    let done = round(
+        &alice,
+        answer(&state, &server, "Groceries", accept("note-7")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done["isError"], false, "{done}");
+    assert!(text(&done).contains("Deleted note-7"), "{done}");
+    assert_eq!(
+        server.notes_in("personal"),
+        ["note-1.md", "note-14.md", "note-2.md", "note-3.md"]
+    );
+    assert_eq!(server.notes_in("team"), ["note-5.md", "note-8.md"]);
+}
+
+#[tokio::test]
+async fn replay_after_success_is_refused() {
+    let server = Server::start().await;
+    let alice = form_client(&server, "alice-token").await;
+    let (state, _) = challenge(&alice, &server, "Groceries").await;
+    round(
+        &alice,
+        answer(&state, &server, "Groceries", accept("note-7")),
+    )
+    .await
+    .unwrap();
+    let (code, data) = round(
+        &alice,
+        answer(&state, &server, "Groceries", accept("note-3")),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        (code, data["reason"].clone()),
+        (-32602, json!("invalid_request_state"))
+    );
+    assert!(server.note_path("personal", "note-3").exists());
+}
+
+#[tokio::test]
+async fn decline_deletes_nothing_and_the_state_can_no_longer_be_accepted() {
+    let server = Server::start().await;
+    let alice = form_client(&server, "alice-token").await;
+    let (state, _) = challenge(&alice, &server, "Groceries").await;
+    let declined = round(
+        &alice,
+        answer(&state, &server, "Groceries", json!({"action":"decline"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(declined["resultType"], "complete");
+    assert_eq!(declined["isError"], false);
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+    let (code, _) = round(
+        &alice,
+        answer(&state, &server, "Groceries", accept("note-7")),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(code, -32602);
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+}
+
+#[tokio::test]
+async fn cancel_deletes_nothing_and_the_same_state_accepted_later_deletes_the_chosen_note() {
+    let server = Server::start().await;
+    let alice = form_client(&server, "alice-token").await;
+    let (state, _) = challenge(&alice, &server, "Groceries").await;
+    let cancelled = round(
+        &alice,
+        answer(&state, &server, "Groceries", json!({"action":"cancel"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(cancelled["resultType"], "complete");
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+    let done = round(
+        &alice,
+        answer(&state, &server, "Groceries", accept("note-14")),
+    )
+    .await
+    .unwrap();
+    assert!(text(&done).contains("Deleted note-14"), "{done}");
+    assert!(!server.note_path("personal", "note-14").exists());
+    assert_eq!(server.notes_in("personal").len(), 4);
+}
+
+#[tokio::test]
+async fn url_only_client_gets_32021() {
+    let server = Server::start().await;
+    let client = connect(&server, "alice-token", json!({"elicitation":{"url":{}}})).await;
+    let params = CallToolRequestParams::new("notes_delete")
+        .with_arguments(delete_args(&server, "Groceries"));
+    let (code, data) = round(&client, params).await.unwrap_err();
+    assert_eq!(code, -32021);
+    assert_eq!(
+        data,
+        json!({"requiredCapabilities":{"elicitation":{"form":{}}}})
+    );
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+}
+
+#[tokio::test]
+async fn bob_replaying_alices_state_is_refused() {
+    let server = Server::start().await;
+    let alice = form_client(&server, "alice-token").await;
+    let bob = form_client(&server, "bob-token").await;
+    let (state, _) = challenge(&alice, &server, "Groceries").await;
+    let (code, data) = round(&bob, answer(&state, &server, "Groceries", accept("note-7")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (code, data["reason"].clone()),
+        (-32602, json!("invalid_request_state"))
+    );
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+    // Bob cannot even see alice's notes to be asked about them.
+    let first = round(
+        &bob,
+        CallToolRequestParams::new("notes_delete")
+            .with_arguments(delete_args(&server, "Groceries")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first["isError"], true);
+}
+
+#[tokio::test]
+async fn a_changed_title_is_refused() {
+    let server = Server::start().await;
+    let alice = form_client(&server, "alice-token").await;
+    let (state, _) = challenge(&alice, &server, "Groceries").await;
+    let (code, _) = round(
+        &alice,
+        answer(&state, &server, "Taxes 2026", accept("note-1")),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(code, -32602);
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+}
+
+#[tokio::test]
+async fn a_note_replaced_by_a_symlink_after_the_form_was_shown_is_refused() {
+    let server = Server::start().await;
+    let outside = server.base().join("outside.md");
+    std::fs::write(
+        &outside,
+        "Groceries\nnot a note: a file outside the workspace",
+    )
+    .unwrap();
+    let alice = form_client(&server, "alice-token").await;
+    let (state, _) = challenge(&alice, &server, "Groceries").await;
+    let note = server.note_path("personal", "note-7");
+    std::fs::remove_file(&note).unwrap();
+    std::os::unix::fs::symlink(&outside, &note).unwrap();
+    let refused = round(
+        &alice,
+        answer(&state, &server, "Groceries", accept("note-7")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert_eq!(refused["_meta"]["io.github.mcp-confirm/outcome"], "revoked");
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "Groceries\nnot a note: a file outside the workspace"
+    );
+    assert!(
+        std::fs::symlink_metadata(&note)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+}
+
+#[tokio::test]
+async fn dot_dot_and_sibling_prefix_workspace_uris_are_refused() {
+    let server = Server::start().await;
+    let root = server.store.root_path().to_owned();
+    // A sibling whose name merely starts with the data directory's, holding a "Groceries" note.
+    let sibling = root.with_file_name(format!(
+        "{}-evil",
+        root.file_name().unwrap().to_str().unwrap()
+    ));
+    std::fs::create_dir_all(sibling.join("personal")).unwrap();
+    std::fs::write(sibling.join("personal/note-3.md"), "Groceries\nevil").unwrap();
+    std::fs::write(root.with_file_name("note-3.md"), "Groceries\nabove").unwrap();
+    let alice = form_client(&server, "alice-token").await;
+    for uri in [
+        format!("file://{}/personal", sibling.display()),
+        format!("file://{}-evil", root.display()),
+        format!("file://{}/personal/..", root.display()),
+        format!("file://{}/..", root.display()),
+        format!(
+            "file://{}/personal/../../{}-evil/personal",
+            root.display(),
+            root.file_name().unwrap().to_str().unwrap()
+        ),
+        format!("file://{}/personal/%2e%2e/%2e%2e", root.display()),
+        format!("file://{}/personal%2fnote-3.md", root.display()),
+        format!("file://evil.example{}/personal", root.display()),
+    ] {
+        let params = CallToolRequestParams::new("notes_delete")
+            .with_arguments(args(json!({"workspaceUri": uri, "title": "Groceries"})));
+        let result = round(&alice, params).await.unwrap();
+        assert_eq!(result["resultType"], "complete", "{uri}: {result}");
+        assert_eq!(result["isError"], true, "{uri}");
+        assert!(result.get("requestState").is_none());
+    }
+    assert!(sibling.join("personal/note-3.md").exists());
+    assert!(root.with_file_name("note-3.md").exists());
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+}
+
+#[tokio::test]
+async fn list_and_create_pass_through_the_layer() {
+    let server = Server::start().await;
+    let alice = form_client(&server, "alice-token").await;
+    let created = round(
+        &alice,
+        CallToolRequestParams::new("notes_create").with_arguments(args(
+            json!({"workspaceUri": server.workspace("team"), "title": "Lunch", "body": "Friday"}),
+        )),
+    )
+    .await
+    .unwrap();
+    assert_eq!(text(&created), "Created note-9.");
+    let listed = round(
+        &alice,
+        CallToolRequestParams::new("notes_list")
+            .with_arguments(args(json!({"workspaceUri": server.workspace("team")}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        text(&listed),
+        "note-5: Sprint plan\nnote-8: Retro notes\nnote-9: Lunch"
+    );
+    let tools = alice.list_all_tools().await.unwrap();
+    let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(names, ["notes_list", "notes_create", "notes_delete"]);
+}
+
+#[tokio::test]
+async fn the_delete_handler_refuses_to_act_without_the_layers_confirmation() {
+    // The same server with the layer left out: a route that bypasses the layer fails closed.
+    let server = Server::start_with(true).await;
+    let alice = form_client(&server, "alice-token").await;
+    let mut arguments = delete_args(&server, "Groceries");
+    arguments.insert("note_id".into(), json!("note-7"));
+    let result = round(
+        &alice,
+        CallToolRequestParams::new("notes_delete").with_arguments(arguments),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(text(&result).contains("only after the user confirms"));
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+}
