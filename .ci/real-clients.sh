@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The official TypeScript and Python MCP clients run accept, decline and cancel against the notes
+# server; after each run the note files on disk are checked. Installs both clients under target/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+work="$root/target/ci-clients"
+mkdir -p "$work"
+
+if [ ! -d "$work/ts/node_modules/@modelcontextprotocol/client" ]; then
+  mkdir -p "$work/ts"
+  (cd "$work/ts" && npm init -y >/dev/null && npm install --no-audit --no-fund @modelcontextprotocol/client@2.4.0 >/dev/null)
+fi
+cp .ci/clients/mrtr-client.mjs "$work/ts/"
+if [ ! -x "$work/venv/bin/python" ] || ! "$work/venv/bin/python" -c 'import mcp' 2>/dev/null; then
+  python3 -m venv "$work/venv"
+  "$work/venv/bin/pip" install -q mcp==2.3.0
+fi
+
+cargo build -q --example notes_server
+server_bin="$root/target/debug/examples/notes_server"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+run_client() { # client action -> prints the client's JSON line
+  local client=$1 action=$2 url=$3 ws=$4
+  local args="{\"workspaceUri\":\"$ws\",\"title\":\"Groceries\"}"
+  case $client in
+    ts) node "$work/ts/mrtr-client.mjs" "$url" alice-token notes_delete "$args" "$action" 1 ;;
+    py) "$work/venv/bin/python" .ci/clients/mrtr_client.py "$url" alice-token notes_delete "$args" "$action" 1 ;;
+  esac
+}
+
+failures=0
+for client in ts py; do
+  for action in accept decline cancel; do
+    data=$(mktemp -d)
+    port=$(free_port)
+    "$server_bin" --addr "127.0.0.1:$port" --data-dir "$data/notes" >"$data/server.log" 2>&1 &
+    server=$!
+    for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$port/mcp" && break; sleep 0.1; done
+    ws="file://$(cd "$data/notes" && pwd -P)/personal"
+    before=$(ls "$data/notes/personal" | sort | tr '\n' ' ')
+    out=$(run_client "$client" "$action" "http://127.0.0.1:$port/mcp" "$ws" || true)
+    after=$(ls "$data/notes/personal" | sort | tr '\n' ' ')
+    kill $server 2>/dev/null || true
+    wait $server 2>/dev/null || true
+    verdict=$(python3 - "$action" "$before" "$after" "$out" <<'PY'
+import json, sys
+action, before, after, out = sys.argv[1], set(sys.argv[2].split()), set(sys.argv[3].split()), sys.argv[4]
+try:
+    line = json.loads(out.strip().splitlines()[-1])
+except Exception:
+    print(f"FAIL no result: {out!r}"); sys.exit()
+if "error" in line:
+    print(f"FAIL client error: {line['error']}"); sys.exit()
+gone = before - after
+if action == "accept":
+    ok = gone == {f"{line['chosen']}.md"} and not line["isError"] and "Deleted" in line["text"]
+else:
+    ok = not gone and not line["isError"] and "nothing was changed" in line["text"]
+print(("ok" if ok else "FAIL") + f" gone={sorted(gone)} result={line['text']!r}")
+PY
+)
+    echo "$client $action: $verdict"
+    case $verdict in ok*) ;; *) failures=$((failures + 1)); cat "$data/server.log" ;; esac
+    rm -rf "$data"
+  done
+done
+[ "$failures" -eq 0 ] || { echo "real clients: $failures failure(s)"; exit 1; }
+echo "real clients: all 6 runs as expected"
