@@ -461,3 +461,158 @@ async fn the_delete_handler_refuses_to_act_without_the_layers_confirmation() {
     assert!(text(&result).contains("only after the user confirms"));
     assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
 }
+
+// ---------------------------------------------------------------------------------------------
+// What rmcp does on the wire must stay true with the layer (and the guards) in front.
+
+async fn raw(
+    server: &Server,
+    method: &str,
+    body: Value,
+    headers: &[(&str, &str)],
+) -> (u16, http::HeaderMap, Value) {
+    let http = reqwest::Client::new();
+    let mut req = http
+        .request(method.parse().unwrap(), &server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28");
+    if !headers.iter().any(|(k, _)| *k == "authorization") {
+        req = req.header("authorization", "Bearer alice-token");
+    }
+    if let Some(m) = body["method"].as_str() {
+        req = req.header("mcp-method", m);
+    }
+    if let Some(n) = body["params"]["name"].as_str() {
+        req = req.header("mcp-name", n);
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    if method == "POST" {
+        req = req.body(body.to_string());
+    }
+    let response = req.send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        headers,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}})
+}
+
+#[tokio::test]
+async fn discover_and_tools_list_keep_their_cache_hints() {
+    let server = Server::start().await;
+    let (status, _, discover) = raw(
+        &server,
+        "POST",
+        json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":meta()}}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let result = &discover["result"];
+    assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+    assert!(
+        result["ttlMs"].is_u64() && result["cacheScope"].is_string(),
+        "{result}"
+    );
+    assert!(result["capabilities"]["tools"].is_object());
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "mcp-confirm-notes"
+    );
+    let list = json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":meta()}});
+    let (status, _, first) = raw(&server, "POST", list.clone(), &[]).await;
+    let (_, _, second) = raw(&server, "POST", list, &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(first, second, "tools/list is deterministic");
+    let result = &first["result"];
+    assert!(
+        result["ttlMs"].is_u64() && result["cacheScope"].is_string(),
+        "{result}"
+    );
+    for tool in result["tools"].as_array().unwrap() {
+        assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
+    }
+    let delete = &result["tools"][2];
+    assert_eq!(delete["name"], "notes_delete");
+    assert_eq!(delete["annotations"]["destructiveHint"], true);
+    assert_eq!(delete["annotations"]["readOnlyHint"], false);
+    assert_eq!(result["tools"][0]["annotations"]["readOnlyHint"], true);
+}
+
+#[tokio::test]
+async fn unknown_methods_get_and_notifications_behave_as_rmcp_says() {
+    let server = Server::start().await;
+    let (status, _, unknown) = raw(
+        &server,
+        "POST",
+        json!({"jsonrpc":"2.0","id":3,"method":"nope/nope","params":{"_meta":meta()}}),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (status, unknown["error"]["code"].clone()),
+        (404, json!(-32601))
+    );
+    let (status, _, _) = raw(
+        &server,
+        "GET",
+        json!({}),
+        &[("accept", "text/event-stream")],
+    )
+    .await;
+    assert_eq!(status, 405);
+    let note = json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"_meta":meta()}});
+    let (status, _, body) = raw(&server, "POST", note, &[]).await;
+    assert_eq!((status, body), (202, Value::String(String::new())));
+}
+
+#[tokio::test]
+async fn host_origin_and_token_are_checked_before_the_layer_answers() {
+    let server = Server::start().await;
+    let call = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":meta(),"name":"notes_delete",
+        "arguments":{"workspaceUri": server.workspace("personal"), "title":"Groceries"}}});
+    let (status, _, _) = raw(
+        &server,
+        "POST",
+        call.clone(),
+        &[("origin", "http://evil.example")],
+    )
+    .await;
+    assert_eq!(status, 403);
+    let (status, _, _) = raw(&server, "POST", call.clone(), &[("host", "evil.example")]).await;
+    assert_eq!(status, 403);
+    let (status, headers, _) = raw(
+        &server,
+        "POST",
+        call.clone(),
+        &[("authorization", "Bearer nope")],
+    )
+    .await;
+    assert_eq!(status, 401);
+    assert!(
+        headers["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer")
+    );
+    let (status, _, ok) = raw(
+        &server,
+        "POST",
+        call,
+        &[("origin", "http://localhost:5173")],
+    )
+    .await;
+    assert_eq!(status, 400, "{ok}");
+    // (that call declared no elicitation capability: the layer's own -32021, past the guards)
+    assert_eq!(ok["error"]["code"], -32021);
+}

@@ -87,11 +87,15 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
 /// Bearer-token authentication: the principal goes into the request extensions, where
 /// `ConfirmLayer` and the tool handlers find it.
 async fn authenticate(mut request: Request, next: Next) -> Response {
-    let token = request
+    // Exactly one Authorization header: with two, "which one counts" is a parser differential.
+    let mut values = request
         .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .get_all(http::header::AUTHORIZATION)
+        .iter();
+    let token = match (values.next(), values.next()) {
+        (Some(value), None) => value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")),
+        _ => None,
+    };
     let Some(principal) = token.and_then(principal_for_token) else {
         let challenge = [(http::header::WWW_AUTHENTICATE, r#"Bearer realm="notes""#)];
         return (StatusCode::UNAUTHORIZED, challenge).into_response();
