@@ -18,8 +18,18 @@ use std::time::SystemTime;
 
 pub mod conformance;
 mod memory;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 
 pub use memory::{DEFAULT_CAPACITY, MemoryReplayStore};
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresReplayStore;
+#[cfg(feature = "redis")]
+pub use redis::RedisReplayStore;
 
 /// A boxed `Send` future, as returned by the object-safe store and policy traits.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -1,0 +1,220 @@
+//! A replay store shared through PostgreSQL.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::{GenericClient, Pool, PoolConfig, Runtime, Timeouts};
+use tokio_postgres::NoTls;
+
+use super::{BoxFuture, Claim, Nonce, Owner, ReplayStore, StoreError};
+
+/// The default table.
+pub const DEFAULT_TABLE: &str = "mcp_confirm_nonces";
+/// The default time allowed for one store call (including taking a pooled connection).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A [`ReplayStore`] in PostgreSQL, for deployments with more than one instance.
+///
+/// The claim is one `INSERT … ON CONFLICT` statement: a fresh nonce is inserted as in flight, an
+/// expired row is taken over, a live row is left alone and reported. Create the table once with
+/// [`migrate`](Self::migrate); prune expired rows with [`prune_expired`](Self::prune_expired) or
+/// the task from [`spawn_pruner`](Self::spawn_pruner).
+///
+/// When the data a confirmed tool changes lives in the same database, the handler can do better
+/// than a separate claim: [`consume_in`](Self::consume_in) records the nonce inside the
+/// transaction that makes the change, so the two commit or roll back together.
+///
+/// Times are the application's clock (the one that verified the state), never the database's.
+#[derive(Clone)]
+pub struct PostgresReplayStore {
+    pool: Pool,
+    table: String,
+    timeout: Duration,
+}
+
+impl fmt::Debug for PostgresReplayStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresReplayStore")
+            .field("table", &self.table)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresReplayStore {
+    /// A store for the database at `url` (`postgres://user@host:port/db`), with a small pool that
+    /// connects on demand, so a database that is down at start-up does not stop the server.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the URL or the pool configuration is invalid.
+    pub fn connect(url: &str) -> Result<Self, StoreError> {
+        let mut config = deadpool_postgres::Config::new();
+        config.url = Some(url.to_owned());
+        let mut pool = PoolConfig::new(16);
+        pool.timeouts = Timeouts {
+            wait: Some(DEFAULT_TIMEOUT),
+            create: Some(DEFAULT_TIMEOUT),
+            recycle: Some(DEFAULT_TIMEOUT),
+        };
+        config.pool = Some(pool);
+        let pool = config.create_pool(Some(Runtime::Tokio1), NoTls).map_err(backend)?;
+        Ok(Self::with_pool(pool))
+    }
+
+    /// A store over an existing pool.
+    pub fn with_pool(pool: Pool) -> Self {
+        Self { pool, table: DEFAULT_TABLE.to_owned(), timeout: DEFAULT_TIMEOUT }
+    }
+
+    /// Uses another table name (letters, digits and `_`, at most 63 characters).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] for an invalid name.
+    pub fn table(mut self, table: &str) -> Result<Self, StoreError> {
+        let valid = !table.is_empty()
+            && table.len() <= 63
+            && table.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(StoreError::Backend(format!("invalid table name {table:?}").into()));
+        }
+        self.table = table.to_owned();
+        Ok(self)
+    }
+
+    /// How long one store call may take before the claim is refused.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Creates the table and its expiry index if they do not exist.
+    ///
+    /// # Errors
+    /// [`StoreError`] if the database cannot be reached or refuses.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let t = &self.table;
+        let sql = format!(
+            "CREATE TABLE IF NOT EXISTS {t} (
+                nonce bytea PRIMARY KEY,
+                state text NOT NULL CHECK (state IN ('in_flight', 'consumed')),
+                owner bytea,
+                expires_at timestamptz NOT NULL);
+             CREATE INDEX IF NOT EXISTS {t}_expires_at ON {t} (expires_at);"
+        );
+        self.bounded(async {
+            let client = self.pool.get().await.map_err(backend)?;
+            client.batch_execute(&sql).await.map_err(backend)
+        })
+        .await
+    }
+
+    /// Deletes rows past their expiry and returns how many.
+    ///
+    /// # Errors
+    /// [`StoreError`] if the database cannot be reached.
+    pub async fn prune_expired(&self) -> Result<u64, StoreError> {
+        let sql = format!("DELETE FROM {} WHERE expires_at <= $1", self.table);
+        self.bounded(async {
+            let client = self.pool.get().await.map_err(backend)?;
+            client.execute(&sql, &[&SystemTime::now()]).await.map_err(backend)
+        })
+        .await
+    }
+
+    /// Prunes expired rows every `period` until the returned task is aborted. Failures are logged
+    /// and retried at the next tick.
+    pub fn spawn_pruner(&self, period: Duration) -> tokio::task::JoinHandle<()> {
+        let store = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            loop {
+                tick.tick().await;
+                if let Err(e) = store.prune_expired().await {
+                    tracing::warn!(target: crate::audit::TARGET, error = %e, "pruning expired nonces failed");
+                }
+            }
+        })
+    }
+
+    /// Records `nonce` as used inside the caller's transaction, for handlers whose data lives in this
+    /// database: the claim and the change commit together or not at all, and a crash leaves neither.
+    /// Returns `false` when the nonce was already used (roll back then).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the statement fails.
+    pub async fn consume_in(
+        &self,
+        transaction: &impl GenericClient,
+        nonce: Nonce,
+        expires_at: SystemTime,
+    ) -> Result<bool, StoreError> {
+        let sql = format!(
+            "INSERT INTO {t} AS n (nonce, state, owner, expires_at) VALUES ($1, 'consumed', NULL, $2)
+             ON CONFLICT (nonce) DO UPDATE SET state = 'consumed', owner = NULL, expires_at = EXCLUDED.expires_at
+               WHERE n.expires_at <= $3",
+            t = self.table
+        );
+        let now = SystemTime::now();
+        let rows = transaction
+            .execute(&sql, &[&nonce.as_bytes().as_slice(), &expires_at, &now])
+            .await
+            .map_err(backend)?;
+        Ok(rows == 1)
+    }
+
+    async fn bounded<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        tokio::time::timeout(self.timeout, call).await.unwrap_or(Err(StoreError::Timeout))
+    }
+}
+
+fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Backend(Box::new(e))
+}
+
+impl ReplayStore for PostgresReplayStore {
+    fn claim(&self, nonce: Nonce, owner: Owner, expires_at: SystemTime) -> BoxFuture<'_, Result<Claim, StoreError>> {
+        let sql = format!(
+            "WITH claimed AS (
+               INSERT INTO {t} AS n (nonce, state, owner, expires_at) VALUES ($1, 'in_flight', $2, $3)
+               ON CONFLICT (nonce) DO UPDATE SET state = 'in_flight', owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
+                 WHERE n.expires_at <= $4
+               RETURNING 'claimed'::text AS answer)
+             SELECT answer FROM claimed
+             UNION ALL
+             SELECT state FROM {t} WHERE nonce = $1 AND NOT EXISTS (SELECT 1 FROM claimed)",
+            t = self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let now = SystemTime::now();
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+                [&nonce.as_bytes().as_slice(), &owner.as_bytes().as_slice(), &expires_at, &now];
+            let row = client.query_opt(&sql, &params).await.map_err(backend)?;
+            let answer: Option<String> = row.map(|r| r.get(0));
+            Ok(match answer.as_deref() {
+                Some("claimed") => Claim::Claimed,
+                Some("consumed") => Claim::Consumed,
+                // In flight, or a row committed by a racing claimant after this statement's snapshot.
+                _ => Claim::InFlight,
+            })
+        }))
+    }
+
+    fn complete(&self, nonce: Nonce, owner: Owner, _expires_at: SystemTime) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let sql = format!(
+            "UPDATE {} SET state = 'consumed', owner = NULL
+             WHERE nonce = $1 AND state = 'in_flight' AND owner = $2 AND expires_at > $3",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let now = SystemTime::now();
+            let rows = client
+                .execute(&sql, &[&nonce.as_bytes().as_slice(), &owner.as_bytes().as_slice(), &now])
+                .await
+                .map_err(backend)?;
+            Ok(rows == 1)
+        }))
+    }
+}
