@@ -14,26 +14,41 @@ fn required() -> bool {
 }
 
 fn unavailable<T>(backend: &str, why: impl std::fmt::Display) -> Option<T> {
-    assert!(!required(), "{backend} is required (MCP_CONFIRM_REQUIRE_BACKENDS=1) but unavailable: {why}");
-    eprintln!("SKIPPED {backend} replay-store test: {backend} unavailable ({why}); set MCP_CONFIRM_REQUIRE_BACKENDS=1 to make this an error");
+    assert!(
+        !required(),
+        "{backend} is required (MCP_CONFIRM_REQUIRE_BACKENDS=1) but unavailable: {why}"
+    );
+    eprintln!(
+        "SKIPPED {backend} replay-store test: {backend} unavailable ({why}); set MCP_CONFIRM_REQUIRE_BACKENDS=1 to make this an error"
+    );
     None
 }
 
 pub(crate) async fn redis_store() -> Option<RedisReplayStore> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let store = match RedisReplayStore::open(&url) {
-        Ok(store) => store.prefix(format!("mcp-confirm-test:{}:", Nonce::random().to_hex())).timeout(Duration::from_secs(2)),
+        Ok(store) => store
+            .prefix(format!("mcp-confirm-test:{}:", Nonce::random().to_hex()))
+            .timeout(Duration::from_secs(2)),
         Err(e) => return unavailable("Redis", e),
     };
     // A probe claim tells whether the server answers.
-    match store.claim(Nonce::random(), Owner::random(), std::time::SystemTime::now() + Duration::from_secs(5)).await {
+    match store
+        .claim(
+            Nonce::random(),
+            Owner::random(),
+            std::time::SystemTime::now() + Duration::from_secs(5),
+        )
+        .await
+    {
         Ok(_) => Some(store),
         Err(e) => unavailable("Redis", format!("{url}: {e}")),
     }
 }
 
 pub(crate) async fn postgres_store() -> Option<PostgresReplayStore> {
-    let url = std::env::var("POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url = std::env::var("POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let store = match PostgresReplayStore::connect(&url) {
         Ok(store) => store.timeout(Duration::from_secs(5)),
         Err(e) => return unavailable("Postgres", e),

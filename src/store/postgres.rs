@@ -57,13 +57,19 @@ impl PostgresReplayStore {
             recycle: Some(DEFAULT_TIMEOUT),
         };
         config.pool = Some(pool);
-        let pool = config.create_pool(Some(Runtime::Tokio1), NoTls).map_err(backend)?;
+        let pool = config
+            .create_pool(Some(Runtime::Tokio1), NoTls)
+            .map_err(backend)?;
         Ok(Self::with_pool(pool))
     }
 
     /// A store over an existing pool.
     pub fn with_pool(pool: Pool) -> Self {
-        Self { pool, table: DEFAULT_TABLE.to_owned(), timeout: DEFAULT_TIMEOUT }
+        Self {
+            pool,
+            table: DEFAULT_TABLE.to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+        }
     }
 
     /// Uses another table name (letters, digits and `_`, at most 63 characters).
@@ -76,7 +82,9 @@ impl PostgresReplayStore {
             && table.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
             && table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
-            return Err(StoreError::Backend(format!("invalid table name {table:?}").into()));
+            return Err(StoreError::Backend(
+                format!("invalid table name {table:?}").into(),
+            ));
         }
         self.table = table.to_owned();
         Ok(self)
@@ -117,7 +125,10 @@ impl PostgresReplayStore {
         let sql = format!("DELETE FROM {} WHERE expires_at <= $1", self.table);
         self.bounded(async {
             let client = self.pool.get().await.map_err(backend)?;
-            client.execute(&sql, &[&SystemTime::now()]).await.map_err(backend)
+            client
+                .execute(&sql, &[&SystemTime::now()])
+                .await
+                .map_err(backend)
         })
         .await
     }
@@ -163,8 +174,13 @@ impl PostgresReplayStore {
         Ok(rows == 1)
     }
 
-    async fn bounded<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-        tokio::time::timeout(self.timeout, call).await.unwrap_or(Err(StoreError::Timeout))
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout))
     }
 }
 
@@ -173,7 +189,12 @@ fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
 }
 
 impl ReplayStore for PostgresReplayStore {
-    fn claim(&self, nonce: Nonce, owner: Owner, expires_at: SystemTime) -> BoxFuture<'_, Result<Claim, StoreError>> {
+    fn claim(
+        &self,
+        nonce: Nonce,
+        owner: Owner,
+        expires_at: SystemTime,
+    ) -> BoxFuture<'_, Result<Claim, StoreError>> {
         let sql = format!(
             "WITH claimed AS (
                INSERT INTO {t} AS n (nonce, state, owner, expires_at) VALUES ($1, 'in_flight', $2, $3)
@@ -188,8 +209,12 @@ impl ReplayStore for PostgresReplayStore {
         Box::pin(self.bounded(async move {
             let client = self.pool.get().await.map_err(backend)?;
             let now = SystemTime::now();
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-                [&nonce.as_bytes().as_slice(), &owner.as_bytes().as_slice(), &expires_at, &now];
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
+                &nonce.as_bytes().as_slice(),
+                &owner.as_bytes().as_slice(),
+                &expires_at,
+                &now,
+            ];
             let row = client.query_opt(&sql, &params).await.map_err(backend)?;
             let answer: Option<String> = row.map(|r| r.get(0));
             Ok(match answer.as_deref() {
@@ -201,7 +226,12 @@ impl ReplayStore for PostgresReplayStore {
         }))
     }
 
-    fn complete(&self, nonce: Nonce, owner: Owner, _expires_at: SystemTime) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn complete(
+        &self,
+        nonce: Nonce,
+        owner: Owner,
+        _expires_at: SystemTime,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
         let sql = format!(
             "UPDATE {} SET state = 'consumed', owner = NULL
              WHERE nonce = $1 AND state = 'in_flight' AND owner = $2 AND expires_at > $3",
@@ -211,7 +241,14 @@ impl ReplayStore for PostgresReplayStore {
             let client = self.pool.get().await.map_err(backend)?;
             let now = SystemTime::now();
             let rows = client
-                .execute(&sql, &[&nonce.as_bytes().as_slice(), &owner.as_bytes().as_slice(), &now])
+                .execute(
+                    &sql,
+                    &[
+                        &nonce.as_bytes().as_slice(),
+                        &owner.as_bytes().as_slice(),
+                        &now,
+                    ],
+                )
                 .await
                 .map_err(backend)?;
             Ok(rows == 1)

@@ -69,7 +69,8 @@ impl RedisReplayStore {
             .set_connection_timeout(Some(DEFAULT_TIMEOUT))
             .set_response_timeout(Some(DEFAULT_TIMEOUT))
             .set_number_of_retries(1);
-        let connection = ConnectionManager::new_lazy_with_config(client, config).map_err(backend)?;
+        let connection =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(backend)?;
         Ok(Self::with_connection(connection))
     }
 
@@ -99,7 +100,10 @@ impl RedisReplayStore {
         format!("{}{}", self.prefix, nonce.to_hex())
     }
 
-    async fn bounded<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, StoreError> {
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => result.map_err(backend),
             Err(_) => Err(StoreError::Timeout),
@@ -117,12 +121,19 @@ fn in_flight(owner: &Owner) -> String {
 
 /// Milliseconds from now until `expires_at`, at least one.
 fn ttl_millis(expires_at: SystemTime) -> u64 {
-    let left = expires_at.duration_since(SystemTime::now()).unwrap_or_default();
+    let left = expires_at
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
     u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 impl ReplayStore for RedisReplayStore {
-    fn claim(&self, nonce: Nonce, owner: Owner, expires_at: SystemTime) -> BoxFuture<'_, Result<Claim, StoreError>> {
+    fn claim(
+        &self,
+        nonce: Nonce,
+        owner: Owner,
+        expires_at: SystemTime,
+    ) -> BoxFuture<'_, Result<Claim, StoreError>> {
         Box::pin(async move {
             let mut connection = self.connection.clone();
             let mut set = redis::cmd("SET");
@@ -143,12 +154,19 @@ impl ReplayStore for RedisReplayStore {
         })
     }
 
-    fn complete(&self, nonce: Nonce, owner: Owner, _expires_at: SystemTime) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn complete(
+        &self,
+        nonce: Nonce,
+        owner: Owner,
+        _expires_at: SystemTime,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
         Box::pin(async move {
             let mut connection = self.connection.clone();
             let mut invocation = self.complete.key(self.key(&nonce));
             invocation.arg(in_flight(&owner));
-            let done: i64 = self.bounded(invocation.invoke_async(&mut connection)).await?;
+            let done: i64 = self
+                .bounded(invocation.invoke_async(&mut connection))
+                .await?;
             Ok(done == 1)
         })
     }
