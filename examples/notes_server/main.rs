@@ -25,6 +25,8 @@ struct Flags {
     addr: SocketAddr,
     data_dir: PathBuf,
     key: Option<String>,
+    audience: Option<String>,
+    replay_store: String,
     without_confirmation: bool,
 }
 
@@ -33,6 +35,8 @@ fn flags() -> Result<Flags, String> {
         addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
         data_dir: PathBuf::from("notes-data"),
         key: None,
+        audience: None,
+        replay_store: "memory".to_owned(),
         without_confirmation: false,
     };
     let mut args = std::env::args().skip(1);
@@ -45,6 +49,8 @@ fn flags() -> Result<Flags, String> {
             "--addr" => flags.addr = value()?.parse().map_err(|e| format!("--addr: {e}"))?,
             "--data-dir" => flags.data_dir = PathBuf::from(value()?),
             "--key" => flags.key = Some(value()?),
+            "--audience" => flags.audience = Some(value()?),
+            "--replay-store" => flags.replay_store = value()?,
             "--without-confirmation" => flags.without_confirmation = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
@@ -80,11 +86,14 @@ async fn run() -> Result<(), String> {
         }
     };
     let store = Arc::new(notes::NotesStore::open(&flags.data_dir).map_err(|e| e.to_string())?);
-    let audience = format!("http://{}/mcp", flags.addr);
+    let url = format!("http://{}/mcp", flags.addr);
+    // Instances behind one endpoint must share the audience, the key and the replay store.
+    let audience = flags.audience.clone().unwrap_or_else(|| url.clone());
+    let replay_store = replay_store(&flags.replay_store).await?;
     let options = app::Options {
         keys,
-        audience: audience.clone(),
-        replay_store: None,
+        audience,
+        replay_store,
         without_confirmation: flags.without_confirmation,
     };
     let router = app::app(Arc::clone(&store), options);
@@ -92,7 +101,8 @@ async fn run() -> Result<(), String> {
         .await
         .map_err(|e| format!("bind {}: {e}", flags.addr))?;
     let personal = store.workspace_uri("personal");
-    println!("notes MCP server (2026-07-28) on {audience}");
+    println!("notes MCP server (2026-07-28) on {url}");
+    println!("  replay store: {}", flags.replay_store);
     println!("  data: {}", store.root_path().display());
     println!("  tokens: alice-token (personal, team), bob-token (team)");
     if flags.without_confirmation {
@@ -100,11 +110,38 @@ async fn run() -> Result<(), String> {
     }
     println!("try the terminal client:");
     println!(
-        "  cargo run --example notes_client -- --url {audience} --data-dir {} delete --workspace personal Groceries",
+        "  cargo run --example notes_client -- --url {url} --data-dir {} delete --workspace personal Groceries",
         store.root_path().display()
     );
     println!("  (workspace personal is {personal})");
     axum::serve(listener, router)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// The replay store named on the command line. A shared store that is down at start-up does not
+/// stop the server: confirmations are refused (fail closed) until it answers.
+async fn replay_store(spec: &str) -> Result<Option<Arc<dyn mcp_confirm::ReplayStore>>, String> {
+    use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
+    if spec == "memory" {
+        return Ok(None);
+    }
+    if spec.starts_with("redis://") || spec.starts_with("rediss://") {
+        let store = RedisReplayStore::open(spec).map_err(|e| format!("--replay-store: {e}"))?;
+        return Ok(Some(Arc::new(store)));
+    }
+    if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+        let store =
+            PostgresReplayStore::connect(spec).map_err(|e| format!("--replay-store: {e}"))?;
+        if let Err(e) = store.migrate().await {
+            eprintln!(
+                "warning: cannot prepare the replay-store table yet ({e}); confirmations are refused until it can"
+            );
+        }
+        store.spawn_pruner(std::time::Duration::from_secs(60));
+        return Ok(Some(Arc::new(store)));
+    }
+    Err(format!(
+        "--replay-store: expected memory, redis://… or postgres://…, got {spec:?}\n{USAGE}"
+    ))
 }

@@ -1,0 +1,243 @@
+//! Two notes-server processes, no shared memory, one shared replay store (Redis, then Postgres):
+//! 64 concurrent retries of one accepted confirmation, split across both, delete exactly one note
+//! and get 63 clean refusals. Twenty rounds per backend.
+//!
+//! Backends are found like the store suite finds them (`REDIS_URL`, `POSTGRES_URL`); an unreachable
+//! one is reported and skipped unless `MCP_CONFIRM_REQUIRE_BACKENDS=1`.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const RETRIES: usize = 64;
+const ROUNDS: usize = 20;
+const KEY: &str = "6d63702d636f6e6669726d2d6d756c74692d696e7374616e63652d746573742d6b6579";
+
+fn required() -> bool {
+    std::env::var("MCP_CONFIRM_REQUIRE_BACKENDS").is_ok_and(|v| v == "1")
+}
+
+/// The notes_server example, built by `cargo test` next to this test binary.
+fn server_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("examples/notes_server")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Instance(Child);
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Cluster {
+    urls: [String; 2],
+    data: PathBuf,
+    _instances: [Instance; 2],
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.data);
+    }
+}
+
+async fn start_cluster(store_url: &str) -> Cluster {
+    let data = std::env::temp_dir().join(format!(
+        "mcp-confirm-multi-{}",
+        mcp_confirm::Nonce::random().to_hex()
+    ));
+    let start = |port: u16| {
+        let child = Command::new(server_binary())
+            .args(["--addr", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(&data)
+            .args([
+                "--key",
+                KEY,
+                "--audience",
+                "notes-cluster",
+                "--replay-store",
+                store_url,
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run target/debug/examples/notes_server (cargo test builds it)");
+        (Instance(child), format!("http://127.0.0.1:{port}/mcp"))
+    };
+    // The first instance seeds the data directory; the second opens it.
+    let (a, url_a) = start(free_port());
+    wait_up(&url_a).await;
+    let (b, url_b) = start(free_port());
+    wait_up(&url_b).await;
+    Cluster {
+        urls: [url_a, url_b],
+        data,
+        _instances: [a, b],
+    }
+}
+
+async fn wait_up(url: &str) {
+    let http = reqwest::Client::new();
+    for _ in 0..100 {
+        if http.get(url).send().await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{url} did not come up");
+}
+
+fn workspace(data: &std::path::Path) -> String {
+    format!("file://{}/personal", data.canonicalize().unwrap().display())
+}
+
+async fn post(http: &reqwest::Client, url: &str, body: &Value) -> Value {
+    http.post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", "Bearer alice-token")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "notes_delete")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn call(id: Value, ws: &str) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+        "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                 "io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}},
+        "name":"notes_delete","arguments":{"workspaceUri":ws,"title":"Groceries"}}})
+}
+
+async fn run_rounds(backend: &str, store_url: &str) {
+    let cluster = start_cluster(store_url).await;
+    let http = reqwest::Client::new();
+    let ws = workspace(&cluster.data);
+    let note = cluster.data.join("personal/note-7.md");
+    for round in 0..ROUNDS {
+        std::fs::write(
+            &note,
+            "Groceries\nApples, coffee, oat milk for the office.\n",
+        )
+        .unwrap();
+        let first = post(
+            &http,
+            &cluster.urls[round % 2],
+            &call(json!(format!("{round}-first")), &ws),
+        )
+        .await;
+        let state = first["result"]["requestState"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{first}"))
+            .to_owned();
+        let barrier = Arc::new(tokio::sync::Barrier::new(RETRIES));
+        let tasks: Vec<_> = (0..RETRIES)
+            .map(|i| {
+                let mut retry = call(json!(format!("{round}-{i}")), &ws);
+                retry["params"]["requestState"] = json!(state);
+                retry["params"]["inputResponses"] =
+                    json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true}}});
+                let (http, url, barrier) = (http.clone(), cluster.urls[i % 2].clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    post(&http, &url, &retry).await
+                })
+            })
+            .collect();
+        let (mut deleted, mut refused) = (0, 0);
+        for task in tasks {
+            let answer = task.await.unwrap();
+            let text = answer["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default();
+            if text.starts_with("Deleted note-7") {
+                deleted += 1;
+            } else if answer["error"]["data"]["reason"] == "invalid_request_state" {
+                refused += 1;
+            } else {
+                panic!("{backend} round {round}: unexpected answer {answer}");
+            }
+        }
+        assert_eq!(
+            (deleted, refused),
+            (1, RETRIES - 1),
+            "{backend} round {round}"
+        );
+        assert!(!note.exists());
+        assert!(
+            cluster.data.join("personal/note-3.md").exists()
+                && cluster.data.join("personal/note-14.md").exists()
+        );
+    }
+}
+
+async fn reachable(backend: &str, probe: impl Future<Output = Result<(), String>>) -> bool {
+    match probe.await {
+        Ok(()) => true,
+        Err(why) => {
+            assert!(
+                !required(),
+                "{backend} is required (MCP_CONFIRM_REQUIRE_BACKENDS=1) but unavailable: {why}"
+            );
+            eprintln!("SKIPPED two-instance test on {backend}: unavailable ({why})");
+            false
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_one_redis_store_run_a_confirmation_once() {
+    use mcp_confirm::ReplayStore;
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let probe = async {
+        let store = mcp_confirm::store::RedisReplayStore::open(&url).map_err(|e| e.to_string())?;
+        let soon = std::time::SystemTime::now() + Duration::from_secs(5);
+        let probe = store.claim(
+            mcp_confirm::Nonce::random(),
+            mcp_confirm::Owner::random(),
+            soon,
+        );
+        probe.await.map(drop).map_err(|e| e.to_string())
+    };
+    if reachable("Redis", probe).await {
+        run_rounds("redis", &url).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_one_postgres_store_run_a_confirmation_once() {
+    let url = std::env::var("POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let probe = async {
+        let store =
+            mcp_confirm::store::PostgresReplayStore::connect(&url).map_err(|e| e.to_string())?;
+        store.migrate().await.map_err(|e| e.to_string())
+    };
+    if reachable("Postgres", probe).await {
+        run_rounds("postgres", &url).await;
+    }
+}
