@@ -286,7 +286,7 @@ mod tests {
     async fn memory_stays_bounded_over_many_short_lived_claims() {
         let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
         let store = MemoryReplayStore::with_clock(1_000, clock.clone());
-        for i in 0..200_000u32 {
+        for i in 0..1_000_000u32 {
             if i % 500 == 0 {
                 clock.advance(Duration::from_secs(2));
             }
