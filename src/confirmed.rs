@@ -28,8 +28,13 @@ pub struct Confirmed {
     pub chosen: Option<String>,
     /// The nonce claimed for this call; unique per confirmation.
     pub nonce: Nonce,
-    /// When the confirmation expires.
+    /// When the confirmation expires (and the replay store may forget its nonce).
     pub expires_at: SystemTime,
+    /// Whether the layer claimed the nonce. `false` only for a
+    /// [`claimed_by_handler`](crate::ToolPolicy::claimed_by_handler) policy: the handler must then
+    /// consume [`nonce`](Self::nonce) itself, in the transaction that makes the change, and act
+    /// only if that succeeded.
+    pub claimed: bool,
 }
 
 impl Confirmed {

@@ -41,7 +41,8 @@ pub(crate) struct Approved {
     /// Goes into the forwarded request's extensions.
     pub(crate) confirmed: Confirmed,
     /// Marks the nonce Consumed when dropped; the adapter keeps it alive until the response ends.
-    pub(crate) guard: CompletionGuard,
+    /// `None` when the policy leaves the claim to the handler.
+    pub(crate) guard: Option<CompletionGuard>,
     /// The `Mcp-Param-*` header of the rewritten argument, if the tool marks it `x-mcp-header`.
     pub(crate) param_header: Option<(HeaderName, HeaderValue)>,
 }
@@ -222,11 +223,21 @@ async fn accept(
 ) -> Decision {
     let owner = Owner::random();
     let until = engine::retention(config, claims);
-    if let Err(decision) = claim(config, &call, &principal, claims, owner, until).await {
-        return decision;
-    }
-    // From here on the nonce is burned whatever happens: the guard completes it when dropped.
-    let guard = CompletionGuard::new(Arc::clone(&config.store), claims.nonce, owner, until);
+    let guard = if policy.claimed_by_handler {
+        // The handler claims inside the transaction that makes the change.
+        None
+    } else {
+        if let Err(decision) = claim(config, &call, &principal, claims, owner, until).await {
+            return decision;
+        }
+        // From here on the nonce is burned whatever happens: the guard completes it when dropped.
+        Some(CompletionGuard::new(
+            Arc::clone(&config.store),
+            claims.nonce,
+            owner,
+            until,
+        ))
+    };
     audit::accepted(&call.tool, &principal, &claims.nonce, chosen.as_deref());
     let arguments = engine::confirmed_arguments(policy, &call, chosen.as_deref());
     if let Some(hook) = &policy.revalidate {
@@ -238,6 +249,10 @@ async fn accept(
         };
         if let Err(refusal) = hook.revalidate(check).await {
             audit::revoked(&call.tool, &principal, &claims.nonce, refusal.reason());
+            if guard.is_none() {
+                // Nothing was claimed yet: burn the state all the same.
+                burn(config, claims.nonce, until).await;
+            }
             drop(guard);
             return outcome(
                 &call,
@@ -252,6 +267,7 @@ async fn accept(
         chosen,
         nonce: claims.nonce,
         expires_at: until,
+        claimed: guard.is_some(),
     };
     let param_header = engine::param_header(policy, confirmed.chosen.as_deref());
     audit::forwarded(&confirmed.tool, &confirmed.principal, &claims.nonce);
@@ -262,6 +278,15 @@ async fn accept(
         guard,
         param_header,
     }))
+}
+
+/// Marks a nonce used without running anything (best effort: a failure leaves it fresh, and the
+/// handler of a `claimed_by_handler` policy still refuses a second use).
+async fn burn(config: &Config, nonce: Nonce, until: SystemTime) {
+    let owner = Owner::random();
+    if let Ok(Claim::Claimed) = config.store.claim(nonce, owner, until).await {
+        let _ = config.store.complete(nonce, owner, until).await;
+    }
 }
 
 /// Claims the state's nonce; any answer but [`Claim::Claimed`] becomes the reply.

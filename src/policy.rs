@@ -184,6 +184,7 @@ pub struct ToolPolicy {
     pub(crate) max_candidates: usize,
     pub(crate) max_label_chars: usize,
     pub(crate) no_candidates_text: String,
+    pub(crate) claimed_by_handler: bool,
 }
 
 impl fmt::Debug for ToolPolicy {
@@ -199,6 +200,7 @@ impl fmt::Debug for ToolPolicy {
             .field("select_header", &self.select_header)
             .field("style", &self.style)
             .field("max_candidates", &self.max_candidates)
+            .field("claimed_by_handler", &self.claimed_by_handler)
             .finish_non_exhaustive()
     }
 }
@@ -220,6 +222,7 @@ impl ToolPolicy {
             max_candidates: MAX_CANDIDATES,
             max_label_chars: 80,
             no_candidates_text: "Nothing matched this request, so nothing was changed.".to_owned(),
+            claimed_by_handler: false,
         }
     }
 
@@ -305,6 +308,20 @@ impl ToolPolicy {
     /// The text of the result when nothing matches.
     pub fn no_candidates_text(mut self, text: impl Into<String>) -> Self {
         self.no_candidates_text = text.into();
+        self
+    }
+
+    /// Leaves the nonce claim of an accepted confirmation to the handler, for data that lives in the
+    /// replay store's database: the handler records [`Confirmed::nonce`](crate::Confirmed) inside
+    /// the transaction that makes the change (e.g. `PostgresReplayStore::consume_in`), so the claim
+    /// and the change commit or roll back together, and a crash leaves neither.
+    ///
+    /// The layer still verifies, validates the answer and revalidates, and declines still consume
+    /// the nonce in the layer's replay store, which must therefore be the same table. A handler of
+    /// such a tool **must** consume the nonce and act only if that succeeded; the forwarded
+    /// [`Confirmed`](crate::Confirmed) says so with `claimed: false`.
+    pub fn claimed_by_handler(mut self) -> Self {
+        self.claimed_by_handler = true;
         self
     }
 

@@ -1373,3 +1373,79 @@ async fn a_state_issued_for_another_input_key_is_refused() {
     assert_frozen_state_error(&send(&other.svc, post(&call, Some("alice"))).await);
     assert_eq!(other.seen.count(), 0);
 }
+
+#[tokio::test]
+async fn claimed_by_handler_policies_forward_unclaimed_and_say_so() {
+    use mcp_confirm::{Claim, Owner, ReplayStore};
+    let notes = Notes::seeded();
+    let f = fixture_with(|b| b.tool("notes_delete", delete_policy(&notes).claimed_by_handler()));
+    let state = challenge(&f).await;
+    let go = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
+    assert_eq!(
+        send(&f.svc, post(&go, Some("alice"))).await.result()["content"][0]["text"],
+        "done by inner"
+    );
+    let confirmed = f.seen.last().confirmed.expect("Confirmed");
+    assert!(!confirmed.claimed, "the handler must claim");
+    // The layer left the nonce fresh for the handler's transaction.
+    let far = now() + Duration::from_secs(3_600);
+    assert_eq!(
+        f.store
+            .claim(confirmed.nonce, Owner::random(), far)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    // The default policy claims in the layer and says so.
+    let f = fixture();
+    let state = challenge(&f).await;
+    let go = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
+    send(&f.svc, post(&go, Some("alice"))).await;
+    assert!(f.seen.last().confirmed.expect("Confirmed").claimed);
+}
+
+#[tokio::test]
+async fn claimed_by_handler_policies_still_burn_failed_revalidations() {
+    use mcp_confirm::{Claim, Owner, ReplayStore};
+    let notes = Notes::seeded();
+    let f = fixture_with(|b| b.tool("notes_delete", delete_policy(&notes).claimed_by_handler()));
+    let state = challenge(&f).await;
+    notes.move_to("note-7", TEAM);
+    let go = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(2),
+        &state,
+        accept("note-7"),
+    );
+    assert_eq!(
+        send(&f.svc, post(&go, Some("alice"))).await.result()["_meta"]["io.github.mcp-confirm/outcome"],
+        "revoked"
+    );
+    assert_eq!(f.seen.count(), 0);
+    // The state was burned in the layer's store even though the layer does not claim on accept:
+    // a later accept still reaches the handler, whose own claim of the nonce then fails.
+    notes.move_to("note-7", PERSONAL);
+    let again = retry(
+        delete_call(json!(1), "Groceries"),
+        json!(3),
+        &state,
+        accept("note-7"),
+    );
+    send(&f.svc, post(&again, Some("alice"))).await;
+    let nonce = f.seen.last().confirmed.expect("forwarded").nonce;
+    let far = now() + Duration::from_secs(3_600);
+    assert_eq!(
+        f.store.claim(nonce, Owner::random(), far).await.unwrap(),
+        Claim::Consumed
+    );
+}

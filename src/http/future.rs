@@ -152,7 +152,7 @@ where
                                 Request::from_parts(parts, RequestBody::buffered(approved.body));
                             State::Inner {
                                 future: inner.call(request),
-                                guard: Some(approved.guard),
+                                guard: approved.guard,
                             }
                         }
                     }

@@ -1,0 +1,236 @@
+//! The transactional mode: notes in Postgres, the handler claiming the confirmation and deleting in
+//! one transaction (examples/notes_postgres.rs), over real HTTP.
+
+#[path = "../examples/notes_postgres.rs"]
+#[allow(dead_code)]
+mod pg;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use mcp_confirm::KeyRing;
+use serde_json::{Value, json};
+
+const URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+struct Server {
+    url: String,
+    db: pg::Db,
+    suffix: String,
+}
+
+impl Server {
+    async fn start() -> Option<Self> {
+        let url = std::env::var("POSTGRES_URL").unwrap_or_else(|_| URL.into());
+        let suffix = mcp_confirm::Nonce::random().to_hex()[..12].to_owned();
+        let db = match pg::Db::open(
+            &url,
+            &format!("notes_{suffix}"),
+            &format!("nonces_{suffix}"),
+        )
+        .await
+        {
+            Ok(db) => db,
+            Err(e) => {
+                let required =
+                    std::env::var("MCP_CONFIRM_REQUIRE_BACKENDS").is_ok_and(|v| v == "1");
+                assert!(
+                    !required,
+                    "Postgres is required (MCP_CONFIRM_REQUIRE_BACKENDS=1) but unavailable: {e}"
+                );
+                eprintln!("SKIPPED transactional notes test: Postgres unavailable ({e})");
+                return None;
+            }
+        };
+        let router = pg::app(
+            db.clone(),
+            KeyRing::single("k1", [9u8; 32]).unwrap(),
+            "notes-pg-test",
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Some(Self { url, db, suffix })
+    }
+
+    async fn scalar(&self, sql: &str) -> i64 {
+        let client = self.db.pool.get().await.unwrap();
+        client.query_one(sql, &[]).await.unwrap().get(0)
+    }
+
+    async fn notes(&self, id: &str) -> i64 {
+        self.scalar(&format!(
+            "SELECT count(*) FROM notes_{} WHERE workspace = 'personal' AND id = '{id}'",
+            self.suffix
+        ))
+        .await
+    }
+
+    async fn used_nonces(&self) -> i64 {
+        self.scalar(&format!(
+            "SELECT count(*) FROM nonces_{} WHERE state = 'consumed'",
+            self.suffix
+        ))
+        .await
+    }
+
+    async fn post(&self, body: &Value) -> Value {
+        reqwest::Client::new()
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("authorization", "Bearer alice-token")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "notes_delete")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Drops this test's tables (on success; a failed test leaves them for inspection).
+    async fn cleanup(&self) {
+        let client = self.db.pool.get().await.unwrap();
+        let sql = format!("DROP TABLE notes_{0}; DROP TABLE nonces_{0};", self.suffix);
+        client.batch_execute(&sql).await.unwrap();
+    }
+
+    async fn challenge(&self) -> String {
+        let first = self.post(&call(json!(1), None)).await;
+        first["result"]["requestState"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{first}"))
+            .to_owned()
+    }
+}
+
+fn call(id: Value, answer: Option<(&str, Value)>) -> Value {
+    let mut call = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+        "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                 "io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}},
+        "name":"notes_delete","arguments":{"workspace":"personal","title":"Groceries"}}});
+    if let Some((state, response)) = answer {
+        call["params"]["requestState"] = json!(state);
+        call["params"]["inputResponses"] = json!({ "delete_choice": response });
+    }
+    call
+}
+
+fn accept(id: &str) -> Value {
+    json!({"action":"accept","content":{"note_id":id,"confirm":true}})
+}
+
+fn text(answer: &Value) -> String {
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn claim_and_delete_commit_together() {
+    let Some(server) = Server::start().await else {
+        return;
+    };
+    let state = server.challenge().await;
+    let done = server
+        .post(&call(json!(2), Some((&state, accept("note-7")))))
+        .await;
+    assert_eq!(text(&done), "Deleted note-7 from personal.", "{done}");
+    assert_eq!(server.notes("note-7").await, 0);
+    assert_eq!(server.used_nonces().await, 1);
+    // Replaying the same confirmation deletes nothing more.
+    let again = server
+        .post(&call(json!(3), Some((&state, accept("note-3")))))
+        .await;
+    assert_ne!(text(&again), "Deleted note-3 from personal.", "{again}");
+    assert_eq!(server.notes("note-3").await, 1);
+}
+
+#[tokio::test]
+async fn a_failure_before_commit_leaves_nothing_claimed_and_nothing_deleted() {
+    let Some(server) = Server::start().await else {
+        return;
+    };
+    let state = server.challenge().await;
+    server.db.fail_after_claim.store(true, Ordering::SeqCst);
+    let failed = server
+        .post(&call(json!(2), Some((&state, accept("note-7")))))
+        .await;
+    assert!(failed.get("error").is_some(), "{failed}");
+    assert_eq!(server.notes("note-7").await, 1);
+    assert_eq!(server.used_nonces().await, 0);
+    // The claim rolled back with the delete: the same confirmation can still be carried out.
+    server.db.fail_after_claim.store(false, Ordering::SeqCst);
+    let done = server
+        .post(&call(json!(3), Some((&state, accept("note-7")))))
+        .await;
+    assert_eq!(text(&done), "Deleted note-7 from personal.", "{done}");
+    assert_eq!(server.used_nonces().await, 1);
+    server.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_declined_confirmation_cannot_be_carried_out_later() {
+    let Some(server) = Server::start().await else {
+        return;
+    };
+    let state = server.challenge().await;
+    let declined = server
+        .post(&call(json!(2), Some((&state, json!({"action":"decline"})))))
+        .await;
+    assert_eq!(declined["result"]["isError"], false, "{declined}");
+    assert_eq!(server.used_nonces().await, 1);
+    let later = server
+        .post(&call(json!(3), Some((&state, accept("note-7")))))
+        .await;
+    assert!(text(&later).contains("already used"), "{later}");
+    assert_eq!(server.notes("note-7").await, 1);
+    server.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_retries_delete_once() {
+    let Some(server) = Server::start().await else {
+        return;
+    };
+    let server = Arc::new(server);
+    for round in 0..5 {
+        let client = server.db.pool.get().await.unwrap();
+        let sql = format!(
+            "INSERT INTO notes_{} VALUES ('personal', 'note-7', 'Groceries', 'again') ON CONFLICT DO NOTHING",
+            server.suffix
+        );
+        client.execute(&sql, &[]).await.unwrap();
+        let state = server.challenge().await;
+        let barrier = Arc::new(tokio::sync::Barrier::new(32));
+        let tasks: Vec<_> = (0..32)
+            .map(|i| {
+                let (server, state, barrier) = (server.clone(), state.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    server
+                        .post(&call(
+                            json!(format!("{round}-{i}")),
+                            Some((&state, accept("note-7"))),
+                        ))
+                        .await
+                })
+            })
+            .collect();
+        let mut deleted = 0;
+        for task in tasks {
+            if text(&task.await.unwrap()).starts_with("Deleted") {
+                deleted += 1;
+            }
+        }
+        assert_eq!(deleted, 1, "round {round}");
+        assert_eq!(server.notes("note-7").await, 0);
+        assert_eq!(server.used_nonces().await, round + 1);
+    }
+    server.cleanup().await;
+}
