@@ -1,6 +1,8 @@
 //! The transactional mode: notes in Postgres, the handler claiming the confirmation and deleting in
 //! one transaction (examples/notes_postgres.rs), over real HTTP.
 
+mod backends;
+
 #[path = "../examples/notes_postgres.rs"]
 #[allow(dead_code)]
 mod pg;
@@ -11,8 +13,6 @@ use std::sync::atomic::Ordering;
 use mcp_confirm::KeyRing;
 use serde_json::{Value, json};
 
-const URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-
 struct Server {
     url: String,
     db: pg::Db,
@@ -21,7 +21,7 @@ struct Server {
 
 impl Server {
     async fn start() -> Option<Self> {
-        let url = std::env::var("POSTGRES_URL").unwrap_or_else(|_| URL.into());
+        let url = backends::postgres_url();
         let suffix = mcp_confirm::Nonce::random().to_hex()[..12].to_owned();
         let db = match pg::Db::open(
             &url,
@@ -31,16 +31,7 @@ impl Server {
         .await
         {
             Ok(db) => db,
-            Err(e) => {
-                let required =
-                    std::env::var("MCP_CONFIRM_REQUIRE_BACKENDS").is_ok_and(|v| v == "1");
-                assert!(
-                    !required,
-                    "Postgres is required (MCP_CONFIRM_REQUIRE_BACKENDS=1) but unavailable: {e}"
-                );
-                eprintln!("SKIPPED transactional notes test: Postgres unavailable ({e})");
-                return None;
-            }
+            Err(e) => return backends::unavailable("transactional notes test", "Postgres", e),
         };
         let router = pg::app(
             db.clone(),

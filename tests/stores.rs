@@ -4,33 +4,20 @@
 //! `POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`). When one cannot be reached its
 //! tests say so and pass, unless `MCP_CONFIRM_REQUIRE_BACKENDS=1` (as in CI), which makes them fail.
 
+mod backends;
+
 use std::time::Duration;
 
 use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
 use mcp_confirm::{MemoryReplayStore, Nonce, Owner, ReplayStore};
 
-fn required() -> bool {
-    std::env::var("MCP_CONFIRM_REQUIRE_BACKENDS").is_ok_and(|v| v == "1")
-}
-
-fn unavailable<T>(backend: &str, why: impl std::fmt::Display) -> Option<T> {
-    assert!(
-        !required(),
-        "{backend} is required (MCP_CONFIRM_REQUIRE_BACKENDS=1) but unavailable: {why}"
-    );
-    eprintln!(
-        "SKIPPED {backend} replay-store test: {backend} unavailable ({why}); set MCP_CONFIRM_REQUIRE_BACKENDS=1 to make this an error"
-    );
-    None
-}
-
 pub(crate) async fn redis_store() -> Option<RedisReplayStore> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let url = backends::redis_url();
     let store = match RedisReplayStore::open(&url) {
         Ok(store) => store
             .prefix(format!("mcp-confirm-test:{}:", Nonce::random().to_hex()))
             .timeout(Duration::from_secs(2)),
-        Err(e) => return unavailable("Redis", e),
+        Err(e) => return backends::unavailable("Redis replay-store test", "Redis", e),
     };
     // A probe claim tells whether the server answers.
     match store
@@ -42,20 +29,23 @@ pub(crate) async fn redis_store() -> Option<RedisReplayStore> {
         .await
     {
         Ok(_) => Some(store),
-        Err(e) => unavailable("Redis", format!("{url}: {e}")),
+        Err(e) => backends::unavailable("Redis replay-store test", "Redis", format!("{url}: {e}")),
     }
 }
 
 pub(crate) async fn postgres_store() -> Option<PostgresReplayStore> {
-    let url = std::env::var("POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url = backends::postgres_url();
     let store = match PostgresReplayStore::connect(&url) {
         Ok(store) => store.timeout(Duration::from_secs(5)),
-        Err(e) => return unavailable("Postgres", e),
+        Err(e) => return backends::unavailable("Postgres replay-store test", "Postgres", e),
     };
     match store.migrate().await {
         Ok(()) => Some(store),
-        Err(e) => unavailable("Postgres", format!("{url}: {e}")),
+        Err(e) => backends::unavailable(
+            "Postgres replay-store test",
+            "Postgres",
+            format!("{url}: {e}"),
+        ),
     }
 }
 

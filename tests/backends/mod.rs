@@ -1,0 +1,33 @@
+//! Where the shared backends are, and what to do when one is missing.
+//!
+//! Redis and Postgres are found through `REDIS_URL` (default `redis://127.0.0.1:6379`) and
+//! `POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`). A test whose backend cannot
+//! be reached says so on the terminal and passes, unless `MCP_CONFIRM_REQUIRE_BACKENDS=1` (as in
+//! CI), which makes it fail.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::Write;
+
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+pub fn postgres_url() -> String {
+    std::env::var("POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// Fails the test if backends are required; otherwise reports the skip and returns `None`.
+pub fn unavailable<T>(what: &str, backend: &str, why: impl std::fmt::Display) -> Option<T> {
+    let required = std::env::var("MCP_CONFIRM_REQUIRE_BACKENDS").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "{backend} is required (MCP_CONFIRM_REQUIRE_BACKENDS=1) but unavailable: {why}"
+    );
+    // Straight to the terminal: the test harness hides what passing tests print.
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED {what}: {backend} unavailable ({why}); set MCP_CONFIRM_REQUIRE_BACKENDS=1 to make this a failure"
+    );
+    None
+}
