@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, Value};
+use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation, Value};
 
 use super::{BoxFuture, Claim, Nonce, Owner, ReplayStore, StoreError};
 
@@ -41,10 +41,36 @@ return 0
 ///   `appendfsync always`, or the Postgres store.
 #[derive(Clone)]
 pub struct RedisReplayStore {
-    connection: ConnectionManager,
+    connection: Connection,
     prefix: String,
     timeout: Duration,
     complete: Script,
+}
+
+/// A single server (reconnecting) or a cluster.
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Connection {
+    async fn query<T: FromRedisValue>(&self, command: &redis::Cmd) -> RedisResult<T> {
+        match self.clone() {
+            Connection::Single(mut c) => command.query_async(&mut c).await,
+            #[cfg(feature = "redis-cluster")]
+            Connection::Cluster(mut c) => command.query_async(&mut c).await,
+        }
+    }
+
+    async fn invoke<T: FromRedisValue>(&self, script: &ScriptInvocation<'_>) -> RedisResult<T> {
+        match self.clone() {
+            Connection::Single(mut c) => script.invoke_async(&mut c).await,
+            #[cfg(feature = "redis-cluster")]
+            Connection::Cluster(mut c) => script.invoke_async(&mut c).await,
+        }
+    }
 }
 
 impl fmt::Debug for RedisReplayStore {
@@ -74,8 +100,32 @@ impl RedisReplayStore {
         Ok(Self::with_connection(connection))
     }
 
+    /// A store on a Redis Cluster, given some of its nodes (`redis://host:port`).
+    ///
+    /// # Errors
+    /// [`StoreError`] if the nodes are invalid or the cluster cannot be reached now.
+    #[cfg(feature = "redis-cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
+    pub async fn connect_cluster<I, N>(nodes: I) -> Result<Self, StoreError>
+    where
+        I: IntoIterator<Item = N>,
+        N: redis::IntoConnectionInfo,
+    {
+        let client = redis::cluster::ClusterClient::builder(nodes)
+            .connection_timeout(DEFAULT_TIMEOUT)
+            .response_timeout(DEFAULT_TIMEOUT)
+            .build()
+            .map_err(backend)?;
+        let connection = client.get_async_connection().await.map_err(backend)?;
+        Ok(Self::from_connection(Connection::Cluster(connection)))
+    }
+
     /// A store over an existing connection manager.
     pub fn with_connection(connection: ConnectionManager) -> Self {
+        Self::from_connection(Connection::Single(connection))
+    }
+
+    fn from_connection(connection: Connection) -> Self {
         Self {
             connection,
             prefix: DEFAULT_PREFIX.to_owned(),
@@ -135,7 +185,6 @@ impl ReplayStore for RedisReplayStore {
         expires_at: SystemTime,
     ) -> BoxFuture<'_, Result<Claim, StoreError>> {
         Box::pin(async move {
-            let mut connection = self.connection.clone();
             let mut set = redis::cmd("SET");
             set.arg(self.key(&nonce))
                 .arg(in_flight(&owner))
@@ -143,7 +192,7 @@ impl ReplayStore for RedisReplayStore {
                 .arg("PX")
                 .arg(ttl_millis(expires_at))
                 .arg("GET");
-            let previous: Value = self.bounded(set.query_async(&mut connection)).await?;
+            let previous: Value = self.bounded(self.connection.query(&set)).await?;
             Ok(match previous {
                 // Nothing was there: the key is ours now.
                 Value::Nil => Claim::Claimed,
@@ -161,12 +210,9 @@ impl ReplayStore for RedisReplayStore {
         _expires_at: SystemTime,
     ) -> BoxFuture<'_, Result<bool, StoreError>> {
         Box::pin(async move {
-            let mut connection = self.connection.clone();
             let mut invocation = self.complete.key(self.key(&nonce));
             invocation.arg(in_flight(&owner));
-            let done: i64 = self
-                .bounded(invocation.invoke_async(&mut connection))
-                .await?;
+            let done: i64 = self.bounded(self.connection.invoke(&invocation)).await?;
             Ok(done == 1)
         })
     }
