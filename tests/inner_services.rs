@@ -73,12 +73,7 @@ async fn axum_router_inner() {
         .unwrap();
     let first = body_json(first).await;
     let state = first["result"]["requestState"].as_str().unwrap().to_owned();
-    let go = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-3"),
-    );
+    let go = accepted(&state, json!(2), "note-3");
     let answer = body_json(app.oneshot(post_any(&go)).await.unwrap()).await;
     let out = &answer["result"]["structuredContent"];
     assert_eq!(out["arguments"]["note_id"], "note-3");
@@ -170,12 +165,7 @@ mod rmcp_inner {
         )
         .await;
         let state = first["result"]["requestState"].as_str().unwrap().to_owned();
-        let go = retry(
-            delete_call(json!(1), "Groceries"),
-            json!(2),
-            &state,
-            accept("note-14"),
-        );
+        let go = accepted(&state, json!(2), "note-14");
         let response = svc
             .clone()
             .oneshot(with_host(post(&go, Some("alice"))))
@@ -262,13 +252,7 @@ async fn hyper_service_fn_inner_over_tcp() {
     };
     let first = client(delete_call(json!(1), "Groceries")).await;
     let state = first["result"]["requestState"].as_str().unwrap().to_owned();
-    let answer = client(retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    ))
-    .await;
+    let answer = client(accepted(&state, json!(2), "note-7")).await;
     assert_eq!(
         answer["result"]["structuredContent"]["arguments"]["note_id"],
         "note-7"
@@ -277,13 +261,7 @@ async fn hyper_service_fn_inner_over_tcp() {
         answer["result"]["structuredContent"]["confirmed"]["chosen"],
         "note-7"
     );
-    let replay = client(retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &state,
-        accept("note-7"),
-    ))
-    .await;
+    let replay = client(accepted(&state, json!(3), "note-7")).await;
     assert_eq!(replay["error"]["data"]["reason"], "invalid_request_state");
 }
 

@@ -382,23 +382,13 @@ async fn url_only_client_gets_32021() {
 async fn a_declaration_on_an_earlier_request_never_counts() {
     let f = fixture();
     let state = challenge(&f).await;
-    let mut again = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let mut again = accepted(&state, json!(2), "note-7");
     again["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
     let answer = send(&f.svc, post(&again, Some("alice"))).await;
     assert_eq!(answer.error()["code"], -32021);
     assert_eq!(f.seen.count(), 0);
     // Nothing was claimed: the same state still works once the retry declares the capability.
-    let ok = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &state,
-        accept("note-7"),
-    );
+    let ok = accepted(&state, json!(3), "note-7");
     assert_eq!(
         send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"],
         "done by inner"
@@ -539,12 +529,7 @@ async fn labels_are_plain_and_capped_and_too_many_matches_are_refused() {
 async fn accept_forwards_the_original_call_rewritten_and_confirmed() {
     let f = fixture();
     let state = challenge(&f).await;
-    let mut call = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let mut call = accepted(&state, json!(2), "note-7");
     // Whatever the client put into the selected argument is overwritten.
     call["params"]["arguments"]["note_id"] = json!("note-3");
     let mut req = post(&call, Some("alice"));
@@ -578,19 +563,9 @@ async fn accept_forwards_the_original_call_rewritten_and_confirmed() {
 async fn a_state_is_single_use_after_success() {
     let f = fixture();
     let state = challenge(&f).await;
-    let call = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let call = accepted(&state, json!(2), "note-7");
     send(&f.svc, post(&call, Some("alice"))).await;
-    let replay = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &state,
-        accept("note-7"),
-    );
+    let replay = accepted(&state, json!(3), "note-7");
     assert_frozen_state_error(&send(&f.svc, post(&replay, Some("alice"))).await);
     assert_eq!(f.seen.count(), 1);
 }
@@ -635,20 +610,10 @@ async fn a_retry_while_the_first_is_in_flight_is_refused() {
     let state: Value =
         serde_json::from_slice(&first.into_body().collect().await.unwrap().to_bytes()).unwrap();
     let state = state["result"]["requestState"].as_str().unwrap().to_owned();
-    let go = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let go = accepted(&state, json!(2), "note-7");
     let open_response = svc.clone().oneshot(post(&go, Some("alice"))).await.unwrap();
     // While that response is still streaming, a second retry of the same state is refused.
-    let again = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &state,
-        accept("note-7"),
-    );
+    let again = accepted(&state, json!(3), "note-7");
     let refused = svc
         .clone()
         .oneshot(post(&again, Some("alice")))
@@ -676,12 +641,7 @@ async fn a_retry_while_the_first_is_in_flight_is_refused() {
         store.claim(nonce, owner, far).await.unwrap(),
         mcp_confirm::Claim::Consumed
     );
-    let after = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(4),
-        &state,
-        accept("note-7"),
-    );
+    let after = accepted(&state, json!(4), "note-7");
     let after = svc
         .clone()
         .oneshot(post(&after, Some("alice")))
@@ -733,12 +693,7 @@ async fn decline_is_a_final_non_error_refusal_that_burns_the_state() {
     assert_eq!(result["resultType"], "complete");
     assert_eq!(result["isError"], false);
     assert_eq!(result["_meta"]["io.github.mcp-confirm/outcome"], "declined");
-    let later = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &state,
-        accept("note-7"),
-    );
+    let later = accepted(&state, json!(3), "note-7");
     assert_frozen_state_error(&send(&f.svc, post(&later, Some("alice"))).await);
     assert_eq!(f.seen.count(), 0);
 }
@@ -764,12 +719,7 @@ async fn user_dismisses_the_dialog_cancel_keeps_the_state_retryable() {
     assert_eq!(f.seen.count(), 0);
     // Cancelling again is fine, and the same state accepted later runs the call.
     send(&f.svc, post(&dismissed, Some("alice"))).await;
-    let later = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &state,
-        accept("note-7"),
-    );
+    let later = accepted(&state, json!(3), "note-7");
     assert_eq!(
         send(&f.svc, post(&later, Some("alice"))).await.result()["content"][0]["text"],
         "done by inner"
@@ -798,12 +748,7 @@ async fn confirm_false_is_a_refusal() {
         answer.result()["_meta"]["io.github.mcp-confirm/outcome"],
         "declined"
     );
-    let later = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &state,
-        accept("note-7"),
-    );
+    let later = accepted(&state, json!(3), "note-7");
     assert_frozen_state_error(&send(&f.svc, post(&later, Some("alice"))).await);
     assert_eq!(f.seen.count(), 0);
 }
@@ -868,12 +813,7 @@ async fn malformed_answers_are_errors_never_completions() {
     }
     assert_eq!(f.seen.count(), 0);
     // Nothing was claimed along the way.
-    let ok = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &state,
-        accept("note-14"),
-    );
+    let ok = accepted(&state, json!(3), "note-14");
     assert_eq!(
         send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"],
         "done by inner"
@@ -885,12 +825,7 @@ async fn record_moves_out_of_the_workspace_after_the_form_was_shown() {
     let f = fixture();
     let state = challenge(&f).await;
     f.notes.move_to("note-7", TEAM);
-    let call = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let call = accepted(&state, json!(2), "note-7");
     let answer = send(&f.svc, post(&call, Some("alice"))).await;
     let result = answer.result();
     assert_eq!(result["isError"], true);
@@ -898,12 +833,7 @@ async fn record_moves_out_of_the_workspace_after_the_form_was_shown() {
     assert_eq!(f.seen.count(), 0);
     // The failed revalidation burned the state.
     f.notes.move_to("note-7", PERSONAL);
-    let again = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &state,
-        accept("note-7"),
-    );
+    let again = accepted(&state, json!(3), "note-7");
     assert_frozen_state_error(&send(&f.svc, post(&again, Some("alice"))).await);
     assert_eq!(f.seen.count(), 0);
 }
@@ -933,12 +863,7 @@ async fn changed_arguments_are_refused() {
         "alice",
     )
     .await;
-    let mut extra = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let mut extra = accepted(&state, json!(2), "note-7");
     extra["params"]["arguments"]["force"] = json!(true);
     refused_without_effect(&f, extra, "alice").await;
     // Key order and whitespace do not matter.
@@ -960,17 +885,7 @@ async fn changed_arguments_are_refused() {
 async fn bob_replaying_alices_state_is_refused() {
     let f = fixture();
     let state = challenge(&f).await;
-    refused_without_effect(
-        &f,
-        retry(
-            delete_call(json!(1), "Groceries"),
-            json!(2),
-            &state,
-            accept("note-7"),
-        ),
-        "bob",
-    )
-    .await;
+    refused_without_effect(&f, accepted(&state, json!(2), "note-7"), "bob").await;
 }
 
 #[tokio::test]
@@ -978,12 +893,7 @@ async fn a_state_for_another_tool_is_refused() {
     let notes = Notes::seeded();
     let f = fixture_with(|b| b.tool("notes_archive", delete_policy(&notes)));
     let state = challenge(&f).await;
-    let mut call = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let mut call = accepted(&state, json!(2), "note-7");
     call["params"]["name"] = json!("notes_archive");
     refused_without_effect(&f, call, "alice").await;
 }
@@ -993,17 +903,7 @@ async fn a_state_from_another_audience_is_refused() {
     let f = fixture();
     let other = fixture_with(|b| b.audience("billing.example"));
     let state = challenge(&other).await;
-    refused_without_effect(
-        &f,
-        retry(
-            delete_call(json!(1), "Groceries"),
-            json!(2),
-            &state,
-            accept("note-7"),
-        ),
-        "alice",
-    )
-    .await;
+    refused_without_effect(&f, accepted(&state, json!(2), "note-7"), "alice").await;
 }
 
 #[tokio::test]
@@ -1023,17 +923,7 @@ async fn expired_states_are_refused_at_the_boundary() {
         "complete"
     );
     f.clock.advance(Duration::from_secs(1));
-    refused_without_effect(
-        &f,
-        retry(
-            delete_call(json!(1), "Groceries"),
-            json!(3),
-            &state,
-            accept("note-7"),
-        ),
-        "alice",
-    )
-    .await;
+    refused_without_effect(&f, accepted(&state, json!(3), "note-7"), "alice").await;
 }
 
 #[tokio::test]
@@ -1042,17 +932,7 @@ async fn states_from_the_future_are_refused() {
     f.clock.advance(Duration::from_secs(31));
     let state = challenge(&f).await;
     f.clock.set(now());
-    refused_without_effect(
-        &f,
-        retry(
-            delete_call(json!(1), "Groceries"),
-            json!(2),
-            &state,
-            accept("note-7"),
-        ),
-        "alice",
-    )
-    .await;
+    refused_without_effect(&f, accepted(&state, json!(2), "note-7"), "alice").await;
 }
 
 #[tokio::test]
@@ -1065,24 +945,14 @@ async fn unknown_and_removed_keys_are_refused_and_old_keys_verify_during_rotatio
         100,
         |b| b,
     );
-    let call = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let call = accepted(&state, json!(2), "note-7");
     let answer = send(&both.svc, post(&call, Some("alice"))).await;
     assert_eq!(answer.result()["content"][0]["text"], "done by inner");
     assert_eq!(both.seen.count(), 1);
     // Phase 3: the old key is gone.
     let new_only = fixture_from(KeyRing::single("k2", [0x22; 32]).unwrap(), 100, |b| b);
     let state = challenge(&old).await;
-    let call = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let call = accepted(&state, json!(2), "note-7");
     assert_frozen_state_error(&send(&new_only.svc, post(&call, Some("alice"))).await);
     assert_eq!(new_only.seen.count(), 0);
 }
@@ -1091,24 +961,9 @@ async fn unknown_and_removed_keys_are_refused_and_old_keys_verify_during_rotatio
 async fn reusing_the_original_request_id_is_refused() {
     let f = fixture();
     let state = challenge(&f).await;
-    refused_without_effect(
-        &f,
-        retry(
-            delete_call(json!(1), "Groceries"),
-            json!(1),
-            &state,
-            accept("note-7"),
-        ),
-        "alice",
-    )
-    .await;
+    refused_without_effect(&f, accepted(&state, json!(1), "note-7"), "alice").await;
     // `1` and `"1"` are different ids.
-    let ok = retry(
-        delete_call(json!(1), "Groceries"),
-        json!("1"),
-        &state,
-        accept("note-7"),
-    );
+    let ok = accepted(&state, json!("1"), "note-7");
     assert_eq!(
         send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"],
         "done by inner"
@@ -1138,21 +993,11 @@ async fn tampered_and_malformed_states_are_refused() {
         )
         .await;
     }
-    let mut not_a_string = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let mut not_a_string = accepted(&state, json!(2), "note-7");
     not_a_string["params"]["requestState"] = json!({"nonce": 1});
     refused_without_effect(&f, not_a_string, "alice").await;
     // None of that consumed anything.
-    let ok = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &state,
-        accept("note-7"),
-    );
+    let ok = accepted(&state, json!(3), "note-7");
     assert_eq!(
         send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"],
         "done by inner"
@@ -1281,12 +1126,7 @@ async fn nonce_state(f: &Fixture) -> mcp_confirm::Claim {
 async fn the_nonce_is_consumed_when_the_response_ends() {
     let f = fixture();
     let state = challenge(&f).await;
-    let go = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let go = accepted(&state, json!(2), "note-7");
     send(&f.svc, post(&go, Some("alice"))).await;
     assert_eq!(nonce_state(&f).await, mcp_confirm::Claim::Consumed);
 }
@@ -1296,12 +1136,7 @@ async fn the_nonce_is_consumed_when_the_response_is_dropped_unread() {
     use tower::ServiceExt;
     let f = fixture();
     let state = challenge(&f).await;
-    let go = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let go = accepted(&state, json!(2), "note-7");
     let response = f
         .svc
         .clone()
@@ -1336,12 +1171,7 @@ async fn the_nonce_is_consumed_when_the_call_is_abandoned_mid_flight() {
     let layer = base_builder(&f.notes, &f.clock, &f.store).build();
     let svc = layer.layer(inner);
     let state = challenge(&f).await;
-    let go = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let go = accepted(&state, json!(2), "note-7");
     let call = svc.oneshot(post(&go, Some("alice")));
     // The call reaches the inner service and hangs there; then the client gives up.
     let abandoned = tokio::time::timeout(Duration::from_millis(50), call).await;
@@ -1380,12 +1210,7 @@ async fn claimed_by_handler_policies_forward_unclaimed_and_say_so() {
     let notes = Notes::seeded();
     let f = fixture_with(|b| b.tool("notes_delete", delete_policy(&notes).claimed_by_handler()));
     let state = challenge(&f).await;
-    let go = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let go = accepted(&state, json!(2), "note-7");
     assert_eq!(
         send(&f.svc, post(&go, Some("alice"))).await.result()["content"][0]["text"],
         "done by inner"
@@ -1404,12 +1229,7 @@ async fn claimed_by_handler_policies_forward_unclaimed_and_say_so() {
     // The default policy claims in the layer and says so.
     let f = fixture();
     let state = challenge(&f).await;
-    let go = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let go = accepted(&state, json!(2), "note-7");
     send(&f.svc, post(&go, Some("alice"))).await;
     assert!(f.seen.last().confirmed.expect("Confirmed").claimed);
 }
@@ -1421,12 +1241,7 @@ async fn claimed_by_handler_policies_still_burn_failed_revalidations() {
     let f = fixture_with(|b| b.tool("notes_delete", delete_policy(&notes).claimed_by_handler()));
     let state = challenge(&f).await;
     notes.move_to("note-7", TEAM);
-    let go = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let go = accepted(&state, json!(2), "note-7");
     assert_eq!(
         send(&f.svc, post(&go, Some("alice"))).await.result()["_meta"]["io.github.mcp-confirm/outcome"],
         "revoked"
@@ -1435,12 +1250,7 @@ async fn claimed_by_handler_policies_still_burn_failed_revalidations() {
     // The state was burned in the layer's store even though the layer does not claim on accept:
     // a later accept still reaches the handler, whose own claim of the nonce then fails.
     notes.move_to("note-7", PERSONAL);
-    let again = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &state,
-        accept("note-7"),
-    );
+    let again = accepted(&state, json!(3), "note-7");
     send(&f.svc, post(&again, Some("alice"))).await;
     let nonce = f.seen.last().confirmed.expect("forwarded").nonce;
     let far = now() + Duration::from_secs(3_600);

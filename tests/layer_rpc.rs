@@ -59,24 +59,14 @@ async fn confirms_over_messages() {
         .unwrap();
     assert_eq!(first["result"]["resultType"], "input_required");
     let state = first["result"]["requestState"].as_str().unwrap().to_owned();
-    let go = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        accept("note-7"),
-    );
+    let go = accepted(&state, json!(2), "note-7");
     let done = ask(&svc, &go, Some("alice")).await.unwrap();
     assert_eq!(done["result"]["resultType"], "complete");
     let (forwarded, confirmed) = log.lock().unwrap().last().cloned().unwrap();
     assert_eq!(forwarded["params"]["arguments"]["note_id"], "note-7");
     assert!(forwarded["params"].get("requestState").is_none());
     assert!(confirmed.unwrap().covers("notes_delete", Some("note-7")));
-    let replay = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &state,
-        accept("note-7"),
-    );
+    let replay = accepted(&state, json!(3), "note-7");
     assert_eq!(
         ask(&svc, &replay, Some("alice")).await.unwrap()["error"]["data"]["reason"],
         "invalid_request_state"

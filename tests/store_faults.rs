@@ -150,12 +150,7 @@ fn fixture_over(store: impl ReplayStore) -> Fixture {
 }
 
 async fn accept_call(f: &Fixture, state: &str, id: i64) -> Answer {
-    let call = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(id),
-        state,
-        accept("note-7"),
-    );
+    let call = accepted(state, json!(id), "note-7");
     send(&f.svc, post(&call, Some("alice"))).await
 }
 
@@ -170,6 +165,25 @@ fn assert_store_unavailable(answer: &Answer, what: &str) {
     assert_eq!(answer.error()["data"]["retryable"], true, "{what}");
 }
 
+/// Accepts `state`, retrying while the store client has not yet noticed the store is back; the
+/// confirmed call must then go through.
+async fn accept_once_recovered(f: &Fixture, state: &str) {
+    let mut answer = accept_call(f, state, 100).await;
+    for attempt in 101..140 {
+        if answer.status != StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        answer = accept_call(f, state, attempt).await;
+    }
+    assert_eq!(
+        answer.result()["content"][0]["text"],
+        "done by inner",
+        "{:?}",
+        answer.bytes
+    );
+}
+
 /// The fault sequence, the same for every backend.
 async fn faults(f: &Fixture, proxy: &Proxy) {
     // Stopped mid-run: the form was shown, then the store went away.
@@ -179,21 +193,7 @@ async fn faults(f: &Fixture, proxy: &Proxy) {
     assert_eq!(f.seen.count(), 0);
     // Back: the same confirmation goes through (the failed claim never happened).
     proxy.up();
-    let mut answer = accept_call(f, &state, 3).await;
-    for attempt in 4..40 {
-        // The client library may need a moment to notice the store is back.
-        if answer.status != StatusCode::SERVICE_UNAVAILABLE {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        answer = accept_call(f, &state, attempt).await;
-    }
-    assert_eq!(
-        answer.result()["content"][0]["text"],
-        "done by inner",
-        "{:?}",
-        answer.bytes
-    );
+    accept_once_recovered(f, &state).await;
     assert_eq!(f.seen.count(), 1);
 
     // Slower than the timeout: refused, nothing forwarded.
@@ -206,20 +206,7 @@ async fn faults(f: &Fixture, proxy: &Proxy) {
     proxy.up();
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let state = challenge(f).await;
-    let mut answer = accept_call(f, &state, 2).await;
-    for attempt in 3..40 {
-        if answer.status != StatusCode::SERVICE_UNAVAILABLE {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        answer = accept_call(f, &state, attempt).await;
-    }
-    assert_eq!(
-        answer.result()["content"][0]["text"],
-        "done by inner",
-        "{:?}",
-        answer.bytes
-    );
+    accept_once_recovered(f, &state).await;
     assert_eq!(f.seen.count(), 2);
 }
 

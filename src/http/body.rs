@@ -9,6 +9,28 @@ use pin_project_lite::pin_project;
 
 use crate::driver::CompletionGuard;
 
+/// Bytes sent as one data frame, then the end of the body.
+#[derive(Debug)]
+struct Once(Option<Bytes>);
+
+impl Once {
+    fn new(bytes: Option<Bytes>) -> Self {
+        Self(bytes.filter(|b| !b.is_empty()))
+    }
+
+    fn poll_frame<E>(&mut self) -> Poll<Option<Result<Frame<Bytes>, E>>> {
+        Poll::Ready(self.0.take().map(|b| Ok(Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.0.as_ref().map_or(0, |b| b.len() as u64))
+    }
+}
+
 pin_project! {
     /// The body of a request forwarded to the inner service: the original body when the layer did
     /// not need to read it (anything but POST), or the buffered bytes it read and checked.
@@ -23,7 +45,7 @@ pin_project! {
     #[project = RequestKindProj]
     enum RequestKind<B> {
         Streaming { #[pin] body: B },
-        Buffered { bytes: Option<Bytes> },
+        Buffered { bytes: Once },
     }
 }
 
@@ -35,9 +57,10 @@ impl<B> RequestBody<B> {
     }
 
     pub(crate) fn buffered(bytes: Bytes) -> Self {
-        let bytes = (!bytes.is_empty()).then_some(bytes);
         Self {
-            kind: RequestKind::Buffered { bytes },
+            kind: RequestKind::Buffered {
+                bytes: Once::new(Some(bytes)),
+            },
         }
     }
 }
@@ -58,25 +81,21 @@ impl<B: Body<Data = Bytes>> Body for RequestBody<B> {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         match self.project().kind.project() {
             RequestKindProj::Streaming { body } => body.poll_frame(cx),
-            RequestKindProj::Buffered { bytes } => {
-                Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b))))
-            }
+            RequestKindProj::Buffered { bytes } => bytes.poll_frame(),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             RequestKind::Streaming { body } => body.is_end_stream(),
-            RequestKind::Buffered { bytes } => bytes.is_none(),
+            RequestKind::Buffered { bytes } => bytes.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             RequestKind::Streaming { body } => body.size_hint(),
-            RequestKind::Buffered { bytes } => {
-                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
-            }
+            RequestKind::Buffered { bytes } => bytes.size_hint(),
         }
     }
 }
@@ -94,7 +113,7 @@ pin_project! {
     #[project = ResponseKindProj]
     enum ResponseKind<B> {
         Inner { #[pin] body: B, guard: Option<CompletionGuard> },
-        Own { bytes: Option<Bytes> },
+        Own { bytes: Once },
     }
 }
 
@@ -109,7 +128,7 @@ impl<B> ResponseBody<B> {
     pub(crate) fn own(bytes: Option<Bytes>) -> Self {
         Self {
             kind: ResponseKind::Own {
-                bytes: bytes.filter(|b| !b.is_empty()),
+                bytes: Once::new(bytes),
             },
         }
     }
@@ -138,25 +157,21 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
                 }
                 Poll::Ready(frame)
             }
-            ResponseKindProj::Own { bytes } => {
-                Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b))))
-            }
+            ResponseKindProj::Own { bytes } => bytes.poll_frame(),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             ResponseKind::Inner { body, .. } => body.is_end_stream(),
-            ResponseKind::Own { bytes } => bytes.is_none(),
+            ResponseKind::Own { bytes } => bytes.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             ResponseKind::Inner { body, .. } => body.size_hint(),
-            ResponseKind::Own { bytes } => {
-                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
-            }
+            ResponseKind::Own { bytes } => bytes.size_hint(),
         }
     }
 }

@@ -272,6 +272,16 @@ pub fn retry(mut call: Value, id: Value, state: &str, responses: Value) -> Value
     call
 }
 
+/// The retry of the standard first call with `id`, accepting `choice`.
+pub fn accepted(state: &str, id: Value, choice: &str) -> Value {
+    retry(
+        delete_call(json!(1), "Groceries"),
+        id,
+        state,
+        accept(choice),
+    )
+}
+
 pub fn accept(choice: &str) -> Value {
     json!({"delete_choice":{"action":"accept","content":{"note_id":choice,"confirm":true}}})
 }
