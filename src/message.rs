@@ -15,7 +15,6 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
-use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -65,45 +64,43 @@ impl ToolCall {
 
 /// Classifies `body`. `guarded` says whether a tool name is one the layer confirms.
 pub(crate) fn classify(body: &[u8], guarded: impl Fn(&str) -> bool) -> Parsed {
-    if let Err(error) = validate_strict(body) {
-        return Parsed::Reject {
-            id: Some("null".to_owned()),
-            error,
-        };
-    }
-    let envelope: Envelope<'_> = match serde_json::from_slice(body) {
+    let envelope = match read_envelope(body) {
         Ok(envelope) => envelope,
-        Err(_) => return invalid(None),
+        Err(error) => {
+            return Parsed::Reject {
+                id: Some("null".to_owned()),
+                error,
+            };
+        }
     };
-    let id = match envelope.id.0 {
+    let id = match envelope.id {
         None => None,
         Some(raw) if is_string(raw) || is_number(raw) => Some(raw.get()),
         Some(_) => return invalid(Some("null")),
     };
-    if envelope.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
+    if !matches!(envelope.jsonrpc, Some(Scalar::Str(ref v)) if v == "2.0") {
         return invalid(id);
     }
-    let Some(method) = envelope.method.and_then(as_str) else {
+    let Some(Scalar::Str(method)) = envelope.method else {
         return invalid(id);
     };
     if method != TOOLS_CALL {
         return Parsed::Forward;
     }
-    let Some(params) = envelope.params else {
-        return Parsed::Forward;
-    };
-    if !params.get().starts_with('{') {
-        return invalid(id);
-    }
-    let params: NameOnly<'_> = match serde_json::from_str(params.get()) {
-        Ok(params) => params,
-        Err(_) => return invalid(id),
-    };
-    let Some(name) = params.name.0 else {
-        return Parsed::Forward;
-    };
-    let Some(name) = as_str(name) else {
-        return invalid(id);
+    let name = match envelope.params {
+        None => return Parsed::Forward,
+        Some(Params {
+            is_object: false, ..
+        }) => return invalid(id),
+        Some(Params { name: None, .. }) => return Parsed::Forward,
+        Some(Params {
+            name: Some(Scalar::Str(name)),
+            ..
+        }) => name,
+        Some(Params {
+            name: Some(Scalar::Other),
+            ..
+        }) => return invalid(id),
     };
     if !guarded(&name) {
         return Parsed::Forward;
@@ -132,33 +129,25 @@ fn invalid(id: Option<&str>) -> Parsed {
     }
 }
 
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow)]
-    jsonrpc: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    id: Present<'a>,
-    #[serde(borrow)]
-    method: Option<&'a RawValue>,
-    #[serde(borrow)]
-    params: Option<&'a RawValue>,
-}
-
-/// `params` must be an object; only its `name` matters for routing.
-#[derive(Deserialize)]
-struct NameOnly<'a> {
-    #[serde(borrow, default)]
-    name: Present<'a>,
-}
-
-/// A member that may be absent; unlike `Option`, a JSON `null` counts as present.
+/// What one strict pass over a message learns about its routing members.
 #[derive(Default)]
-struct Present<'a>(Option<&'a RawValue>);
+struct Envelope<'de> {
+    jsonrpc: Option<Scalar<'de>>,
+    /// Present (even as `null`) or absent (a notification).
+    id: Option<&'de RawValue>,
+    method: Option<Scalar<'de>>,
+    params: Option<Params<'de>>,
+}
 
-impl<'de: 'a, 'a> Deserialize<'de> for Present<'a> {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        <&'a RawValue>::deserialize(d).map(|raw| Present(Some(raw)))
-    }
+/// A member that must be a string: its value, or that it was something else.
+enum Scalar<'de> {
+    Str(Cow<'de, str>),
+    Other,
+}
+
+struct Params<'de> {
+    is_object: bool,
+    name: Option<Scalar<'de>>,
 }
 
 fn is_string(raw: &RawValue) -> bool {
@@ -170,25 +159,14 @@ fn is_number(raw: &RawValue) -> bool {
         .starts_with(|c: char| c == '-' || c.is_ascii_digit())
 }
 
-fn as_str(raw: &RawValue) -> Option<Cow<'_, str>> {
-    if !is_string(raw) {
-        return None;
-    }
-    match serde_json::from_str::<&str>(raw.get()) {
-        Ok(s) => Some(Cow::Borrowed(s)),
-        Err(_) => serde_json::from_str::<String>(raw.get())
-            .ok()
-            .map(Cow::Owned),
-    }
-}
-
-/// Checks that `body` is one JSON object, valid UTF-8 throughout, with no duplicate key anywhere.
-fn validate_strict(body: &[u8]) -> Result<(), RpcError> {
-    let trimmed = body
+/// Reads `body` once: it must be one JSON object, valid UTF-8 throughout, with no duplicate key
+/// anywhere; the routing members are picked up on the way.
+fn read_envelope(body: &[u8]) -> Result<Envelope<'_>, RpcError> {
+    let first = body
         .iter()
         .position(|b| !b.is_ascii_whitespace())
         .map(|i| body[i]);
-    match trimmed {
+    match first {
         Some(b'{') => {}
         // A batch, a scalar or an empty body: JSON-RPC, but not one MCP message.
         Some(b'[') => return Err(RpcError::invalid_request()),
@@ -200,11 +178,169 @@ fn validate_strict(body: &[u8]) -> Result<(), RpcError> {
         }
     }
     let mut de = serde_json::Deserializer::from_slice(body);
-    let checked = Strict.deserialize(&mut de).and_then(|()| de.end());
-    checked.map_err(|e| match e.classify() {
+    let envelope = de::Deserializer::deserialize_map(&mut de, EnvelopeVisitor)
+        .and_then(|envelope| de.end().map(|()| envelope));
+    envelope.map_err(|e| match e.classify() {
         serde_json::error::Category::Data => RpcError::invalid_request(),
         _ => RpcError::parse_error(),
     })
+}
+
+struct EnvelopeVisitor;
+
+impl<'de> Visitor<'de> for EnvelopeVisitor {
+    type Value = Envelope<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON-RPC message")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope<'de>, A::Error> {
+        let mut envelope = Envelope::default();
+        let mut seen = Seen::Few(Vec::new());
+        while let Some(key) = map.next_key_seed(Key)? {
+            match &*key {
+                "jsonrpc" => envelope.jsonrpc = Some(map.next_value_seed(ScalarSeed)?),
+                "method" => envelope.method = Some(map.next_value_seed(ScalarSeed)?),
+                // Kept raw, to answer with the id exactly as sent; a non-scalar id is refused.
+                "id" => envelope.id = Some(map.next_value::<&'de RawValue>()?),
+                "params" => envelope.params = Some(map.next_value_seed(ParamsSeed)?),
+                _ => map.next_value_seed(Strict)?,
+            }
+            if !seen.insert(key) {
+                return Err(de::Error::custom("duplicate key"));
+            }
+        }
+        Ok(envelope)
+    }
+}
+
+/// A value that should be a string; anything else is walked strictly and reported as `Other`.
+struct ScalarSeed;
+
+impl<'de> DeserializeSeed<'de> for ScalarSeed {
+    type Value = Scalar<'de>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Scalar<'de>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ScalarSeed {
+    type Value = Scalar<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Str(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Str(Cow::Owned(v.to_owned())))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Other)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Other)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Other)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Other)
+    }
+    fn visit_unit<E>(self) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Other)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Scalar<'de>, A::Error> {
+        Strict.visit_seq(seq).map(|()| Scalar::Other)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Scalar<'de>, A::Error> {
+        Strict.visit_map(map).map(|()| Scalar::Other)
+    }
+}
+
+/// `params`, walked strictly, with its `name` picked up.
+struct ParamsSeed;
+
+impl<'de> DeserializeSeed<'de> for ParamsSeed {
+    type Value = Params<'de>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Params<'de>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ParamsSeed {
+    type Value = Params<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("params")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Params<'de>, A::Error> {
+        let mut name = None;
+        let mut seen = Seen::Few(Vec::new());
+        while let Some(key) = map.next_key_seed(Key)? {
+            if key == "name" {
+                name = Some(map.next_value_seed(ScalarSeed)?);
+            } else {
+                map.next_value_seed(Strict)?;
+            }
+            if !seen.insert(key) {
+                return Err(de::Error::custom("duplicate key"));
+            }
+        }
+        Ok(Params {
+            is_object: true,
+            name,
+        })
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Params<'de>, A::Error> {
+        Strict.visit_seq(seq).map(|()| Params {
+            is_object: false,
+            name: None,
+        })
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Params<'de>, E> {
+        Ok(Params {
+            is_object: false,
+            name: None,
+        })
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Params<'de>, E> {
+        Ok(Params {
+            is_object: false,
+            name: None,
+        })
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Params<'de>, E> {
+        Ok(Params {
+            is_object: false,
+            name: None,
+        })
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Params<'de>, E> {
+        Ok(Params {
+            is_object: false,
+            name: None,
+        })
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Params<'de>, E> {
+        Ok(Params {
+            is_object: false,
+            name: None,
+        })
+    }
+    fn visit_unit<E>(self) -> Result<Params<'de>, E> {
+        Ok(Params {
+            is_object: false,
+            name: None,
+        })
+    }
 }
 
 /// Walks any JSON value, failing on a duplicate object key.
