@@ -543,6 +543,8 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":["tools/call"],"params":{"name":"notes_delete"}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":["notes_delete"]}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":null}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":null}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":"notes_delete"}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":["notes_delete"]}"#,
             r#"{"jsonrpc":"2.0","id":{"a":1},"method":"tools/call","params":{"name":"notes_delete"}}"#,
             r#"{"jsonrpc":"2.0","id":null,"method":"tools/list"}"#,
