@@ -99,28 +99,9 @@ pub mod token;
 /// Internals the project's own benchmarks measure directly. Not part of the API: no stability.
 #[doc(hidden)]
 pub mod __bench {
-    use crate::store::Nonce;
     use crate::token::KeyRing;
-    use crate::token::claims::{Claims, Phase};
+    use crate::token::claims::sample;
     use crate::token::codec;
-
-    /// A realistic state: three candidates, every binding set.
-    fn sample() -> Claims {
-        Claims {
-            phase: Phase::Confirm,
-            issued_at: 1_800_000_000,
-            expires_at: 1_800_000_300,
-            nonce: Nonce::from_bytes([7; 16]),
-            audience: [1; 16],
-            principal: [2; 16],
-            method: [3; 16],
-            tool: [4; 16],
-            input_key: [5; 16],
-            request_id: [6; 16],
-            arguments: [8; 32],
-            candidates: vec!["note-3".into(), "note-7".into(), "note-14".into()],
-        }
-    }
 
     /// The bytes a sample state binds (the signed payload), for comparing codecs on equal input.
     pub fn sample_payload() -> Vec<u8> {

@@ -682,10 +682,9 @@ impl http_body::Body for OnceAfter {
 async fn decline_is_a_final_non_error_refusal_that_burns_the_state() {
     let f = fixture();
     let state = challenge(&f).await;
-    let no = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
+    let no = answered(
         &state,
+        json!(2),
         json!({"delete_choice":{"action":"decline"}}),
     );
     let answer = send(&f.svc, post(&no, Some("alice"))).await;
@@ -702,10 +701,9 @@ async fn decline_is_a_final_non_error_refusal_that_burns_the_state() {
 async fn user_dismisses_the_dialog_cancel_keeps_the_state_retryable() {
     let f = fixture();
     let state = challenge(&f).await;
-    let dismissed = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
+    let dismissed = answered(
         &state,
+        json!(2),
         json!({"delete_choice":{"action":"cancel"}}),
     );
     let answer = send(&f.svc, post(&dismissed, Some("alice"))).await;
@@ -737,12 +735,7 @@ async fn confirm_false_is_a_refusal() {
     let state = challenge(&f).await;
     let unconfirmed =
         json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":false}}});
-    let call = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &state,
-        unconfirmed,
-    );
+    let call = answered(&state, json!(2), unconfirmed);
     let answer = send(&f.svc, post(&call, Some("alice"))).await;
     assert_eq!(
         answer.result()["_meta"]["io.github.mcp-confirm/outcome"],
@@ -761,12 +754,7 @@ async fn a_missing_answer_asks_again_with_a_fresh_state() {
         json!({"something_else":{"action":"accept","content":{}}}),
         Value::Null,
     ] {
-        let mut call = retry(
-            delete_call(json!(1), "Groceries"),
-            json!(2),
-            &state,
-            responses.clone(),
-        );
+        let mut call = answered(&state, json!(2), responses.clone());
         if responses.is_null() {
             call["params"]
                 .as_object_mut()
@@ -797,12 +785,7 @@ async fn malformed_answers_are_errors_never_completions() {
         json!({"delete_choice":{"action":"accept","content":{"note_id":"note-20","confirm":true}}}),
         json!({"delete_choice":{"action":"accept","content":{"note_id":"note-30","confirm":true}}}),
     ] {
-        let call = retry(
-            delete_call(json!(1), "Groceries"),
-            json!(2),
-            &state,
-            bad.clone(),
-        );
+        let call = answered(&state, json!(2), bad.clone());
         let answer = send(&f.svc, post(&call, Some("alice"))).await;
         assert_eq!(answer.error()["code"], -32602, "{bad}");
         assert_eq!(
@@ -912,10 +895,9 @@ async fn expired_states_are_refused_at_the_boundary() {
     let state = challenge(&f).await;
     // TTL 300 s, skew 30 s: still good just before, refused from the boundary on.
     f.clock.advance(Duration::from_secs(329));
-    let call = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
+    let call = answered(
         &state,
+        json!(2),
         json!({"delete_choice":{"action":"cancel"}}),
     );
     assert_eq!(
@@ -981,17 +963,7 @@ async fn tampered_and_malformed_states_are_refused() {
         String::new(),
         "x".repeat(10_000),
     ] {
-        refused_without_effect(
-            &f,
-            retry(
-                delete_call(json!(1), "Groceries"),
-                json!(2),
-                &forged,
-                accept("note-7"),
-            ),
-            "alice",
-        )
-        .await;
+        refused_without_effect(&f, accepted(&forged, json!(2), "note-7"), "alice").await;
     }
     let mut not_a_string = accepted(&state, json!(2), "note-7");
     not_a_string["params"]["requestState"] = json!({"nonce": 1});
@@ -1009,12 +981,7 @@ async fn tamper_sweep_through_the_layer_accepts_nothing() {
     let f = fixture();
     let state = challenge(&f).await;
     let attempt = |forged: String| {
-        let call = retry(
-            delete_call(json!(1), "Groceries"),
-            json!(2),
-            &forged,
-            accept("note-7"),
-        );
+        let call = accepted(&forged, json!(2), "note-7");
         let svc = f.svc.clone();
         async move { send(&svc, post(&call, Some("alice"))).await }
     };
@@ -1082,33 +1049,18 @@ async fn a_full_replay_store_refuses_with_a_retryable_error_and_runs_nothing() {
     let f = fixture_from(KeyRing::single("k1", KEY).unwrap(), 1, |b| b);
     let first = challenge(&f).await;
     let second = challenge(&f).await;
-    let go = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(2),
-        &first,
-        accept("note-7"),
-    );
+    let go = accepted(&first, json!(2), "note-7");
     send(&f.svc, post(&go, Some("alice"))).await;
     assert_eq!(f.seen.count(), 1);
     // The one slot holds a live (consumed) entry: the next claim is refused, not evicted into.
-    let go = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(3),
-        &second,
-        accept("note-3"),
-    );
+    let go = accepted(&second, json!(3), "note-3");
     let answer = send(&f.svc, post(&go, Some("alice"))).await;
     assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(answer.error()["code"], -31002);
     assert_eq!(answer.error()["data"]["retryable"], true);
     assert_eq!(f.seen.count(), 1);
     // And the first state is still refused.
-    let replay = retry(
-        delete_call(json!(1), "Groceries"),
-        json!(4),
-        &first,
-        accept("note-7"),
-    );
+    let replay = accepted(&first, json!(4), "note-7");
     assert_frozen_state_error(&send(&f.svc, post(&replay, Some("alice"))).await);
 }
 
@@ -1199,7 +1151,7 @@ async fn a_state_issued_for_another_input_key_is_refused() {
     });
     let answer =
         json!({"other_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true}}});
-    let call = retry(delete_call(json!(1), "Groceries"), json!(2), &state, answer);
+    let call = answered(&state, json!(2), answer);
     assert_frozen_state_error(&send(&other.svc, post(&call, Some("alice"))).await);
     assert_eq!(other.seen.count(), 0);
 }

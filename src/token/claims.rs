@@ -239,27 +239,28 @@ fn hash_value(h: &mut Sha256, value: &Value) {
     }
 }
 
+/// A realistic state (three candidates, every binding set), for tests and the benchmarks.
+pub(crate) fn sample() -> Claims {
+    Claims {
+        phase: Phase::Confirm,
+        issued_at: 1_700_000_000,
+        expires_at: 1_700_000_300,
+        nonce: Nonce::from_bytes([7; 16]),
+        audience: [1; 16],
+        principal: [2; 16],
+        method: [3; 16],
+        tool: [4; 16],
+        input_key: [5; 16],
+        request_id: [6; 16],
+        arguments: [8; 32],
+        candidates: vec!["note-3".into(), "note-7".into(), "note-14".into()],
+    }
+}
+
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use serde_json::json;
-
-    pub(crate) fn sample() -> Claims {
-        Claims {
-            phase: Phase::Confirm,
-            issued_at: 1_700_000_000,
-            expires_at: 1_700_000_300,
-            nonce: Nonce::from_bytes([7; 16]),
-            audience: [1; 16],
-            principal: [2; 16],
-            method: [3; 16],
-            tool: [4; 16],
-            input_key: [5; 16],
-            request_id: [6; 16],
-            arguments: [8; 32],
-            candidates: vec!["note-3".into(), "note-7".into(), "note-14".into()],
-        }
-    }
 
     #[test]
     fn round_trips_and_is_exact_length() {

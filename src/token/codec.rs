@@ -101,7 +101,7 @@ mod tests {
     use super::*;
 
     fn claims() -> Claims {
-        crate::token::claims::tests::sample()
+        crate::token::claims::sample()
     }
 
     fn ring() -> KeyRing {

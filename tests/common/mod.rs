@@ -272,14 +272,14 @@ pub fn retry(mut call: Value, id: Value, state: &str, responses: Value) -> Value
     call
 }
 
+/// The retry of the standard first call with `id`, answering `responses`.
+pub fn answered(state: &str, id: Value, responses: Value) -> Value {
+    retry(delete_call(json!(1), "Groceries"), id, state, responses)
+}
+
 /// The retry of the standard first call with `id`, accepting `choice`.
 pub fn accepted(state: &str, id: Value, choice: &str) -> Value {
-    retry(
-        delete_call(json!(1), "Groceries"),
-        id,
-        state,
-        accept(choice),
-    )
+    answered(state, id, accept(choice))
 }
 
 pub fn accept(choice: &str) -> Value {
