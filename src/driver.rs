@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::audit;
 use crate::confirmed::Confirmed;
-use crate::engine::{self, Binding, Headers, Refused};
+use crate::engine::{self, GuardedTool, Headers, Refused};
 use crate::form::{self, Answer};
 use crate::layer::Config;
 use crate::message::ToolCall;
@@ -54,7 +54,7 @@ pub(crate) async fn decide(
     principal: Option<Principal>,
     headers: Option<Headers>,
 ) -> Decision {
-    let Some(policy) = config.tools.get(&call.tool).map(Arc::clone) else {
+    let Some(guarded) = config.tools.get(&call.tool).map(Arc::clone) else {
         // The parser only intercepts configured tools.
         return reply_error(&call, &RpcError::internal());
     };
@@ -71,7 +71,7 @@ pub(crate) async fn decide(
             ),
         );
     };
-    let binding = Binding::new(&config, &policy, &call, &principal);
+    let policy = &guarded.policy;
     let state = match call.param("requestState") {
         None => None,
         Some(Value::String(token)) => Some(token.clone()),
@@ -81,17 +81,17 @@ pub(crate) async fn decide(
         if let Err(refused) = engine::check_form_capability(&call) {
             return refuse(&call, Some(&principal), refused);
         }
-        return challenge(&config, &policy, &call, &principal, &binding).await;
+        return challenge(&config, &guarded, &call, &principal).await;
     };
-    let claims = match engine::verify_retry(&config, &binding, &token) {
+    let claims = match engine::verify_retry(&config, &guarded, &call, &principal, &token) {
         Ok(claims) => claims,
         Err(e) => return refuse(&call, Some(&principal), Refused::state(e)),
     };
     if let Err(refused) = engine::check_form_capability(&call) {
         return refuse(&call, Some(&principal), refused);
     }
-    match form::read_answer(&policy, &claims.candidates, call.param("inputResponses")) {
-        Answer::Missing => challenge(&config, &policy, &call, &principal, &binding).await,
+    match form::read_answer(policy, &claims.candidates, call.param("inputResponses")) {
+        Answer::Missing => challenge(&config, &guarded, &call, &principal).await,
         Answer::Invalid(reason) => refuse(
             &call,
             Some(&principal),
@@ -111,7 +111,7 @@ pub(crate) async fn decide(
         Answer::Decline => decline(&config, &call, &principal, &claims, false).await,
         Answer::Unconfirmed => decline(&config, &call, &principal, &claims, true).await,
         Answer::Accept { chosen } => {
-            accept(&config, &policy, call, principal, &claims, chosen).await
+            accept(&config, policy, call, principal, &claims, chosen).await
         }
     }
 }
@@ -119,11 +119,11 @@ pub(crate) async fn decide(
 /// Resolves candidates and answers `input_required` with a form and a fresh signed state.
 async fn challenge(
     config: &Config,
-    policy: &ToolPolicy,
+    guarded: &GuardedTool,
     call: &ToolCall,
     principal: &Principal,
-    binding: &Binding,
 ) -> Decision {
+    let policy = &guarded.policy;
     let candidates = match &policy.resolver {
         None => Vec::new(),
         Some(resolver) => {
@@ -173,7 +173,7 @@ async fn challenge(
         }
     }
     let ids = candidates.iter().map(|c| c.id().to_owned()).collect();
-    let (token, claims) = match engine::seal_challenge(config, binding, ids) {
+    let (token, claims) = match engine::seal_challenge(config, guarded, call, principal, ids) {
         Ok(sealed) => sealed,
         Err(e) => {
             return refuse(
@@ -184,8 +184,12 @@ async fn challenge(
         }
     };
     audit::challenged(&call.tool, principal, &claims.nonce, candidates.len());
-    let schema = form::schema(policy, &candidates);
-    let result = protocol::input_required(&policy.input_key, &policy.message, schema, token);
+    let result = protocol::InputRequired {
+        key: &policy.input_key,
+        message: &policy.message,
+        schema: form::schema(policy, &candidates),
+        state: &token,
+    };
     Decision::Reply(Reply::result(&call.id, &result))
 }
 

@@ -166,55 +166,58 @@ pub(crate) fn check_form_capability(call: &ToolCall) -> Result<(), Refused> {
     }
 }
 
-/// The values a state binds, computed from the request in hand.
-pub(crate) struct Binding {
+/// A confirmed tool as the layer keeps it: its policy, and the digests every one of its states
+/// binds whatever the request, computed once when the layer is built.
+pub(crate) struct GuardedTool {
+    pub(crate) policy: ToolPolicy,
     audience: [u8; 16],
-    principal: String,
     method: [u8; 16],
     tool: [u8; 16],
     input_key: [u8; 16],
-    request_id: [u8; 16],
-    arguments: [u8; 32],
 }
 
-impl Binding {
-    pub(crate) fn new(
-        config: &Config,
-        policy: &ToolPolicy,
-        call: &ToolCall,
-        principal: &Principal,
-    ) -> Self {
+impl GuardedTool {
+    pub(crate) fn new(audience: &str, name: &str, policy: ToolPolicy) -> Self {
         Self {
-            audience: digest16("audience", config.audience.as_bytes()),
-            principal: principal.subject().to_owned(),
+            audience: digest16("audience", audience.as_bytes()),
             method: digest16("method", TOOLS_CALL.as_bytes()),
-            tool: digest16("tool", call.tool.as_bytes()),
+            tool: digest16("tool", name.as_bytes()),
             input_key: digest16("input-key", policy.input_key.as_bytes()),
-            request_id: request_id_digest(&call.id),
-            arguments: arguments_digest(call.param("arguments"), policy.select_into.as_deref()),
+            policy,
         }
+    }
+
+    /// The digests this request adds: its id and its arguments.
+    fn request_digests(&self, call: &ToolCall) -> ([u8; 16], [u8; 32]) {
+        (
+            request_id_digest(&call.id),
+            arguments_digest(call.param("arguments"), self.policy.select_into.as_deref()),
+        )
     }
 }
 
 /// Seals a fresh challenge state over `candidates`.
 pub(crate) fn seal_challenge(
     config: &Config,
-    binding: &Binding,
+    guarded: &GuardedTool,
+    call: &ToolCall,
+    principal: &Principal,
     candidates: Vec<String>,
 ) -> Result<(String, Claims), StateError> {
     let issued_at = unix_secs(config.clock.now());
+    let (request_id, arguments) = guarded.request_digests(call);
     let claims = Claims {
         phase: Phase::Confirm,
         issued_at,
         expires_at: issued_at.saturating_add(config.ttl.as_secs()),
         nonce: Nonce::random(),
-        audience: binding.audience,
-        principal: config.keys.signing().principal_digest(&binding.principal),
-        method: binding.method,
-        tool: binding.tool,
-        input_key: binding.input_key,
-        request_id: binding.request_id,
-        arguments: binding.arguments,
+        audience: guarded.audience,
+        principal: config.keys.signing().principal_digest(principal.subject()),
+        method: guarded.method,
+        tool: guarded.tool,
+        input_key: guarded.input_key,
+        request_id,
+        arguments,
         candidates,
     };
     let token = codec::seal(&config.keys, &claims)?;
@@ -222,9 +225,14 @@ pub(crate) fn seal_challenge(
 }
 
 /// Opens a retry's state and checks every binding, in a fixed order, before anything stateful.
+///
+/// The MAC is checked first and the request's own digests are computed only for a state that
+/// verified, so a forged state costs one HMAC.
 pub(crate) fn verify_retry(
     config: &Config,
-    binding: &Binding,
+    guarded: &GuardedTool,
+    call: &ToolCall,
+    principal: &Principal,
     token: &str,
 ) -> Result<Claims, StateError> {
     let (claims, key) = codec::open(&config.keys, token)?;
@@ -240,28 +248,29 @@ pub(crate) fn verify_retry(
         return Err(StateError::BadLifetime);
     }
     let same = |a: &[u8], b: &[u8]| bool::from(a.ct_eq(b));
-    if !same(&claims.audience, &binding.audience) {
+    if !same(&claims.audience, &guarded.audience) {
         return Err(StateError::Audience);
     }
-    if !key.principal_matches(&claims.principal, &binding.principal) {
+    if !key.principal_matches(&claims.principal, principal.subject()) {
         return Err(StateError::Principal);
     }
-    if !same(&claims.method, &binding.method) {
+    if !same(&claims.method, &guarded.method) {
         return Err(StateError::Method);
     }
-    if !same(&claims.tool, &binding.tool) {
+    if !same(&claims.tool, &guarded.tool) {
         return Err(StateError::Tool);
     }
-    if !same(&claims.arguments, &binding.arguments) {
+    let (request_id, arguments) = guarded.request_digests(call);
+    if !same(&claims.arguments, &arguments) {
         return Err(StateError::Arguments);
     }
     if claims.phase != Phase::Confirm {
         return Err(StateError::Phase);
     }
-    if !same(&claims.input_key, &binding.input_key) {
+    if !same(&claims.input_key, &guarded.input_key) {
         return Err(StateError::InputKey);
     }
-    if same(&claims.request_id, &binding.request_id) {
+    if same(&claims.request_id, &request_id) {
         return Err(StateError::SameRequestId);
     }
     Ok(claims)

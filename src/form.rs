@@ -4,44 +4,133 @@
 //! a secret. The answer is checked against the schema and against the ids the signed state carries;
 //! the client's own validation counts for nothing.
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::Value;
 
 use crate::policy::{Candidate, ChoiceStyle, ToolPolicy};
 
 /// The `requestedSchema` for a policy and the candidates shown.
-pub(crate) fn schema(policy: &ToolPolicy, candidates: &[Candidate]) -> Value {
-    let mut properties = Map::new();
-    let mut required = Vec::new();
-    if policy.resolver.is_some() {
-        let choice = match policy.style {
-            ChoiceStyle::Titled => {
-                let options: Vec<Value> = candidates
-                    .iter()
-                    .map(|c| {
-                        let title = c
-                            .label()
-                            .map(|l| plain_label(l, policy.max_label_chars))
-                            .filter(|l| !l.is_empty())
-                            .unwrap_or_else(|| plain_label(c.id(), policy.max_label_chars));
-                        json!({ "const": c.id(), "title": title })
-                    })
-                    .collect();
-                json!({ "type": "string", "title": policy.choice_title, "oneOf": options })
-            }
-            ChoiceStyle::Plain => {
-                let ids: Vec<&str> = candidates.iter().map(Candidate::id).collect();
-                json!({ "type": "string", "title": policy.choice_title, "enum": ids })
-            }
-        };
-        properties.insert(policy.choice_field.clone(), choice);
-        required.push(policy.choice_field.clone());
+pub(crate) fn schema<'a>(policy: &'a ToolPolicy, candidates: &'a [Candidate]) -> Schema<'a> {
+    let titles = match (&policy.resolver, policy.style) {
+        (Some(_), ChoiceStyle::Titled) => candidates
+            .iter()
+            .map(|c| {
+                c.label()
+                    .map(|l| plain_label(l, policy.max_label_chars))
+                    .filter(|l| !l.is_empty())
+                    .unwrap_or_else(|| plain_label(c.id(), policy.max_label_chars))
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Schema {
+        policy,
+        candidates,
+        titles,
     }
-    properties.insert(
-        policy.confirm_field.clone(),
-        json!({ "type": "boolean", "title": policy.confirm_title, "default": false }),
-    );
-    required.push(policy.confirm_field.clone());
-    json!({ "type": "object", "properties": properties, "required": required })
+}
+
+/// A flat form: one choice among the candidates (pick-one policies) and a required yes/no.
+///
+/// It serializes straight into the reply; the challenge path builds no JSON tree.
+pub(crate) struct Schema<'a> {
+    policy: &'a ToolPolicy,
+    candidates: &'a [Candidate],
+    /// Plain-text titles, one per candidate, for [`ChoiceStyle::Titled`].
+    titles: Vec<String>,
+}
+
+impl Serialize for Schema<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("type", "object")?;
+        m.serialize_entry("properties", &Properties(self))?;
+        let confirm = self.policy.confirm_field.as_str();
+        if self.policy.resolver.is_some() {
+            m.serialize_entry("required", &[self.policy.choice_field.as_str(), confirm])?;
+        } else {
+            m.serialize_entry("required", &[confirm])?;
+        }
+        m.end()
+    }
+}
+
+struct Properties<'s, 'a>(&'s Schema<'a>);
+
+impl Serialize for Properties<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let policy = self.0.policy;
+        let mut m = s.serialize_map(None)?;
+        if policy.resolver.is_some() {
+            m.serialize_entry(&policy.choice_field, &Choice(self.0))?;
+        }
+        m.serialize_entry(
+            &policy.confirm_field,
+            &Field {
+                kind: "boolean",
+                title: &policy.confirm_title,
+                default: Some(false),
+            },
+        )?;
+        m.end()
+    }
+}
+
+#[derive(Serialize)]
+struct Field<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    title: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    default: Option<bool>,
+}
+
+struct Choice<'s, 'a>(&'s Schema<'a>);
+
+impl Serialize for Choice<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Schema {
+            policy,
+            candidates,
+            titles,
+        } = self.0;
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("type", "string")?;
+        m.serialize_entry("title", &policy.choice_title)?;
+        match policy.style {
+            ChoiceStyle::Titled => m.serialize_entry("oneOf", &Options(candidates, titles))?,
+            ChoiceStyle::Plain => m.serialize_entry("enum", &Ids(candidates))?,
+        }
+        m.end()
+    }
+}
+
+struct Options<'a>(&'a [Candidate], &'a [String]);
+
+impl Serialize for Options<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct OneOf<'a> {
+            #[serde(rename = "const")]
+            id: &'a str,
+            title: &'a str,
+        }
+        s.collect_seq(
+            self.0
+                .iter()
+                .zip(self.1)
+                .map(|(c, title)| OneOf { id: c.id(), title }),
+        )
+    }
+}
+
+struct Ids<'a>(&'a [Candidate]);
+
+impl Serialize for Ids<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(Candidate::id))
+    }
 }
 
 /// Reduces a label to one line of plain text of at most `max_chars` characters.
@@ -156,6 +245,7 @@ pub(crate) fn read_answer(
 mod tests {
     use super::*;
     use crate::policy::{Lookup, PolicyError};
+    use serde_json::json;
 
     fn pick() -> ToolPolicy {
         ToolPolicy::pick_one(|_: Lookup| async { Ok::<_, PolicyError>(vec![]) })
@@ -177,7 +267,7 @@ mod tests {
             Candidate::labelled("note-3", "Groceries — milk, eggs"),
             Candidate::new("note-7"),
         ];
-        let s = schema(&pick(), &c);
+        let s = serde_json::to_value(schema(&pick(), &c)).unwrap();
         assert_eq!(
             s,
             json!({"type":"object","properties":{
@@ -187,12 +277,12 @@ mod tests {
                 "confirm":{"type":"boolean","title":"Yes, go ahead","default":false}},
               "required":["note_id","confirm"]})
         );
-        let plain = schema(&pick().plain_enum(), &c);
+        let plain = serde_json::to_value(schema(&pick().plain_enum(), &c)).unwrap();
         assert_eq!(
             plain["properties"]["note_id"]["enum"],
             json!(["note-3", "note-7"])
         );
-        let only = schema(&ToolPolicy::confirm_only(), &[]);
+        let only = serde_json::to_value(schema(&ToolPolicy::confirm_only(), &[])).unwrap();
         assert_eq!(only["required"], json!(["confirm"]));
         assert_eq!(only["properties"].as_object().unwrap().len(), 1);
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tower_layer::Layer;
 
 use crate::clock::{Clock, SystemClock};
+use crate::engine::GuardedTool;
 use crate::policy::ToolPolicy;
 use crate::principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 use crate::protocol::PROTOCOL_VERSION;
@@ -49,7 +50,7 @@ pub(crate) struct Config {
     pub(crate) ttl: Duration,
     pub(crate) skew: Duration,
     pub(crate) store: Arc<dyn ReplayStore>,
-    pub(crate) tools: HashMap<String, Arc<ToolPolicy>>,
+    pub(crate) tools: HashMap<String, Arc<GuardedTool>>,
     pub(crate) supported_versions: Vec<String>,
     pub(crate) principal: Arc<dyn PrincipalExtractor>,
     pub(crate) local_principal: Option<Principal>,
@@ -238,6 +239,14 @@ impl ConfirmLayerBuilder {
         let store = self
             .store
             .unwrap_or_else(|| Arc::new(MemoryReplayStore::new()));
+        let tools = self
+            .tools
+            .into_iter()
+            .map(|(name, policy)| {
+                let guarded = GuardedTool::new(&audience, &name, policy);
+                (name, Arc::new(guarded))
+            })
+            .collect();
         Ok(ConfirmLayer {
             config: Arc::new(Config {
                 keys: self.keys,
@@ -245,11 +254,7 @@ impl ConfirmLayerBuilder {
                 ttl: self.ttl,
                 skew: self.skew,
                 store,
-                tools: self
-                    .tools
-                    .into_iter()
-                    .map(|(name, policy)| (name, Arc::new(policy)))
-                    .collect(),
+                tools,
                 supported_versions: self.supported_versions,
                 principal: self.principal,
                 local_principal: self.local_principal,

@@ -6,7 +6,9 @@
 
 use bytes::Bytes;
 use http::StatusCode;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::{Value, json};
 
 /// The protocol revision this crate speaks.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
@@ -48,11 +50,15 @@ pub mod code {
 ///
 /// Messages are frozen per failure class: the specific reason goes to `tracing`, never to the wire,
 /// so a client cannot use the answers as an oracle.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// It serializes as the `error` member of a JSON-RPC response.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct RpcError {
     pub(crate) code: i64,
     pub(crate) message: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) data: Option<Value>,
+    #[serde(skip)]
     pub(crate) status: StatusCode,
 }
 
@@ -180,17 +186,6 @@ impl RpcError {
         )
         .with_data(json!({ "reason": "confirmation_unavailable" }))
     }
-
-    /// The `error` member of a JSON-RPC response.
-    pub(crate) fn to_value(&self) -> Value {
-        let mut error = Map::new();
-        error.insert("code".into(), self.code.into());
-        error.insert("message".into(), self.message.into());
-        if let Some(data) = &self.data {
-            error.insert("data".into(), data.clone());
-        }
-        Value::Object(error)
-    }
 }
 
 /// What the layer sends back on its own: a status and a JSON body (or no body for a notification).
@@ -215,12 +210,12 @@ impl Reply {
         };
         Self {
             status: error.status,
-            body: Some(envelope(id, "error", &error.to_value())),
+            body: Some(envelope(id, "error", error)),
         }
     }
 
     /// A JSON-RPC success response carrying `result`.
-    pub(crate) fn result(id: &str, result: &Value) -> Self {
+    pub(crate) fn result(id: &str, result: &impl Serialize) -> Self {
         Self {
             status: StatusCode::OK,
             body: Some(envelope(id, "result", result)),
@@ -228,17 +223,21 @@ impl Reply {
     }
 }
 
-fn envelope(id: &str, member: &str, value: &Value) -> Bytes {
+fn envelope(id: &str, member: &str, value: &impl Serialize) -> Bytes {
     // `id` is raw JSON already validated by the parser; write it back byte for byte.
-    let value = serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned());
-    let mut out = String::with_capacity(40 + id.len() + value.len());
-    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-    out.push_str(id);
-    out.push_str(",\"");
-    out.push_str(member);
-    out.push_str("\":");
-    out.push_str(&value);
-    out.push('}');
+    let mut out = Vec::with_capacity(256 + id.len());
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(member.as_bytes());
+    out.extend_from_slice(b"\":");
+    if serde_json::to_writer(&mut out, value).is_err() {
+        // Our replies hold only strings, numbers and maps with string keys: unreachable, but a
+        // reply must stay valid JSON whatever happens.
+        out.truncate(out.len() - member.len() - 4);
+        out.extend_from_slice(b"error\":{\"code\":-32603,\"message\":\"Internal error\"}");
+    }
+    out.push(b'}');
     Bytes::from(out)
 }
 
@@ -286,19 +285,52 @@ pub(crate) fn outcome_result(outcome: Outcome, text: &str) -> Value {
     })
 }
 
-/// An `InputRequiredResult` embedding one form elicitation under `key`.
-pub(crate) fn input_required(key: &str, message: &str, schema: Value, state: String) -> Value {
-    let mut requests = Map::new();
-    requests.insert(
-        key.to_owned(),
-        json!({
-            "method": "elicitation/create",
-            "params": { "mode": "form", "message": message, "requestedSchema": schema },
-        }),
-    );
-    json!({
-        "resultType": "input_required",
-        "inputRequests": requests,
-        "requestState": state,
-    })
+/// An `InputRequiredResult` embedding one form elicitation under `key`, serialized straight into
+/// the reply.
+pub(crate) struct InputRequired<'a, S> {
+    pub(crate) key: &'a str,
+    pub(crate) message: &'a str,
+    pub(crate) schema: S,
+    pub(crate) state: &'a str,
+}
+
+impl<S: Serialize> Serialize for InputRequired<'_, S> {
+    fn serialize<Ser: Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
+        #[derive(Serialize)]
+        struct Elicitation<'a, S> {
+            method: &'static str,
+            params: FormParams<'a, S>,
+        }
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct FormParams<'a, S> {
+            mode: &'static str,
+            message: &'a str,
+            requested_schema: &'a S,
+        }
+        struct Requests<'a, S>(&'a str, Elicitation<'a, S>);
+        impl<S: Serialize> Serialize for Requests<'_, S> {
+            fn serialize<Ser: Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry(self.0, &self.1)?;
+                m.end()
+            }
+        }
+        let requests = Requests(
+            self.key,
+            Elicitation {
+                method: "elicitation/create",
+                params: FormParams {
+                    mode: "form",
+                    message: self.message,
+                    requested_schema: &self.schema,
+                },
+            },
+        );
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("resultType", "input_required")?;
+        m.serialize_entry("inputRequests", &requests)?;
+        m.serialize_entry("requestState", self.state)?;
+        m.end()
+    }
 }
