@@ -43,12 +43,21 @@ impl Server {
     }
 
     async fn start_with(without_confirmation: bool) -> Self {
+        Self::start_on(without_confirmation, |data| {
+            notes::NotesStore::open(data).unwrap()
+        })
+        .await
+    }
+
+    async fn start_on(
+        without_confirmation: bool,
+        open: impl FnOnce(&Path) -> notes::NotesStore,
+    ) -> Self {
         let base = std::env::temp_dir().join(format!(
             "mcp-confirm-e2e-{}",
             mcp_confirm::Nonce::random().to_hex()
         ));
-        let data = base.join("data");
-        let store = Arc::new(notes::NotesStore::open(&data).unwrap());
+        let store = Arc::new(open(&base.join("data")));
         let options = app::Options {
             keys: KeyRing::single("k1", [0x5a; 32]).unwrap(),
             audience: "notes-e2e".into(),
@@ -212,6 +221,48 @@ async fn three_groceries_pick_note_7_confirm_only_note_7_is_gone() {
         ["note-1.md", "note-14.md", "note-2.md", "note-3.md"]
     );
     assert_eq!(server.notes_in("team"), ["note-5.md", "note-8.md"]);
+}
+
+#[tokio::test]
+async fn the_in_memory_variant_confirms_the_same_way_and_never_touches_the_disk() {
+    let server =
+        Server::start_on(false, |data| notes::NotesStore::in_memory(data, 2).unwrap()).await;
+    let alice = form_client(&server, "alice-token").await;
+    let (state, ids) = challenge(&alice, &server, "Groceries").await;
+    assert_eq!(ids, ["note-3", "note-7", "note-14"]);
+    let done = round(
+        &alice,
+        answer(&state, &server, "Groceries", accept("note-7")),
+    )
+    .await
+    .unwrap();
+    assert!(text(&done).contains("Deleted note-7"), "{done}");
+    let left: Vec<String> = server
+        .store
+        .list("personal")
+        .unwrap()
+        .into_iter()
+        .map(|n| n.id)
+        .collect();
+    assert_eq!(left, ["note-1", "note-2", "note-3", "note-14"]);
+    // The load workspace: titles of three notes each.
+    let first = round(
+        &alice,
+        CallToolRequestParams::new("notes_delete").with_arguments(args(
+            json!({"workspaceUri": server.workspace("load"), "title": "load-1"}),
+        )),
+    )
+    .await
+    .unwrap();
+    let offered = &first["inputRequests"]["delete_choice"]["params"]["requestedSchema"]["properties"]
+        ["note_id"]["oneOf"];
+    assert_eq!(offered.as_array().map(Vec::len), Some(3), "{first}");
+    assert_eq!(server.store.list("load").unwrap().len(), 6);
+    assert!(
+        server.store.load("load", "note-04").is_err(),
+        "one spelling per id"
+    );
+    assert!(!server.base().exists(), "nothing was written to disk");
 }
 
 #[tokio::test]

@@ -38,11 +38,12 @@ pub(crate) fn principal_for_token(token: &str) -> Option<&'static str> {
     }
 }
 
-/// The demo access policy: which workspaces a principal may use.
+/// The demo access policy: which workspaces a principal may use (`load` exists only in the
+/// in-memory variant started for load tests).
 pub(crate) fn may_use(principal: &str, workspace: &str) -> bool {
     matches!(
         (principal, workspace),
-        ("alice", "personal" | "team") | ("bob", "team")
+        ("alice", "personal" | "team" | "load") | ("bob", "team")
     )
 }
 

@@ -3,6 +3,8 @@
 //!
 //! ```text
 //! cargo run --example notes_server -- [--addr 127.0.0.1:3000] [--data-dir ./notes-data] [--key <hex>]
+//!     [--audience URL] [--replay-store memory|redis://…|postgres://…] [--notes files|memory]
+//!     [--load-titles N] [--without-confirmation]
 //! ```
 //!
 //! On first run the data directory is created and seeded: workspace `personal` with three notes
@@ -18,8 +20,9 @@ use std::sync::Arc;
 
 use mcp_confirm::KeyRing;
 
-const USAGE: &str =
-    "usage: notes_server [--addr HOST:PORT] [--data-dir DIR] [--key HEX] [--without-confirmation]";
+const USAGE: &str = "usage: notes_server [--addr HOST:PORT] [--data-dir DIR] [--key HEX] \
+     [--audience URL] [--replay-store memory|redis://…|postgres://…] [--notes files|memory] \
+     [--load-titles N] [--without-confirmation]";
 
 struct Flags {
     addr: SocketAddr,
@@ -27,6 +30,9 @@ struct Flags {
     key: Option<String>,
     audience: Option<String>,
     replay_store: String,
+    /// Keep the notes in memory (for load tests) instead of files.
+    memory_notes: bool,
+    load_titles: u64,
     without_confirmation: bool,
 }
 
@@ -37,6 +43,8 @@ fn flags() -> Result<Flags, String> {
         key: None,
         audience: None,
         replay_store: "memory".to_owned(),
+        memory_notes: false,
+        load_titles: 0,
         without_confirmation: false,
     };
     let mut args = std::env::args().skip(1);
@@ -51,10 +59,27 @@ fn flags() -> Result<Flags, String> {
             "--key" => flags.key = Some(value()?),
             "--audience" => flags.audience = Some(value()?),
             "--replay-store" => flags.replay_store = value()?,
+            "--notes" => {
+                flags.memory_notes = match value()?.as_str() {
+                    "files" => false,
+                    "memory" => true,
+                    other => {
+                        return Err(format!("--notes: expected files or memory, got {other:?}"));
+                    }
+                }
+            }
+            "--load-titles" => {
+                flags.load_titles = value()?
+                    .parse()
+                    .map_err(|e| format!("--load-titles: {e}"))?;
+            }
             "--without-confirmation" => flags.without_confirmation = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
+    }
+    if flags.load_titles > 0 && !flags.memory_notes {
+        return Err(format!("--load-titles needs --notes memory\n{USAGE}"));
     }
     Ok(flags)
 }
@@ -85,7 +110,12 @@ async fn run() -> Result<(), String> {
             KeyRing::random()
         }
     };
-    let store = Arc::new(notes::NotesStore::open(&flags.data_dir).map_err(|e| e.to_string())?);
+    let store = if flags.memory_notes {
+        notes::NotesStore::in_memory(&flags.data_dir, flags.load_titles)
+    } else {
+        notes::NotesStore::open(&flags.data_dir)
+    };
+    let store = Arc::new(store.map_err(|e| e.to_string())?);
     let url = format!("http://{}/mcp", flags.addr);
     // Instances behind one endpoint must share the audience, the key and the replay store.
     let audience = flags.audience.clone().unwrap_or_else(|| url.clone());
@@ -103,7 +133,15 @@ async fn run() -> Result<(), String> {
     let personal = store.workspace_uri("personal");
     println!("notes MCP server (2026-07-28) on {url}");
     println!("  replay store: {}", flags.replay_store);
-    println!("  data: {}", store.root_path().display());
+    if flags.memory_notes {
+        println!(
+            "  data: in memory ({} load titles), URIs under {}",
+            flags.load_titles,
+            store.root_path().display()
+        );
+    } else {
+        println!("  data: {}", store.root_path().display());
+    }
     println!("  tokens: alice-token (personal, team), bob-token (team)");
     if flags.without_confirmation {
         println!("  WITHOUT ConfirmLayer: notes_delete refuses every call");

@@ -3,8 +3,14 @@
 //! Every access goes through `mcp_confirm::scope`: the workspace URI is parsed and mapped to one
 //! folder directly below the data directory by path components, and files are read, created and
 //! removed only through a no-symlink directory handle opened on that folder.
+//!
+//! `NotesStore::in_memory` keeps the same notes in memory instead (nothing touches the disk), so a
+//! load test measures the server and its layers rather than the filesystem. Workspace URIs are
+//! mapped exactly as for files.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use mcp_confirm::scope::{self, ScopeError, ScopedDir};
 
@@ -21,7 +27,53 @@ pub(crate) struct Note {
 pub(crate) struct NotesStore {
     /// The canonical data directory; workspace URIs are matched against it.
     root_path: PathBuf,
-    root: ScopedDir,
+    backend: Backend,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Files(ScopedDir),
+    Memory(Mutex<BTreeMap<String, MemoryWorkspace>>),
+}
+
+/// One workspace in memory: notes by id number, and an index by title for the resolver.
+#[derive(Debug, Default)]
+struct MemoryWorkspace {
+    notes: BTreeMap<u64, (String, String)>,
+    by_title: HashMap<String, BTreeSet<u64>>,
+}
+
+impl MemoryWorkspace {
+    fn note(&self, number: u64) -> Option<Note> {
+        let (title, body) = self.notes.get(&number)?;
+        Some(Note {
+            id: format!("note-{number}"),
+            title: title.clone(),
+            excerpt: body.chars().take(40).collect(),
+        })
+    }
+
+    fn insert(&mut self, number: u64, title: &str, body: &str) {
+        self.notes
+            .insert(number, (title.to_owned(), body.to_owned()));
+        self.by_title
+            .entry(title.to_owned())
+            .or_default()
+            .insert(number);
+    }
+
+    fn remove(&mut self, number: u64) -> bool {
+        let Some((title, _)) = self.notes.remove(&number) else {
+            return false;
+        };
+        if let Some(ids) = self.by_title.get_mut(&title) {
+            ids.remove(&number);
+            if ids.is_empty() {
+                self.by_title.remove(&title);
+            }
+        }
+        true
+    }
 }
 
 /// Why a notes operation failed.
@@ -48,12 +100,42 @@ impl NotesStore {
             .map_err(|e| NotesError::Storage(e.to_string()))?;
         let root =
             ScopedDir::open_root(&root_path).map_err(|e| NotesError::Storage(e.to_string()))?;
-        let store = Self { root_path, root };
+        let store = Self {
+            root_path,
+            backend: Backend::Files(root),
+        };
         let empty = std::fs::read_dir(&store.root_path)
             .map(|mut d| d.next().is_none())
             .unwrap_or(false);
         if empty {
             store.seed()?;
+        }
+        Ok(store)
+    }
+
+    /// The seeded notes, in memory, under the (never touched) data directory `data_dir`; plus,
+    /// for load tests, a workspace `load` holding `load_titles` titles `load-<k>` of three notes
+    /// each.
+    pub(crate) fn in_memory(data_dir: &Path, load_titles: u64) -> Result<Self, NotesError> {
+        let root_path =
+            std::path::absolute(data_dir).map_err(|e| NotesError::Storage(e.to_string()))?;
+        let store = Self {
+            root_path,
+            backend: Backend::Memory(Mutex::new(BTreeMap::new())),
+        };
+        store.seed()?;
+        if let Backend::Memory(workspaces) = &store.backend {
+            let mut workspaces = workspaces.lock().map_err(|_| poisoned())?;
+            let load = workspaces.entry("load".to_owned()).or_default();
+            for k in 0..load_titles {
+                for i in 0..3 {
+                    load.insert(
+                        3 * k + i + 1,
+                        &format!("load-{k}"),
+                        "A note for load tests.",
+                    );
+                }
+            }
         }
         Ok(store)
     }
@@ -77,13 +159,34 @@ impl NotesStore {
             .map_err(NotesError::Workspace)
     }
 
-    fn workspace(&self, name: &str) -> Result<ScopedDir, NotesError> {
-        self.root.subdir(name).map_err(NotesError::Workspace)
+    fn workspace(&self, root: &ScopedDir, name: &str) -> Result<ScopedDir, NotesError> {
+        root.subdir(name).map_err(NotesError::Workspace)
+    }
+
+    /// Runs `f` on an in-memory workspace.
+    fn in_workspace<T>(
+        workspaces: &Mutex<BTreeMap<String, MemoryWorkspace>>,
+        name: &str,
+        f: impl FnOnce(&mut MemoryWorkspace) -> Result<T, NotesError>,
+    ) -> Result<T, NotesError> {
+        let mut workspaces = workspaces.lock().map_err(|_| poisoned())?;
+        let workspace = workspaces
+            .get_mut(name)
+            .ok_or(NotesError::Workspace(ScopeError::NotFound))?;
+        f(workspace)
     }
 
     /// Every note in a workspace, in id order.
     pub(crate) fn list(&self, workspace: &str) -> Result<Vec<Note>, NotesError> {
-        let dir = self.workspace(workspace)?;
+        let root = match &self.backend {
+            Backend::Files(root) => root,
+            Backend::Memory(workspaces) => {
+                return Self::in_workspace(workspaces, workspace, |ws| {
+                    Ok(ws.notes.keys().filter_map(|&n| ws.note(n)).collect())
+                });
+            }
+        };
+        let dir = self.workspace(root, workspace)?;
         let mut notes = Vec::new();
         for file in dir
             .file_names()
@@ -106,6 +209,17 @@ impl NotesStore {
         workspace: &str,
         title: &str,
     ) -> Result<Vec<Note>, NotesError> {
+        if let Backend::Memory(workspaces) = &self.backend {
+            return Self::in_workspace(workspaces, workspace, |ws| {
+                Ok(ws
+                    .by_title
+                    .get(title)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|&n| ws.note(n))
+                    .collect())
+            });
+        }
         Ok(self
             .list(workspace)?
             .into_iter()
@@ -115,8 +229,13 @@ impl NotesStore {
 
     /// Loads one note live, refusing anything that is not a plain file in the workspace.
     pub(crate) fn load(&self, workspace: &str, id: &str) -> Result<Note, NotesError> {
-        let dir = self.workspace(workspace)?;
-        read_note(&dir, valid_id(id)?)
+        let number = id_number(id).ok_or(NotesError::NoteId)?;
+        match &self.backend {
+            Backend::Files(root) => read_note(&self.workspace(root, workspace)?, id),
+            Backend::Memory(workspaces) => Self::in_workspace(workspaces, workspace, |ws| {
+                ws.note(number).ok_or(NotesError::NotFound)
+            }),
+        }
     }
 
     /// Creates a note and returns its id.
@@ -130,7 +249,17 @@ impl NotesStore {
         if title.is_empty() {
             return Err(NotesError::Storage("a note needs a title".into()));
         }
-        let dir = self.workspace(workspace)?;
+        let root = match &self.backend {
+            Backend::Files(root) => root,
+            Backend::Memory(workspaces) => {
+                return Self::in_workspace(workspaces, workspace, |ws| {
+                    let next = ws.notes.keys().next_back().copied().unwrap_or(0) + 1;
+                    ws.insert(next, title, body);
+                    Ok(format!("note-{next}"))
+                });
+            }
+        };
+        let dir = self.workspace(root, workspace)?;
         let next = self
             .list(workspace)?
             .iter()
@@ -146,12 +275,19 @@ impl NotesStore {
 
     /// Deletes exactly one note, through the workspace handle, never through a symlink.
     pub(crate) fn delete(&self, workspace: &str, id: &str) -> Result<(), NotesError> {
-        let dir = self.workspace(workspace)?;
-        dir.remove_file(&format!("{}.md", valid_id(id)?))
-            .map_err(|e| match e {
-                ScopeError::NotFound => NotesError::NotFound,
-                other => NotesError::Refused(other),
-            })
+        let number = id_number(id).ok_or(NotesError::NoteId)?;
+        match &self.backend {
+            Backend::Files(root) => self
+                .workspace(root, workspace)?
+                .remove_file(&format!("{id}.md"))
+                .map_err(|e| match e {
+                    ScopeError::NotFound => NotesError::NotFound,
+                    other => NotesError::Refused(other),
+                }),
+            Backend::Memory(workspaces) => Self::in_workspace(workspaces, workspace, |ws| {
+                ws.remove(number).then_some(()).ok_or(NotesError::NotFound)
+            }),
+        }
     }
 
     fn seed(&self) -> Result<(), NotesError> {
@@ -191,13 +327,27 @@ impl NotesStore {
             ),
         ];
         for (workspace, notes) in seed {
-            let dir = self
-                .root
-                .create_subdir(workspace)
-                .map_err(|e| NotesError::Storage(e.to_string()))?;
-            for (id, title, body) in notes {
-                dir.create_new(&format!("{id}.md"), format!("{title}\n{body}\n").as_bytes())
-                    .map_err(|e| NotesError::Storage(e.to_string()))?;
+            match &self.backend {
+                Backend::Files(root) => {
+                    let dir = root
+                        .create_subdir(workspace)
+                        .map_err(|e| NotesError::Storage(e.to_string()))?;
+                    for (id, title, body) in notes {
+                        dir.create_new(
+                            &format!("{id}.md"),
+                            format!("{title}\n{body}\n").as_bytes(),
+                        )
+                        .map_err(|e| NotesError::Storage(e.to_string()))?;
+                    }
+                }
+                Backend::Memory(workspaces) => {
+                    let mut workspaces = workspaces.lock().map_err(|_| poisoned())?;
+                    let ws = workspaces.entry(workspace.to_owned()).or_default();
+                    for (id, title, body) in notes {
+                        let number = id_number(id).ok_or(NotesError::NoteId)?;
+                        ws.insert(number, title, body);
+                    }
+                }
             }
         }
         Ok(())
@@ -225,14 +375,19 @@ fn read_note(dir: &ScopedDir, id: &str) -> Result<Note, NotesError> {
     })
 }
 
-/// Note ids are `note-<digits>`: nothing else can name a file.
-fn valid_id(id: &str) -> Result<&str, NotesError> {
-    id_number(id).map(|_| id).ok_or(NotesError::NoteId)
+fn poisoned() -> NotesError {
+    NotesError::Storage("the in-memory notes are unavailable after a panic".into())
 }
 
+/// Note ids are `note-<digits>`: nothing else can name a file.
 fn id_number(id: &str) -> Option<u64> {
     let digits = id.strip_prefix("note-")?;
-    if digits.is_empty() || digits.len() > 12 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    // One spelling per note: no leading zeros, so `note-007` never names `note-7`.
+    if digits.is_empty()
+        || digits.len() > 12
+        || digits.starts_with('0')
+        || !digits.bytes().all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     digits.parse().ok()
