@@ -1,0 +1,663 @@
+//! A load generator for the notes server: what ConfirmLayer costs under load, end to end.
+//!
+//! ```text
+//! cargo build --release --examples
+//! cargo run --release --example loadgen -- [--flow all|list|confirm|confirm-redis|challenges]
+//!     [--clients 8] [--duration 10] [--runs 3] [--requests N] [--redis redis://127.0.0.1:6379]
+//! ```
+//!
+//! It starts `notes_server` (the binary next to this one) on a free loopback port with its notes in
+//! memory, so the layers are what is measured and not the disk, and drives it over HTTP/1.1
+//! keep-alive with `--clients` concurrent connections for `--duration` seconds (or `--requests`
+//! operations). Each run gets a fresh server. It prints throughput, latency percentiles and the CPU
+//! time the server and the generator spent per operation (from `/proc`). The server runs with
+//! `RUST_LOG=warn`, so audit events are not logged.
+//!
+//! Flows:
+//! - `list`: `notes_list` through the server without ConfirmLayer, then with it, alternating
+//!   for `--runs` runs each; prints the throughput lost to the layer (median against median).
+//! - `confirm`: the full two-round confirmation: first call (a form with three candidates), then
+//!   the accepting retry, which deletes one note. One operation is both rounds; every operation
+//!   uses its own title, so every form offers three notes.
+//! - `confirm-redis`: the same with the Redis replay store.
+//! - `challenges`: first calls only, never answered: the server's memory (RSS) at the start and
+//!   at the end shows that a challenge keeps no server state.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-redis|challenges] \
+    [--clients N] [--duration SECS] [--runs N] [--requests N] [--redis URL]";
+const KEY: &str = "6d63702d636f6e6669726d2d6c6f616467656e2d6b65792d3031323334353637";
+/// Titles seeded per second of a confirm run: far above what two cores can confirm.
+const TITLES_PER_SECOND: u64 = 25_000;
+
+struct Flags {
+    flow: String,
+    clients: usize,
+    duration: Duration,
+    runs: usize,
+    requests: Option<u64>,
+    redis: String,
+}
+
+fn flags() -> Result<Flags, String> {
+    let mut flags = Flags {
+        flow: "all".into(),
+        clients: 8,
+        duration: Duration::from_secs(10),
+        runs: 3,
+        requests: None,
+        redis: std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || {
+            args.next()
+                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
+        };
+        let number = |v: String| v.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
+        match flag.as_str() {
+            "--flow" => flags.flow = value()?,
+            "--clients" => flags.clients = number(value()?)?.max(1) as usize,
+            "--duration" => flags.duration = Duration::from_secs(number(value()?)?.max(1)),
+            "--runs" => flags.runs = number(value()?)?.max(1) as usize,
+            "--requests" => flags.requests = Some(number(value()?)?),
+            "--redis" => flags.redis = value()?,
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown flag {other}\n{USAGE}")),
+        }
+    }
+    Ok(flags)
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("{e}");
+        std::process::exit(2);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let flags = flags()?;
+    // The generator takes one core; the server gets the rest.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let server_bin = std::env::current_exe()
+        .map_err(|e| e.to_string())?
+        .with_file_name("notes_server");
+    if !server_bin.exists() {
+        return Err(format!(
+            "{} not found: build it first with `cargo build --release --examples`",
+            server_bin.display()
+        ));
+    }
+    println!(
+        "loadgen: {} clients, {}, {} run(s) per flow, {} cores",
+        flags.clients,
+        match flags.requests {
+            Some(n) => format!("{n} operations per run"),
+            None => format!("{} s per run", flags.duration.as_secs()),
+        },
+        flags.runs,
+        std::thread::available_parallelism().map_or(0, usize::from)
+    );
+    print_header();
+    let flows: &[&str] = match flags.flow.as_str() {
+        "all" => &["list", "confirm", "confirm-redis"],
+        "list" => &["list"],
+        "confirm" => &["confirm"],
+        "confirm-redis" => &["confirm-redis"],
+        "challenges" => &["challenges"],
+        other => return Err(format!("unknown flow {other:?}\n{USAGE}")),
+    };
+    let mut errors = 0;
+    for flow in flows {
+        match *flow {
+            "list" => {
+                let mut bare = Vec::new();
+                let mut layered = Vec::new();
+                for _ in 0..flags.runs {
+                    bare.push(rt.block_on(measure(&flags, &server_bin, Flow::List, false))?);
+                    layered.push(rt.block_on(measure(&flags, &server_bin, Flow::List, true))?);
+                }
+                errors += bare.iter().chain(&layered).map(|r| r.errors).sum::<u64>();
+                let (b, l) = (median_rate(&bare), median_rate(&layered));
+                println!(
+                    "notes_list throughput with ConfirmLayer: {:.0} ops/s against {:.0} without: {:+.1}%",
+                    l,
+                    b,
+                    (l / b - 1.0) * 100.0
+                );
+            }
+            "confirm" | "challenges" => {
+                let flow = if *flow == "confirm" {
+                    Flow::Confirm
+                } else {
+                    Flow::Challenges
+                };
+                for _ in 0..flags.runs {
+                    errors += rt
+                        .block_on(measure(&flags, &server_bin, flow, true))?
+                        .errors;
+                }
+            }
+            _ => {
+                if !redis_reachable(&flags.redis) {
+                    println!("confirm-redis skipped: no Redis at {}", flags.redis);
+                    continue;
+                }
+                for _ in 0..flags.runs {
+                    errors += rt
+                        .block_on(measure(&flags, &server_bin, Flow::ConfirmRedis, true))?
+                        .errors;
+                }
+            }
+        }
+    }
+    if errors > 0 {
+        return Err(format!("{errors} operations failed"));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    List,
+    Confirm,
+    ConfirmRedis,
+    Challenges,
+}
+
+impl Flow {
+    fn name(self, layered: bool) -> &'static str {
+        match (self, layered) {
+            (Flow::List, false) => "list (no layer)",
+            (Flow::List, true) => "list (layer)",
+            (Flow::Confirm, _) => "confirm (memory)",
+            (Flow::ConfirmRedis, _) => "confirm (redis)",
+            (Flow::Challenges, _) => "challenges only",
+        }
+    }
+}
+
+/// What one run measured.
+struct Report {
+    ops: u64,
+    errors: u64,
+    elapsed: Duration,
+    /// Operation latencies, sorted, in nanoseconds.
+    latencies: Vec<u64>,
+    server_cpu: Duration,
+    loadgen_cpu: Duration,
+    rss_kib: (u64, u64),
+}
+
+impl Report {
+    fn rate(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn percentile(&self, p: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let rank = ((p / 100.0) * self.latencies.len() as f64).ceil() as usize;
+        Duration::from_nanos(self.latencies[rank.clamp(1, self.latencies.len()) - 1])
+    }
+}
+
+fn median_rate(reports: &[Report]) -> f64 {
+    let mut rates: Vec<f64> = reports.iter().map(Report::rate).collect();
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
+}
+
+fn print_header() {
+    println!(
+        "{:<18} {:>9} {:>7} {:>9} {:>9} {:>9} {:>13} {:>14} {:>17}",
+        "flow",
+        "ops/s",
+        "errors",
+        "p50",
+        "p99",
+        "p999",
+        "server CPU/op",
+        "loadgen CPU/op",
+        "server RSS (KiB)"
+    );
+}
+
+fn print_report(name: &str, r: &Report) {
+    let per_op = |d: Duration| {
+        format!(
+            "{:.1} µs",
+            d.as_secs_f64() * 1e6 / (r.ops + r.errors).max(1) as f64
+        )
+    };
+    let us = |d: Duration| format!("{:.0} µs", d.as_secs_f64() * 1e6);
+    println!(
+        "{:<18} {:>9.0} {:>7} {:>9} {:>9} {:>9} {:>13} {:>14} {:>17}",
+        name,
+        r.rate(),
+        r.errors,
+        us(r.percentile(50.0)),
+        us(r.percentile(99.0)),
+        us(r.percentile(99.9)),
+        per_op(r.server_cpu),
+        per_op(r.loadgen_cpu),
+        format!("{} → {}", r.rss_kib.0, r.rss_kib.1),
+    );
+}
+
+/// Starts a fresh server, drives one flow against it, prints and returns the report.
+async fn measure(
+    flags: &Flags,
+    server_bin: &PathBuf,
+    flow: Flow,
+    layered: bool,
+) -> Result<Report, String> {
+    let titles = match flow {
+        Flow::Confirm | Flow::ConfirmRedis => match flags.requests {
+            Some(n) => n + 1,
+            None => TITLES_PER_SECOND * flags.duration.as_secs(),
+        },
+        Flow::Challenges => 1,
+        Flow::List => 0,
+    };
+    let server = Server::start(server_bin, flow, layered, titles, &flags.redis).await?;
+    let setup = Setup {
+        addr: server.addr,
+        workspace: format!("file://{}/{}", server.data_dir, workspace(flow)),
+        next_title: AtomicU64::new(0),
+        titles,
+        started: AtomicU64::new(0),
+        limit: flags.requests.unwrap_or(u64::MAX),
+    };
+    let setup = Arc::new(setup);
+    // Warm up connections and caches for a moment, not measured.
+    let warm = drive(&setup, flow, flags.clients, Duration::from_millis(300)).await?;
+    drop(warm);
+    setup.started.store(0, Ordering::SeqCst);
+    let rss_start = server.rss_kib();
+    let (cpu_server, cpu_self) = (server.cpu()?, own_cpu()?);
+    let start = Instant::now();
+    let results = drive(&setup, flow, flags.clients, flags.duration).await?;
+    let elapsed = start.elapsed();
+    let (cpu_server_end, cpu_self_end) = (server.cpu()?, own_cpu()?);
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for (lat, errs) in results {
+        latencies.extend(lat);
+        errors += errs;
+    }
+    latencies.sort_unstable();
+    let report = Report {
+        ops: latencies.len() as u64,
+        errors,
+        elapsed,
+        latencies,
+        server_cpu: cpu_server_end.saturating_sub(cpu_server),
+        loadgen_cpu: cpu_self_end.saturating_sub(cpu_self),
+        rss_kib: (rss_start, server.rss_kib()),
+    };
+    print_report(flow.name(layered), &report);
+    Ok(report)
+}
+
+fn workspace(flow: Flow) -> &'static str {
+    match flow {
+        Flow::List => "personal",
+        _ => "load",
+    }
+}
+
+/// What every client of one run shares.
+struct Setup {
+    addr: SocketAddr,
+    workspace: String,
+    next_title: AtomicU64,
+    titles: u64,
+    started: AtomicU64,
+    limit: u64,
+}
+
+/// Runs `clients` connections until `duration` has passed or the operation limit is reached;
+/// returns each client's latencies and error count.
+async fn drive(
+    setup: &Arc<Setup>,
+    flow: Flow,
+    clients: usize,
+    duration: Duration,
+) -> Result<Vec<(Vec<u64>, u64)>, String> {
+    let deadline = Instant::now() + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let setup = Arc::clone(setup);
+        let mut conn = connect(setup.addr).await?;
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(1 << 16);
+            let mut errors = 0u64;
+            let mut id = 0u64;
+            while Instant::now() < deadline
+                && setup.started.fetch_add(1, Ordering::Relaxed) < setup.limit
+            {
+                let began = Instant::now();
+                let ok = match flow {
+                    Flow::List => list(&mut conn, &setup, &mut id).await,
+                    Flow::Confirm | Flow::ConfirmRedis => confirm(&mut conn, &setup, &mut id).await,
+                    Flow::Challenges => challenge_only(&mut conn, &setup, &mut id).await,
+                };
+                match ok {
+                    Ok(()) => latencies.push(began.elapsed().as_nanos() as u64),
+                    Err(e) => {
+                        if errors == 0 {
+                            eprintln!("error: {e}");
+                        }
+                        errors += 1;
+                    }
+                }
+            }
+            (latencies, errors)
+        }));
+    }
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.map_err(|e| e.to_string())?);
+    }
+    Ok(results)
+}
+
+type Conn = SendRequest<Full<Bytes>>;
+
+async fn connect(addr: SocketAddr) -> Result<Conn, String> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let (send, conn) = http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    Ok(send)
+}
+
+fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+           "io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}},
+           "io.modelcontextprotocol/clientInfo":{"name":"loadgen","version":"1"}})
+}
+
+/// One tools/call; returns the parsed `result`, or why there is none.
+async fn call(
+    conn: &mut Conn,
+    setup: &Setup,
+    id: &mut u64,
+    tool: &str,
+    params: Value,
+) -> Result<Value, String> {
+    *id += 1;
+    let mut params = params;
+    params["name"] = json!(tool);
+    params["_meta"] = meta();
+    let body = json!({"jsonrpc":"2.0","id":*id,"method":"tools/call","params":params});
+    let request = http::Request::post(format!("http://{}/mcp", setup.addr))
+        .header("host", setup.addr.to_string())
+        .header("authorization", "Bearer alice-token")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .body(Full::new(Bytes::from(body.to_string())))
+        .map_err(|e| e.to_string())?;
+    conn.ready().await.map_err(|e| e.to_string())?;
+    let response = conn
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    let mut answer: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        format!(
+            "{status}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&bytes)
+        )
+    })?;
+    match answer.get_mut("result") {
+        Some(result) if status.is_success() => Ok(result.take()),
+        _ => Err(format!("{status}: {answer}")),
+    }
+}
+
+async fn list(conn: &mut Conn, setup: &Setup, id: &mut u64) -> Result<(), String> {
+    let args = json!({"arguments":{"workspaceUri": setup.workspace}});
+    let result = call(conn, setup, id, "notes_list", args).await?;
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    if result["isError"] == true || !text.contains("note-1: ") {
+        return Err(format!("unexpected list result {result}"));
+    }
+    Ok(())
+}
+
+fn next_title(setup: &Setup) -> Result<String, String> {
+    let k = setup.next_title.fetch_add(1, Ordering::Relaxed);
+    if k >= setup.titles {
+        return Err("ran out of seeded titles".into());
+    }
+    Ok(format!("load-{k}"))
+}
+
+/// The first round: returns the state, the first offered id, and the arguments.
+async fn first_round(
+    conn: &mut Conn,
+    setup: &Setup,
+    id: &mut u64,
+) -> Result<(String, String, Value), String> {
+    let arguments = json!({"workspaceUri": setup.workspace, "title": next_title(setup)?});
+    let first = call(
+        conn,
+        setup,
+        id,
+        "notes_delete",
+        json!({ "arguments": arguments }),
+    )
+    .await?;
+    let offered = &first["inputRequests"]["delete_choice"]["params"]["requestedSchema"]["properties"]
+        ["note_id"]["oneOf"];
+    match (
+        first["requestState"].as_str(),
+        offered[0]["const"].as_str(),
+        offered.as_array().map(Vec::len),
+    ) {
+        (Some(state), Some(choice), Some(3)) => {
+            Ok((state.to_owned(), choice.to_owned(), arguments))
+        }
+        _ => Err(format!("unexpected first round {first}")),
+    }
+}
+
+async fn challenge_only(conn: &mut Conn, setup: &Setup, id: &mut u64) -> Result<(), String> {
+    // Challenges are never answered, so one title serves every call.
+    let arguments = json!({"workspaceUri": setup.workspace, "title": "load-0"});
+    let first = call(
+        conn,
+        setup,
+        id,
+        "notes_delete",
+        json!({ "arguments": arguments }),
+    )
+    .await?;
+    if first["resultType"] != "input_required" {
+        return Err(format!("unexpected first round {first}"));
+    }
+    Ok(())
+}
+
+async fn confirm(conn: &mut Conn, setup: &Setup, id: &mut u64) -> Result<(), String> {
+    let (state, choice, arguments) = first_round(conn, setup, id).await?;
+    let params = json!({
+        "arguments": arguments,
+        "requestState": state,
+        "inputResponses": {"delete_choice": {"action":"accept","content":{"note_id": choice,"confirm":true}}},
+    });
+    let done = call(conn, setup, id, "notes_delete", params).await?;
+    let text = done["content"][0]["text"].as_str().unwrap_or_default();
+    if done["isError"] == true || !text.starts_with("Deleted ") {
+        return Err(format!("unexpected second round {done}"));
+    }
+    Ok(())
+}
+
+/// A notes server child process, killed on drop.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    data_dir: String,
+    clock_ticks: u64,
+}
+
+impl Server {
+    async fn start(
+        bin: &PathBuf,
+        flow: Flow,
+        layered: bool,
+        titles: u64,
+        redis: &str,
+    ) -> Result<Self, String> {
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?;
+        let data_dir = "/srv/loadgen-notes".to_owned();
+        let mut command = Command::new(bin);
+        command
+            .args(["--addr", &addr.to_string(), "--data-dir", &data_dir])
+            .args(["--key", KEY, "--notes", "memory"])
+            .args(["--load-titles", &titles.to_string()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        if !layered {
+            command.arg("--without-confirmation");
+        }
+        if flow == Flow::ConfirmRedis {
+            command.args(["--replay-store", redis]);
+        }
+        let child = command
+            .spawn()
+            .map_err(|e| format!("start {}: {e}", bin.display()))?;
+        let server = Self {
+            child,
+            addr,
+            data_dir,
+            clock_ticks: clock_ticks(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            if Instant::now() > deadline {
+                return Err("the notes server did not start within 30 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(server)
+    }
+
+    fn cpu(&self) -> Result<Duration, String> {
+        process_cpu(&format!("/proc/{}/stat", self.child.id()), self.clock_ticks)
+    }
+
+    fn rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn own_cpu() -> Result<Duration, String> {
+    process_cpu("/proc/self/stat", clock_ticks())
+}
+
+/// User plus system CPU time of a process, from `/proc/<pid>/stat` (fields 14 and 15).
+fn process_cpu(path: &str, ticks_per_second: u64) -> Result<Duration, String> {
+    let stat = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    // The command name (field 2) may hold spaces; count fields after its closing parenthesis.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or("bad stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // After the name: state is field 3, so utime (14) and stime (15) are at 11 and 12.
+    let total = ticks(11) + ticks(12);
+    Ok(Duration::from_secs_f64(
+        total as f64 / ticks_per_second as f64,
+    ))
+}
+
+fn clock_ticks() -> u64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100)
+}
+
+fn redis_reachable(url: &str) -> bool {
+    let Some(rest) = url
+        .strip_prefix("redis://")
+        .map(|r| r.rsplit_once('@').map_or(r, |(_, host)| host))
+    else {
+        return false;
+    };
+    let host = rest.split('/').next().unwrap_or(rest);
+    let host = if host.contains(':') {
+        host.to_owned()
+    } else {
+        format!("{host}:6379")
+    };
+    std::net::TcpStream::connect_timeout(
+        &match host.parse() {
+            Ok(addr) => addr,
+            Err(_) => return false,
+        },
+        Duration::from_secs(1),
+    )
+    .is_ok()
+}
