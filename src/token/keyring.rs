@@ -57,11 +57,14 @@ pub struct KeyRing {
     keys: Vec<RingKey>,
 }
 
+/// One key, held as HMAC states already keyed (the key block absorbed), so each tag costs only
+/// the message's compressions. With the `zeroize` features of `hmac` and `sha2`, these states and
+/// every clone of them are wiped on drop.
 #[derive(Clone)]
 pub(crate) struct RingKey {
     id: String,
-    mac: Zeroizing<[u8; 32]>,
-    principal: Zeroizing<[u8; 32]>,
+    mac: HmacSha256,
+    principal: HmacSha256,
 }
 
 impl KeyRing {
@@ -175,7 +178,11 @@ impl RingKey {
         // 32 bytes is far below HKDF-SHA256's 8160-byte output limit, so expand cannot fail.
         let _ = hk.expand(MAC_KEY_INFO, &mut mac[..]);
         let _ = hk.expand(PRINCIPAL_KEY_INFO, &mut principal[..]);
-        Self { id, mac, principal }
+        Self {
+            id,
+            mac: keyed(&mac[..]),
+            principal: keyed(&principal[..]),
+        }
     }
 
     pub(crate) fn id(&self) -> &str {
@@ -183,14 +190,12 @@ impl RingKey {
     }
 
     pub(crate) fn mac(&self) -> HmacSha256 {
-        // HMAC takes keys of any length.
-        <HmacSha256 as KeyInit>::new_from_slice(&self.mac[..]).unwrap_or_else(|_| unreachable!())
+        self.mac.clone()
     }
 
     /// A keyed digest of the principal, so the token does not reveal who it was issued to.
     pub(crate) fn principal_digest(&self, subject: &str) -> [u8; 16] {
-        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&self.principal[..])
-            .unwrap_or_else(|_| unreachable!());
+        let mut mac = self.principal.clone();
         mac.update(subject.as_bytes());
         let full = mac.finalize().into_bytes();
         let mut out = [0u8; 16];
@@ -201,6 +206,11 @@ impl RingKey {
     pub(crate) fn principal_matches(&self, digest: &[u8; 16], subject: &str) -> bool {
         bool::from(self.principal_digest(subject).ct_eq(digest))
     }
+}
+
+fn keyed(key: &[u8]) -> HmacSha256 {
+    // HMAC takes keys of any length.
+    <HmacSha256 as KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!())
 }
 
 fn valid_key_id(id: &str) -> bool {
@@ -284,6 +294,24 @@ mod tests {
             KeyRing::single_hex("k", &"ab".repeat(16)),
             Err(KeyError::SecretTooShort { len: 16, .. })
         ));
+    }
+
+    #[test]
+    fn keyed_states_compute_standard_hmac_sha256() {
+        // RFC 4231, test case 1; a clone of the keyed state is used twice.
+        let state = keyed(&[0x0b; 20]);
+        for _ in 0..2 {
+            let mut mac = state.clone();
+            mac.update(b"Hi There");
+            assert_eq!(
+                mac.finalize().into_bytes()[..],
+                [
+                    0xb0, 0x34, 0x4c, 0x61, 0xd8, 0xdb, 0x38, 0x53, 0x5c, 0xa8, 0xaf, 0xce, 0xaf,
+                    0x0b, 0xf1, 0x2b, 0x88, 0x1d, 0xc2, 0x00, 0xc9, 0x83, 0x3d, 0xa7, 0x26, 0xe9,
+                    0x37, 0x6c, 0x2e, 0x32, 0xcf, 0xf7
+                ]
+            );
+        }
     }
 
     #[test]
