@@ -72,7 +72,7 @@ pub(crate) async fn decide(
         );
     };
     let policy = &guarded.policy;
-    let state = match call.param("requestState") {
+    let state = match &call.params.request_state {
         None => None,
         Some(Value::String(token)) => Some(token.clone()),
         Some(_) => return refuse(&call, Some(&principal), Refused::state(StateError::Format)),
@@ -90,7 +90,11 @@ pub(crate) async fn decide(
     if let Err(refused) = engine::check_form_capability(&call) {
         return refuse(&call, Some(&principal), refused);
     }
-    match form::read_answer(policy, &claims.candidates, call.param("inputResponses")) {
+    match form::read_answer(
+        policy,
+        &claims.candidates,
+        call.params.input_responses.as_ref(),
+    ) {
         Answer::Missing => challenge(&config, &guarded, &call, &principal).await,
         Answer::Invalid(reason) => refuse(
             &call,
@@ -274,8 +278,12 @@ async fn accept(
         claimed: guard.is_some(),
     };
     let param_header = engine::param_header(policy, confirmed.chosen.as_deref());
+    let Some(body) = engine::forward_body(&call, &arguments) else {
+        // Unreachable short of a bug; the guard burns the nonce and nothing runs.
+        let refused = Refused::new(RpcError::internal(), "confirmed body could not be rebuilt");
+        return refuse(&call, Some(&confirmed.principal), refused);
+    };
     audit::forwarded(&confirmed.tool, &confirmed.principal, &claims.nonce);
-    let body = engine::forward_body(call, arguments);
     Decision::Forward(Box::new(Approved {
         body,
         confirmed,

@@ -2,12 +2,14 @@
 //! pass, and the rewrite of a confirmed call. The async [`driver`](crate::driver) strings these
 //! together around the resolver, the replay store and the revalidation hook.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use subtle::ConstantTimeEq;
 
@@ -106,7 +108,7 @@ pub(crate) fn check_protocol(
             "Mcp-Method/Mcp-Name missing or not the body's",
         ));
     }
-    let meta = call.param("_meta").and_then(Value::as_object);
+    let meta = call.params.meta.as_ref().and_then(Value::as_object);
     let version = meta
         .and_then(|m| m.get(META_PROTOCOL_VERSION))
         .and_then(Value::as_str);
@@ -133,7 +135,7 @@ pub(crate) fn check_protocol(
             format!("unsupported protocol version {version:?}"),
         ));
     }
-    match call.param("arguments") {
+    match call.params.arguments.as_ref() {
         None | Some(Value::Object(_)) => Ok(()),
         Some(_) => Err(Refused::new(
             RpcError::invalid_arguments(),
@@ -145,7 +147,9 @@ pub(crate) fn check_protocol(
 /// Whether this request itself declares form elicitation. Earlier requests never count.
 pub(crate) fn check_form_capability(call: &ToolCall) -> Result<(), Refused> {
     let elicitation = call
-        .param("_meta")
+        .params
+        .meta
+        .as_ref()
         .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
         .and_then(|c| c.get("elicitation"));
     let form = match elicitation {
@@ -191,7 +195,10 @@ impl GuardedTool {
     fn request_digests(&self, call: &ToolCall) -> ([u8; 16], [u8; 32]) {
         (
             request_id_digest(&call.id),
-            arguments_digest(call.param("arguments"), self.policy.select_into.as_deref()),
+            arguments_digest(
+                call.params.arguments.as_ref(),
+                self.policy.select_into.as_deref(),
+            ),
         )
     }
 }
@@ -287,7 +294,7 @@ pub(crate) fn confirmed_arguments(
     call: &ToolCall,
     chosen: Option<&str>,
 ) -> Value {
-    let mut arguments = match call.param("arguments") {
+    let mut arguments = match call.params.arguments.as_ref() {
         Some(Value::Object(map)) => map.clone(),
         _ => Map::new(),
     };
@@ -298,15 +305,68 @@ pub(crate) fn confirmed_arguments(
 }
 
 /// The body forwarded for a confirmed call: the original message with the final arguments, and
-/// without `inputResponses` and `requestState`.
-pub(crate) fn forward_body(mut call: ToolCall, arguments: Value) -> Bytes {
-    if let Some(params) = call.params_mut() {
-        params.remove("inputResponses");
-        params.remove("requestState");
-        params.insert("arguments".to_owned(), arguments);
+/// without `inputResponses` and `requestState`. Every other member is copied as the raw text it
+/// was received as. `None` if the body no longer reads as the object it was classified as (it
+/// cannot, short of a bug: then nothing is forwarded).
+pub(crate) fn forward_body(call: &ToolCall, arguments: &Value) -> Option<Bytes> {
+    type Members<'a> = BTreeMap<String, &'a RawValue>;
+    let message: Members<'_> = serde_json::from_slice(&call.body).ok()?;
+    let params: Members<'_> = serde_json::from_str(message.get("params")?.get()).ok()?;
+    let mut out = Vec::with_capacity(call.body.len() + 64);
+    let mut object = Object::open(&mut out);
+    for (key, value) in &message {
+        if key != "params" {
+            object.member(key, value.get().as_bytes())?;
+            continue;
+        }
+        object.key(key)?;
+        let mut inner = Object::open(object.out);
+        for (key, value) in &params {
+            if !matches!(
+                key.as_str(),
+                "inputResponses" | "requestState" | "arguments"
+            ) {
+                inner.member(key, value.get().as_bytes())?;
+            }
+        }
+        inner.key("arguments")?;
+        serde_json::to_writer(&mut *inner.out, arguments).ok()?;
+        inner.close();
     }
-    // Serializing a `Value` tree cannot fail.
-    Bytes::from(serde_json::to_vec(&call.message).unwrap_or_default())
+    object.close();
+    Some(Bytes::from(out))
+}
+
+/// Writes one JSON object member by member.
+struct Object<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl<'a> Object<'a> {
+    fn open(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        Self { out, first: true }
+    }
+
+    fn key(&mut self, key: &str) -> Option<()> {
+        if !std::mem::take(&mut self.first) {
+            self.out.push(b',');
+        }
+        serde_json::to_writer(&mut *self.out, key).ok()?;
+        self.out.push(b':');
+        Some(())
+    }
+
+    fn member(&mut self, key: &str, raw: &[u8]) -> Option<()> {
+        self.key(key)?;
+        self.out.extend_from_slice(raw);
+        Some(())
+    }
+
+    fn close(self) {
+        self.out.push(b'}');
+    }
 }
 
 /// The `Mcp-Param-<name>` header carrying the chosen id, encoded as MCP requires.
@@ -349,6 +409,37 @@ mod tests {
         assert_eq!(HeaderField::read(&h, "mcp-method"), HeaderField::Absent);
         h.insert("mcp-method", HeaderValue::from_static("=?base64?!!?="));
         assert_eq!(HeaderField::read(&h, "mcp-method"), HeaderField::Invalid);
+    }
+
+    #[test]
+    fn the_forwarded_body_keeps_every_other_member_and_drops_the_confirmation() {
+        let body =
+            br#"{"jsonrpc":"2.0","id":"r-2","method":"tools/call","x-top":{"k":[1,2.50,"\u00e9"]},
+            "params":{"name":"notes_delete","_meta":{"progressToken":7},"arguments":{"title":"Old"},
+            "requestState":"mcpc1.x","inputResponses":{"a":{"action":"accept"}},"extra":"\"q\""}}"#;
+        let call =
+            match crate::message::classify(&Bytes::from_static(body), |t| t == "notes_delete") {
+                crate::message::Parsed::Intercept(call) => call,
+                other => panic!("{other:?}"),
+            };
+        let forwarded = forward_body(
+            &call,
+            &serde_json::json!({"title":"Old","note_id":"note-7"}),
+        )
+        .unwrap();
+        let text = std::str::from_utf8(&forwarded).unwrap();
+        // Raw members travel byte for byte (`2.50` and the escape stay as sent).
+        assert!(
+            text.contains(r#""x-top":{"k":[1,2.50,"\u00e9"]}"#),
+            "{text}"
+        );
+        let value: Value = serde_json::from_slice(&forwarded).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"jsonrpc":"2.0","id":"r-2","method":"tools/call","x-top":{"k":[1,2.5,"é"]},
+                "params":{"name":"notes_delete","_meta":{"progressToken":7},
+                    "arguments":{"title":"Old","note_id":"note-7"},"extra":"\"q\""}})
+        );
     }
 
     #[test]

@@ -9,15 +9,18 @@
 //! `name`. Anything else is answered here with `-32700` or `-32600`.
 //!
 //! The pass-through path borrows from the body and allocates nothing per message beyond the
-//! duplicate-key bookkeeping; only an intercepted call is parsed into a tree.
+//! duplicate-key bookkeeping; an intercepted call is read a second time for the four members of
+//! `params` the decision needs.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
+use bytes::Bytes;
+use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 use crate::protocol::RpcError;
 
@@ -35,35 +38,45 @@ pub(crate) enum Parsed {
     Reject { id: Option<String>, error: RpcError },
 }
 
-/// A `tools/call` request the layer confirms, parsed in full.
+/// A `tools/call` request the layer confirms: the parameters the decision reads, and the body as
+/// received (read again in full only to forward a confirmed call).
 #[derive(Debug, Clone)]
 pub(crate) struct ToolCall {
     /// The request id, as raw JSON text (`"a"` or `7`).
     pub(crate) id: String,
     /// `params.name`.
     pub(crate) tool: String,
-    /// The whole message.
-    pub(crate) message: Map<String, Value>,
+    /// The parameters the layer reads; every other member is skipped, not built.
+    pub(crate) params: CallParams,
+    /// The message as received.
+    pub(crate) body: Bytes,
 }
 
-impl ToolCall {
-    pub(crate) fn params(&self) -> Option<&Map<String, Value>> {
-        self.message.get("params").and_then(Value::as_object)
-    }
+/// The members of `params` the layer reads. A member that is present, even as `null`, is
+/// `Some`, so `"arguments": null` is told apart from no arguments.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct CallParams {
+    #[serde(rename = "_meta", default, deserialize_with = "present")]
+    pub(crate) meta: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) arguments: Option<Value>,
+    #[serde(rename = "requestState", default, deserialize_with = "present")]
+    pub(crate) request_state: Option<Value>,
+    #[serde(rename = "inputResponses", default, deserialize_with = "present")]
+    pub(crate) input_responses: Option<Value>,
+}
 
-    pub(crate) fn params_mut(&mut self) -> Option<&mut Map<String, Value>> {
-        self.message
-            .get_mut("params")
-            .and_then(Value::as_object_mut)
-    }
+fn present<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
 
-    pub(crate) fn param(&self, key: &str) -> Option<&Value> {
-        self.params().and_then(|p| p.get(key))
-    }
+#[derive(Deserialize)]
+struct CallMessage {
+    params: CallParams,
 }
 
 /// Classifies `body`. `guarded` says whether a tool name is one the layer confirms.
-pub(crate) fn classify(body: &[u8], guarded: impl Fn(&str) -> bool) -> Parsed {
+pub(crate) fn classify(body: &Bytes, guarded: impl Fn(&str) -> bool) -> Parsed {
     let envelope = match read_envelope(body) {
         Ok(envelope) => envelope,
         Err(error) => {
@@ -112,11 +125,12 @@ pub(crate) fn classify(body: &[u8], guarded: impl Fn(&str) -> bool) -> Parsed {
             error: RpcError::invalid_request(),
         };
     };
-    match serde_json::from_slice::<Map<String, Value>>(body) {
+    match serde_json::from_slice::<CallMessage>(body) {
         Ok(message) => Parsed::Intercept(ToolCall {
             id: id.to_owned(),
             tool: name.into_owned(),
-            message,
+            params: message.params,
+            body: body.clone(),
         }),
         Err(_) => invalid(Some(id)),
     }
@@ -463,7 +477,7 @@ mod tests {
     }
 
     fn reject_code(body: &[u8]) -> (Option<String>, i64) {
-        match classify(body, guarded) {
+        match classify(&Bytes::copy_from_slice(body), guarded) {
             Parsed::Reject { id, error } => (id, error.code),
             other => panic!(
                 "expected a rejection for {:?}, got {other:?}",
@@ -477,28 +491,28 @@ mod tests {
     #[test]
     fn intercepts_only_guarded_tool_calls() {
         assert!(
-            matches!(classify(DELETE.as_bytes(), guarded), Parsed::Intercept(c) if c.tool == "notes_delete" && c.id == "1")
+            matches!(classify(&Bytes::copy_from_slice(DELETE.as_bytes()), guarded), Parsed::Intercept(c) if c.tool == "notes_delete" && c.id == "1")
         );
         let list = DELETE.replace("notes_delete", "notes_list");
         assert!(matches!(
-            classify(list.as_bytes(), guarded),
+            classify(&Bytes::copy_from_slice(list.as_bytes()), guarded),
             Parsed::Forward
         ));
         let other =
             r#"{"jsonrpc":"2.0","id":"a","method":"tools/list","params":{"name":"notes_delete"}}"#;
         assert!(matches!(
-            classify(other.as_bytes(), guarded),
+            classify(&Bytes::copy_from_slice(other.as_bytes()), guarded),
             Parsed::Forward
         ));
         // Escaped names are read as the inner service reads them.
         let escaped = DELETE.replace("notes_delete", r"notes\u005fdelete");
         assert!(matches!(
-            classify(escaped.as_bytes(), guarded),
+            classify(&Bytes::copy_from_slice(escaped.as_bytes()), guarded),
             Parsed::Intercept(_)
         ));
         let escaped_method = DELETE.replace("tools/call", r"tools\/call");
         assert!(matches!(
-            classify(escaped_method.as_bytes(), guarded),
+            classify(&Bytes::copy_from_slice(escaped_method.as_bytes()), guarded),
             Parsed::Intercept(_)
         ));
     }
@@ -578,7 +592,7 @@ mod tests {
         let other =
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#;
         assert!(matches!(
-            classify(other.as_bytes(), guarded),
+            classify(&Bytes::copy_from_slice(other.as_bytes()), guarded),
             Parsed::Forward
         ));
     }

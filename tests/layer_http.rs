@@ -1211,3 +1211,29 @@ async fn claimed_by_handler_policies_still_burn_failed_revalidations() {
         Claim::Consumed
     );
 }
+
+#[tokio::test]
+async fn members_present_as_null_are_refused_not_taken_as_absent() {
+    let f = fixture();
+    let state = challenge(&f).await;
+    let mut null_arguments = delete_call(json!(5), "Groceries");
+    null_arguments["params"]["arguments"] = Value::Null;
+    let answer = send(&f.svc, post(&null_arguments, Some("alice"))).await;
+    assert_eq!(answer.error()["data"]["reason"], "invalid_arguments");
+    let mut null_state = accepted(&state, json!(6), "note-7");
+    null_state["params"]["requestState"] = Value::Null;
+    assert_frozen_state_error(&send(&f.svc, post(&null_state, Some("alice"))).await);
+    let mut null_meta = accepted(&state, json!(7), "note-7");
+    null_meta["params"]["_meta"] = Value::Null;
+    let answer = send(&f.svc, post(&null_meta, Some("alice"))).await;
+    assert_eq!(answer.error()["code"], -32602, "{:?}", answer.bytes);
+    assert_eq!(f.seen.count(), 0);
+    // None of it touched the state: it still confirms once.
+    let ok = send(
+        &f.svc,
+        post(&accepted(&state, json!(8), "note-7"), Some("alice")),
+    )
+    .await;
+    assert_eq!(ok.status, 200);
+    assert_eq!(f.seen.count(), 1);
+}
