@@ -4,7 +4,12 @@
 //! cargo build --release --examples
 //! cargo run --release --example loadgen -- [--flow all|list|confirm|confirm-redis|challenges]
 //!     [--clients 8] [--duration 10] [--runs 3] [--requests N] [--redis redis://127.0.0.1:6379]
+//!     [--warmup-ms 300] [--server-threads N] [--wrap 'taskset -c 1']
 //! ```
+//!
+//! `--server-threads` sets the server's worker threads; `--wrap` runs the server under another
+//! command (`taskset` to pin it to a core, `valgrind --tool=callgrind` to count its instructions;
+//! the server is stopped with SIGTERM so such a wrapper can write its output).
 //!
 //! It starts `notes_server` (the binary next to this one) on a free loopback port with its notes in
 //! memory, so the layers are what is measured and not the disk, and drives it over HTTP/1.1
@@ -37,7 +42,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
 const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-redis|challenges] \
-    [--clients N] [--duration SECS] [--runs N] [--requests N] [--redis URL]";
+    [--clients N] [--duration SECS] [--runs N] [--requests N] [--redis URL] [--warmup-ms MS] \
+    [--server-threads N] [--wrap 'COMMAND ARGS']";
 const KEY: &str = "6d63702d636f6e6669726d2d6c6f616467656e2d6b65792d3031323334353637";
 /// Titles seeded per second of a confirm run: far above what two cores can confirm.
 const TITLES_PER_SECOND: u64 = 25_000;
@@ -49,6 +55,11 @@ struct Flags {
     runs: usize,
     requests: Option<u64>,
     redis: String,
+    warmup: Duration,
+    /// A command the server runs under, e.g. `valgrind --tool=callgrind`.
+    wrap: Vec<String>,
+    /// Worker threads of the server's runtime (`TOKIO_WORKER_THREADS`); `None`: one per core.
+    server_threads: Option<u64>,
 }
 
 fn flags() -> Result<Flags, String> {
@@ -59,6 +70,9 @@ fn flags() -> Result<Flags, String> {
         runs: 3,
         requests: None,
         redis: std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+        warmup: Duration::from_millis(300),
+        wrap: Vec::new(),
+        server_threads: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -74,6 +88,9 @@ fn flags() -> Result<Flags, String> {
             "--runs" => flags.runs = number(value()?)?.max(1) as usize,
             "--requests" => flags.requests = Some(number(value()?)?),
             "--redis" => flags.redis = value()?,
+            "--server-threads" => flags.server_threads = Some(number(value()?)?.max(1)),
+            "--warmup-ms" => flags.warmup = Duration::from_millis(number(value()?)?),
+            "--wrap" => flags.wrap = value()?.split_whitespace().map(str::to_owned).collect(),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
@@ -135,11 +152,25 @@ fn run() -> Result<(), String> {
                 }
                 errors += bare.iter().chain(&layered).map(|r| r.errors).sum::<u64>();
                 let (b, l) = (median_rate(&bare), median_rate(&layered));
+                // Runs alternate, so each layered run has a neighbour measured under the same
+                // conditions: the run-by-run ratios are less noisy than the medians.
+                let mut paired: Vec<f64> = bare
+                    .iter()
+                    .zip(&layered)
+                    .map(|(b, l)| (l.rate() / b.rate() - 1.0) * 100.0)
+                    .collect();
+                paired.sort_by(f64::total_cmp);
+                let (cpu_b, cpu_l) = (median_cpu(&bare), median_cpu(&layered));
                 println!(
-                    "notes_list throughput with ConfirmLayer: {:.0} ops/s against {:.0} without: {:+.1}%",
-                    l,
-                    b,
-                    (l / b - 1.0) * 100.0
+                    "notes_list with ConfirmLayer: {l:.0} ops/s against {b:.0} without ({:+.1}%, \
+                     medians); run by run {:+.1}% (median of {} pairs, {:+.1}% to {:+.1}%); \
+                     server CPU {cpu_l:.1} against {cpu_b:.1} µs/op ({:+.1}%, medians)",
+                    (l / b - 1.0) * 100.0,
+                    paired[paired.len() / 2],
+                    paired.len(),
+                    paired[0],
+                    paired[paired.len() - 1],
+                    (cpu_l / cpu_b - 1.0) * 100.0,
                 );
             }
             "confirm" | "challenges" => {
@@ -219,6 +250,16 @@ impl Report {
     }
 }
 
+/// Median server CPU time per operation, in microseconds.
+fn median_cpu(reports: &[Report]) -> f64 {
+    let mut per_op: Vec<f64> = reports
+        .iter()
+        .map(|r| r.server_cpu.as_secs_f64() * 1e6 / (r.ops + r.errors).max(1) as f64)
+        .collect();
+    per_op.sort_by(f64::total_cmp);
+    per_op[per_op.len() / 2]
+}
+
 fn median_rate(reports: &[Report]) -> f64 {
     let mut rates: Vec<f64> = reports.iter().map(Report::rate).collect();
     rates.sort_by(f64::total_cmp);
@@ -277,7 +318,7 @@ async fn measure(
         Flow::Challenges => 1,
         Flow::List => 0,
     };
-    let server = Server::start(server_bin, flow, layered, titles, &flags.redis).await?;
+    let server = Server::start(server_bin, flags, flow, layered, titles).await?;
     let setup = Setup {
         addr: server.addr,
         workspace: format!("file://{}/{}", server.data_dir, workspace(flow)),
@@ -288,7 +329,7 @@ async fn measure(
     };
     let setup = Arc::new(setup);
     // Warm up connections and caches for a moment, not measured.
-    let warm = drive(&setup, flow, flags.clients, Duration::from_millis(300)).await?;
+    let warm = drive(&setup, flow, flags.clients, flags.warmup).await?;
     drop(warm);
     setup.started.store(0, Ordering::SeqCst);
     let rss_start = server.rss_kib();
@@ -537,16 +578,23 @@ struct Server {
 impl Server {
     async fn start(
         bin: &PathBuf,
+        flags: &Flags,
         flow: Flow,
         layered: bool,
         titles: u64,
-        redis: &str,
     ) -> Result<Self, String> {
         let addr = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?;
         let data_dir = "/srv/loadgen-notes".to_owned();
-        let mut command = Command::new(bin);
+        let mut command = match flags.wrap.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(bin);
+                command
+            }
+            None => Command::new(bin),
+        };
         command
             .args(["--addr", &addr.to_string(), "--data-dir", &data_dir])
             .args(["--key", KEY, "--notes", "memory"])
@@ -558,7 +606,10 @@ impl Server {
             command.arg("--without-confirmation");
         }
         if flow == Flow::ConfirmRedis {
-            command.args(["--replay-store", redis]);
+            command.args(["--replay-store", &flags.redis]);
+        }
+        if let Some(threads) = flags.server_threads {
+            command.env("TOKIO_WORKER_THREADS", threads.to_string());
         }
         let child = command
             .spawn()
@@ -569,10 +620,10 @@ impl Server {
             data_dir,
             clock_ticks: clock_ticks(),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(120);
         while tokio::net::TcpStream::connect(addr).await.is_err() {
             if Instant::now() > deadline {
-                return Err("the notes server did not start within 30 s".into());
+                return Err("the notes server did not start within 120 s".into());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -598,6 +649,17 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // SIGTERM first, so a wrapper such as valgrind can write its output.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
