@@ -605,8 +605,16 @@ impl Server {
         if !layered {
             command.arg("--without-confirmation");
         }
-        if flow == Flow::ConfirmRedis {
-            command.args(["--replay-store", &flags.redis]);
+        match flow {
+            Flow::ConfirmRedis => {
+                command.args(["--replay-store", &flags.redis]);
+            }
+            // Every confirmation keeps its nonce for the state's lifetime (5 minutes): room for
+            // every one of the run, which the default capacity (100,000) is not.
+            Flow::Confirm => {
+                command.args(["--replay-store", &format!("memory:{}", titles + 1_000)]);
+            }
+            Flow::List | Flow::Challenges => {}
         }
         if let Some(threads) = flags.server_threads {
             command.env("TOKIO_WORKER_THREADS", threads.to_string());

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --example notes_server -- [--addr 127.0.0.1:3000] [--data-dir ./notes-data] [--key <hex>]
-//!     [--audience URL] [--replay-store memory|redis://…|postgres://…] [--notes files|memory]
+//!     [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory]
 //!     [--load-titles N] [--without-confirmation]
 //! ```
 //!
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use mcp_confirm::KeyRing;
 
 const USAGE: &str = "usage: notes_server [--addr HOST:PORT] [--data-dir DIR] [--key HEX] \
-     [--audience URL] [--replay-store memory|redis://…|postgres://…] [--notes files|memory] \
+     [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory] \
      [--load-titles N] [--without-confirmation]";
 
 struct Flags {
@@ -164,6 +164,15 @@ async fn replay_store(spec: &str) -> Result<Option<Arc<dyn mcp_confirm::ReplaySt
     if spec == "memory" {
         return Ok(None);
     }
+    if let Some(capacity) = spec.strip_prefix("memory:") {
+        // Live nonces held at once: confirmations per second × (TTL + skew) at the least.
+        let capacity = capacity
+            .parse()
+            .map_err(|e| format!("--replay-store memory:<capacity>: {e}"))?;
+        return Ok(Some(Arc::new(
+            mcp_confirm::MemoryReplayStore::with_capacity(capacity),
+        )));
+    }
     if spec.starts_with("redis://") || spec.starts_with("rediss://") {
         let store = RedisReplayStore::open(spec).map_err(|e| format!("--replay-store: {e}"))?;
         return Ok(Some(Arc::new(store)));
@@ -180,6 +189,6 @@ async fn replay_store(spec: &str) -> Result<Option<Arc<dyn mcp_confirm::ReplaySt
         return Ok(Some(Arc::new(store)));
     }
     Err(format!(
-        "--replay-store: expected memory, redis://… or postgres://…, got {spec:?}\n{USAGE}"
+        "--replay-store: expected memory, memory:<capacity>, redis://… or postgres://…, got {spec:?}\n{USAGE}"
     ))
 }
