@@ -37,6 +37,9 @@ pub(super) fn envelope(text: &str) -> Result<Envelope<'_>, ScanError> {
         keys: Vec::with_capacity(FEW_KEYS),
     };
     scanner.whitespace();
+    if scanner.peek() != Some(b'{') {
+        return Err(ScanError::Syntax);
+    }
     let mut envelope = Envelope::default();
     scanner.object(|s, key| {
         match key {
