@@ -314,12 +314,10 @@ impl<'a> Scanner<'a> {
             self.digits1()?;
             plain = false;
         }
-        // serde_json refuses a number whose value overflows an f64.
-        if !plain
-            && !self.text[start..self.pos]
-                .parse::<f64>()
-                .is_ok_and(f64::is_finite)
-        {
+        // serde_json refuses a number whose value overflows an f64, as *it* computes the value:
+        // without its `float_roundtrip` feature it rounds differently from `str::parse` near
+        // `f64::MAX` (it refuses `1.7976931348623158e308`, which rounds to `f64::MAX`), so ask it.
+        if !plain && serde_json::from_str::<f64>(&self.text[start..self.pos]).is_err() {
             return Err(ScanError::Syntax);
         }
         Ok(())
