@@ -506,21 +506,26 @@ fn next_title(setup: &Setup) -> Result<String, String> {
     Ok(format!("load-{k}"))
 }
 
+/// The first `notes_delete` call for `title`: its arguments and its result.
+async fn first_call(
+    conn: &mut Conn,
+    setup: &Setup,
+    id: &mut u64,
+    title: String,
+) -> Result<(Value, Value), String> {
+    let arguments = json!({"workspaceUri": setup.workspace, "title": title});
+    let params = json!({ "arguments": arguments });
+    let first = call(conn, setup, id, "notes_delete", params).await?;
+    Ok((arguments, first))
+}
+
 /// The first round: returns the state, the first offered id, and the arguments.
 async fn first_round(
     conn: &mut Conn,
     setup: &Setup,
     id: &mut u64,
 ) -> Result<(String, String, Value), String> {
-    let arguments = json!({"workspaceUri": setup.workspace, "title": next_title(setup)?});
-    let first = call(
-        conn,
-        setup,
-        id,
-        "notes_delete",
-        json!({ "arguments": arguments }),
-    )
-    .await?;
+    let (arguments, first) = first_call(conn, setup, id, next_title(setup)?).await?;
     let offered = &first["inputRequests"]["delete_choice"]["params"]["requestedSchema"]["properties"]
         ["note_id"]["oneOf"];
     match (
@@ -537,15 +542,7 @@ async fn first_round(
 
 async fn challenge_only(conn: &mut Conn, setup: &Setup, id: &mut u64) -> Result<(), String> {
     // Challenges are never answered, so one title serves every call.
-    let arguments = json!({"workspaceUri": setup.workspace, "title": "load-0"});
-    let first = call(
-        conn,
-        setup,
-        id,
-        "notes_delete",
-        json!({ "arguments": arguments }),
-    )
-    .await?;
+    let (_, first) = first_call(conn, setup, id, "load-0".to_owned()).await?;
     if first["resultType"] != "input_required" {
         return Err(format!("unexpected first round {first}"));
     }
