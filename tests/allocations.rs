@@ -8,10 +8,16 @@
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 use common::*;
+use mcp_confirm::{
+    ConfirmLayer, JsonRpcMessage, JsonRpcReply, KeyRing, MemoryReplayStore, Principal,
+};
 use serde_json::json;
+use tower::{Layer, ServiceExt};
 
 struct Counting;
 
@@ -55,6 +61,14 @@ fn live() -> isize {
     LIVE_BYTES.load(Ordering::SeqCst)
 }
 
+/// `state` with one character inside its tag changed: still canonical base64, so it is the MAC
+/// check that refuses it.
+fn forged(state: &str) -> String {
+    let at = state.len() - 10;
+    let flipped = if &state[at..=at] == "A" { "B" } else { "A" };
+    format!("{}{flipped}{}", &state[..at], &state[at + 1..])
+}
+
 #[test]
 fn forged_states_and_unanswered_challenges_leave_nothing_behind() {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -63,13 +77,7 @@ fn forged_states_and_unanswered_challenges_leave_nothing_behind() {
     rt.block_on(async {
         let f = fixture();
         let state = challenge(&f).await;
-        let forged = {
-            let mut chars: Vec<char> = state.chars().collect();
-            let last = chars.len() - 1;
-            chars[last] = if chars[last] == 'A' { 'B' } else { 'A' };
-            chars.into_iter().collect::<String>()
-        };
-        let forged_retry = accepted(&forged, json!(2), "note-7");
+        let forged_retry = accepted(&forged(&state), json!(2), "note-7");
         let first_call = delete_call(json!(1), "Groceries");
 
         let forge = |n: usize| {
@@ -115,5 +123,54 @@ fn forged_states_and_unanswered_challenges_leave_nothing_behind() {
         );
         assert_eq!(f.seen.count(), 0, "nothing reached the inner service");
         assert!(f.store.is_empty(), "no nonce was recorded");
+
+        // The same through the message face (`Service<JsonRpcMessage>`).
+        let store = MemoryReplayStore::new();
+        let inner_calls = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&inner_calls);
+        let svc = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+            .audience("notes.example")
+            .replay_store(store.clone())
+            .tool("notes_delete", delete_policy(&Notes::seeded()))
+            .build()
+            .layer(tower::service_fn(move |_msg: JsonRpcMessage| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, Infallible>(JsonRpcReply::none()) }
+            }));
+        let message = |body: &serde_json::Value| {
+            JsonRpcMessage::new(body.to_string()).with_extension(Principal::new("alice"))
+        };
+        let reply = svc.clone().oneshot(message(&first_call)).await.unwrap();
+        let reply: serde_json::Value = serde_json::from_slice(&reply.body.unwrap()).unwrap();
+        let state = reply["result"]["requestState"].as_str().unwrap().to_owned();
+        let forged_retry = accepted(&forged(&state), json!(2), "note-7");
+        let send = |body: &serde_json::Value, n: usize| {
+            let (svc, msg) = (svc.clone(), message(body));
+            async move {
+                for _ in 0..n {
+                    let reply = svc.clone().oneshot(msg.clone()).await.unwrap();
+                    assert!(reply.body.is_some());
+                }
+            }
+        };
+        send(&forged_retry, 200).await;
+        send(&first_call, 200).await;
+        let before = live();
+        send(&forged_retry, 5_000).await;
+        let after_forged = live();
+        send(&first_call, 5_000).await;
+        let after_challenges = live();
+        assert_eq!(
+            after_forged - before,
+            0,
+            "messages: forged retries left bytes alive"
+        );
+        assert_eq!(
+            after_challenges - after_forged,
+            0,
+            "messages: unanswered challenges left bytes alive"
+        );
+        assert_eq!(inner_calls.load(Ordering::SeqCst), 0);
+        assert!(store.is_empty());
     });
 }
