@@ -229,12 +229,13 @@ fn envelope(id: &str, member: &str, value: &impl Serialize) -> Bytes {
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(b",\"");
+    let member_start = out.len();
     out.extend_from_slice(member.as_bytes());
     out.extend_from_slice(b"\":");
     if serde_json::to_writer(&mut out, value).is_err() {
         // Our replies hold only strings, numbers and maps with string keys: unreachable, but a
-        // reply must stay valid JSON whatever happens.
-        out.truncate(out.len() - member.len() - 4);
+        // reply must stay valid JSON whatever happens, even after a partial write.
+        out.truncate(member_start);
         out.extend_from_slice(b"error\":{\"code\":-32603,\"message\":\"Internal error\"}");
     }
     out.push(b'}');
@@ -332,5 +333,31 @@ impl<S: Serialize> Serialize for InputRequired<'_, S> {
         m.serialize_entry("inputRequests", &requests)?;
         m.serialize_entry("requestState", self.state)?;
         m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Starts an object, writes one member, then fails.
+    struct FailsMidway;
+
+    impl Serialize for FailsMidway {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut m = s.serialize_map(None)?;
+            m.serialize_entry("partial", "written")?;
+            Err(serde::ser::Error::custom("fails midway"))
+        }
+    }
+
+    #[test]
+    fn a_reply_that_fails_to_serialize_is_still_one_valid_error() {
+        let body = envelope("7", "result", &FailsMidway);
+        let value: Value = serde_json::from_slice(&body).expect("valid JSON");
+        assert_eq!(
+            value,
+            json!({"jsonrpc":"2.0","id":7,"error":{"code":-32603,"message":"Internal error"}})
+        );
     }
 }
