@@ -151,7 +151,7 @@ fn run() -> Result<(), String> {
                     layered.push(rt.block_on(measure(&flags, &server_bin, Flow::List, true))?);
                 }
                 errors += bare.iter().chain(&layered).map(|r| r.errors).sum::<u64>();
-                let (b, l) = (median_rate(&bare), median_rate(&layered));
+                let (b, l) = (median(&bare, Report::rate), median(&layered, Report::rate));
                 // Runs alternate, so each layered run has a neighbour measured under the same
                 // conditions: the run-by-run ratios are less noisy than the medians.
                 let mut paired: Vec<f64> = bare
@@ -160,7 +160,8 @@ fn run() -> Result<(), String> {
                     .map(|(b, l)| (l.rate() / b.rate() - 1.0) * 100.0)
                     .collect();
                 paired.sort_by(f64::total_cmp);
-                let (cpu_b, cpu_l) = (median_cpu(&bare), median_cpu(&layered));
+                let cpu = |r: &Report| r.per_op_us(r.server_cpu);
+                let (cpu_b, cpu_l) = (median(&bare, cpu), median(&layered, cpu));
                 println!(
                     "notes_list with ConfirmLayer: {l:.0} ops/s against {b:.0} without ({:+.1}%, \
                      medians); run by run {:+.1}% (median of {} pairs, {:+.1}% to {:+.1}%); \
@@ -241,6 +242,11 @@ impl Report {
         self.ops as f64 / self.elapsed.as_secs_f64()
     }
 
+    /// `time` spread over every operation of the run, in microseconds.
+    fn per_op_us(&self, time: Duration) -> f64 {
+        time.as_secs_f64() * 1e6 / (self.ops + self.errors).max(1) as f64
+    }
+
     fn percentile(&self, p: f64) -> Duration {
         if self.latencies.is_empty() {
             return Duration::ZERO;
@@ -250,20 +256,11 @@ impl Report {
     }
 }
 
-/// Median server CPU time per operation, in microseconds.
-fn median_cpu(reports: &[Report]) -> f64 {
-    let mut per_op: Vec<f64> = reports
-        .iter()
-        .map(|r| r.server_cpu.as_secs_f64() * 1e6 / (r.ops + r.errors).max(1) as f64)
-        .collect();
-    per_op.sort_by(f64::total_cmp);
-    per_op[per_op.len() / 2]
-}
-
-fn median_rate(reports: &[Report]) -> f64 {
-    let mut rates: Vec<f64> = reports.iter().map(Report::rate).collect();
-    rates.sort_by(f64::total_cmp);
-    rates[rates.len() / 2]
+/// The median of `measure` over the runs.
+fn median(reports: &[Report], measure: impl Fn(&Report) -> f64) -> f64 {
+    let mut values: Vec<f64> = reports.iter().map(measure).collect();
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 fn print_header() {
@@ -282,12 +279,7 @@ fn print_header() {
 }
 
 fn print_report(name: &str, r: &Report) {
-    let per_op = |d: Duration| {
-        format!(
-            "{:.1} µs",
-            d.as_secs_f64() * 1e6 / (r.ops + r.errors).max(1) as f64
-        )
-    };
+    let per_op = |d: Duration| format!("{:.1} µs", r.per_op_us(d));
     let us = |d: Duration| format!("{:.0} µs", d.as_secs_f64() * 1e6);
     println!(
         "{:<18} {:>9.0} {:>7} {:>9} {:>9} {:>9} {:>13} {:>14} {:>17}",

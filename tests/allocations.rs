@@ -16,7 +16,7 @@ use common::*;
 use mcp_confirm::{
     ConfirmLayer, JsonRpcMessage, JsonRpcReply, KeyRing, MemoryReplayStore, Principal,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 use tower::{Layer, ServiceExt};
 
 struct Counting;
@@ -69,6 +69,25 @@ fn forged(state: &str) -> String {
     format!("{}{flipped}{}", &state[..at], &state[at + 1..])
 }
 
+/// The two requests measured: a retry with a forged state, and a first call never answered.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Forged,
+    First,
+}
+
+/// Runs each call 200 times (one-time allocations such as tracing callsites and runtime
+/// internals happen then), then 5,000 times each; returns the bytes each batch left alive.
+async fn left_alive<Fut: Future<Output = ()>>(run: impl Fn(Call, usize) -> Fut) -> [isize; 2] {
+    run(Call::Forged, 200).await;
+    run(Call::First, 200).await;
+    let before = live();
+    run(Call::Forged, 5_000).await;
+    let after_forged = live();
+    run(Call::First, 5_000).await;
+    [after_forged - before, live() - after_forged]
+}
+
 #[test]
 fn forged_states_and_unanswered_challenges_leave_nothing_behind() {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -79,47 +98,27 @@ fn forged_states_and_unanswered_challenges_leave_nothing_behind() {
         let state = challenge(&f).await;
         let forged_retry = accepted(&forged(&state), json!(2), "note-7");
         let first_call = delete_call(json!(1), "Groceries");
-
-        let forge = |n: usize| {
-            let (svc, body) = (&f.svc, &forged_retry);
+        let left = left_alive(|call, n| {
+            let (svc, forged_retry, first_call) = (&f.svc, &forged_retry, &first_call);
             async move {
                 for _ in 0..n {
-                    let answer = send(svc, post(body, Some("alice"))).await;
-                    assert_frozen_state_error(&answer);
+                    match call {
+                        Call::Forged => assert_frozen_state_error(
+                            &send(svc, post(forged_retry, Some("alice"))).await,
+                        ),
+                        Call::First => {
+                            let answer = send(svc, post(first_call, Some("alice"))).await;
+                            assert_eq!(answer.result()["resultType"], "input_required");
+                        }
+                    }
                 }
             }
-        };
-        let ask = |n: usize| {
-            let (svc, body) = (&f.svc, &first_call);
-            async move {
-                for _ in 0..n {
-                    let answer = send(svc, post(body, Some("alice"))).await;
-                    assert_eq!(answer.result()["resultType"], "input_required");
-                }
-            }
-        };
-
-        // Warm-up: one-time allocations (tracing callsites, runtime internals) happen here.
-        forge(200).await;
-        ask(200).await;
-
-        let before = live();
-        forge(5_000).await;
-        let after_forged = live();
-        ask(5_000).await;
-        let after_challenges = live();
-
+        })
+        .await;
         assert_eq!(
-            after_forged - before,
-            0,
-            "5,000 forged retries left {} bytes alive",
-            after_forged - before
-        );
-        assert_eq!(
-            after_challenges - after_forged,
-            0,
-            "5,000 unanswered challenges left {} bytes alive",
-            after_challenges - after_forged
+            left,
+            [0, 0],
+            "bytes left alive by 5,000 forged retries and by 5,000 unanswered challenges"
         );
         assert_eq!(f.seen.count(), 0, "nothing reached the inner service");
         assert!(f.store.is_empty(), "no nonce was recorded");
@@ -137,39 +136,39 @@ fn forged_states_and_unanswered_challenges_leave_nothing_behind() {
                 counter.fetch_add(1, Ordering::SeqCst);
                 async { Ok::<_, Infallible>(JsonRpcReply::none()) }
             }));
-        let message = |body: &serde_json::Value| {
-            JsonRpcMessage::new(body.to_string()).with_extension(Principal::new("alice"))
-        };
-        let reply = svc.clone().oneshot(message(&first_call)).await.unwrap();
-        let reply: serde_json::Value = serde_json::from_slice(&reply.body.unwrap()).unwrap();
-        let state = reply["result"]["requestState"].as_str().unwrap().to_owned();
-        let forged_retry = accepted(&forged(&state), json!(2), "note-7");
-        let send = |body: &serde_json::Value, n: usize| {
-            let (svc, msg) = (svc.clone(), message(body));
+        let ask = |body: &Value| {
+            let message =
+                JsonRpcMessage::new(body.to_string()).with_extension(Principal::new("alice"));
+            let svc = svc.clone();
             async move {
-                for _ in 0..n {
-                    let reply = svc.clone().oneshot(msg.clone()).await.unwrap();
-                    assert!(reply.body.is_some());
-                }
+                let reply = svc.oneshot(message).await.unwrap();
+                serde_json::from_slice::<Value>(&reply.body.expect("a reply")).unwrap()
             }
         };
-        send(&forged_retry, 200).await;
-        send(&first_call, 200).await;
-        let before = live();
-        send(&forged_retry, 5_000).await;
-        let after_forged = live();
-        send(&first_call, 5_000).await;
-        let after_challenges = live();
-        assert_eq!(
-            after_forged - before,
-            0,
-            "messages: forged retries left bytes alive"
-        );
-        assert_eq!(
-            after_challenges - after_forged,
-            0,
-            "messages: unanswered challenges left bytes alive"
-        );
+        let state = ask(&first_call).await["result"]["requestState"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let forged_retry = accepted(&forged(&state), json!(2), "note-7");
+        let left = left_alive(|call, n| {
+            let (ask, forged_retry, first_call) = (&ask, &forged_retry, &first_call);
+            async move {
+                for _ in 0..n {
+                    match call {
+                        Call::Forged => assert_eq!(
+                            ask(forged_retry).await["error"]["data"]["reason"],
+                            "invalid_request_state"
+                        ),
+                        Call::First => assert_eq!(
+                            ask(first_call).await["result"]["resultType"],
+                            "input_required"
+                        ),
+                    }
+                }
+            }
+        })
+        .await;
+        assert_eq!(left, [0, 0], "messages: bytes left alive");
         assert_eq!(inner_calls.load(Ordering::SeqCst), 0);
         assert!(store.is_empty());
     });

@@ -29,14 +29,7 @@ const FEW_KEYS: usize = 16;
 
 /// Reads one top-level object; `text` must start (after whitespace) with `{`.
 pub(super) fn envelope(text: &str) -> Result<Envelope<'_>, ScanError> {
-    let mut scanner = Scanner {
-        text,
-        bytes: text.as_bytes(),
-        pos: 0,
-        depth: 0,
-        keys: Vec::with_capacity(FEW_KEYS),
-    };
-    scanner.whitespace();
+    let mut scanner = Scanner::new(text);
     if scanner.peek() != Some(b'{') {
         return Err(ScanError::Syntax);
     }
@@ -61,14 +54,7 @@ pub(super) fn envelope(text: &str) -> Result<Envelope<'_>, ScanError> {
 
 /// Whether `text` is exactly one JSON value (of any kind), with nothing but whitespace around it.
 pub(super) fn is_json(text: &str) -> bool {
-    let mut scanner = Scanner {
-        text,
-        bytes: text.as_bytes(),
-        pos: 0,
-        depth: 0,
-        keys: Vec::new(),
-    };
-    scanner.whitespace();
+    let mut scanner = Scanner::new(text);
     scanner.value().and_then(|()| scanner.end()).is_ok()
 }
 
@@ -106,6 +92,19 @@ struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
+    /// A scanner at the first non-whitespace byte of `text`.
+    fn new(text: &'a str) -> Self {
+        let mut scanner = Scanner {
+            text,
+            bytes: text.as_bytes(),
+            pos: 0,
+            depth: 0,
+            keys: Vec::with_capacity(FEW_KEYS),
+        };
+        scanner.whitespace();
+        scanner
+    }
+
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.pos).copied()
     }
