@@ -6,6 +6,7 @@
 //! one is reported and skipped unless `MCP_CONFIRM_REQUIRE_BACKENDS=1`.
 
 mod backends;
+mod notes_http;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -107,23 +108,6 @@ fn workspace(data: &std::path::Path) -> String {
     format!("file://{}/personal", data.canonicalize().unwrap().display())
 }
 
-async fn post(http: &reqwest::Client, url: &str, body: &Value) -> Value {
-    http.post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("authorization", "Bearer alice-token")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "notes_delete")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 fn call(id: Value, ws: &str) -> Value {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
         "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
@@ -142,7 +126,7 @@ async fn run_rounds(backend: &str, store_url: &str) {
             "Groceries\nApples, coffee, oat milk for the office.\n",
         )
         .unwrap();
-        let first = post(
+        let first = notes_http::post_delete(
             &http,
             &cluster.urls[round % 2],
             &call(json!(format!("{round}-first")), &ws),
@@ -162,7 +146,7 @@ async fn run_rounds(backend: &str, store_url: &str) {
                 let (http, url, barrier) = (http.clone(), cluster.urls[i % 2].clone(), barrier.clone());
                 tokio::spawn(async move {
                     barrier.wait().await;
-                    post(&http, &url, &retry).await
+                    notes_http::post_delete(&http, &url, &retry).await
                 })
             })
             .collect();

@@ -2,6 +2,7 @@
 //! one transaction (examples/notes_postgres.rs), over real HTTP.
 
 mod backends;
+mod notes_http;
 
 #[path = "../examples/notes_postgres.rs"]
 #[allow(dead_code)]
@@ -66,21 +67,7 @@ impl Server {
     }
 
     async fn post(&self, body: &Value) -> Value {
-        reqwest::Client::new()
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("authorization", "Bearer alice-token")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", "notes_delete")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        notes_http::post_delete(&reqwest::Client::new(), &self.url, body).await
     }
 
     /// Drops this test's tables (on success; a failed test leaves them for inspection).
