@@ -180,14 +180,39 @@ impl<'a> Scanner<'a> {
         })
     }
 
-    fn enter(&mut self) -> Result<(), ScanError> {
+    /// Steps into a container; `false` if it is empty (and already left).
+    fn enter(&mut self, close: u8) -> Result<bool, ScanError> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
             return Err(ScanError::Syntax);
         }
         self.pos += 1;
         self.whitespace();
-        Ok(())
+        if self.peek() == Some(close) {
+            self.pos += 1;
+            self.depth -= 1;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// After a member or an element: `true` past a comma (another follows), `false` past `close`
+    /// (the container is left).
+    fn more(&mut self, close: u8) -> Result<bool, ScanError> {
+        self.whitespace();
+        match self.peek() {
+            Some(b',') => {
+                self.pos += 1;
+                self.whitespace();
+                Ok(true)
+            }
+            Some(b) if b == close => {
+                self.pos += 1;
+                self.depth -= 1;
+                Ok(false)
+            }
+            _ => Err(ScanError::Syntax),
+        }
     }
 
     /// An object; `member` reads each value (positioned at it) given what its key names.
@@ -195,14 +220,11 @@ impl<'a> Scanner<'a> {
         &mut self,
         mut member: impl FnMut(&mut Self, Key) -> Result<(), ScanError>,
     ) -> Result<(), ScanError> {
-        self.enter()?;
-        let first_key = self.keys.len();
-        let mut many: Option<HashSet<Cow<'a, str>>> = None;
-        if self.peek() == Some(b'}') {
-            self.pos += 1;
-            self.depth -= 1;
+        if !self.enter(b'}')? {
             return Ok(());
         }
+        let first_key = self.keys.len();
+        let mut many: Option<HashSet<Cow<'a, str>>> = None;
         loop {
             if self.peek() != Some(b'"') {
                 return Err(ScanError::Syntax);
@@ -230,47 +252,23 @@ impl<'a> Scanner<'a> {
                 return Err(ScanError::DuplicateKey);
             }
             member(self, named)?;
-            self.whitespace();
-            match self.peek() {
-                Some(b',') => {
-                    self.pos += 1;
-                    self.whitespace();
-                }
-                Some(b'}') => {
-                    self.pos += 1;
-                    break;
-                }
-                _ => return Err(ScanError::Syntax),
+            if !self.more(b'}')? {
+                break;
             }
         }
         self.keys.truncate(first_key);
-        self.depth -= 1;
         Ok(())
     }
 
     fn array(&mut self) -> Result<(), ScanError> {
-        self.enter()?;
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-            self.depth -= 1;
-            return Ok(());
-        }
-        loop {
-            self.value()?;
-            self.whitespace();
-            match self.peek() {
-                Some(b',') => {
-                    self.pos += 1;
-                    self.whitespace();
-                }
-                Some(b']') => {
-                    self.pos += 1;
+        if self.enter(b']')? {
+            loop {
+                self.value()?;
+                if !self.more(b']')? {
                     break;
                 }
-                _ => return Err(ScanError::Syntax),
             }
         }
-        self.depth -= 1;
         Ok(())
     }
 
