@@ -74,7 +74,7 @@ pub(crate) async fn decide(
     let policy = &guarded.policy;
     let state = match &call.params.request_state {
         None => None,
-        Some(Value::String(token)) => Some(token.clone()),
+        Some(Value::String(token)) => Some(token.as_str()),
         Some(_) => return refuse(&call, Some(&principal), Refused::state(StateError::Format)),
     };
     let Some(token) = state else {
@@ -83,7 +83,7 @@ pub(crate) async fn decide(
         }
         return challenge(&config, &guarded, &call, &principal).await;
     };
-    let claims = match engine::verify_retry(&config, &guarded, &call, &principal, &token) {
+    let claims = match engine::verify_retry(&config, &guarded, &call, &principal, token) {
         Ok(claims) => claims,
         Err(e) => return refuse(&call, Some(&principal), Refused::state(e)),
     };
