@@ -309,17 +309,64 @@ pub(crate) fn confirmed_arguments(
 /// was received as. `None` if the body no longer reads as the object it was classified as (it
 /// cannot, short of a bug: then nothing is forwarded).
 pub(crate) fn forward_body(call: &ToolCall, arguments: &Value) -> Option<Bytes> {
-    // A `RawValue` serializes as the exact text it was read from.
     type Members<'a> = BTreeMap<String, &'a RawValue>;
-    let mut message: Members<'_> = serde_json::from_slice(&call.body).ok()?;
-    let mut params: Members<'_> = serde_json::from_str(message.get("params")?.get()).ok()?;
-    params.remove("inputResponses");
-    params.remove("requestState");
-    let arguments = serde_json::value::to_raw_value(arguments).ok()?;
-    params.insert("arguments".to_owned(), &arguments);
-    let params = serde_json::value::to_raw_value(&params).ok()?;
-    message.insert("params".to_owned(), &params);
-    serde_json::to_vec(&message).ok().map(Bytes::from)
+    let message: Members<'_> = serde_json::from_slice(&call.body).ok()?;
+    let params: Members<'_> = serde_json::from_str(message.get("params")?.get()).ok()?;
+    let mut out = Vec::with_capacity(call.body.len() + 64);
+    let mut object = Object::open(&mut out);
+    for (key, value) in &message {
+        if key != "params" {
+            object.member(key, value.get().as_bytes())?;
+            continue;
+        }
+        object.key(key)?;
+        let mut inner = Object::open(object.out);
+        for (key, value) in &params {
+            if !matches!(
+                key.as_str(),
+                "inputResponses" | "requestState" | "arguments"
+            ) {
+                inner.member(key, value.get().as_bytes())?;
+            }
+        }
+        inner.key("arguments")?;
+        serde_json::to_writer(&mut *inner.out, arguments).ok()?;
+        inner.close();
+    }
+    object.close();
+    Some(Bytes::from(out))
+}
+
+/// Writes one JSON object member by member.
+struct Object<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl<'a> Object<'a> {
+    fn open(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        Self { out, first: true }
+    }
+
+    fn key(&mut self, key: &str) -> Option<()> {
+        if !std::mem::take(&mut self.first) {
+            self.out.push(b',');
+        }
+        serde_json::to_writer(&mut *self.out, key).ok()?;
+        self.out.push(b':');
+        Some(())
+    }
+
+    fn member(&mut self, key: &str, raw: &[u8]) -> Option<()> {
+        self.key(key)?;
+        self.out.extend_from_slice(raw);
+        Some(())
+    }
+
+    fn close(self) {
+        self.out.push(b'}');
+    }
 }
 
 /// The `Mcp-Param-<name>` header carrying the chosen id, encoded as MCP requires.
