@@ -22,8 +22,8 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use http_body_util::{BodyExt, Full};
 use mcp_confirm::http::RequestBody;
 use mcp_confirm::{
-    Candidate, Claim, ConfirmLayer, KeyRing, Lookup, MemoryReplayStore, Nonce, Owner, PolicyError,
-    Principal, ReplayStore, ToolPolicy,
+    Candidate, Claim, ClaimRequest, ConfirmLayer, KeyRing, Lookup, MemoryReplayStore, Nonce, Owner,
+    PolicyError, Principal, PrincipalKey, ReplayStore, ToolPolicy,
 };
 use serde_json::{Value, json};
 use tower::{Layer, Service, ServiceExt};
@@ -59,9 +59,9 @@ fn bytes(v: &Value) -> Bytes {
 fn layer(store: MemoryReplayStore) -> ConfirmLayer {
     let policy = ToolPolicy::pick_one(|_: Lookup| async {
         Ok::<_, PolicyError>(vec![
-            Candidate::labelled("note-3", "Groceries (Monday)"),
-            Candidate::labelled("note-7", "Groceries (Tuesday)"),
-            Candidate::labelled("note-14", "Groceries (Friday)"),
+            Candidate::labelled("note-3", "Groceries (Monday)").with_version("v1-3"),
+            Candidate::labelled("note-7", "Groceries (Tuesday)").with_version("v1-7"),
+            Candidate::labelled("note-14", "Groceries (Friday)").with_version("v1-14"),
         ])
     })
     .input_key("delete_choice")
@@ -69,6 +69,7 @@ fn layer(store: MemoryReplayStore) -> ConfirmLayer {
     .select_into("note_id");
     ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap())
         .audience("bench")
+        .without_challenge_rate_limit()
         .replay_store(store)
         .tool("notes_delete", policy)
         .build()
@@ -89,13 +90,20 @@ fn noop_inner() -> NoopInner {
 }
 
 /// Distinct nonces and owners, made before the clock starts.
-fn keys(n: u64) -> Vec<(Nonce, Owner)> {
+/// `n` distinct claims, spread over 64 principals.
+fn claims(n: u64, expires_at: SystemTime) -> Vec<ClaimRequest> {
     (0..n)
         .map(|i| {
             let mut bytes = [0u8; 16];
             bytes[..8].copy_from_slice(&i.to_be_bytes());
             bytes[8..12].copy_from_slice(&std::process::id().to_be_bytes());
-            (Nonce::from_bytes(bytes), Owner::from_bytes(bytes))
+            let principal = PrincipalKey::from_bytes([(i % 64) as u8; 16]);
+            ClaimRequest::new(
+                Nonce::from_bytes(bytes),
+                Owner::from_bytes(bytes),
+                principal,
+                expires_at,
+            )
         })
         .collect()
 }
@@ -271,14 +279,12 @@ fn benches(c: &mut Criterion) {
     let far = SystemTime::now() + Duration::from_secs(3_600);
     group.bench_function("claim/1_thread", |b| {
         b.iter_custom(|iters| {
-            let store = MemoryReplayStore::with_capacity(iters as usize + 1);
-            let keys = keys(iters);
+            let store =
+                MemoryReplayStore::with_capacity(iters as usize + 1).principal_budget(usize::MAX);
+            let claims = claims(iters, far);
             let start = Instant::now();
-            for &(nonce, owner) in &keys {
-                assert_eq!(
-                    now_or_never(store.claim(nonce, owner, far)).unwrap(),
-                    Claim::Claimed
-                );
+            for claim in &claims {
+                assert_eq!(now_or_never(store.claim(claim)).unwrap(), Claim::Claimed);
             }
             start.elapsed()
         })
@@ -286,8 +292,11 @@ fn benches(c: &mut Criterion) {
     group.throughput(Throughput::Elements(2));
     group.bench_function("claim/2_threads", |b| {
         b.iter_custom(|iters| {
-            let store = Arc::new(MemoryReplayStore::with_capacity(2 * iters as usize + 1));
-            let mut all = keys(2 * iters);
+            let store = Arc::new(
+                MemoryReplayStore::with_capacity(2 * iters as usize + 1)
+                    .principal_budget(usize::MAX),
+            );
+            let mut all = claims(2 * iters, far);
             let second = all.split_off(iters as usize);
             let start = Instant::now();
             let threads: Vec<_> = [all, second]
@@ -295,8 +304,8 @@ fn benches(c: &mut Criterion) {
                 .map(|keys| {
                     let store = store.clone();
                     std::thread::spawn(move || {
-                        for (nonce, owner) in keys {
-                            now_or_never(store.claim(nonce, owner, far)).unwrap();
+                        for claim in keys {
+                            now_or_never(store.claim(&claim)).unwrap();
                         }
                     })
                 })
@@ -320,7 +329,7 @@ fn redis_benches(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     let store = store.prefix("mcp-confirm-bench:");
     let far = SystemTime::now() + Duration::from_secs(60);
     if rt
-        .block_on(store.claim(Nonce::random(), Owner::random(), far))
+        .block_on(store.is_used(Nonce::random(), PrincipalKey::from_bytes([0; 16])))
         .is_err()
     {
         eprintln!("redis_store benches skipped: no Redis at {url}");
@@ -336,7 +345,12 @@ fn redis_benches(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         b.to_async(rt).iter(|| async {
             black_box(
                 store
-                    .claim(Nonce::random(), Owner::random(), far)
+                    .claim(&ClaimRequest::new(
+                        Nonce::random(),
+                        Owner::random(),
+                        PrincipalKey::from_bytes(*Nonce::random().as_bytes()),
+                        far,
+                    ))
                     .await
                     .unwrap(),
             )

@@ -26,6 +26,10 @@ pub struct Confirmed {
     pub tool: Arc<str>,
     /// The id the user chose (pick-one policies), also written into the arguments.
     pub chosen: Option<String>,
+    /// The version of the chosen record the user saw ([`Candidate::with_version`](crate::Candidate::with_version)).
+    /// Make the change conditional on it where the data allows (`DELETE … WHERE id = $1 AND
+    /// version = $2`): the version is then the fence, whatever happened since the revalidation.
+    pub version: Option<String>,
     /// The nonce claimed for this call; unique per confirmation.
     pub nonce: Nonce,
     /// When the confirmation expires (and the replay store may forget its nonce).

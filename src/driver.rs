@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 use std::task::{Context, Waker};
-use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
@@ -19,12 +18,12 @@ use crate::engine::{self, GuardedTool, Headers, Refused};
 use crate::form::{self, Answer};
 use crate::layer::Config;
 use crate::message::ToolCall;
-use crate::policy::{Lookup, Revalidation, ToolPolicy, candidate_id_ok};
+use crate::policy::{Lookup, Revalidation, ToolPolicy, candidate_id_ok, candidate_version_ok};
 use crate::principal::Principal;
 use crate::protocol::{self, Outcome, Reply, RpcError};
-use crate::store::{Claim, Nonce, Owner, ReplayStore};
+use crate::store::{Claim, ClaimRequest, Owner, PrincipalKey, ReplayStore, StoreError};
 use crate::token::StateError;
-use crate::token::claims::Claims;
+use crate::token::claims::{Claims, Shown};
 
 /// What an adapter does with an intercepted call.
 pub(crate) enum Decision {
@@ -104,14 +103,7 @@ pub(crate) async fn decide(
                 format!("inputResponses: {reason}"),
             ),
         ),
-        Answer::Cancel => {
-            audit::cancelled(&call.tool, &principal, &claims.nonce);
-            outcome(
-                &call,
-                Outcome::Cancelled,
-                "The confirmation was cancelled; nothing was changed.",
-            )
-        }
+        Answer::Cancel => cancel(&config, &call, &principal, &claims).await,
         Answer::Decline => decline(&config, &call, &principal, &claims, false).await,
         Answer::Unconfirmed => decline(&config, &call, &principal, &claims, true).await,
         Answer::Accept { chosen } => {
@@ -128,6 +120,12 @@ async fn challenge(
     principal: &Principal,
 ) -> Decision {
     let policy = &guarded.policy;
+    if let Some(limiter) = &config.challenge_limiter
+        && let Err(wait) = limiter.check(&engine::principal_key(config, principal))
+    {
+        audit::refused(&call.tool, Some(principal), "challenge rate limit");
+        return reply_error(call, &RpcError::challenge_rate_limited(wait));
+    }
     let candidates = match &policy.resolver {
         None => Vec::new(),
         Some(resolver) => {
@@ -175,9 +173,25 @@ async fn challenge(
                 Refused::new(RpcError::internal(), reason),
             );
         }
+        if !candidates
+            .iter()
+            .all(|c| candidate_version_ok(policy, c.version()))
+        {
+            let reason = "resolver returned a candidate without a version (or with an empty or \
+                          oversized one): give each Candidate a version, or opt out with \
+                          ToolPolicy::without_versions";
+            return refuse(
+                call,
+                Some(principal),
+                Refused::new(RpcError::internal(), reason),
+            );
+        }
     }
-    let ids = candidates.iter().map(|c| c.id().to_owned()).collect();
-    let (token, claims) = match engine::seal_challenge(config, guarded, call, principal, ids) {
+    let shown = candidates
+        .iter()
+        .map(|c| Shown::new(c.id(), c.version()))
+        .collect();
+    let (token, claims) = match engine::seal_challenge(config, guarded, call, principal, shown) {
         Ok(sealed) => sealed,
         Err(e) => {
             return refuse(
@@ -197,6 +211,32 @@ async fn challenge(
     Decision::Reply(Reply::result(&call.id, &result))
 }
 
+/// A cancel: nothing is consumed, so the same state may be answered again, unless it was already
+/// used, which is refused like any other replay.
+async fn cancel(
+    config: &Config,
+    call: &ToolCall,
+    principal: &Principal,
+    claims: &Claims,
+) -> Decision {
+    let key = PrincipalKey::from_bytes(claims.principal);
+    match config.store.is_used(claims.nonce, key).await {
+        Ok(false) => {
+            audit::cancelled(&call.tool, principal, &claims.nonce);
+            outcome(
+                call,
+                Outcome::Cancelled,
+                "The confirmation was cancelled; nothing was changed.",
+            )
+        }
+        Ok(true) => {
+            audit::replay_blocked(&call.tool, principal, &claims.nonce, "used");
+            reply_error(call, &Refused::state(StateError::Consumed).error)
+        }
+        Err(e) => store_failed(call, principal, &e),
+    }
+}
+
 /// A decline (or an acceptance with `confirm: false`): consume the nonce, run nothing.
 async fn decline(
     config: &Config,
@@ -205,13 +245,12 @@ async fn decline(
     claims: &Claims,
     unconfirmed: bool,
 ) -> Decision {
-    let owner = Owner::random();
-    let until = engine::retention(config, claims);
-    if let Err(decision) = claim(config, call, principal, claims, owner, until).await {
+    let request = claim_request(config, claims);
+    if let Err(decision) = claim(config, call, principal, claims, &request).await {
         return decision;
     }
     // Best effort: if completing fails the entry stays InFlight, which refuses replays just the same.
-    let _ = config.store.complete(claims.nonce, owner, until).await;
+    let _ = config.store.complete(&request).await;
     audit::declined(&call.tool, principal, &claims.nonce, unconfirmed);
     outcome(
         call,
@@ -229,23 +268,26 @@ async fn accept(
     claims: &Claims,
     chosen: Option<String>,
 ) -> Decision {
-    let owner = Owner::random();
-    let until = engine::retention(config, claims);
+    let request = claim_request(config, claims);
+    let until = request.expires_at;
     let guard = if policy.claimed_by_handler {
         // The handler claims inside the transaction that makes the change.
         None
     } else {
-        if let Err(decision) = claim(config, &call, &principal, claims, owner, until).await {
+        if let Err(decision) = claim(config, &call, &principal, claims, &request).await {
             return decision;
         }
         // From here on the nonce is burned whatever happens: the guard completes it when dropped.
-        Some(CompletionGuard::new(
-            Arc::clone(&config.store),
-            claims.nonce,
-            owner,
-            until,
-        ))
+        Some(CompletionGuard::new(Arc::clone(&config.store), request))
     };
+    // The version of the record the user chose, exactly as the state signed it.
+    let version = chosen.as_deref().and_then(|id| {
+        claims
+            .candidates
+            .iter()
+            .find(|shown| shown.id == id)
+            .and_then(|shown| shown.version.clone())
+    });
     audit::accepted(&call.tool, &principal, &claims.nonce, chosen.as_deref());
     let arguments = engine::confirmed_arguments(policy, &call, chosen.as_deref());
     if let Some(hook) = &policy.revalidate {
@@ -254,12 +296,13 @@ async fn accept(
             tool: call.tool.as_str().into(),
             arguments: Arc::new(arguments.clone()),
             chosen: chosen.clone(),
+            seen_version: version.clone(),
         };
         if let Err(refusal) = hook.revalidate(check).await {
             audit::revoked(&call.tool, &principal, &claims.nonce, refusal.reason());
             if guard.is_none() {
                 // Nothing was claimed yet: burn the state all the same.
-                burn(config, claims.nonce, until).await;
+                burn(config, &request).await;
             }
             drop(guard);
             return outcome(
@@ -273,6 +316,7 @@ async fn accept(
         principal,
         tool: call.tool.as_str().into(),
         chosen,
+        version,
         nonce: claims.nonce,
         expires_at: until,
         claimed: guard.is_some(),
@@ -294,11 +338,21 @@ async fn accept(
 
 /// Marks a nonce used without running anything (best effort: a failure leaves it fresh, and the
 /// handler of a `claimed_by_handler` policy still refuses a second use).
-async fn burn(config: &Config, nonce: Nonce, until: SystemTime) {
-    let owner = Owner::random();
-    if let Ok(Claim::Claimed) = config.store.claim(nonce, owner, until).await {
-        let _ = config.store.complete(nonce, owner, until).await;
+async fn burn(config: &Config, request: &ClaimRequest) {
+    if let Ok(Claim::Claimed) = config.store.claim(request).await {
+        let _ = config.store.complete(request).await;
     }
+}
+
+/// A claim of the state's nonce by a fresh owner, charged to the principal the state names, kept
+/// until the state can no longer verify.
+fn claim_request(config: &Config, claims: &Claims) -> ClaimRequest {
+    ClaimRequest::new(
+        claims.nonce,
+        Owner::random(),
+        PrincipalKey::from_bytes(claims.principal),
+        engine::retention(config, claims),
+    )
 }
 
 /// Claims the state's nonce; any answer but [`Claim::Claimed`] becomes the reply.
@@ -307,10 +361,9 @@ async fn claim(
     call: &ToolCall,
     principal: &Principal,
     claims: &Claims,
-    owner: Owner,
-    until: SystemTime,
+    request: &ClaimRequest,
 ) -> Result<(), Decision> {
-    match config.store.claim(claims.nonce, owner, until).await {
+    match config.store.claim(request).await {
         Ok(Claim::Claimed) => Ok(()),
         Ok(held) => {
             let (state, e) = match held {
@@ -320,15 +373,21 @@ async fn claim(
             audit::replay_blocked(&call.tool, principal, &claims.nonce, state);
             Err(reply_error(call, &Refused::state(e).error))
         }
-        Err(e) => {
-            let reason = format!("replay store: {e}");
-            Err(refuse(
-                call,
-                Some(principal),
-                Refused::new(RpcError::store_unavailable(), reason),
-            ))
-        }
+        Err(e) => Err(store_failed(call, principal, &e)),
     }
+}
+
+/// A store error as the reply: over budget says when to retry; anything else is "unavailable".
+fn store_failed(call: &ToolCall, principal: &Principal, e: &StoreError) -> Decision {
+    let error = match e {
+        StoreError::OverBudget { retry_after } => RpcError::over_budget(*retry_after),
+        _ => RpcError::store_unavailable(),
+    };
+    refuse(
+        call,
+        Some(principal),
+        Refused::new(error, format!("replay store: {e}")),
+    )
 }
 
 fn refuse(call: &ToolCall, principal: Option<&Principal>, refused: Refused) -> Decision {
@@ -351,29 +410,22 @@ fn outcome(call: &ToolCall, outcome: Outcome, text: &str) -> Decision {
 /// dropped, or when the call never got that far. A claimed nonce never returns to Fresh.
 pub(crate) struct CompletionGuard {
     store: Arc<dyn ReplayStore>,
-    nonce: Nonce,
-    owner: Owner,
-    until: SystemTime,
+    request: ClaimRequest,
 }
 
 impl CompletionGuard {
-    fn new(store: Arc<dyn ReplayStore>, nonce: Nonce, owner: Owner, until: SystemTime) -> Self {
-        Self {
-            store,
-            nonce,
-            owner,
-            until,
-        }
+    fn new(store: Arc<dyn ReplayStore>, request: ClaimRequest) -> Self {
+        Self { store, request }
     }
 }
 
 impl Drop for CompletionGuard {
     fn drop(&mut self) {
-        let (store, nonce, owner, until) =
-            (Arc::clone(&self.store), self.nonce, self.owner, self.until);
+        let (store, request) = (Arc::clone(&self.store), self.request);
+        let nonce = request.nonce;
         let mut completion = Box::pin(async move {
-            let consumed = matches!(store.complete(nonce, owner, until).await, Ok(true));
-            audit::completed(&nonce, consumed);
+            let consumed = matches!(store.complete(&request).await, Ok(true));
+            audit::completed(&request.nonce, consumed);
         });
         // Stores that answer at once (the memory store) complete right here, deterministically.
         if completion
@@ -395,7 +447,7 @@ impl Drop for CompletionGuard {
 impl std::fmt::Debug for CompletionGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CompletionGuard")
-            .field("nonce", &self.nonce)
+            .field("nonce", &self.request.nonce)
             .finish_non_exhaustive()
     }
 }

@@ -19,8 +19,8 @@ use crate::message::{TOOLS_CALL, ToolCall};
 use crate::policy::ToolPolicy;
 use crate::principal::Principal;
 use crate::protocol::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, RpcError};
-use crate::store::Nonce;
-use crate::token::claims::{Claims, Phase, arguments_digest, digest16, request_id_digest};
+use crate::store::{BootEpoch, Nonce, PrincipalKey};
+use crate::token::claims::{Claims, Phase, Shown, arguments_digest, digest16, request_id_digest};
 use crate::token::{StateError, codec};
 
 /// The MCP request headers, as the HTTP adapter found them.
@@ -89,7 +89,12 @@ impl Refused {
     }
 
     pub(crate) fn state(e: StateError) -> Self {
-        Self::new(RpcError::invalid_state(), format!("requestState: {e}"))
+        let error = match e {
+            // Not an attack signal: the state verified, the store behind it restarted.
+            StateError::Restarted => RpcError::restarted(),
+            _ => RpcError::invalid_state(),
+        };
+        Self::new(error, format!("requestState: {e}"))
     }
 }
 
@@ -203,13 +208,27 @@ impl GuardedTool {
     }
 }
 
-/// Seals a fresh challenge state over `candidates`.
+/// The epoch a state binds: the replay store's, or zeros for a store whose entries outlive the
+/// process.
+fn store_epoch(config: &Config) -> [u8; 16] {
+    config
+        .store
+        .boot_epoch()
+        .map_or([0; 16], |epoch: BootEpoch| *epoch.as_bytes())
+}
+
+/// Whom a new challenge for `principal` is charged to: the digest its state will carry.
+pub(crate) fn principal_key(config: &Config, principal: &Principal) -> PrincipalKey {
+    PrincipalKey::from_bytes(config.keys.signing().principal_digest(principal.subject()))
+}
+
+/// Seals a fresh challenge state over the candidates shown.
 pub(crate) fn seal_challenge(
     config: &Config,
     guarded: &GuardedTool,
     call: &ToolCall,
     principal: &Principal,
-    candidates: Vec<String>,
+    candidates: Vec<Shown>,
 ) -> Result<(String, Claims), StateError> {
     let issued_at = unix_secs(config.clock.now());
     let (request_id, arguments) = guarded.request_digests(call);
@@ -225,6 +244,7 @@ pub(crate) fn seal_challenge(
         input_key: guarded.input_key,
         request_id,
         arguments,
+        epoch: store_epoch(config),
         candidates,
     };
     let token = codec::seal(&config.keys, &claims)?;
@@ -279,6 +299,10 @@ pub(crate) fn verify_retry(
     }
     if same(&claims.request_id, &request_id) {
         return Err(StateError::SameRequestId);
+    }
+    // Last, so only a state that is right in every other way learns that the server restarted.
+    if !same(&claims.epoch, &store_epoch(config)) {
+        return Err(StateError::Restarted);
     }
     Ok(claims)
 }

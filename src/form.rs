@@ -9,6 +9,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
 use crate::policy::{Candidate, ChoiceStyle, ToolPolicy};
+use crate::token::claims::Shown;
 
 /// The `requestedSchema` for a policy and the candidates shown.
 pub(crate) fn schema<'a>(policy: &'a ToolPolicy, candidates: &'a [Candidate]) -> Schema<'a> {
@@ -189,10 +190,10 @@ pub(crate) enum Answer {
     Invalid(&'static str),
 }
 
-/// Reads `inputResponses` strictly against the policy and the candidate ids the state signed.
+/// Reads `inputResponses` strictly against the policy and the candidates the state signed.
 pub(crate) fn read_answer(
     policy: &ToolPolicy,
-    signed: &[String],
+    signed: &[Shown],
     responses: Option<&Value>,
 ) -> Answer {
     let Some(responses) = responses else {
@@ -227,7 +228,7 @@ pub(crate) fn read_answer(
         let Some(choice) = content.get(&policy.choice_field).and_then(Value::as_str) else {
             return Answer::Invalid("choice field missing or not a string");
         };
-        if !signed.iter().any(|id| id == choice) {
+        if !signed.iter().any(|shown| shown.id == choice) {
             return Answer::Invalid("choice is not one of the signed candidates");
         }
         Some(choice.to_owned())
@@ -253,8 +254,11 @@ mod tests {
             .input_key("delete_choice")
     }
 
-    fn signed() -> Vec<String> {
-        vec!["note-3".into(), "note-7".into(), "note-14".into()]
+    fn signed() -> Vec<Shown> {
+        ["note-3", "note-7", "note-14"]
+            .into_iter()
+            .map(|id| Shown::new(id, Some("v1")))
+            .collect()
     }
 
     fn read(policy: &ToolPolicy, v: Value) -> Answer {

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use tower_layer::Layer;
 
 use crate::clock::{Clock, SystemClock};
 use crate::engine::GuardedTool;
+use crate::limit::ChallengeLimiter;
 use crate::policy::ToolPolicy;
 use crate::principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 use crate::protocol::PROTOCOL_VERSION;
@@ -24,6 +26,10 @@ pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// The longest confirmation lifetime the builder accepts.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// The default per-principal challenge rate: 10 forms a second on average…
+pub const DEFAULT_CHALLENGES_PER_SECOND: u32 = 10;
+/// …and up to 30 at once.
+pub const DEFAULT_CHALLENGE_BURST: u32 = 30;
 
 /// Why a [`ConfirmLayerBuilder`] could not build a layer.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -41,6 +47,9 @@ pub enum ConfigError {
     /// A tool policy is inconsistent.
     #[error("invalid tool policy: {0}")]
     InvalidPolicy(String),
+    /// A challenge rate limit of zero per second or a zero burst.
+    #[error("the challenge rate limit needs a rate and a burst of at least one")]
+    InvalidRateLimit,
 }
 
 /// The configuration shared by every service a layer builds.
@@ -56,6 +65,7 @@ pub(crate) struct Config {
     pub(crate) local_principal: Option<Principal>,
     pub(crate) max_body_bytes: usize,
     pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) challenge_limiter: Option<ChallengeLimiter>,
 }
 
 impl Config {
@@ -82,6 +92,7 @@ impl fmt::Debug for Config {
             .field("supported_versions", &self.supported_versions)
             .field("local_principal", &self.local_principal)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("challenge_limiter", &self.challenge_limiter)
             .finish_non_exhaustive()
     }
 }
@@ -109,6 +120,7 @@ impl ConfirmLayer {
             local_principal: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             clock: Arc::new(SystemClock),
+            challenge_rate: Some((DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CHALLENGE_BURST)),
         }
     }
 }
@@ -135,6 +147,7 @@ pub struct ConfirmLayerBuilder {
     local_principal: Option<Principal>,
     max_body_bytes: usize,
     clock: Arc<dyn Clock>,
+    challenge_rate: Option<(u32, u32)>,
 }
 
 impl fmt::Debug for ConfirmLayerBuilder {
@@ -168,7 +181,8 @@ impl ConfirmLayerBuilder {
     }
 
     /// Where nonces are claimed. Defaults to a [`MemoryReplayStore`], which gives single use in one
-    /// process only; several instances must share a store.
+    /// process only, and only until it restarts (states issued before a restart are refused);
+    /// several instances, or states that must survive a restart, need a shared store.
     pub fn replay_store(mut self, store: impl ReplayStore) -> Self {
         self.store = Some(Arc::new(store));
         self
@@ -211,6 +225,20 @@ impl ConfirmLayerBuilder {
         self
     }
 
+    /// Limits how fast one principal is shown new forms: `per_second` on average, up to `burst` at
+    /// once (default 10 and 30). Past it, the call is refused with `-31003` and a retry-after (HTTP
+    /// 429 with `Retry-After`). The limit is per instance.
+    pub fn challenge_rate_limit(mut self, per_second: u32, burst: u32) -> Self {
+        self.challenge_rate = Some((per_second, burst));
+        self
+    }
+
+    /// No per-principal challenge limit (for benchmarks, or when a gateway in front limits).
+    pub fn without_challenge_rate_limit(mut self) -> Self {
+        self.challenge_rate = None;
+        self
+    }
+
     /// The clock for state issue and expiry (default: the system clock).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
@@ -236,6 +264,17 @@ impl ConfirmLayerBuilder {
         for (name, policy) in &self.tools {
             policy.validate(name).map_err(ConfigError::InvalidPolicy)?;
         }
+        let challenge_limiter = match self.challenge_rate {
+            None => None,
+            Some((per_second, burst)) => {
+                let (Some(per_second), Some(burst)) =
+                    (NonZeroU32::new(per_second), NonZeroU32::new(burst))
+                else {
+                    return Err(ConfigError::InvalidRateLimit);
+                };
+                Some(ChallengeLimiter::new(per_second, burst))
+            }
+        };
         let store = self
             .store
             .unwrap_or_else(|| Arc::new(MemoryReplayStore::new()));
@@ -260,6 +299,7 @@ impl ConfirmLayerBuilder {
                 local_principal: self.local_principal,
                 max_body_bytes: self.max_body_bytes,
                 clock: self.clock,
+                challenge_limiter,
             }),
         })
     }

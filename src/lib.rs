@@ -86,6 +86,7 @@ mod form;
 pub mod guard;
 pub mod http;
 mod layer;
+mod limit;
 mod message;
 mod policy;
 mod principal;
@@ -121,10 +122,83 @@ pub mod __bench {
     }
 }
 
+/// Entry points for the project's fuzz targets (`fuzz/`) and their stable-toolchain fallback.
+/// Not part of the API: compiled only with the `fuzzing` feature, no stability.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod __fuzz {
+    use bytes::Bytes;
+    use serde_json::Value;
+
+    use crate::form::{self, Answer};
+    use crate::message::{self, Parsed};
+    use crate::policy::{Lookup, PolicyError, ToolPolicy};
+    use crate::token::KeyRing;
+    use crate::token::claims::{Claims, Shown};
+    use crate::token::codec;
+
+    /// Opens `token` under a fixed ring. Checks: no panic; whatever opens re-seals to itself.
+    pub fn open_state(token: &str) {
+        let Ok(ring) = KeyRing::single("k1", [0x42u8; 32]) else {
+            return;
+        };
+        if let Ok((claims, _)) = codec::open(&ring, token) {
+            // Only the ring's key can produce an opening token, and sealing is deterministic.
+            assert_eq!(codec::seal(&ring, &claims).as_deref(), Ok(token));
+        }
+    }
+
+    /// Decodes a raw payload. Checks: no panic; a payload that decodes re-encodes to the same bytes.
+    pub fn decode_claims(bytes: &[u8]) {
+        if let Some(claims) = Claims::decode(bytes) {
+            let mut out = Vec::new();
+            claims.encode(&mut out);
+            assert_eq!(out, bytes, "the payload encoding is not canonical");
+            assert!(claims.candidates_fit());
+        }
+    }
+
+    /// Classifies a body with the strict scanner. Checks: no panic; an intercepted call's parts
+    /// are what a full serde parse of the same body says.
+    pub fn scan_body(bytes: &[u8]) {
+        let body = Bytes::copy_from_slice(bytes);
+        if let Parsed::Intercept(call) = message::classify(&body, |tool| tool == "notes_delete") {
+            let value: Value = serde_json::from_slice(bytes).expect("an intercepted body is JSON");
+            assert_eq!(value["params"]["name"], "notes_delete");
+            assert_eq!(value["method"], "tools/call");
+            let id: Value = serde_json::from_str(&call.id).expect("the id is JSON");
+            assert_eq!(value["id"], id);
+        }
+    }
+
+    /// Reads an `inputResponses` value against a pick-one form over three signed candidates.
+    /// Checks: no panic; an acceptance only ever names a signed candidate.
+    pub fn read_answer(bytes: &[u8]) {
+        let Ok(responses) = serde_json::from_slice::<Value>(bytes) else {
+            return;
+        };
+        let policy = ToolPolicy::pick_one(|_: Lookup| async { Ok::<_, PolicyError>(vec![]) })
+            .input_key("delete_choice")
+            .choice_field("note_id");
+        let signed: Vec<Shown> = ["note-3", "note-7", "note-14"]
+            .into_iter()
+            .map(|id| Shown::new(id, Some("v1")))
+            .collect();
+        if let Answer::Accept { chosen } = form::read_answer(&policy, &signed, Some(&responses)) {
+            let chosen = chosen.expect("a pick-one acceptance names a candidate");
+            assert!(signed.iter().any(|s| s.id == chosen));
+            let content = &responses["delete_choice"]["content"];
+            assert_eq!(content["confirm"], true);
+            assert_eq!(content["note_id"], chosen.as_str());
+        }
+    }
+}
+
 pub use confirmed::Confirmed;
 pub use layer::{
-    ConfigError, ConfirmLayer, ConfirmLayerBuilder, DEFAULT_CLOCK_SKEW, DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_TTL, MAX_TTL,
+    ConfigError, ConfirmLayer, ConfirmLayerBuilder, DEFAULT_CHALLENGE_BURST,
+    DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CLOCK_SKEW, DEFAULT_MAX_BODY_BYTES, DEFAULT_TTL,
+    MAX_TTL,
 };
 pub use policy::{
     Candidate, ChoiceStyle, Lookup, PolicyError, Refusal, Resolver, Revalidate, Revalidation,
@@ -136,5 +210,8 @@ pub use protocol::{
 };
 pub use rpc::{JsonRpcMessage, JsonRpcReply};
 pub use service::Confirm;
-pub use store::{Claim, MemoryReplayStore, Nonce, Owner, ReplayStore, StoreError};
+pub use store::{
+    BootEpoch, Claim, ClaimRequest, MemoryReplayStore, Nonce, Owner, PrincipalKey, ReplayStore,
+    StoreError,
+};
 pub use token::{KeyError, KeyRing, StateError};

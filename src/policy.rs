@@ -9,13 +9,18 @@ use serde_json::Value;
 
 use crate::principal::Principal;
 use crate::store::BoxFuture;
-use crate::token::{MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES};
+use crate::token::{MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES, MAX_VERSION_LEN};
 
 /// One record the user may pick, e.g. one of three notes titled "Groceries".
+///
+/// Give every candidate a [version](Candidate::with_version): the signed state binds the id *and*
+/// the version, and the revalidation hook gets the version back, so an approval means "this
+/// record as it was shown", not "whatever holds this id when the answer arrives".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
     id: String,
     label: Option<String>,
+    version: Option<String>,
 }
 
 impl Candidate {
@@ -24,16 +29,31 @@ impl Candidate {
         Self {
             id: id.into(),
             label: None,
+            version: None,
         }
     }
 
     /// A candidate shown with a human-readable label. Labels are reduced to plain text and capped
     /// in length before they reach the form.
+    ///
+    /// Put server-side facts first (id, owner, modification time) and keep text written by users
+    /// short: a label is what the user decides on, and a title can say anything.
     pub fn labelled(id: impl Into<String>, label: impl Into<String>) -> Self {
         Self {
             id: id.into(),
             label: Some(label.into()),
+            version: None,
         }
+    }
+
+    /// The record's version as shown: an opaque fingerprint that changes whenever the record does
+    /// (a content hash, a generation counter, an ETag), at most 128 bytes.
+    ///
+    /// It is bound into the state and handed to the revalidation hook as
+    /// [`Revalidation::seen_version`], which compares it with the live record.
+    pub fn with_version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
+        self
     }
 
     /// The id written into the call when this candidate is chosen.
@@ -44,6 +64,11 @@ impl Candidate {
     /// The label, if any.
     pub fn label(&self) -> Option<&str> {
         self.label.as_deref()
+    }
+
+    /// The version, if any.
+    pub fn version(&self) -> Option<&str> {
+        self.version.as_deref()
     }
 }
 
@@ -71,6 +96,12 @@ pub struct Revalidation {
     pub arguments: Arc<Value>,
     /// The id the user chose, for pick-one policies.
     pub chosen: Option<String>,
+    /// The version of the chosen record as the user saw it ([`Candidate::with_version`]); `None`
+    /// for confirm-only policies and for policies that opted out with
+    /// [`ToolPolicy::without_versions`].
+    ///
+    /// Refuse when the live record's version differs: the user approved something else.
+    pub seen_version: Option<String>,
 }
 
 /// A failure of a resolver: the call is refused with an internal error, nothing is shown.
@@ -185,6 +216,7 @@ pub struct ToolPolicy {
     pub(crate) max_label_chars: usize,
     pub(crate) no_candidates_text: String,
     pub(crate) claimed_by_handler: bool,
+    pub(crate) unversioned: bool,
 }
 
 impl fmt::Debug for ToolPolicy {
@@ -201,6 +233,7 @@ impl fmt::Debug for ToolPolicy {
             .field("style", &self.style)
             .field("max_candidates", &self.max_candidates)
             .field("claimed_by_handler", &self.claimed_by_handler)
+            .field("unversioned", &self.unversioned)
             .finish_non_exhaustive()
     }
 }
@@ -223,10 +256,15 @@ impl ToolPolicy {
             max_label_chars: 80,
             no_candidates_text: "Nothing matched this request, so nothing was changed.".to_owned(),
             claimed_by_handler: false,
+            unversioned: false,
         }
     }
 
     /// The user picks exactly one of the candidates `resolver` finds, and confirms.
+    ///
+    /// Every candidate must carry a [version](Candidate::with_version); a resolver that returns
+    /// one without is a bug, and the call is refused with an internal error, unless the policy
+    /// opts out with [`without_versions`](Self::without_versions).
     pub fn pick_one(resolver: impl Resolver) -> Self {
         Self::base(Some(Arc::new(resolver)), "Choose one item and confirm.")
     }
@@ -325,6 +363,17 @@ impl ToolPolicy {
         self
     }
 
+    /// Lets candidates come without versions. **An explicit opt-out of a protection**: the state
+    /// then binds only ids, so a record edited between form and answer, or deleted and replaced
+    /// by another under the same id, is acted on by the old approval.
+    ///
+    /// Only for records that never change and ids that are never reused (append-only logs,
+    /// content-addressed objects). Everything else should give each candidate a version.
+    pub fn without_versions(mut self) -> Self {
+        self.unversioned = true;
+        self
+    }
+
     /// The live check run right before the confirmed call is forwarded.
     pub fn revalidate(mut self, hook: impl Revalidate) -> Self {
         self.revalidate = Some(Arc::new(hook));
@@ -384,4 +433,12 @@ impl ToolPolicy {
 /// Bounds the resolver's output to what a state can carry.
 pub(crate) fn candidate_id_ok(id: &str) -> bool {
     !id.is_empty() && id.len() <= MAX_CANDIDATE_ID_LEN
+}
+
+/// A version a state can carry: present (unless the policy opted out), non-empty, bounded.
+pub(crate) fn candidate_version_ok(policy: &ToolPolicy, version: Option<&str>) -> bool {
+    match version {
+        None => policy.unversioned,
+        Some(v) => !v.is_empty() && v.len() <= MAX_VERSION_LEN,
+    }
 }

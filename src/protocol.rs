@@ -44,6 +44,9 @@ pub mod code {
     pub const UNAUTHENTICATED: i64 = -31001;
     /// The replay store could not take the claim; safe to retry later.
     pub const STORE_UNAVAILABLE: i64 = -31002;
+    /// This principal is over a limit: too many live confirmations, or too many forms asked for.
+    /// `data.retryAfter` says when to try again (also the HTTP `Retry-After` header).
+    pub const RATE_LIMITED: i64 = -31003;
 }
 
 /// A JSON-RPC error the layer answers with, plus the HTTP status it travels under.
@@ -60,6 +63,9 @@ pub(crate) struct RpcError {
     pub(crate) data: Option<Value>,
     #[serde(skip)]
     pub(crate) status: StatusCode,
+    /// Whole seconds for the HTTP `Retry-After` header.
+    #[serde(skip)]
+    pub(crate) retry_after: Option<u64>,
 }
 
 impl RpcError {
@@ -69,6 +75,7 @@ impl RpcError {
             message,
             data: None,
             status,
+            retry_after: None,
         }
     }
 
@@ -94,6 +101,15 @@ impl RpcError {
             code::INVALID_REQUEST,
             "Request body too large",
             StatusCode::PAYLOAD_TOO_LARGE,
+        )
+    }
+
+    /// A confirmed tool call posted with a `Content-Type` other than `application/json`.
+    pub(crate) fn unsupported_media_type() -> Self {
+        Self::new(
+            code::INVALID_REQUEST,
+            "Content-Type must be application/json",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
         )
     }
 
@@ -178,6 +194,44 @@ impl RpcError {
         .with_data(json!({ "reason": "replay_store_unavailable", "retryable": true }))
     }
 
+    /// A state that verified but predates the restart of a store that forgets (the memory store).
+    pub(crate) fn restarted() -> Self {
+        Self::new(
+            code::INVALID_PARAMS,
+            "requestState was issued before a restart; ask again",
+            StatusCode::OK,
+        )
+        .with_data(json!({ "reason": "request_state_restarted" }))
+    }
+
+    /// The principal holds its budget of live confirmations in the replay store.
+    pub(crate) fn over_budget(retry_after: std::time::Duration) -> Self {
+        Self::limited(
+            "Too many confirmations pending for this user; nothing was changed, retry later",
+            "principal_budget_spent",
+            retry_after,
+        )
+    }
+
+    /// The principal asked for forms faster than the challenge rate limit allows.
+    pub(crate) fn challenge_rate_limited(retry_after: std::time::Duration) -> Self {
+        Self::limited(
+            "Too many confirmation requests; retry later",
+            "challenge_rate_limited",
+            retry_after,
+        )
+    }
+
+    fn limited(message: &'static str, reason: &str, retry_after: std::time::Duration) -> Self {
+        // Whole seconds, rounded up, so a client that waits this long is not refused again.
+        let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        let seconds = seconds.max(1);
+        let mut error = Self::new(code::RATE_LIMITED, message, StatusCode::TOO_MANY_REQUESTS)
+            .with_data(json!({ "reason": reason, "retryAfter": seconds, "retryable": true }));
+        error.retry_after = Some(seconds);
+        error
+    }
+
     pub(crate) fn internal() -> Self {
         Self::new(
             code::INTERNAL_ERROR,
@@ -193,6 +247,8 @@ impl RpcError {
 pub(crate) struct Reply {
     pub(crate) status: StatusCode,
     pub(crate) body: Option<Bytes>,
+    /// Seconds for a `Retry-After` header.
+    pub(crate) retry_after: Option<u64>,
 }
 
 impl Reply {
@@ -206,11 +262,16 @@ impl Reply {
             } else {
                 error.status
             };
-            return Self { status, body: None };
+            return Self {
+                status,
+                body: None,
+                retry_after: error.retry_after,
+            };
         };
         Self {
             status: error.status,
             body: Some(envelope(id, "error", error)),
+            retry_after: error.retry_after,
         }
     }
 
@@ -219,6 +280,7 @@ impl Reply {
         Self {
             status: StatusCode::OK,
             body: Some(envelope(id, "result", result)),
+            retry_after: None,
         }
     }
 }

@@ -94,7 +94,8 @@ fn forged_states_and_unanswered_challenges_leave_nothing_behind() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let f = fixture();
+        // 5,000 forms for one principal: far past the default challenge rate limit.
+        let f = fixture_with(|b| b.without_challenge_rate_limit());
         let state = challenge(&f).await;
         let forged_retry = accepted(&forged(&state), json!(2), "note-7");
         let first_call = delete_call(json!(1), "Groceries");
@@ -129,6 +130,7 @@ fn forged_states_and_unanswered_challenges_leave_nothing_behind() {
         let counter = Arc::clone(&inner_calls);
         let svc = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
             .audience("notes.example")
+            .without_challenge_rate_limit()
             .replay_store(store.clone())
             .tool("notes_delete", delete_policy(&Notes::seeded()))
             .build()

@@ -631,14 +631,30 @@ async fn a_retry_while_the_first_is_in_flight_is_refused() {
     let owner = mcp_confirm::Owner::random();
     use mcp_confirm::ReplayStore;
     assert_eq!(
-        store.claim(nonce, owner, far).await.unwrap(),
+        store
+            .claim(&mcp_confirm::ClaimRequest::new(
+                nonce,
+                owner,
+                mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+                far
+            ))
+            .await
+            .unwrap(),
         mcp_confirm::Claim::InFlight
     );
     tx.send(()).unwrap();
     let _ = open_response.into_body().collect().await.unwrap();
     // ...and consumed once it has ended.
     assert_eq!(
-        store.claim(nonce, owner, far).await.unwrap(),
+        store
+            .claim(&mcp_confirm::ClaimRequest::new(
+                nonce,
+                owner,
+                mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+                far
+            ))
+            .await
+            .unwrap(),
         mcp_confirm::Claim::Consumed
     );
     let after = accepted(&state, json!(4), "note-7");
@@ -922,17 +938,23 @@ async fn unknown_and_removed_keys_are_refused_and_old_keys_verify_during_rotatio
     let old = fixture();
     let state = challenge(&old).await;
     // Rotation phase 2: the new key signs, the old one still verifies.
+    // Instances that rotate keys share one replay store (a separate memory store is another
+    // boot epoch, whose states are refused).
+    let shared = old.store.clone();
     let both = fixture_from(
         KeyRing::new([("k2", [0x22; 32]), ("k1", KEY)]).unwrap(),
         100,
-        |b| b,
+        move |b| b.replay_store(shared),
     );
     let call = accepted(&state, json!(2), "note-7");
     let answer = send(&both.svc, post(&call, Some("alice"))).await;
     assert_eq!(answer.result()["content"][0]["text"], "done by inner");
     assert_eq!(both.seen.count(), 1);
     // Phase 3: the old key is gone.
-    let new_only = fixture_from(KeyRing::single("k2", [0x22; 32]).unwrap(), 100, |b| b);
+    let shared = old.store.clone();
+    let new_only = fixture_from(KeyRing::single("k2", [0x22; 32]).unwrap(), 100, move |b| {
+        b.replay_store(shared)
+    });
     let state = challenge(&old).await;
     let call = accepted(&state, json!(2), "note-7");
     assert_frozen_state_error(&send(&new_only.svc, post(&call, Some("alice"))).await);
@@ -1069,7 +1091,12 @@ async fn nonce_state(f: &Fixture) -> mcp_confirm::Claim {
     let nonce = f.seen.last().confirmed.expect("confirmed").nonce;
     let far = now() + Duration::from_secs(3_600);
     f.store
-        .claim(nonce, mcp_confirm::Owner::random(), far)
+        .claim(&mcp_confirm::ClaimRequest::new(
+            nonce,
+            mcp_confirm::Owner::random(),
+            mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+            far,
+        ))
         .await
         .unwrap()
 }
@@ -1134,7 +1161,15 @@ async fn the_nonce_is_consumed_when_the_call_is_abandoned_mid_flight() {
         .expect("the inner service got the confirmed call");
     let far = now() + Duration::from_secs(3_600);
     assert_eq!(
-        f.store.claim(nonce, Owner::random(), far).await.unwrap(),
+        f.store
+            .claim(&mcp_confirm::ClaimRequest::new(
+                nonce,
+                Owner::random(),
+                mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+                far
+            ))
+            .await
+            .unwrap(),
         Claim::Consumed
     );
 }
@@ -1173,7 +1208,12 @@ async fn claimed_by_handler_policies_forward_unclaimed_and_say_so() {
     let far = now() + Duration::from_secs(3_600);
     assert_eq!(
         f.store
-            .claim(confirmed.nonce, Owner::random(), far)
+            .claim(&mcp_confirm::ClaimRequest::new(
+                confirmed.nonce,
+                Owner::random(),
+                mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+                far
+            ))
             .await
             .unwrap(),
         Claim::Claimed
@@ -1207,7 +1247,15 @@ async fn claimed_by_handler_policies_still_burn_failed_revalidations() {
     let nonce = f.seen.last().confirmed.expect("forwarded").nonce;
     let far = now() + Duration::from_secs(3_600);
     assert_eq!(
-        f.store.claim(nonce, Owner::random(), far).await.unwrap(),
+        f.store
+            .claim(&mcp_confirm::ClaimRequest::new(
+                nonce,
+                Owner::random(),
+                mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+                far
+            ))
+            .await
+            .unwrap(),
         Claim::Consumed
     );
 }

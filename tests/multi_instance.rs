@@ -190,11 +190,9 @@ async fn two_processes_one_redis_store_run_a_confirmation_once() {
     let url = backends::redis_url();
     let probe = async {
         let store = mcp_confirm::store::RedisReplayStore::open(&url).map_err(|e| e.to_string())?;
-        let soon = std::time::SystemTime::now() + Duration::from_secs(5);
-        let probe = store.claim(
+        let probe = store.is_used(
             mcp_confirm::Nonce::random(),
-            mcp_confirm::Owner::random(),
-            soon,
+            mcp_confirm::PrincipalKey::from_bytes([0; 16]),
         );
         probe.await.map(drop).map_err(|e| e.to_string())
     };

@@ -9,9 +9,9 @@ mod backends;
 use std::time::Duration;
 
 use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
-use mcp_confirm::{MemoryReplayStore, Nonce, Owner, ReplayStore};
+use mcp_confirm::{MemoryReplayStore, Nonce, PrincipalKey, ReplayStore};
 
-pub(crate) async fn redis_store() -> Option<RedisReplayStore> {
+pub(crate) async fn redis_store(budget: Option<usize>) -> Option<RedisReplayStore> {
     let url = backends::redis_url();
     let store = match RedisReplayStore::open(&url) {
         Ok(store) => store
@@ -19,13 +19,13 @@ pub(crate) async fn redis_store() -> Option<RedisReplayStore> {
             .timeout(Duration::from_secs(2)),
         Err(e) => return backends::unavailable("Redis replay-store test", "Redis", e),
     };
-    // A probe claim tells whether the server answers.
+    let store = match budget {
+        Some(budget) => store.principal_budget(budget),
+        None => store,
+    };
+    // A probe tells whether the server answers.
     match store
-        .claim(
-            Nonce::random(),
-            Owner::random(),
-            std::time::SystemTime::now() + Duration::from_secs(5),
-        )
+        .is_used(Nonce::random(), PrincipalKey::from_bytes([0; 16]))
         .await
     {
         Ok(_) => Some(store),
@@ -33,11 +33,15 @@ pub(crate) async fn redis_store() -> Option<RedisReplayStore> {
     }
 }
 
-pub(crate) async fn postgres_store() -> Option<PostgresReplayStore> {
+pub(crate) async fn postgres_store(budget: Option<usize>) -> Option<PostgresReplayStore> {
     let url = backends::postgres_url();
     let store = match PostgresReplayStore::connect(&url) {
         Ok(store) => store.timeout(Duration::from_secs(5)),
         Err(e) => return backends::unavailable("Postgres replay-store test", "Postgres", e),
+    };
+    let store = match budget {
+        Some(budget) => store.principal_budget(budget),
+        None => store,
     };
     match store.migrate().await {
         Ok(()) => Some(store),
@@ -50,13 +54,22 @@ pub(crate) async fn postgres_store() -> Option<PostgresReplayStore> {
 }
 
 mod memory {
-    mcp_confirm::replay_store_conformance!(super::MemoryReplayStore::new());
+    mcp_confirm::replay_store_conformance!(
+        super::MemoryReplayStore::new(),
+        budgeted = |budget| super::MemoryReplayStore::new().principal_budget(budget)
+    );
 }
 
 mod redis {
-    mcp_confirm::replay_store_conformance!(optional super::redis_store().await);
+    mcp_confirm::replay_store_conformance!(
+        optional super::redis_store(None).await,
+        budgeted = |budget| super::redis_store(Some(budget)).await
+    );
 }
 
 mod postgres {
-    mcp_confirm::replay_store_conformance!(optional super::postgres_store().await);
+    mcp_confirm::replay_store_conformance!(
+        optional super::postgres_store(None).await,
+        budgeted = |budget| super::postgres_store(Some(budget)).await
+    );
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING, WWW_AUTHENTICATE};
+use http::header::{
+    CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, TRANSFER_ENCODING, WWW_AUTHENTICATE,
+};
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
@@ -196,6 +198,14 @@ where
         Parsed::Reject { id, error } => State::Replying {
             reply: Some(Reply::error(id.as_deref(), &error)),
         },
+        // A form is never shown for (nor answered by) a body a browser could send cross-site
+        // without a preflight: confirmed calls must say they are JSON.
+        Parsed::Intercept(call) if !is_json(&parts.headers) => State::Replying {
+            reply: Some(Reply::error(
+                Some(&call.id),
+                &RpcError::unsupported_media_type(),
+            )),
+        },
         Parsed::Intercept(call) => {
             let principal = config.principal(&parts.extensions);
             let headers = Headers {
@@ -218,6 +228,19 @@ where
     }
 }
 
+/// Whether the request says, once, that its body is `application/json` (parameters allowed).
+fn is_json(headers: &http::HeaderMap) -> bool {
+    let mut values = headers.get_all(CONTENT_TYPE).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return false;
+    };
+    let Ok(value) = value.to_str() else {
+        return false;
+    };
+    let media_type = value.split(';').next().unwrap_or_default().trim();
+    media_type.eq_ignore_ascii_case("application/json")
+}
+
 fn own_response<B>(reply: Reply) -> Response<ResponseBody<B>> {
     let has_body = reply.body.is_some();
     let mut response = Response::new(ResponseBody::own(reply.body));
@@ -226,6 +249,11 @@ fn own_response<B>(reply: Reply) -> Response<ResponseBody<B>> {
         response
             .headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    if let Some(seconds) = reply.retry_after {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(seconds));
     }
     if reply.status == StatusCode::UNAUTHORIZED {
         response

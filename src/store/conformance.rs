@@ -4,123 +4,102 @@
 //!
 //! ```ignore
 //! mod memory {
-//!     mcp_confirm::replay_store_conformance!(mcp_confirm::MemoryReplayStore::new());
+//!     use mcp_confirm::MemoryReplayStore;
+//!     mcp_confirm::replay_store_conformance!(
+//!         MemoryReplayStore::new(),
+//!         budgeted = |budget| MemoryReplayStore::new().principal_budget(budget)
+//!     );
 //! }
 //! ```
 //!
-//! The expression is evaluated afresh inside each async test, so it may `.await`. The tests need
+//! The first expression builds a store on its defaults; `budgeted` builds one whose per-principal
+//! budget is `budget` (a `usize`). Both are evaluated afresh inside each async test, so they may
+//! `.await`. The tests need
 //! tokio's `macros` and `rt-multi-thread` features. Each test uses random nonces, so a shared backend
 //! (one Redis database, one Postgres table) can run the suite concurrently with other tests.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{Claim, Nonce, Owner, ReplayStore};
+use super::{Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError};
 
 fn soon() -> SystemTime {
     SystemTime::now() + Duration::from_secs(60)
 }
 
+/// A principal of its own for each test, so tests sharing a backend never share a budget.
+fn principal() -> PrincipalKey {
+    PrincipalKey::from_bytes(*Nonce::random().as_bytes())
+}
+
+/// A claim of `nonce` by `owner` for `principal`, kept for a minute.
+fn ask(nonce: Nonce, owner: Owner, principal: PrincipalKey) -> ClaimRequest {
+    ClaimRequest::new(nonce, owner, principal, soon())
+}
+
 /// A fresh nonce is claimed exactly once; a second claim sees it InFlight.
 pub async fn claim_is_granted_once<S: ReplayStore>(store: &S) {
+    let p = principal();
     let nonce = Nonce::random();
-    assert_eq!(
-        store.claim(nonce, Owner::random(), soon()).await.ok(),
-        Some(Claim::Claimed)
-    );
-    assert_eq!(
-        store.claim(nonce, Owner::random(), soon()).await.ok(),
-        Some(Claim::InFlight)
-    );
+    let first = ask(nonce, Owner::random(), p);
+    assert_eq!(store.claim(&first).await.ok(), Some(Claim::Claimed));
+    let second = ask(nonce, Owner::random(), p);
+    assert_eq!(store.claim(&second).await.ok(), Some(Claim::InFlight));
     // The same owner asking again is still refused: a claim is not re-entrant.
-    let other = Nonce::random();
-    let owner = Owner::random();
-    assert_eq!(
-        store.claim(other, owner, soon()).await.ok(),
-        Some(Claim::Claimed)
-    );
-    assert_eq!(
-        store.claim(other, owner, soon()).await.ok(),
-        Some(Claim::InFlight)
-    );
+    let again = ask(Nonce::random(), Owner::random(), p);
+    assert_eq!(store.claim(&again).await.ok(), Some(Claim::Claimed));
+    assert_eq!(store.claim(&again).await.ok(), Some(Claim::InFlight));
 }
 
 /// Completing by the owner makes the nonce Consumed for good; completing twice fails.
 pub async fn completed_claims_stay_consumed<S: ReplayStore>(store: &S) {
-    let nonce = Nonce::random();
-    let owner = Owner::random();
-    assert_eq!(
-        store.claim(nonce, owner, soon()).await.ok(),
-        Some(Claim::Claimed)
-    );
-    assert_eq!(store.complete(nonce, owner, soon()).await.ok(), Some(true));
-    assert_eq!(
-        store.claim(nonce, Owner::random(), soon()).await.ok(),
-        Some(Claim::Consumed)
-    );
-    assert_eq!(
-        store.claim(nonce, owner, soon()).await.ok(),
-        Some(Claim::Consumed)
-    );
-    assert_eq!(store.complete(nonce, owner, soon()).await.ok(), Some(false));
+    let p = principal();
+    let claim = ask(Nonce::random(), Owner::random(), p);
+    assert_eq!(store.claim(&claim).await.ok(), Some(Claim::Claimed));
+    assert_eq!(store.complete(&claim).await.ok(), Some(true));
+    let other = ask(claim.nonce, Owner::random(), p);
+    assert_eq!(store.claim(&other).await.ok(), Some(Claim::Consumed));
+    assert_eq!(store.claim(&claim).await.ok(), Some(Claim::Consumed));
+    assert_eq!(store.complete(&claim).await.ok(), Some(false));
 }
 
 /// Only the owner can complete a claim; an unknown nonce cannot be completed at all.
 pub async fn only_the_owner_completes<S: ReplayStore>(store: &S) {
-    let nonce = Nonce::random();
-    let owner = Owner::random();
-    assert_eq!(
-        store.claim(nonce, owner, soon()).await.ok(),
-        Some(Claim::Claimed)
-    );
-    assert_eq!(
-        store.complete(nonce, Owner::random(), soon()).await.ok(),
-        Some(false)
-    );
-    assert_eq!(
-        store.claim(nonce, Owner::random(), soon()).await.ok(),
-        Some(Claim::InFlight)
-    );
-    assert_eq!(
-        store.complete(Nonce::random(), owner, soon()).await.ok(),
-        Some(false)
-    );
-    assert_eq!(store.complete(nonce, owner, soon()).await.ok(), Some(true));
+    let p = principal();
+    let claim = ask(Nonce::random(), Owner::random(), p);
+    assert_eq!(store.claim(&claim).await.ok(), Some(Claim::Claimed));
+    let stranger = ask(claim.nonce, Owner::random(), p);
+    assert_eq!(store.complete(&stranger).await.ok(), Some(false));
+    assert_eq!(store.claim(&stranger).await.ok(), Some(Claim::InFlight));
+    let unknown = ask(Nonce::random(), claim.owner, p);
+    assert_eq!(store.complete(&unknown).await.ok(), Some(false));
+    assert_eq!(store.complete(&claim).await.ok(), Some(true));
 }
 
 /// Entries are forgotten after their expiry, and not before.
 pub async fn entries_expire<S: ReplayStore>(store: &S) {
+    let p = principal();
     let nonce = Nonce::random();
     let expires_at = SystemTime::now() + Duration::from_millis(1_000);
-    assert_eq!(
-        store.claim(nonce, Owner::random(), expires_at).await.ok(),
-        Some(Claim::Claimed)
-    );
-    assert_eq!(
-        store.claim(nonce, Owner::random(), expires_at).await.ok(),
-        Some(Claim::InFlight)
-    );
+    let claim = ClaimRequest::new(nonce, Owner::random(), p, expires_at);
+    assert_eq!(store.claim(&claim).await.ok(), Some(Claim::Claimed));
+    let again = ClaimRequest::new(nonce, Owner::random(), p, expires_at);
+    assert_eq!(store.claim(&again).await.ok(), Some(Claim::InFlight));
     tokio::time::sleep(Duration::from_millis(1_600)).await;
-    assert_eq!(
-        store.claim(nonce, Owner::random(), soon()).await.ok(),
-        Some(Claim::Claimed)
-    );
+    assert_eq!(store.is_used(nonce, p).await.ok(), Some(false));
+    let later = ask(nonce, Owner::random(), p);
+    assert_eq!(store.claim(&later).await.ok(), Some(Claim::Claimed));
 }
 
 /// Different nonces never interfere.
 pub async fn nonces_are_independent<S: ReplayStore>(store: &S) {
-    let a = Nonce::random();
-    let b = Nonce::random();
+    let p = principal();
     let owner = Owner::random();
-    assert_eq!(
-        store.claim(a, owner, soon()).await.ok(),
-        Some(Claim::Claimed)
-    );
-    assert_eq!(store.complete(a, owner, soon()).await.ok(), Some(true));
-    assert_eq!(
-        store.claim(b, owner, soon()).await.ok(),
-        Some(Claim::Claimed)
-    );
+    let a = ask(Nonce::random(), owner, p);
+    let b = ask(Nonce::random(), owner, p);
+    assert_eq!(store.claim(&a).await.ok(), Some(Claim::Claimed));
+    assert_eq!(store.complete(&a).await.ok(), Some(true));
+    assert_eq!(store.claim(&b).await.ok(), Some(Claim::Claimed));
 }
 
 /// 64 concurrent claimants of one nonce: exactly one wins, the rest see it taken; 100 rounds.
@@ -128,7 +107,7 @@ pub async fn one_winner_among_concurrent_claimants<S: ReplayStore>(store: Arc<S>
     const CLAIMANTS: usize = 64;
     const ROUNDS: usize = 100;
     for round in 0..ROUNDS {
-        let nonce = Nonce::random();
+        let (nonce, p) = (Nonce::random(), principal());
         let barrier = Arc::new(tokio::sync::Barrier::new(CLAIMANTS));
         let tasks: Vec<_> = (0..CLAIMANTS)
             .map(|_| {
@@ -136,7 +115,7 @@ pub async fn one_winner_among_concurrent_claimants<S: ReplayStore>(store: Arc<S>
                 let barrier = Arc::clone(&barrier);
                 tokio::spawn(async move {
                     barrier.wait().await;
-                    store.claim(nonce, Owner::random(), soon()).await
+                    store.claim(&ask(nonce, Owner::random(), p)).await
                 })
             })
             .collect();
@@ -152,19 +131,125 @@ pub async fn one_winner_among_concurrent_claimants<S: ReplayStore>(store: Arc<S>
     }
 }
 
-/// Generates one `#[tokio::test]` per conformance check for the store built by `$make`.
+/// `is_used` sees claimed and consumed nonces, and nothing else; it changes nothing.
+pub async fn used_nonces_are_reported<S: ReplayStore>(store: &S) {
+    let p = principal();
+    let claim = ask(Nonce::random(), Owner::random(), p);
+    assert_eq!(store.is_used(claim.nonce, p).await.ok(), Some(false));
+    // Asking twice claims nothing.
+    assert_eq!(store.is_used(claim.nonce, p).await.ok(), Some(false));
+    assert_eq!(store.claim(&claim).await.ok(), Some(Claim::Claimed));
+    assert_eq!(store.is_used(claim.nonce, p).await.ok(), Some(true));
+    assert_eq!(store.complete(&claim).await.ok(), Some(true));
+    assert_eq!(store.is_used(claim.nonce, p).await.ok(), Some(true));
+    assert_eq!(store.is_used(Nonce::random(), p).await.ok(), Some(false));
+}
+
+/// With a budget of 3, a principal's fourth live entry is refused with a retry-after, nothing is
+/// recorded for it, replays of its own entries still answer as replays, and other principals are
+/// unaffected.
+pub async fn principal_budget_is_enforced<S: ReplayStore>(store: &S) {
+    let bob = principal();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let claim = ClaimRequest::new(Nonce::random(), Owner::random(), bob, soon());
+        assert_eq!(store.claim(&claim).await.ok(), Some(Claim::Claimed));
+        held.push(claim);
+    }
+    let refused = Nonce::random();
+    let over = ClaimRequest::new(refused, Owner::random(), bob, soon());
+    match store.claim(&over).await {
+        Err(StoreError::OverBudget { retry_after }) => {
+            assert!(
+                retry_after > Duration::ZERO && retry_after <= Duration::from_secs(61),
+                "retry_after {retry_after:?}"
+            );
+        }
+        other => panic!("expected OverBudget, got {other:?}"),
+    }
+    assert_eq!(store.is_used(refused, bob).await.ok(), Some(false));
+    // Completing does not free the budget: a consumed entry must stay until it expires.
+    let first = held[0];
+    assert_eq!(store.complete(&first).await.ok(), Some(true));
+    assert!(matches!(
+        store.claim(&over).await,
+        Err(StoreError::OverBudget { .. })
+    ));
+    let replay = ClaimRequest::new(first.nonce, Owner::random(), bob, soon());
+    assert_eq!(store.claim(&replay).await.ok(), Some(Claim::Consumed));
+    let replay = ClaimRequest::new(held[1].nonce, Owner::random(), bob, soon());
+    assert_eq!(store.claim(&replay).await.ok(), Some(Claim::InFlight));
+    let alice = ClaimRequest::new(Nonce::random(), Owner::random(), principal(), soon());
+    assert_eq!(store.claim(&alice).await.ok(), Some(Claim::Claimed));
+}
+
+/// With a budget of 2, the budget comes back when the principal's entries expire.
+pub async fn budget_returns_when_entries_expire<S: ReplayStore>(store: &S) {
+    let bob = principal();
+    let short = SystemTime::now() + Duration::from_millis(1_000);
+    for _ in 0..2 {
+        let claim = ClaimRequest::new(Nonce::random(), Owner::random(), bob, short);
+        assert_eq!(store.claim(&claim).await.ok(), Some(Claim::Claimed));
+    }
+    let claim = ClaimRequest::new(Nonce::random(), Owner::random(), bob, soon());
+    assert!(matches!(
+        store.claim(&claim).await,
+        Err(StoreError::OverBudget { .. })
+    ));
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    assert_eq!(store.claim(&claim).await.ok(), Some(Claim::Claimed));
+}
+
+/// With a budget of 5, 64 concurrent claims of distinct nonces by one principal: exactly 5 are
+/// granted, the others refused as over budget; 20 rounds.
+pub async fn concurrent_claims_never_exceed_the_budget<S: ReplayStore>(store: Arc<S>) {
+    const CLAIMANTS: usize = 64;
+    for round in 0..20 {
+        let bob = principal();
+        let barrier = Arc::new(tokio::sync::Barrier::new(CLAIMANTS));
+        let tasks: Vec<_> = (0..CLAIMANTS)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                let barrier = Arc::clone(&barrier);
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let claim = ClaimRequest::new(Nonce::random(), Owner::random(), bob, soon());
+                    store.claim(&claim).await
+                })
+            })
+            .collect();
+        let (mut won, mut over) = (0, 0);
+        for task in tasks {
+            match task.await.expect("claimant panicked") {
+                Ok(Claim::Claimed) => won += 1,
+                Err(StoreError::OverBudget { .. }) => over += 1,
+                other => panic!("round {round}: unexpected answer {other:?}"),
+            }
+        }
+        assert_eq!((won, over), (5, CLAIMANTS - 5), "round {round}");
+    }
+}
+
+/// Generates one `#[tokio::test]` per conformance check.
 ///
-/// `replay_store_conformance!(optional make())` takes an expression of type `Option<store>`
-/// instead: `None` skips every test (print why from `make`), for backends that may be absent.
+/// `replay_store_conformance!(make(), budgeted = |budget| make_with(budget))`: `make()` builds a
+/// store on its defaults, `make_with(budget)` one whose per-principal budget is `budget`.
+///
+/// `replay_store_conformance!(optional make(), budgeted = |budget| make_with(budget))` takes
+/// expressions of type `Option<store>` instead: `None` skips every test (print why from `make`),
+/// for backends that may be absent.
 #[macro_export]
 macro_rules! replay_store_conformance {
-    (optional $make:expr) => {
-        $crate::replay_store_conformance!(@tests $make);
+    (optional $make:expr, budgeted = |$budget:ident| $budgeted:expr) => {
+        $crate::replay_store_conformance!(@tests $make, |$budget| $budgeted);
     };
-    ($make:expr) => {
-        $crate::replay_store_conformance!(@tests ::core::option::Option::Some($make));
+    ($make:expr, budgeted = |$budget:ident| $budgeted:expr) => {
+        $crate::replay_store_conformance!(
+            @tests ::core::option::Option::Some($make),
+            |$budget| ::core::option::Option::Some($budgeted)
+        );
     };
-    (@tests $make:expr) => {
+    (@tests $make:expr, |$budget:ident| $budgeted:expr) => {
         #[tokio::test]
         async fn conformance_claim_is_granted_once() {
             let Some(store) = $make else { return };
@@ -199,6 +284,33 @@ macro_rules! replay_store_conformance {
         async fn conformance_one_winner_among_concurrent_claimants() {
             let Some(store) = $make else { return };
             $crate::store::conformance::one_winner_among_concurrent_claimants(::std::sync::Arc::new(store)).await;
+        }
+
+        #[tokio::test]
+        async fn conformance_used_nonces_are_reported() {
+            let Some(store) = $make else { return };
+            $crate::store::conformance::used_nonces_are_reported(&store).await;
+        }
+
+        #[tokio::test]
+        async fn conformance_principal_budget_is_enforced() {
+            let $budget: usize = 3;
+            let Some(store) = $budgeted else { return };
+            $crate::store::conformance::principal_budget_is_enforced(&store).await;
+        }
+
+        #[tokio::test]
+        async fn conformance_budget_returns_when_entries_expire() {
+            let $budget: usize = 2;
+            let Some(store) = $budgeted else { return };
+            $crate::store::conformance::budget_returns_when_entries_expire(&store).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn conformance_concurrent_claims_never_exceed_the_budget() {
+            let $budget: usize = 5;
+            let Some(store) = $budgeted else { return };
+            $crate::store::conformance::concurrent_claims_never_exceed_the_budget(::std::sync::Arc::new(store)).await;
         }
     };
 }

@@ -1,13 +1,17 @@
-//! The in-process replay store: one process, single use, bounded memory.
+//! The in-process replay store: one process, single use, bounded memory, per-principal budgets.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 
-use super::{BoxFuture, Claim, Nonce, Owner, ReplayStore, StoreError};
+use super::{
+    BootEpoch, BoxFuture, Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
+};
 use crate::clock::{Clock, SystemClock};
 
 /// The default number of live entries a [`MemoryReplayStore`] holds.
@@ -19,9 +23,14 @@ pub const DEFAULT_CAPACITY: usize = 100_000;
 /// see exactly one [`Claim::Claimed`]. Memory is bounded by a hard capacity: when every slot holds a
 /// live entry, expired entries are pruned, and if none are, the claim is refused with
 /// [`StoreError::Full`]. A live entry is never evicted, because that would reopen its replay window.
+/// Each principal may hold at most a budget of live entries (default 1 % of the capacity), so no
+/// single principal can fill the store for everyone else.
 ///
-/// This gives single use within one process only. Several instances behind a load balancer need a
-/// shared backend. Clones share the same entries.
+/// This gives single use within one process and one process lifetime only. Several instances behind
+/// a load balancer need a shared backend; and because a restart forgets every entry, each store has
+/// a random [`BootEpoch`] that the layer binds into its states: states issued before a restart are
+/// refused ("ask again") instead of being accepted a second time. Clones share the same entries and
+/// epoch.
 #[derive(Debug, Clone)]
 pub struct MemoryReplayStore {
     inner: Arc<Inner>,
@@ -30,8 +39,12 @@ pub struct MemoryReplayStore {
 #[derive(Debug)]
 struct Inner {
     entries: DashMap<Nonce, Entry>,
+    /// Each principal's entries, soonest expiry first; expired ones leave lazily.
+    principals: DashMap<PrincipalKey, BinaryHeap<Reverse<(SystemTime, Nonce)>>>,
     len: AtomicUsize,
     capacity: usize,
+    budget: usize,
+    epoch: BootEpoch,
     clock: Arc<dyn Clock>,
 }
 
@@ -70,12 +83,13 @@ impl Default for MemoryReplayStore {
 }
 
 impl MemoryReplayStore {
-    /// A store holding up to [`DEFAULT_CAPACITY`] live entries.
+    /// A store holding up to [`DEFAULT_CAPACITY`] live entries, at most 1,000 per principal.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// A store holding up to `capacity` live entries (at least one).
+    /// A store holding up to `capacity` live entries (at least one), at most 1 % of them (at least
+    /// one) per principal.
     ///
     /// Size it above `confirmations issued per second × (TTL + skew)`; past that, claims are refused.
     pub fn with_capacity(capacity: usize) -> Self {
@@ -84,14 +98,32 @@ impl MemoryReplayStore {
 
     /// A store that reads time from `clock`; for tests of expiry.
     pub fn with_clock(capacity: usize, clock: impl Clock) -> Self {
+        let capacity = capacity.max(1);
         Self {
             inner: Arc::new(Inner {
                 entries: DashMap::new(),
+                principals: DashMap::new(),
                 len: AtomicUsize::new(0),
-                capacity: capacity.max(1),
+                capacity,
+                budget: (capacity / 100).max(1),
+                epoch: BootEpoch::random(),
                 clock: Arc::new(clock),
             }),
         }
+    }
+
+    /// Caps each principal's live entries at `budget` (at least one, at most the capacity).
+    ///
+    /// # Panics
+    /// If called on a store that has been cloned (and so may be in use); set it right after
+    /// construction.
+    pub fn principal_budget(mut self, budget: usize) -> Self {
+        let capacity = self.inner.capacity;
+        #[allow(clippy::expect_used)]
+        let inner = Arc::get_mut(&mut self.inner)
+            .expect("set the principal budget before the store is cloned or shared");
+        inner.budget = budget.clamp(1, capacity);
+        self
     }
 
     /// The number of entries held, live or expired-but-not-yet-pruned.
@@ -109,6 +141,11 @@ impl MemoryReplayStore {
         self.inner.capacity
     }
 
+    /// The most live entries one principal holds.
+    pub fn budget(&self) -> usize {
+        self.inner.budget
+    }
+
     /// Drops every expired entry and returns how many were dropped.
     ///
     /// Claims prune on their own when the store is full; call this from a timer to give memory back
@@ -117,31 +154,48 @@ impl MemoryReplayStore {
         self.inner.prune(self.inner.clock.now())
     }
 
-    fn claim_now(
-        &self,
-        nonce: Nonce,
-        owner: Owner,
-        expires_at: SystemTime,
-    ) -> Result<Claim, StoreError> {
+    fn claim_now(&self, claim: &ClaimRequest) -> Result<Claim, StoreError> {
         let inner = &*self.inner;
         let now = inner.clock.now();
         // Fast path for replays: no slot needed to turn away a live entry.
-        if let Some(answer) = inner.entries.get(&nonce).and_then(|held| held.live(now)) {
+        if let Some(answer) = inner
+            .entries
+            .get(&claim.nonce)
+            .and_then(|held| held.live(now))
+        {
             return Ok(answer);
         }
-        // Reserve a slot before touching the map: pruning takes every shard lock, so it must not run
+        // Reserve a slot before taking any lock: pruning takes every shard lock, so it must not run
         // while this thread holds an entry.
         if !inner.reserve(now) {
             return Err(StoreError::Full);
         }
+        // Lock order: the principal's heap, then the nonce's entry (pruning never holds both).
+        let mut mine = inner.principals.entry(claim.principal).or_default();
+        inner.drop_expired_heads(&mut mine, now);
+        if mine.len() >= inner.budget {
+            inner.len.fetch_sub(1, Ordering::AcqRel);
+            // A live entry of the same nonce answers as a replay, never as a budget refusal.
+            if let Some(answer) = inner
+                .entries
+                .get(&claim.nonce)
+                .and_then(|held| held.live(now))
+            {
+                return Ok(answer);
+            }
+            let oldest = mine.peek().map_or(now, |Reverse((at, _))| *at);
+            let retry_after = oldest.duration_since(now).unwrap_or_default();
+            return Err(StoreError::OverBudget {
+                retry_after: retry_after.max(Duration::from_secs(1)),
+            });
+        }
         let fresh = Entry {
-            state: State::InFlight(owner),
-            expires_at,
+            state: State::InFlight(claim.owner),
+            expires_at: claim.expires_at,
         };
-        match inner.entries.entry(nonce) {
+        match inner.entries.entry(claim.nonce) {
             MapEntry::Vacant(slot) => {
                 slot.insert(fresh);
-                Ok(Claim::Claimed)
             }
             MapEntry::Occupied(mut slot) => {
                 inner.len.fetch_sub(1, Ordering::AcqRel);
@@ -150,9 +204,10 @@ impl MemoryReplayStore {
                 }
                 // Expired: its token no longer verifies, so reusing the slot reopens nothing.
                 slot.insert(fresh);
-                Ok(Claim::Claimed)
             }
         }
+        mine.push(Reverse((claim.expires_at, claim.nonce)));
+        Ok(Claim::Claimed)
     }
 
     fn complete_now(&self, nonce: Nonce, owner: Owner) -> bool {
@@ -164,6 +219,14 @@ impl MemoryReplayStore {
             }
             _ => false,
         }
+    }
+
+    fn is_used_now(&self, nonce: Nonce) -> bool {
+        let now = self.inner.clock.now();
+        self.inner
+            .entries
+            .get(&nonce)
+            .is_some_and(|held| held.live(now).is_some())
     }
 }
 
@@ -184,6 +247,28 @@ impl Inner {
             .is_ok()
     }
 
+    /// Forgets a principal's expired entries (the caller holds that principal's heap).
+    fn drop_expired_heads(
+        &self,
+        heap: &mut BinaryHeap<Reverse<(SystemTime, Nonce)>>,
+        now: SystemTime,
+    ) {
+        while let Some(Reverse((at, nonce))) = heap.peek().copied() {
+            if at > now {
+                break;
+            }
+            heap.pop();
+            // The slot may have been pruned already, or reused by a newer claim: leave those.
+            if self
+                .entries
+                .remove_if(&nonce, |_, entry| entry.expires_at <= now)
+                .is_some()
+            {
+                self.len.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
     fn prune(&self, now: SystemTime) -> usize {
         let mut dropped = 0;
         self.entries.retain(|_, entry| {
@@ -194,29 +279,35 @@ impl Inner {
             keep
         });
         self.len.fetch_sub(dropped, Ordering::AcqRel);
+        self.principals.retain(|_, heap| {
+            heap.retain(|Reverse((at, _))| *at > now);
+            !heap.is_empty()
+        });
         dropped
     }
 }
 
 impl ReplayStore for MemoryReplayStore {
-    fn claim(
-        &self,
-        nonce: Nonce,
-        owner: Owner,
-        expires_at: SystemTime,
-    ) -> BoxFuture<'_, Result<Claim, StoreError>> {
-        let result = self.claim_now(nonce, owner, expires_at);
+    fn claim(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<Claim, StoreError>> {
+        let result = self.claim_now(claim);
         Box::pin(std::future::ready(result))
     }
 
-    fn complete(
+    fn complete(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let result = self.complete_now(claim.nonce, claim.owner);
+        Box::pin(std::future::ready(Ok(result)))
+    }
+
+    fn is_used(
         &self,
         nonce: Nonce,
-        owner: Owner,
-        _expires_at: SystemTime,
+        _principal: PrincipalKey,
     ) -> BoxFuture<'_, Result<bool, StoreError>> {
-        let result = self.complete_now(nonce, owner);
-        Box::pin(std::future::ready(Ok(result)))
+        Box::pin(std::future::ready(Ok(self.is_used_now(nonce))))
+    }
+
+    fn boot_epoch(&self) -> Option<BootEpoch> {
+        Some(self.inner.epoch)
     }
 }
 
@@ -226,7 +317,13 @@ mod tests {
     use crate::clock::ManualClock;
     use std::time::Duration;
 
-    crate::replay_store_conformance!(MemoryReplayStore::new());
+    crate::replay_store_conformance!(
+        MemoryReplayStore::new(),
+        budgeted = |budget| MemoryReplayStore::new().principal_budget(budget)
+    );
+
+    const ALICE: PrincipalKey = PrincipalKey::from_bytes([0xa1; 16]);
+    const BOB: PrincipalKey = PrincipalKey::from_bytes([0xb0; 16]);
 
     fn nonce(i: u32) -> Nonce {
         let mut b = [0u8; 16];
@@ -237,22 +334,30 @@ mod tests {
     #[tokio::test]
     async fn full_of_live_entries_refuses_and_never_evicts() {
         let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
-        let store = MemoryReplayStore::with_clock(3, clock.clone());
+        let store = MemoryReplayStore::with_clock(3, clock.clone()).principal_budget(3);
         let exp = clock.now() + Duration::from_secs(60);
         for i in 0..3 {
             assert_eq!(
-                store.claim(nonce(i), Owner::random(), exp).await.unwrap(),
+                store
+                    .claim(&ClaimRequest::new(nonce(i), Owner::random(), ALICE, exp))
+                    .await
+                    .unwrap(),
                 Claim::Claimed
             );
         }
         assert!(matches!(
-            store.claim(nonce(99), Owner::random(), exp).await,
+            store
+                .claim(&ClaimRequest::new(nonce(99), Owner::random(), ALICE, exp))
+                .await,
             Err(StoreError::Full)
         ));
         // The live ones are all still there.
         for i in 0..3 {
             assert_eq!(
-                store.claim(nonce(i), Owner::random(), exp).await.unwrap(),
+                store
+                    .claim(&ClaimRequest::new(nonce(i), Owner::random(), ALICE, exp))
+                    .await
+                    .unwrap(),
                 Claim::InFlight
             );
         }
@@ -261,7 +366,12 @@ mod tests {
         clock.advance(Duration::from_secs(61));
         assert_eq!(
             store
-                .claim(nonce(99), Owner::random(), exp + Duration::from_secs(120))
+                .claim(&ClaimRequest::new(
+                    nonce(99),
+                    Owner::random(),
+                    ALICE,
+                    exp + Duration::from_secs(120)
+                ))
                 .await
                 .unwrap(),
             Claim::Claimed
@@ -272,10 +382,13 @@ mod tests {
     #[tokio::test]
     async fn expired_entries_are_pruned() {
         let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
-        let store = MemoryReplayStore::with_clock(100, clock.clone());
+        let store = MemoryReplayStore::with_clock(100, clock.clone()).principal_budget(100);
         for i in 0..10 {
             let exp = clock.now() + Duration::from_secs(u64::from(i) + 1);
-            store.claim(nonce(i), Owner::random(), exp).await.unwrap();
+            store
+                .claim(&ClaimRequest::new(nonce(i), Owner::random(), ALICE, exp))
+                .await
+                .unwrap();
         }
         clock.advance(Duration::from_secs(5));
         assert_eq!(store.prune_expired(), 5);
@@ -285,14 +398,17 @@ mod tests {
     #[tokio::test]
     async fn memory_stays_bounded_over_many_short_lived_claims() {
         let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
-        let store = MemoryReplayStore::with_clock(1_000, clock.clone());
+        let store = MemoryReplayStore::with_clock(1_000, clock.clone()).principal_budget(1_000);
         for i in 0..1_000_000u32 {
             if i % 500 == 0 {
                 clock.advance(Duration::from_secs(2));
             }
             let exp = clock.now() + Duration::from_secs(1);
             assert_eq!(
-                store.claim(nonce(i), Owner::random(), exp).await.unwrap(),
+                store
+                    .claim(&ClaimRequest::new(nonce(i), Owner::random(), ALICE, exp))
+                    .await
+                    .unwrap(),
                 Claim::Claimed
             );
             assert!(store.len() <= 1_000);
@@ -305,10 +421,112 @@ mod tests {
         let store = MemoryReplayStore::with_clock(10, clock.clone());
         let owner = Owner::random();
         store
-            .claim(nonce(1), owner, clock.now() + Duration::from_secs(1))
+            .claim(&ClaimRequest::new(
+                nonce(1),
+                owner,
+                ALICE,
+                clock.now() + Duration::from_secs(1),
+            ))
             .await
             .unwrap();
         clock.advance(Duration::from_secs(2));
-        assert!(!store.complete(nonce(1), owner, clock.now()).await.unwrap());
+        assert!(
+            !store
+                .complete(&ClaimRequest::new(nonce(1), owner, ALICE, clock.now()))
+                .await
+                .unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn one_principal_cannot_fill_the_store_for_the_others() {
+        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
+        let store = MemoryReplayStore::with_clock(300, clock.clone());
+        assert_eq!(store.budget(), 3);
+        let exp = clock.now() + Duration::from_secs(330);
+        for i in 0..3 {
+            let claim = ClaimRequest::new(nonce(i), Owner::random(), BOB, exp);
+            assert_eq!(store.claim(&claim).await.unwrap(), Claim::Claimed);
+        }
+        // Bob's flood is refused without taking a slot, with the time until his oldest expires.
+        clock.advance(Duration::from_secs(30));
+        for i in 3..300 {
+            let claim = ClaimRequest::new(nonce(i), Owner::random(), BOB, exp);
+            match store.claim(&claim).await {
+                Err(StoreError::OverBudget { retry_after }) => {
+                    assert_eq!(retry_after, Duration::from_secs(300));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(store.len(), 3);
+        // A replay of one of Bob's own states is still answered as a replay.
+        let replay = ClaimRequest::new(nonce(1), Owner::random(), BOB, exp);
+        assert_eq!(store.claim(&replay).await.unwrap(), Claim::InFlight);
+        // Alice is unaffected.
+        let alice = ClaimRequest::new(nonce(1_000), Owner::random(), ALICE, exp);
+        assert_eq!(store.claim(&alice).await.unwrap(), Claim::Claimed);
+        // Once Bob's entries expire, his budget is back.
+        clock.advance(Duration::from_secs(301));
+        let later = clock.now() + Duration::from_secs(330);
+        let claim = ClaimRequest::new(nonce(5_000), Owner::random(), BOB, later);
+        assert_eq!(store.claim(&claim).await.unwrap(), Claim::Claimed);
+        assert!(store.len() <= 3);
+    }
+
+    #[tokio::test]
+    async fn consumed_entries_count_against_the_budget_until_they_expire() {
+        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
+        let store = MemoryReplayStore::with_clock(100, clock.clone()).principal_budget(2);
+        let exp = clock.now() + Duration::from_secs(60);
+        for i in 0..2 {
+            let owner = Owner::random();
+            let claim = ClaimRequest::new(nonce(i), owner, BOB, exp);
+            assert_eq!(store.claim(&claim).await.unwrap(), Claim::Claimed);
+            assert!(
+                store
+                    .complete(&ClaimRequest::new(nonce(i), owner, BOB, exp))
+                    .await
+                    .unwrap()
+            );
+        }
+        let claim = ClaimRequest::new(nonce(9), Owner::random(), BOB, exp);
+        assert!(matches!(
+            store.claim(&claim).await,
+            Err(StoreError::OverBudget { .. })
+        ));
+        // Pruning from a timer gives the budget back too.
+        clock.advance(Duration::from_secs(61));
+        assert_eq!(store.prune_expired(), 2);
+        assert!(store.inner.principals.is_empty());
+        let claim = ClaimRequest::new(
+            nonce(9),
+            Owner::random(),
+            BOB,
+            clock.now() + Duration::from_secs(60),
+        );
+        assert_eq!(store.claim(&claim).await.unwrap(), Claim::Claimed);
+    }
+
+    #[tokio::test]
+    async fn each_store_has_its_own_boot_epoch_and_clones_share_it() {
+        let a = MemoryReplayStore::new();
+        let b = MemoryReplayStore::new();
+        assert!(a.boot_epoch().is_some());
+        assert_ne!(a.boot_epoch(), b.boot_epoch());
+        assert_eq!(a.boot_epoch(), a.clone().boot_epoch());
+    }
+
+    #[tokio::test]
+    async fn is_used_reports_live_entries_only() {
+        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
+        let store = MemoryReplayStore::with_clock(10, clock.clone()).principal_budget(10);
+        let exp = clock.now() + Duration::from_secs(5);
+        assert!(!store.is_used(nonce(1), ALICE).await.unwrap());
+        let claim = ClaimRequest::new(nonce(1), Owner::random(), ALICE, exp);
+        store.claim(&claim).await.unwrap();
+        assert!(store.is_used(nonce(1), ALICE).await.unwrap());
+        clock.advance(Duration::from_secs(6));
+        assert!(!store.is_used(nonce(1), ALICE).await.unwrap());
     }
 }

@@ -8,13 +8,22 @@
 //! returns to Fresh while the state it belongs to could still verify; entries are forgotten only
 //! after the state's expiry plus clock skew, when the token itself is refused.
 //!
+//! Two more promises keep one store honest under abuse and restarts:
+//! - **Per-principal budgets.** Every entry is charged to the (keyed digest of the) principal whose
+//!   verified retry made it, and a principal's live entries are capped far below the store's
+//!   capacity. One principal's flood of declines is refused with [`StoreError::OverBudget`] and a
+//!   retry-after, while every other principal's claims go through.
+//! - **Boot epochs.** A store that forgets its entries on restart (the memory store) says so with a
+//!   [`BootEpoch`]; the layer binds it into every state it issues and refuses states from an
+//!   earlier epoch, because whether they were used before the restart is unknown.
+//!
 //! Backends implement [`ReplayStore`] and prove it with the shared [`conformance`] suite.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 pub mod conformance;
 mod memory;
@@ -26,6 +35,10 @@ pub mod postgres;
 pub mod redis;
 
 pub use memory::{DEFAULT_CAPACITY, MemoryReplayStore};
+
+/// The default cap on one principal's live entries in the Redis and Postgres stores; the memory
+/// store's default is 1 % of its capacity.
+pub const DEFAULT_PRINCIPAL_BUDGET: usize = 1_000;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresReplayStore;
 #[cfg(feature = "redis")]
@@ -107,6 +120,101 @@ impl fmt::Debug for Owner {
     }
 }
 
+/// Whom an entry is charged to: a keyed digest of the authenticated principal, never the name.
+///
+/// It is the principal digest signed into the state itself, so a state's entry has the same key on
+/// every instance and across key rotation. (While two signing keys overlap, a principal's states
+/// under each key count against separate budgets.)
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PrincipalKey([u8; 16]);
+
+impl PrincipalKey {
+    /// A key with the given bytes.
+    pub const fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(bytes)
+    }
+
+    /// The key's bytes.
+    pub const fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+
+    /// Lower-case hex, for store keys.
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+}
+
+impl fmt::Debug for PrincipalKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PrincipalKey({}…)", hex(&self.0[..4]))
+    }
+}
+
+/// Identifies one life of a store that loses its entries when the process stops.
+///
+/// A state carries the epoch of the store that issued it; a store answers with its own, and a
+/// state from another epoch is refused: its nonce may have been used in a life the store forgot.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BootEpoch([u8; 16]);
+
+impl BootEpoch {
+    /// A fresh random epoch, for a store that has just started empty.
+    ///
+    /// # Panics
+    /// If the OS random source fails.
+    pub fn random() -> Self {
+        Self(*Nonce::random().as_bytes())
+    }
+
+    /// An epoch with the given bytes.
+    pub const fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(bytes)
+    }
+
+    /// The epoch's bytes.
+    pub const fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for BootEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BootEpoch({}…)", hex(&self.0[..4]))
+    }
+}
+
+/// What a claim asks the store to record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClaimRequest {
+    /// The state's nonce.
+    pub nonce: Nonce,
+    /// The retry that will hold the claim.
+    pub owner: Owner,
+    /// Whom the entry is charged to.
+    pub principal: PrincipalKey,
+    /// When the state stops verifying (its expiry plus clock skew): the entry is kept until then.
+    pub expires_at: SystemTime,
+}
+
+impl ClaimRequest {
+    /// A claim of `nonce` by `owner`, charged to `principal`, kept until `expires_at`.
+    pub const fn new(
+        nonce: Nonce,
+        owner: Owner,
+        principal: PrincipalKey,
+        expires_at: SystemTime,
+    ) -> Self {
+        Self {
+            nonce,
+            owner,
+            principal,
+            expires_at,
+        }
+    }
+}
+
 /// The answer to a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -126,6 +234,13 @@ pub enum StoreError {
     /// The store is full of live entries; it refuses rather than evicting one.
     #[error("replay store is full of live entries")]
     Full,
+    /// The principal already holds its budget of live entries. Nothing was recorded; the oldest
+    /// of them expires after `retry_after`.
+    #[error("the principal's budget of live confirmations is spent; retry after {retry_after:?}")]
+    OverBudget {
+        /// How long until one of the principal's entries expires.
+        retry_after: Duration,
+    },
     /// The backend did not answer in time.
     #[error("replay store timed out")]
     Timeout,
@@ -137,46 +252,127 @@ pub enum StoreError {
 /// A store of one-time nonces shared by every instance that verifies the same states.
 ///
 /// Implementations must make [`claim`](ReplayStore::claim) a single atomic compare-and-set (never
-/// read-then-write), keep each entry until `expires_at`, and never evict an unexpired entry. Errors
-/// make the layer refuse the call, so a store that cannot answer fails closed.
+/// read-then-write), keep each entry until its expiry, never evict an unexpired entry, and cap each
+/// principal's live entries. Errors make the layer refuse the call, so a store that cannot answer
+/// fails closed. Prove an implementation with [`replay_store_conformance!`](crate::replay_store_conformance).
+///
+/// # Write your own
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+/// use std::time::{Duration, SystemTime};
+///
+/// use mcp_confirm::store::{
+///     BootEpoch, BoxFuture, Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
+/// };
+///
+/// /// One process, a mutex and a map: the shape of a real backend, none of its sharding.
+/// #[derive(Debug)]
+/// struct MapStore {
+///     epoch: BootEpoch,
+///     budget: usize,
+///     entries: Mutex<HashMap<Nonce, (Option<Owner>, PrincipalKey, SystemTime)>>,
+/// }
+///
+/// impl MapStore {
+///     fn claim_now(&self, claim: &ClaimRequest) -> Result<Claim, StoreError> {
+///         let now = SystemTime::now();
+///         let mut entries = self.entries.lock().map_err(|_| StoreError::Full)?;
+///         entries.retain(|_, (_, _, expires_at)| *expires_at > now);
+///         if let Some((owner, ..)) = entries.get(&claim.nonce) {
+///             return Ok(if owner.is_some() { Claim::InFlight } else { Claim::Consumed });
+///         }
+///         let mine = entries.values().filter(|(_, p, _)| *p == claim.principal);
+///         if mine.count() >= self.budget {
+///             return Err(StoreError::OverBudget { retry_after: Duration::from_secs(1) });
+///         }
+///         entries.insert(claim.nonce, (Some(claim.owner), claim.principal, claim.expires_at));
+///         Ok(Claim::Claimed)
+///     }
+/// }
+///
+/// impl ReplayStore for MapStore {
+///     fn claim(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<Claim, StoreError>> {
+///         let answer = self.claim_now(claim);
+///         Box::pin(async move { answer })
+///     }
+///
+///     fn complete(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<bool, StoreError>> {
+///         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+///         let done = match entries.get_mut(&claim.nonce) {
+///             Some((held, ..)) if *held == Some(claim.owner) => { *held = None; true }
+///             _ => false,
+///         };
+///         Box::pin(async move { Ok(done) })
+///     }
+///
+///     fn is_used(&self, nonce: Nonce, _: PrincipalKey) -> BoxFuture<'_, Result<bool, StoreError>> {
+///         let now = SystemTime::now();
+///         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+///         let used = entries.get(&nonce).is_some_and(|(_, _, expires_at)| *expires_at > now);
+///         Box::pin(async move { Ok(used) })
+///     }
+///
+///     // Entries live in this process only: a restart forgets them, so say so.
+///     fn boot_epoch(&self) -> Option<BootEpoch> {
+///         Some(self.epoch)
+///     }
+/// }
+///
+/// let store = MapStore { epoch: BootEpoch::random(), budget: 100, entries: Default::default() };
+/// let layer = mcp_confirm::ConfirmLayer::builder(mcp_confirm::KeyRing::random())
+///     .audience("notes")
+///     .replay_store(store)
+///     .build();
+/// # let _ = layer;
+/// ```
 pub trait ReplayStore: fmt::Debug + Send + Sync + 'static {
-    /// Atomically moves `nonce` from Fresh to InFlight, owned by `owner`, kept until `expires_at`.
+    /// Atomically moves `claim.nonce` from Fresh to InFlight, owned by `claim.owner`, charged to
+    /// `claim.principal`, kept until `claim.expires_at`.
+    ///
     /// An unexpired entry is never replaced: the answer is then [`Claim::InFlight`] or
-    /// [`Claim::Consumed`].
-    fn claim(
-        &self,
-        nonce: Nonce,
-        owner: Owner,
-        expires_at: SystemTime,
-    ) -> BoxFuture<'_, Result<Claim, StoreError>>;
+    /// [`Claim::Consumed`], whatever the budget. A fresh nonce whose principal already holds its
+    /// budget of live entries is refused with [`StoreError::OverBudget`] and not recorded.
+    fn claim(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<Claim, StoreError>>;
 
-    /// Moves `nonce` from InFlight to Consumed if `owner` holds it. Returns `false` when the nonce
-    /// is unknown, consumed, or held by someone else.
-    fn complete(
+    /// Moves the nonce of an earlier successful `claim` from InFlight to Consumed, if
+    /// `claim.owner` still holds it. Returns `false` when the nonce is unknown, consumed, or held
+    /// by someone else.
+    fn complete(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// Whether `principal`'s `nonce` holds a live entry (InFlight or Consumed). Read-only: a
+    /// cancelled form asks this, so that a used state is refused rather than "cancelled" again.
+    fn is_used(
         &self,
         nonce: Nonce,
-        owner: Owner,
-        expires_at: SystemTime,
+        principal: PrincipalKey,
     ) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// `Some` for a store whose entries do not survive a restart of this process: the epoch of
+    /// this life of the store. `None` only if entries outlive the process (Redis, Postgres).
+    fn boot_epoch(&self) -> Option<BootEpoch>;
 }
 
 impl<S: ReplayStore + ?Sized> ReplayStore for Arc<S> {
-    fn claim(
-        &self,
-        nonce: Nonce,
-        owner: Owner,
-        expires_at: SystemTime,
-    ) -> BoxFuture<'_, Result<Claim, StoreError>> {
-        (**self).claim(nonce, owner, expires_at)
+    fn claim(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<Claim, StoreError>> {
+        (**self).claim(claim)
     }
 
-    fn complete(
+    fn complete(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<bool, StoreError>> {
+        (**self).complete(claim)
+    }
+
+    fn is_used(
         &self,
         nonce: Nonce,
-        owner: Owner,
-        expires_at: SystemTime,
+        principal: PrincipalKey,
     ) -> BoxFuture<'_, Result<bool, StoreError>> {
-        (**self).complete(nonce, owner, expires_at)
+        (**self).is_used(nonce, principal)
+    }
+
+    fn boot_epoch(&self) -> Option<BootEpoch> {
+        (**self).boot_epoch()
     }
 }
 

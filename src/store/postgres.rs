@@ -6,7 +6,10 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::{GenericClient, Pool, PoolConfig, Runtime, Timeouts};
 use tokio_postgres::NoTls;
 
-use super::{BoxFuture, Claim, Nonce, Owner, ReplayStore, StoreError};
+use super::{
+    BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, PrincipalKey,
+    ReplayStore, StoreError,
+};
 
 /// The default table.
 pub const DEFAULT_TABLE: &str = "mcp_confirm_nonces";
@@ -15,8 +18,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A [`ReplayStore`] in PostgreSQL, for deployments with more than one instance.
 ///
-/// The claim is one `INSERT … ON CONFLICT` statement: a fresh nonce is inserted as in flight, an
-/// expired row is taken over, a live row is left alone and reported. Create the table once with
+/// The claim is one short transaction: a transaction-scoped advisory lock per principal, then one
+/// `INSERT … ON CONFLICT` statement that inserts a fresh nonce as in flight (or takes over an
+/// expired row) only if the principal holds fewer live rows than its budget (default
+/// [`DEFAULT_PRINCIPAL_BUDGET`]), and otherwise reports the live row or the spent budget. The lock
+/// makes concurrent claims of one principal count each other, so the budget is exact. Create the table once with
 /// [`migrate`](Self::migrate); prune expired rows with [`prune_expired`](Self::prune_expired) or
 /// the task from [`spawn_pruner`](Self::spawn_pruner).
 ///
@@ -30,6 +36,7 @@ pub struct PostgresReplayStore {
     pool: Pool,
     table: String,
     timeout: Duration,
+    budget: usize,
 }
 
 impl fmt::Debug for PostgresReplayStore {
@@ -37,6 +44,7 @@ impl fmt::Debug for PostgresReplayStore {
         f.debug_struct("PostgresReplayStore")
             .field("table", &self.table)
             .field("timeout", &self.timeout)
+            .field("budget", &self.budget)
             .finish_non_exhaustive()
     }
 }
@@ -69,7 +77,14 @@ impl PostgresReplayStore {
             pool,
             table: DEFAULT_TABLE.to_owned(),
             timeout: DEFAULT_TIMEOUT,
+            budget: DEFAULT_PRINCIPAL_BUDGET,
         }
+    }
+
+    /// Caps each principal's live rows (default [`DEFAULT_PRINCIPAL_BUDGET`], at least one).
+    pub fn principal_budget(mut self, budget: usize) -> Self {
+        self.budget = budget.max(1);
+        self
     }
 
     /// Uses another table name (letters, digits and `_`, at most 63 characters).
@@ -96,7 +111,8 @@ impl PostgresReplayStore {
         self
     }
 
-    /// Creates the table and its expiry index if they do not exist.
+    /// Creates the table and its indexes if they do not exist, and adds the `principal` column to a
+    /// table made by an earlier version.
     ///
     /// # Errors
     /// [`StoreError`] if the database cannot be reached or refuses.
@@ -107,8 +123,11 @@ impl PostgresReplayStore {
                 nonce bytea PRIMARY KEY,
                 state text NOT NULL CHECK (state IN ('in_flight', 'consumed')),
                 owner bytea,
+                principal bytea,
                 expires_at timestamptz NOT NULL);
-             CREATE INDEX IF NOT EXISTS {t}_expires_at ON {t} (expires_at);"
+             ALTER TABLE {t} ADD COLUMN IF NOT EXISTS principal bytea;
+             CREATE INDEX IF NOT EXISTS {t}_expires_at ON {t} (expires_at);
+             CREATE INDEX IF NOT EXISTS {t}_principal ON {t} (principal, expires_at);"
         );
         self.bounded(async {
             let client = self.pool.get().await.map_err(backend)?;
@@ -188,64 +207,106 @@ fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Backend(Box::new(e))
 }
 
+/// The advisory-lock key of a principal's claims: this table's class, the principal's first bytes.
+/// Two principals sharing a key only wait for each other.
+fn lock_key(table: &str, principal: &PrincipalKey) -> (i32, i32) {
+    let class = table
+        .bytes()
+        .fold(0x6d63_7063_u32, |h, b| h.rotate_left(5) ^ u32::from(b));
+    let [a, b, c, d, ..] = *principal.as_bytes();
+    (class as i32, i32::from_be_bytes([a, b, c, d]))
+}
+
 impl ReplayStore for PostgresReplayStore {
-    fn claim(
-        &self,
-        nonce: Nonce,
-        owner: Owner,
-        expires_at: SystemTime,
-    ) -> BoxFuture<'_, Result<Claim, StoreError>> {
+    fn claim(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<Claim, StoreError>> {
+        // One statement, after the lock: held rows answer as replays whatever the budget.
         let sql = format!(
-            "WITH claimed AS (
-               INSERT INTO {t} AS n (nonce, state, owner, expires_at) VALUES ($1, 'in_flight', $2, $3)
-               ON CONFLICT (nonce) DO UPDATE SET state = 'in_flight', owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
+            "WITH held AS (
+               SELECT state FROM {t} WHERE nonce = $1 AND expires_at > $4),
+             spent AS (
+               SELECT count(*) AS n, min(expires_at) AS oldest FROM {t}
+               WHERE principal = $5 AND expires_at > $4),
+             claimed AS (
+               INSERT INTO {t} AS n (nonce, state, owner, principal, expires_at)
+               SELECT $1, 'in_flight', $2, $5, $3
+               WHERE NOT EXISTS (SELECT 1 FROM held) AND (SELECT n FROM spent) < $6
+               ON CONFLICT (nonce) DO UPDATE SET state = 'in_flight', owner = EXCLUDED.owner,
+                 principal = EXCLUDED.principal, expires_at = EXCLUDED.expires_at
                  WHERE n.expires_at <= $4
-               RETURNING 'claimed'::text AS answer)
-             SELECT answer FROM claimed
-             UNION ALL
-             SELECT state FROM {t} WHERE nonce = $1 AND NOT EXISTS (SELECT 1 FROM claimed)",
+               RETURNING 1)
+             SELECT CASE
+               WHEN EXISTS (SELECT 1 FROM claimed) THEN 'claimed'
+               WHEN EXISTS (SELECT 1 FROM held) THEN (SELECT state FROM held)
+               WHEN (SELECT n FROM spent) >= $6 THEN 'over_budget'
+               ELSE 'in_flight' END,
+               (SELECT oldest FROM spent)",
             t = self.table
         );
+        let claim = *claim;
         Box::pin(self.bounded(async move {
-            let client = self.pool.get().await.map_err(backend)?;
+            let mut client = self.pool.get().await.map_err(backend)?;
+            let transaction = client.transaction().await.map_err(backend)?;
+            let (class, key) = lock_key(&self.table, &claim.principal);
+            let lock = transaction
+                .prepare_cached("SELECT pg_advisory_xact_lock($1, $2)")
+                .await
+                .map_err(backend)?;
+            transaction
+                .execute(&lock, &[&class, &key])
+                .await
+                .map_err(backend)?;
+            let statement = transaction.prepare_cached(&sql).await.map_err(backend)?;
             let now = SystemTime::now();
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
-                &nonce.as_bytes().as_slice(),
-                &owner.as_bytes().as_slice(),
-                &expires_at,
+            let budget = i64::try_from(self.budget).unwrap_or(i64::MAX);
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+                &claim.nonce.as_bytes().as_slice(),
+                &claim.owner.as_bytes().as_slice(),
+                &claim.expires_at,
                 &now,
+                &claim.principal.as_bytes().as_slice(),
+                &budget,
             ];
-            let row = client.query_opt(&sql, &params).await.map_err(backend)?;
-            let answer: Option<String> = row.map(|r| r.get(0));
-            Ok(match answer.as_deref() {
-                Some("claimed") => Claim::Claimed,
-                Some("consumed") => Claim::Consumed,
+            let row = transaction
+                .query_one(&statement, &params)
+                .await
+                .map_err(backend)?;
+            transaction.commit().await.map_err(backend)?;
+            let answer: String = row.get(0);
+            Ok(match answer.as_str() {
+                "claimed" => Claim::Claimed,
+                "consumed" => Claim::Consumed,
+                "over_budget" => {
+                    let oldest: Option<SystemTime> = row.get(1);
+                    let left = oldest
+                        .and_then(|at| at.duration_since(now).ok())
+                        .unwrap_or_default();
+                    return Err(StoreError::OverBudget {
+                        retry_after: left.max(Duration::from_millis(1)),
+                    });
+                }
                 // In flight, or a row committed by a racing claimant after this statement's snapshot.
                 _ => Claim::InFlight,
             })
         }))
     }
 
-    fn complete(
-        &self,
-        nonce: Nonce,
-        owner: Owner,
-        _expires_at: SystemTime,
-    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn complete(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<bool, StoreError>> {
         let sql = format!(
             "UPDATE {} SET state = 'consumed', owner = NULL
              WHERE nonce = $1 AND state = 'in_flight' AND owner = $2 AND expires_at > $3",
             self.table
         );
+        let claim = *claim;
         Box::pin(self.bounded(async move {
             let client = self.pool.get().await.map_err(backend)?;
+            let statement = client.prepare_cached(&sql).await.map_err(backend)?;
             let now = SystemTime::now();
             let rows = client
                 .execute(
-                    &sql,
+                    &statement,
                     &[
-                        &nonce.as_bytes().as_slice(),
-                        &owner.as_bytes().as_slice(),
+                        &claim.nonce.as_bytes().as_slice(),
+                        &claim.owner.as_bytes().as_slice(),
                         &now,
                     ],
                 )
@@ -253,5 +314,31 @@ impl ReplayStore for PostgresReplayStore {
                 .map_err(backend)?;
             Ok(rows == 1)
         }))
+    }
+
+    fn is_used(
+        &self,
+        nonce: Nonce,
+        _principal: PrincipalKey,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE nonce = $1 AND expires_at > $2)",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let statement = client.prepare_cached(&sql).await.map_err(backend)?;
+            let now = SystemTime::now();
+            let row = client
+                .query_one(&statement, &[&nonce.as_bytes().as_slice(), &now])
+                .await
+                .map_err(backend)?;
+            Ok(row.get(0))
+        }))
+    }
+
+    fn boot_epoch(&self) -> Option<BootEpoch> {
+        // Rows live in the database, not in this process.
+        None
     }
 }

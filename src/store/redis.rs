@@ -4,16 +4,41 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation, Value};
+use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 
-use super::{BoxFuture, Claim, Nonce, Owner, ReplayStore, StoreError};
+use super::{
+    BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, Owner, PrincipalKey,
+    ReplayStore, StoreError,
+};
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "mcp-confirm:nonce:";
 /// The default time allowed for one store call before the claim is refused.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 
-const CONSUMED: &str = "consumed";
+/// Claims `KEYS[1]` (a nonce) for the principal whose live entries are the sorted set `KEYS[2]`
+/// (nonce → expiry in ms), in one atomic step: a held nonce is reported as held (1 in flight,
+/// 2 consumed) whatever the budget; otherwise the principal's expired entries are dropped, and if
+/// it still holds `ARGV[5]` live ones the claim is refused (3, with the ms until the oldest
+/// expires); otherwise the nonce is set in flight and added to the set (0).
+const CLAIM: &str = r"
+local held = redis.call('GET', KEYS[1])
+if held then
+  if held == 'consumed' then return {2, 0} end
+  return {1, 0}
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then
+  local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  return {3, tonumber(oldest[2]) - tonumber(ARGV[3])}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+return {0, 0}
+";
 
 /// Moves `KEYS[1]` from `inflight:<owner>` to `consumed`, keeping its expiry, only for the owner.
 const COMPLETE: &str = r"
@@ -26,10 +51,16 @@ return 0
 
 /// A [`ReplayStore`] in Redis, for deployments with more than one instance.
 ///
-/// One key per nonce (`<prefix><nonce hex>`), so it works unchanged on Redis Cluster. A claim is one
-/// atomic `SET key inflight:<owner> NX PX <ttl> GET`, which also tells a refused claimant whether the
-/// nonce is in flight or consumed (Redis 7.0 or newer). Completing is a compare-and-set in a Lua
-/// script that checks the owner.
+/// One key per nonce, `<prefix>{<principal>}:<nonce>`, and one sorted set per principal,
+/// `<prefix>{<principal>}:live`, holding that principal's live nonces by expiry: the hash tag puts
+/// both in one slot, so it works unchanged on Redis Cluster. A claim is one Lua script (atomic):
+/// a held nonce answers as in flight or consumed; a fresh one is refused with
+/// [`StoreError::OverBudget`] when the principal already holds its budget of live entries
+/// (default [`DEFAULT_PRINCIPAL_BUDGET`]), and is otherwise set in flight with its expiry.
+/// Completing is a compare-and-set in a second script that checks the owner.
+///
+/// Entries outlive this process, so a state issued before a restart keeps working after it (and
+/// stays single-use); they outlive a restart of Redis only if Redis persists them (AOF).
 ///
 /// Every call has a timeout (default 250 ms); an error or a timeout refuses the claim, so the call
 /// is not forwarded and the client gets a retryable error.
@@ -44,6 +75,8 @@ pub struct RedisReplayStore {
     connection: Connection,
     prefix: String,
     timeout: Duration,
+    budget: usize,
+    claim: Script,
     complete: Script,
 }
 
@@ -78,6 +111,7 @@ impl fmt::Debug for RedisReplayStore {
         f.debug_struct("RedisReplayStore")
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
+            .field("budget", &self.budget)
             .finish_non_exhaustive()
     }
 }
@@ -130,6 +164,8 @@ impl RedisReplayStore {
             connection,
             prefix: DEFAULT_PREFIX.to_owned(),
             timeout: DEFAULT_TIMEOUT,
+            budget: DEFAULT_PRINCIPAL_BUDGET,
+            claim: Script::new(CLAIM),
             complete: Script::new(COMPLETE),
         }
     }
@@ -146,8 +182,23 @@ impl RedisReplayStore {
         self
     }
 
-    fn key(&self, nonce: &Nonce) -> String {
-        format!("{}{}", self.prefix, nonce.to_hex())
+    /// Caps each principal's live entries (default [`DEFAULT_PRINCIPAL_BUDGET`], at least one).
+    pub fn principal_budget(mut self, budget: usize) -> Self {
+        self.budget = budget.max(1);
+        self
+    }
+
+    fn key(&self, principal: &PrincipalKey, nonce: &Nonce) -> String {
+        format!(
+            "{}{{{}}}:{}",
+            self.prefix,
+            principal.to_hex(),
+            nonce.to_hex()
+        )
+    }
+
+    fn live_key(&self, principal: &PrincipalKey) -> String {
+        format!("{}{{{}}}:live", self.prefix, principal.to_hex())
     }
 
     async fn bounded<T>(
@@ -169,51 +220,73 @@ fn in_flight(owner: &Owner) -> String {
     format!("inflight:{}", Nonce::from_bytes(*owner.as_bytes()).to_hex())
 }
 
-/// Milliseconds from now until `expires_at`, at least one.
-fn ttl_millis(expires_at: SystemTime) -> u64 {
-    let left = expires_at
-        .duration_since(SystemTime::now())
-        .unwrap_or_default();
+/// Milliseconds from `now` until `expires_at`, at least one.
+fn ttl_millis(now: SystemTime, expires_at: SystemTime) -> u64 {
+    let left = expires_at.duration_since(now).unwrap_or_default();
     u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
+/// Milliseconds since the Unix epoch.
+fn unix_millis(at: SystemTime) -> u64 {
+    let since = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl ReplayStore for RedisReplayStore {
-    fn claim(
-        &self,
-        nonce: Nonce,
-        owner: Owner,
-        expires_at: SystemTime,
-    ) -> BoxFuture<'_, Result<Claim, StoreError>> {
+    fn claim(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<Claim, StoreError>> {
+        let claim = *claim;
         Box::pin(async move {
-            let mut set = redis::cmd("SET");
-            set.arg(self.key(&nonce))
-                .arg(in_flight(&owner))
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_millis(expires_at))
-                .arg("GET");
-            let previous: Value = self.bounded(self.connection.query(&set)).await?;
-            Ok(match previous {
-                // Nothing was there: the key is ours now.
-                Value::Nil => Claim::Claimed,
-                Value::BulkString(held) if held == CONSUMED.as_bytes() => Claim::Consumed,
+            let now = SystemTime::now();
+            let mut invocation = self.claim.key(self.key(&claim.principal, &claim.nonce));
+            invocation
+                .key(self.live_key(&claim.principal))
+                .arg(in_flight(&claim.owner))
+                .arg(ttl_millis(now, claim.expires_at))
+                .arg(unix_millis(now))
+                .arg(unix_millis(claim.expires_at))
+                .arg(self.budget)
+                .arg(claim.nonce.to_hex());
+            let answer: (i64, i64) = self.bounded(self.connection.invoke(&invocation)).await?;
+            match answer {
+                (0, _) => Ok(Claim::Claimed),
+                (2, _) => Ok(Claim::Consumed),
+                (3, left) => Err(StoreError::OverBudget {
+                    retry_after: Duration::from_millis(u64::try_from(left).unwrap_or(0))
+                        .max(Duration::from_millis(1)),
+                }),
                 // In flight (or anything unexpected): refused either way.
-                _ => Claim::InFlight,
-            })
+                _ => Ok(Claim::InFlight),
+            }
         })
     }
 
-    fn complete(
-        &self,
-        nonce: Nonce,
-        owner: Owner,
-        _expires_at: SystemTime,
-    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn complete(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let claim = *claim;
         Box::pin(async move {
-            let mut invocation = self.complete.key(self.key(&nonce));
-            invocation.arg(in_flight(&owner));
+            let mut invocation = self.complete.key(self.key(&claim.principal, &claim.nonce));
+            invocation.arg(in_flight(&claim.owner));
             let done: i64 = self.bounded(self.connection.invoke(&invocation)).await?;
             Ok(done == 1)
         })
+    }
+
+    fn is_used(
+        &self,
+        nonce: Nonce,
+        principal: PrincipalKey,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut exists = redis::cmd("EXISTS");
+            exists.arg(self.key(&principal, &nonce));
+            let found: i64 = self.bounded(self.connection.query(&exists)).await?;
+            Ok(found == 1)
+        })
+    }
+
+    fn boot_epoch(&self) -> Option<super::BootEpoch> {
+        // Entries live in Redis, not in this process.
+        None
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! The payload is binary, fixed-order and length-prefixed, so every payload has exactly one encoding
 //! and the MAC input is injective. Values the client has no business reading (audience, principal,
-//! method, tool, input key, arguments, request id) are stored as digests; the candidate ids are stored
-//! as they were shown in the form, because the retry must check the answer against them.
+//! method, tool, input key, arguments, request id) are stored as digests; the candidate ids and their
+//! versions are stored as they were shown, because the retry checks the answer against the ids and
+//! hands the chosen version to the revalidation hook.
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -14,6 +15,8 @@ use crate::store::Nonce;
 pub const MAX_CANDIDATES: usize = 16;
 /// The longest candidate id, in bytes.
 pub const MAX_CANDIDATE_ID_LEN: usize = 128;
+/// The longest candidate version, in bytes.
+pub const MAX_VERSION_LEN: usize = 128;
 
 /// Where in the confirmation a state was issued. Unknown phases are refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +35,22 @@ impl Phase {
     }
 }
 
+/// One candidate as the form showed it: its id and, unless the policy opted out, its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Shown {
+    pub(crate) id: String,
+    pub(crate) version: Option<String>,
+}
+
+impl Shown {
+    pub(crate) fn new(id: impl Into<String>, version: Option<&str>) -> Self {
+        Self {
+            id: id.into(),
+            version: version.map(str::to_owned),
+        }
+    }
+}
+
 /// The signed contents of a `requestState`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Claims {
@@ -46,14 +65,35 @@ pub(crate) struct Claims {
     pub(crate) input_key: [u8; 16],
     pub(crate) request_id: [u8; 16],
     pub(crate) arguments: [u8; 32],
-    pub(crate) candidates: Vec<String>,
+    /// The boot epoch of the replay store that issued the state (zeros for a durable store).
+    pub(crate) epoch: [u8; 16],
+    pub(crate) candidates: Vec<Shown>,
 }
 
-const FIXED_LEN: usize = 1 + 8 + 8 + 16 + 16 * 6 + 32 + 1;
+const FIXED_LEN: usize = 1 + 8 + 8 + 16 + 16 * 6 + 32 + 16 + 1;
 
 impl Claims {
     pub(crate) fn encoded_len(&self) -> usize {
-        FIXED_LEN + self.candidates.iter().map(|c| 1 + c.len()).sum::<usize>()
+        FIXED_LEN
+            + self
+                .candidates
+                .iter()
+                .map(|c| 2 + c.id.len() + c.version.as_ref().map_or(0, String::len))
+                .sum::<usize>()
+    }
+
+    /// Whether every candidate fits the format: at most [`MAX_CANDIDATES`], unique non-empty ids
+    /// and non-empty versions within their bounds.
+    pub(crate) fn candidates_fit(&self) -> bool {
+        self.candidates.len() <= MAX_CANDIDATES
+            && self.candidates.iter().enumerate().all(|(i, c)| {
+                !c.id.is_empty()
+                    && c.id.len() <= MAX_CANDIDATE_ID_LEN
+                    && c.version
+                        .as_ref()
+                        .is_none_or(|v| !v.is_empty() && v.len() <= MAX_VERSION_LEN)
+                    && !self.candidates[..i].iter().any(|d| d.id == c.id)
+            })
     }
 
     /// Appends the payload bytes to `out`. Callers guarantee the candidate bounds.
@@ -73,14 +113,20 @@ impl Claims {
             out.extend_from_slice(digest);
         }
         out.extend_from_slice(&self.arguments);
+        out.extend_from_slice(&self.epoch);
         out.push(self.candidates.len() as u8);
-        for id in &self.candidates {
-            out.push(id.len() as u8);
-            out.extend_from_slice(id.as_bytes());
+        for shown in &self.candidates {
+            out.push(shown.id.len() as u8);
+            out.extend_from_slice(shown.id.as_bytes());
+            // 0: no version (versions are never empty).
+            let version = shown.version.as_deref().unwrap_or_default();
+            out.push(version.len() as u8);
+            out.extend_from_slice(version.as_bytes());
         }
     }
 
-    /// Parses a payload strictly: known phase, bounded and unique UTF-8 ids, no trailing bytes.
+    /// Parses a payload strictly: known phase, bounded and unique UTF-8 ids, bounded UTF-8
+    /// versions, no trailing bytes.
     pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
         let mut r = Reader(bytes);
         let phase = Phase::from_byte(r.byte()?)?;
@@ -94,21 +140,30 @@ impl Claims {
         let input_key = r.array()?;
         let request_id = r.array()?;
         let arguments = r.array()?;
+        let epoch = r.array()?;
         let count = usize::from(r.byte()?);
         if count > MAX_CANDIDATES {
             return None;
         }
-        let mut candidates: Vec<String> = Vec::with_capacity(count);
+        let mut candidates: Vec<Shown> = Vec::with_capacity(count);
         for _ in 0..count {
             let len = usize::from(r.byte()?);
             if len == 0 || len > MAX_CANDIDATE_ID_LEN {
                 return None;
             }
             let id = std::str::from_utf8(r.take(len)?).ok()?;
-            if candidates.iter().any(|c| c == id) {
+            if candidates.iter().any(|c| c.id == id) {
                 return None;
             }
-            candidates.push(id.to_owned());
+            let len = usize::from(r.byte()?);
+            if len > MAX_VERSION_LEN {
+                return None;
+            }
+            let version = match len {
+                0 => None,
+                _ => Some(std::str::from_utf8(r.take(len)?).ok()?),
+            };
+            candidates.push(Shown::new(id, version));
         }
         if !r.0.is_empty() {
             return None;
@@ -125,6 +180,7 @@ impl Claims {
             input_key,
             request_id,
             arguments,
+            epoch,
             candidates,
         })
     }
@@ -165,13 +221,68 @@ pub(crate) fn digest16(label: &str, value: &[u8]) -> [u8; 16] {
 }
 
 /// A digest of a JSON-RPC id (given as its raw JSON text) that ignores formatting, so `"a"` and
-/// `"\u0061"` are the same id while `1` and `"1"` are not.
+/// `"\u0061"` are the same id, and so are `1`, `1.0`, `1e0` and `10E-1`, while `1` and `"1"` are
+/// not. Numbers are compared exactly, as decimals, never through a float.
 pub(crate) fn request_id_digest(raw_id: &str) -> [u8; 16] {
+    if let Some(canonical) = canonical_number(raw_id) {
+        return digest16("request-id/number", canonical.as_bytes());
+    }
     match serde_json::from_str::<Value>(raw_id) {
         Ok(Value::String(s)) => digest16("request-id/string", s.as_bytes()),
-        Ok(Value::Number(n)) => digest16("request-id/number", n.to_string().as_bytes()),
         _ => digest16("request-id/raw", raw_id.as_bytes()),
     }
+}
+
+/// The exact value of a JSON number literal as `[-]<digits>e<exponent>`, with no leading or
+/// trailing zeros in the digits (`0` for zero, whatever its sign). `None` if `raw` is not a JSON
+/// number.
+fn canonical_number(raw: &str) -> Option<String> {
+    let (negative, rest) = match raw.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, raw),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(at) => (&rest[..at], Some(&rest[at + 1..])),
+        None => (rest, None),
+    };
+    let (int, frac) = match mantissa.split_once('.') {
+        Some((int, frac)) => (int, Some(frac)),
+        None => (mantissa, None),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    // JSON's grammar: no leading zeros, a non-empty fraction, a signed non-empty exponent.
+    if !digits(int) || (int.len() > 1 && int.starts_with('0')) || frac.is_some_and(|f| !digits(f)) {
+        return None;
+    }
+    let exponent: i64 = match exponent {
+        None => 0,
+        Some(e) => {
+            let unsigned = e.strip_prefix(['+', '-']).unwrap_or(e);
+            if !digits(unsigned) {
+                return None;
+            }
+            // Beyond this the value is astronomically far from any real id; saturate.
+            let magnitude: i64 = unsigned.parse().unwrap_or(i64::MAX / 4).min(i64::MAX / 4);
+            if e.starts_with('-') {
+                -magnitude
+            } else {
+                magnitude
+            }
+        }
+    };
+    let frac = frac.unwrap_or_default();
+    let all: String = int.chars().chain(frac.chars()).collect();
+    let significant = all.trim_start_matches('0');
+    if significant.is_empty() {
+        return Some("0".to_owned());
+    }
+    let trimmed = significant.trim_end_matches('0');
+    // value = 0.<all> × 10^(exponent + int.len()) = <trimmed> × 10^e
+    let scale = exponent.saturating_add(int.len() as i64)
+        - (all.len() - significant.len()) as i64
+        - trimmed.len() as i64;
+    let sign = if negative { "-" } else { "" };
+    Some(format!("{sign}{trimmed}e{scale}"))
 }
 
 /// The digest of a tool call's `arguments`, independent of key order and whitespace.
@@ -253,7 +364,12 @@ pub(crate) fn sample() -> Claims {
         input_key: [5; 16],
         request_id: [6; 16],
         arguments: [8; 32],
-        candidates: vec!["note-3".into(), "note-7".into(), "note-14".into()],
+        epoch: [9; 16],
+        candidates: vec![
+            Shown::new("note-3", Some("v1-0f3a")),
+            Shown::new("note-7", Some("v1-77c2")),
+            Shown::new("note-14", None),
+        ],
     }
 }
 
@@ -285,7 +401,7 @@ mod tests {
         phase[0] = 9;
         assert_eq!(Claims::decode(&phase), None);
         let mut dup = sample();
-        dup.candidates = vec!["a".into(), "a".into()];
+        dup.candidates = vec![Shown::new("a", Some("1")), Shown::new("a", Some("2"))];
         let mut bytes = Vec::new();
         dup.encode(&mut bytes);
         assert_eq!(Claims::decode(&bytes), None);
@@ -335,6 +451,39 @@ mod tests {
             arguments_digest(Some(&json!({"a":["b"]})), None),
             arguments_digest(Some(&json!({"a":"b"})), None)
         );
+    }
+
+    #[test]
+    fn request_id_digest_compares_numbers_exactly() {
+        for same in ["1.0", "1e0", "10E-1", "0.1e1", "1.000", "100e-2", "1E+0"] {
+            assert_eq!(request_id_digest("1"), request_id_digest(same), "{same}");
+        }
+        for same in ["-0", "0.0", "0e5", "-0.000e-3"] {
+            assert_eq!(request_id_digest("0"), request_id_digest(same), "{same}");
+        }
+        assert_eq!(request_id_digest("120"), request_id_digest("1.2e2"));
+        assert_eq!(request_id_digest("-7"), request_id_digest("-70e-1"));
+        // Exact beyond f64 precision: these two differ by one.
+        assert_ne!(
+            request_id_digest("9007199254740993"),
+            request_id_digest("9007199254740992.0")
+        );
+        for other in [
+            "2",
+            "1.5",
+            "-1",
+            "10",
+            "0.1",
+            "\"1\"",
+            "1e999999999999999999999",
+        ] {
+            assert_ne!(request_id_digest("1"), request_id_digest(other), "{other}");
+        }
+        assert_eq!(canonical_number("01"), None);
+        assert_eq!(canonical_number("1."), None);
+        assert_eq!(canonical_number("1e"), None);
+        assert_eq!(canonical_number(".5"), None);
+        assert_eq!(canonical_number("\"1\""), None);
     }
 
     #[test]

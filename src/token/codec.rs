@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! token = "mcpc1." base64url-nopad( body || tag )            at most MAX_TOKEN_LEN characters
-//! body  = version:u8 (=1) || kid_len:u8 || kid || payload      payload: see `claims`
+//! body  = version:u8 (=2) || kid_len:u8 || kid || payload      payload: see `claims`
 //! tag   = HMAC-SHA256(K_mac[kid], LABEL || body)               32 bytes, never truncated
 //! ```
 //!
@@ -14,26 +14,23 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::Mac;
 
 use super::StateError;
-use super::claims::{Claims, MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES};
+use super::claims::Claims;
 use super::keyring::{KeyRing, MAX_KEY_ID_LEN, RingKey};
 
 /// The token prefix: format name and version, readable in logs without decoding.
 pub const PREFIX: &str = "mcpc1.";
-/// The longest token accepted or produced, in characters.
-pub const MAX_TOKEN_LEN: usize = 4096;
+/// The longest token accepted or produced, in characters: room for 16 candidates with the longest
+/// ids and versions.
+pub const MAX_TOKEN_LEN: usize = 8192;
 
-const VERSION: u8 = 1;
+/// 2: candidate versions and the replay store's boot epoch are bound (1 bound neither).
+const VERSION: u8 = 2;
 const LABEL: &[u8] = b"mcp-confirm/requestState/v1\0";
 const TAG_LEN: usize = 32;
 
 /// Seals `claims` with the ring's signing key.
 pub(crate) fn seal(ring: &KeyRing, claims: &Claims) -> Result<String, StateError> {
-    if claims.candidates.len() > MAX_CANDIDATES
-        || claims
-            .candidates
-            .iter()
-            .any(|c| c.is_empty() || c.len() > MAX_CANDIDATE_ID_LEN)
-    {
+    if !claims.candidates_fit() {
         return Err(StateError::TooLarge);
     }
     let key = ring.signing();
@@ -214,18 +211,44 @@ mod tests {
 
     #[test]
     fn oversized_claims_are_not_sealed() {
+        use crate::token::claims::{MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES, MAX_VERSION_LEN, Shown};
         let mut c = claims();
-        c.candidates = (0..=MAX_CANDIDATES).map(|i| format!("id-{i}")).collect();
+        c.candidates = (0..=MAX_CANDIDATES)
+            .map(|i| Shown::new(format!("id-{i}"), Some("v")))
+            .collect();
         assert_eq!(seal(&ring(), &c).unwrap_err(), StateError::TooLarge);
         let mut c = claims();
-        c.candidates = vec!["x".repeat(MAX_CANDIDATE_ID_LEN + 1)];
+        c.candidates = vec![Shown::new("x".repeat(MAX_CANDIDATE_ID_LEN + 1), None)];
         assert_eq!(seal(&ring(), &c).unwrap_err(), StateError::TooLarge);
-        // The largest legal state still fits the cap.
+        let mut c = claims();
+        c.candidates = vec![Shown::new("x", Some(&"v".repeat(MAX_VERSION_LEN + 1)))];
+        assert_eq!(seal(&ring(), &c).unwrap_err(), StateError::TooLarge);
+        let mut c = claims();
+        c.candidates = vec![Shown::new("x", Some(""))];
+        assert_eq!(seal(&ring(), &c).unwrap_err(), StateError::TooLarge);
+        // The largest legal state still fits the cap, and opens to the same claims.
         let mut c = claims();
         c.candidates = (0..MAX_CANDIDATES)
-            .map(|i| format!("{i:0>width$}", width = MAX_CANDIDATE_ID_LEN))
+            .map(|i| {
+                let id = format!("{i:0>width$}", width = MAX_CANDIDATE_ID_LEN);
+                Shown::new(id, Some(&"v".repeat(MAX_VERSION_LEN)))
+            })
             .collect();
-        let token = seal(&KeyRing::single("k".repeat(32), [1u8; 32]).unwrap(), &c);
-        assert!(token.is_ok());
+        let ring = KeyRing::single("k".repeat(32), [1u8; 32]).unwrap();
+        let token = seal(&ring, &c).unwrap();
+        assert_eq!(open(&ring, &token).unwrap().0, c);
+    }
+
+    #[test]
+    fn a_state_binds_each_candidate_version() {
+        use crate::token::claims::Shown;
+        let ring = ring();
+        let token = seal(&ring, &claims()).unwrap();
+        let (opened, _) = open(&ring, &token).unwrap();
+        assert_eq!(opened.candidates[0], Shown::new("note-3", Some("v1-0f3a")));
+        assert_eq!(opened.candidates[2], Shown::new("note-14", None));
+        let mut other = claims();
+        other.candidates[1].version = Some("v2-0000".into());
+        assert_ne!(seal(&ring, &other).unwrap(), token);
     }
 }

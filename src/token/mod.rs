@@ -7,7 +7,7 @@ pub(crate) mod claims;
 pub(crate) mod codec;
 mod keyring;
 
-pub use claims::{MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES};
+pub use claims::{MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES, MAX_VERSION_LEN};
 pub use codec::{MAX_TOKEN_LEN, PREFIX};
 pub use keyring::{KeyError, KeyRing, MAX_KEY_ID_LEN, MIN_SECRET_LEN};
 
@@ -72,4 +72,8 @@ pub enum StateError {
     /// The state's nonce was already used.
     #[error("state already used")]
     Consumed,
+    /// Issued before the (in-memory) replay store started: whether it was used before the
+    /// restart is unknown, so it is refused.
+    #[error("state issued before a restart")]
+    Restarted,
 }

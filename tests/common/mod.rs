@@ -53,9 +53,12 @@ impl Recorder {
     }
 }
 
-/// Notes: id → (workspace, title).
+/// Notes: id → (workspace, title), and id → generation (the version: bumped by every edit).
 #[derive(Debug, Clone, Default)]
-pub struct Notes(pub Arc<Mutex<BTreeMap<String, (String, String)>>>);
+pub struct Notes(
+    pub Arc<Mutex<BTreeMap<String, (String, String)>>>,
+    pub Arc<Mutex<BTreeMap<String, u64>>>,
+);
 
 impl Notes {
     pub fn seeded() -> Self {
@@ -80,6 +83,25 @@ impl Notes {
         if let Some(n) = self.0.lock().unwrap().get_mut(id) {
             n.0 = ws.into();
         }
+    }
+
+    /// The note's version as a resolver shows it.
+    pub fn version(&self, id: &str) -> String {
+        format!("g{}", self.1.lock().unwrap().get(id).copied().unwrap_or(0))
+    }
+
+    /// Edits the note in place: same id, same title, new version.
+    pub fn edit(&self, id: &str) {
+        *self.1.lock().unwrap().entry(id.to_owned()).or_default() += 1;
+    }
+
+    /// Deletes the note and creates another under the same id (new version).
+    pub fn replace(&self, id: &str, ws: &str, title: &str) {
+        self.0
+            .lock()
+            .unwrap()
+            .insert(id.into(), (ws.into(), title.into()));
+        self.edit(id);
     }
 }
 
@@ -108,13 +130,20 @@ pub fn delete_policy(notes: &Notes) -> ToolPolicy {
             if !may_use(lookup.principal.subject(), &ws) {
                 return Ok::<_, PolicyError>(vec![]);
             }
-            Ok(notes
+            let found: Vec<(String, String)> = notes
                 .0
                 .lock()
                 .unwrap()
                 .iter()
                 .filter(|(_, (w, t))| *w == ws && *t == title)
-                .map(|(id, (_, t))| Candidate::labelled(id.clone(), format!("{t} ({id})")))
+                .map(|(id, (_, t))| (id.clone(), t.clone()))
+                .collect();
+            Ok(found
+                .into_iter()
+                .map(|(id, t)| {
+                    let version = notes.version(&id);
+                    Candidate::labelled(id.clone(), format!("{t} ({id})")).with_version(version)
+                })
                 .collect())
         }
     })
@@ -133,9 +162,13 @@ pub fn delete_policy(notes: &Notes) -> ToolPolicy {
                 return Err(Refusal::new("principal may not use this workspace"));
             }
             let chosen = check.chosen.clone().unwrap_or_default();
-            match notes.0.lock().unwrap().get(&chosen) {
-                Some((w, _)) if *w == ws => Ok(()),
-                Some(_) => Err(Refusal::new("note moved out of the workspace")),
+            let live = notes.0.lock().unwrap().get(&chosen).cloned();
+            match live {
+                Some((w, _)) if w != ws => Err(Refusal::new("note moved out of the workspace")),
+                Some(_) if check.seen_version != Some(notes.version(&chosen)) => {
+                    Err(Refusal::new("note changed since the form was shown"))
+                }
+                Some(_) => Ok(()),
                 None => Err(Refusal::new("note is gone")),
             }
         }
