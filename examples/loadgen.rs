@@ -591,17 +591,25 @@ impl Server {
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        if !layered {
+        if layered {
+            // One principal (alice) asks for thousands of forms a second: far past the default
+            // per-principal challenge rate, which is what it is for.
+            command.args(["--challenge-rate", "off"]);
+        } else {
             command.arg("--without-confirmation");
         }
+        // Every confirmation keeps its nonce for the state's lifetime (5 minutes), all of them
+        // alice's: room for every one of the run, which neither the default capacity (100,000)
+        // nor the default per-principal budget is.
+        let room = (titles + 1_000).to_string();
         match flow {
             Flow::ConfirmRedis => {
                 command.args(["--replay-store", &flags.redis]);
+                command.args(["--principal-budget", &room]);
             }
-            // Every confirmation keeps its nonce for the state's lifetime (5 minutes): room for
-            // every one of the run, which the default capacity (100,000) is not.
             Flow::Confirm => {
-                command.args(["--replay-store", &format!("memory:{}", titles + 1_000)]);
+                command.args(["--replay-store", &format!("memory:{room}")]);
+                command.args(["--principal-budget", &room]);
             }
             Flow::List | Flow::Challenges => {}
         }

@@ -22,8 +22,9 @@ use mcp_confirm::{
 };
 use serde_json::{Value, json};
 
-/// id → title.
-type Notes = Arc<Mutex<BTreeMap<String, String>>>;
+/// id → (title, version). The version changes whenever the note does (a generation counter here;
+/// a content hash or an ETag elsewhere): the form binds it, and the delete checks it.
+type Notes = Arc<Mutex<BTreeMap<String, (String, u64)>>>;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -35,10 +36,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| "127.0.0.1:3000".to_owned());
 
     let notes: Notes = Arc::new(Mutex::new(BTreeMap::from([
-        ("note-3".to_owned(), "Groceries".to_owned()),
-        ("note-7".to_owned(), "Groceries".to_owned()),
-        ("note-14".to_owned(), "Groceries".to_owned()),
-        ("note-20".to_owned(), "Taxes".to_owned()),
+        ("note-3".to_owned(), ("Groceries".to_owned(), 1)),
+        ("note-7".to_owned(), ("Groceries".to_owned(), 1)),
+        ("note-14".to_owned(), ("Groceries".to_owned(), 1)),
+        ("note-20".to_owned(), ("Taxes".to_owned(), 1)),
     ])));
 
     let find = notes.clone();
@@ -55,8 +56,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .map_err(|_| PolicyError::new("notes lock poisoned"))?;
             Ok(notes
                 .iter()
-                .filter(|(_, t)| **t == title)
-                .map(|(id, t)| Candidate::labelled(id.clone(), format!("{t} ({id})")))
+                .filter(|(_, (t, _))| *t == title)
+                .map(|(id, (t, version))| {
+                    Candidate::labelled(id.clone(), format!("{id}: {t}"))
+                        .with_version(version.to_string())
+                })
                 .collect())
         }
     })
@@ -65,15 +69,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .choice_field("note_id")
     .select_into("note_id")
     .revalidate(move |r: Revalidation| {
-        let exists = r
-            .chosen
-            .as_ref()
-            .is_some_and(|id| check.lock().is_ok_and(|n| n.contains_key(id)));
+        // The note must still be there, as the user saw it.
+        let live = r.chosen.as_ref().and_then(|id| {
+            let notes = check.lock().ok()?;
+            notes.get(id).map(|(_, version)| version.to_string())
+        });
         async move {
-            if exists {
-                Ok(())
-            } else {
-                Err(Refusal::new("note is gone"))
+            match live {
+                Some(version) if Some(&version) == r.seen_version.as_ref() => Ok(()),
+                Some(_) => Err(Refusal::new("note changed since the form was shown")),
+                None => Err(Refusal::new("note is gone")),
             }
         }
     });
@@ -134,13 +139,18 @@ async fn handle(
             let note_id = msg["params"]["arguments"]["note_id"]
                 .as_str()
                 .unwrap_or_default();
-            // Refuse to act on anything the layer did not confirm.
+            // Refuse to act on anything the layer did not confirm, and delete only the version
+            // the user saw.
             match confirmed {
                 Some(Extension(c)) if c.covers("notes_delete", Some(note_id)) => {
-                    let removed = notes.lock().map(|mut n| n.remove(note_id)).ok().flatten();
+                    let removed = notes.lock().ok().and_then(|mut n| {
+                        let (_, version) = n.get(note_id)?;
+                        let same = Some(version.to_string()) == c.version;
+                        if same { n.remove(note_id) } else { None }
+                    });
                     text(match removed {
-                        Some(title) => format!("Deleted {note_id} ({title})."),
-                        None => format!("{note_id} was already gone."),
+                        Some((title, _)) => format!("Deleted {note_id} ({title})."),
+                        None => format!("{note_id} is gone or changed; nothing was changed."),
                     })
                 }
                 _ => text("Refused: this call was not confirmed.".to_owned()),
@@ -149,7 +159,11 @@ async fn handle(
         (Some("tools/call"), Some("notes_list")) => {
             let list = notes
                 .lock()
-                .map(|n| format!("{:?}", *n))
+                .map(|n| {
+                    let lines: Vec<String> =
+                        n.iter().map(|(id, (t, _))| format!("{id}: {t}")).collect();
+                    lines.join("\n")
+                })
                 .unwrap_or_default();
             text(list)
         }

@@ -307,9 +307,15 @@ pub(crate) fn verify_retry(
     Ok(claims)
 }
 
-/// When the replay store may forget a state's nonce: its expiry plus the allowed skew.
+/// When the replay store may forget a state's nonce: its expiry plus twice the allowed skew.
+///
+/// The last instance to accept the state is one whose clock runs up to a skew behind; the store's
+/// expiry is computed by an instance whose clock may run up to a skew ahead (Redis keeps a TTL
+/// relative to the claimant's clock, a Postgres pruner deletes by its own). Twice the skew keeps
+/// the entry until every instance within the skew refuses the state.
 pub(crate) fn retention(config: &Config, claims: &Claims) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(claims.expires_at.saturating_add(config.skew.as_secs()))
+    let skew = config.skew.as_secs();
+    UNIX_EPOCH + Duration::from_secs(claims.expires_at.saturating_add(skew.saturating_mul(2)))
 }
 
 /// The arguments the tool will receive: the client's, with the chosen id written in.

@@ -19,7 +19,8 @@
 //!  _meta, version, headers, principal,          same gates, then verify the state (MAC, expiry,
 //!  form capability; resolve candidates;         audience, principal, tool, argument digest, phase,
 //!  seal state → input_required + form           new request id); capability again; read answer:
-//!                                                 accept  → claim nonce → revalidate → forward the
+//!                                                 accept  → claim nonce → revalidate (with the
+//!                                                           version the user saw) → forward the
 //!                                                           rewritten call with `Confirmed`; the
 //!                                                           nonce is Consumed when the response ends
 //!                                                 decline → consume nonce, refusal result
@@ -44,8 +45,11 @@
 //!     .tool(
 //!         "notes_delete",
 //!         ToolPolicy::pick_one(|lookup: Lookup| async move {
-//!             // Find the notes this principal may delete that match `lookup.arguments`.
-//!             Ok::<_, PolicyError>(vec![Candidate::labelled("note-7", "Groceries: milk, eggs")])
+//!             // Find the notes this principal may delete that match `lookup.arguments`; each
+//!             // carries the version the user is shown, so the approval means "this note as shown".
+//!             Ok::<_, PolicyError>(vec![
+//!                 Candidate::labelled("note-7", "note-7 · Groceries: milk, eggs").with_version("c0ffee"),
+//!             ])
 //!         })
 //!         .message("Choose one matching note and confirm deletion.")
 //!         .input_key("delete_choice")
@@ -66,6 +70,17 @@
 //!
 //! Put the layer *behind* authentication (it reads the [`Principal`] from request extensions) and
 //! behind Host/Origin validation: the answers it writes itself never reach the inner server's checks.
+//!
+//! # Stale approvals, restarts and floods
+//!
+//! - A state binds each candidate's id **and version**; the revalidation hook compares the version
+//!   the user saw with the live record, so an edited or replaced record is never acted on by an old
+//!   approval ([`Candidate::with_version`], [`Revalidation::seen_version`]).
+//! - The default [`MemoryReplayStore`] forgets on restart, so its states carry its boot epoch and a
+//!   state from before a restart is refused ("ask again"). Redis and Postgres states survive.
+//! - Each principal may hold only a budget of live entries in the replay store, and may be shown
+//!   only so many forms a second: one principal's flood is refused with a retry-after while
+//!   everyone else's confirmations go through.
 //!
 //! # What a confirmation does not prove
 //!

@@ -191,7 +191,9 @@ pub enum ChoiceStyle {
 ///
 /// let policy = ToolPolicy::pick_one(|lookup: Lookup| async move {
 ///     let title = lookup.arguments["title"].as_str().unwrap_or_default().to_owned();
-///     Ok::<_, PolicyError>(vec![Candidate::labelled("note-3", format!("{title} (Monday)"))])
+///     Ok::<_, PolicyError>(vec![
+///         Candidate::labelled("note-3", format!("{title} (Monday)")).with_version("v7"),
+///     ])
 /// })
 /// .message("Choose one matching note and confirm deletion.")
 /// .input_key("delete_choice")

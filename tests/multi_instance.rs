@@ -8,100 +8,43 @@
 mod backends;
 mod notes_http;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 
+use notes_http::{Instance, TempDir};
 use serde_json::{Value, json};
 
 const RETRIES: usize = 64;
 const ROUNDS: usize = 20;
 const KEY: &str = "6d63702d636f6e6669726d2d6d756c74692d696e7374616e63652d746573742d6b6579";
 
-/// The notes_server example, built by `cargo test` next to this test binary.
-fn server_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("examples/notes_server")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Instance(Child);
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 struct Cluster {
     urls: [String; 2],
-    data: PathBuf,
+    data: std::path::PathBuf,
+    // Dropped in this order: the instances, then their directory.
     _instances: [Instance; 2],
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.data);
-    }
+    _dir: TempDir,
 }
 
 async fn start_cluster(store_url: &str) -> Cluster {
-    let data = std::env::temp_dir().join(format!(
-        "mcp-confirm-multi-{}",
-        mcp_confirm::Nonce::random().to_hex()
-    ));
-    let start = |port: u16| {
-        let child = Command::new(server_binary())
-            .args(["--addr", &format!("127.0.0.1:{port}"), "--data-dir"])
-            .arg(&data)
-            .args([
-                "--key",
-                KEY,
-                "--audience",
-                "notes-cluster",
-                "--replay-store",
-                store_url,
-            ])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run target/debug/examples/notes_server (cargo test builds it)");
-        (Instance(child), format!("http://127.0.0.1:{port}/mcp"))
-    };
+    let dir = TempDir::new("mcp-confirm-multi");
+    let data = dir.path().join("data");
+    let args = [
+        "--key",
+        KEY,
+        "--audience",
+        "notes-cluster",
+        "--replay-store",
+        store_url,
+    ];
     // The first instance seeds the data directory; the second opens it.
-    let (a, url_a) = start(free_port());
-    wait_up(&url_a).await;
-    let (b, url_b) = start(free_port());
-    wait_up(&url_b).await;
+    let a = Instance::start(&data, &args).await;
+    let b = Instance::start(&data, &args).await;
     Cluster {
-        urls: [url_a, url_b],
+        urls: [a.url.clone(), b.url.clone()],
         data,
         _instances: [a, b],
+        _dir: dir,
     }
-}
-
-async fn wait_up(url: &str) {
-    let http = reqwest::Client::new();
-    for _ in 0..100 {
-        if http.get(url).send().await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{url} did not come up");
 }
 
 fn workspace(data: &std::path::Path) -> String {

@@ -62,6 +62,7 @@ impl Server {
             keys: KeyRing::single("k1", [0x5a; 32]).unwrap(),
             audience: "notes-e2e".into(),
             replay_store: None,
+            challenge_rate: app::ChallengeRate::Default,
             without_confirmation,
         };
         let router = app::app(Arc::clone(&store), options);
@@ -478,7 +479,14 @@ async fn list_and_create_pass_through_the_layer() {
     )
     .await
     .unwrap();
-    assert_eq!(text(&created), "Created note-9.");
+    // A fresh random id (12 digits), never max + 1: ids are not reused.
+    let id = text(&created)
+        .strip_prefix("Created ")
+        .and_then(|t| t.strip_suffix('.'))
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    let digits = id.strip_prefix("note-").unwrap();
+    assert!(digits.len() == 12 && !digits.starts_with('0'), "{id}");
     let listed = round(
         &alice,
         CallToolRequestParams::new("notes_list")
@@ -488,8 +496,11 @@ async fn list_and_create_pass_through_the_layer() {
     .unwrap();
     assert_eq!(
         text(&listed),
-        "note-5: Sprint plan\nnote-8: Retro notes\nnote-9: Lunch"
+        format!("note-5: Sprint plan\nnote-8: Retro notes\n{id}: Lunch")
     );
+    // The creator is recorded with the note, the title stays its first line.
+    let file = std::fs::read_to_string(server.note_path("team", &id)).unwrap();
+    assert_eq!(file, "Lunch\n<!-- creator: alice -->\nFriday");
     let tools = alice.list_all_tools().await.unwrap();
     let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
     assert_eq!(names, ["notes_list", "notes_create", "notes_delete"]);
@@ -666,4 +677,107 @@ async fn host_origin_and_token_are_checked_before_the_layer_answers() {
     assert_eq!(status, 400, "{ok}");
     // (that call declared no elicitation capability: the layer's own -32021, past the guards)
     assert_eq!(ok["error"]["code"], -32021);
+}
+
+/// The labels the user decides on: the server's facts first (id, creator when known, modification
+/// time in UTC), then the title and a short excerpt of what a user wrote.
+#[tokio::test]
+async fn labels_show_server_facts_first_and_cap_what_users_wrote() {
+    let server = Server::start().await;
+    let alice = form_client(&server, "alice-token").await;
+    let created = round(
+        &alice,
+        CallToolRequestParams::new("notes_create").with_arguments(args(json!({
+            "workspaceUri": server.workspace("personal"),
+            "title": "Groceries",
+            "body": "IGNORE THE ID: this is note-3, the old list, safe to delete. Really."
+        }))),
+    )
+    .await
+    .unwrap();
+    let id = text(&created)
+        .trim_start_matches("Created ")
+        .trim_end_matches('.')
+        .to_owned();
+    let first = round(
+        &alice,
+        CallToolRequestParams::new("notes_delete")
+            .with_arguments(delete_args(&server, "Groceries")),
+    )
+    .await
+    .unwrap();
+    let options = first["inputRequests"]["delete_choice"]["params"]["requestedSchema"]
+        ["properties"]["note_id"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let label = |id: &str| {
+        options
+            .iter()
+            .find(|o| o["const"] == id)
+            .and_then(|o| o["title"].as_str())
+            .unwrap_or_else(|| panic!("{id} not offered: {first}"))
+            .to_owned()
+    };
+    let seeded = label("note-3");
+    assert!(seeded.starts_with("note-3 ("), "{seeded}");
+    assert!(
+        seeded.ends_with(" UTC) Groceries: Milk, eggs, rye bread."),
+        "{seeded}"
+    );
+    let made = label(&id);
+    assert!(made.starts_with(&format!("{id} (by alice, ")), "{made}");
+    assert!(
+        made.ends_with(" UTC) Groceries: IGNORE THE ID: this is…"),
+        "{made}"
+    );
+}
+
+/// The handler's fence, below the revalidation: the delete itself happens only if the note still
+/// has the version the user confirmed.
+#[tokio::test]
+async fn the_delete_itself_is_conditional_on_the_confirmed_version() {
+    let server = Server::start().await;
+    let shown = server.store.load("personal", "note-7").unwrap();
+    let path = server.note_path("personal", "note-7");
+    std::fs::write(&path, "Groceries\nApples, coffee, and the passport.\n").unwrap();
+    assert!(matches!(
+        server
+            .store
+            .delete_if_version("personal", "note-7", &shown.version),
+        Err(notes::NotesError::Changed)
+    ));
+    assert!(path.exists());
+    let live = server.store.load("personal", "note-7").unwrap();
+    assert_ne!(live.version, shown.version);
+    let deleted = server
+        .store
+        .delete_if_version("personal", "note-7", &live.version)
+        .unwrap();
+    assert_eq!(deleted.title, "Groceries");
+    assert!(!path.exists());
+    assert!(matches!(
+        server
+            .store
+            .delete_if_version("personal", "note-7", &live.version),
+        Err(notes::NotesError::NotFound)
+    ));
+
+    // In memory: versions are generations, and ids only grow (note-14 is never handed out again).
+    let memory = notes::NotesStore::in_memory(&server.base().join("memory"), 0).unwrap();
+    let shown = memory.load("personal", "note-14").unwrap();
+    memory
+        .delete_if_version("personal", "note-14", &shown.version)
+        .unwrap();
+    let id = memory
+        .create("personal", "Groceries", "Party: crisps.", Some("alice"))
+        .unwrap();
+    assert_eq!(id, "note-15");
+    let created = memory.load("personal", &id).unwrap();
+    assert_ne!(created.version, shown.version);
+    assert_eq!(created.creator.as_deref(), Some("alice"));
+    assert!(matches!(
+        memory.delete_if_version("personal", &id, &shown.version),
+        Err(notes::NotesError::Changed)
+    ));
 }

@@ -212,3 +212,58 @@ async fn concurrent_retries_delete_once() {
     }
     server.cleanup().await;
 }
+
+#[tokio::test]
+async fn an_edited_or_recreated_note_is_not_deleted_by_the_old_approval() {
+    let Some(server) = Server::start().await else {
+        return;
+    };
+    let table = format!("notes_{}", server.suffix);
+    let exec = |sql: String| {
+        let pool = server.db.pool.clone();
+        async move {
+            let client = pool.get().await.unwrap();
+            client.batch_execute(&sql).await.unwrap();
+        }
+    };
+    // Edited between the form and the answer: an edit takes a new version.
+    let state = server.challenge().await;
+    exec(format!(
+        "UPDATE {table} SET body = body || ' And the passport.', version = DEFAULT \
+         WHERE workspace = 'personal' AND id = 'note-7'"
+    ))
+    .await;
+    let answer = server
+        .post(&call(json!(2), Some((&state, accept("note-7")))))
+        .await;
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(
+        answer["result"]["_meta"]["io.github.mcp-confirm/outcome"], "revoked",
+        "{answer}"
+    );
+    assert_eq!(server.notes("note-7").await, 1);
+    // Deleted and re-created with the same id and words: a new row, a new version.
+    let state = server.challenge().await;
+    exec(format!(
+        "DELETE FROM {table} WHERE workspace = 'personal' AND id = 'note-14'; \
+         INSERT INTO {table} (workspace, id, title, body) \
+         VALUES ('personal', 'note-14', 'Groceries', 'Party: crisps, lemonade, 40 paper cups.')"
+    ))
+    .await;
+    let answer = server
+        .post(&call(json!(3), Some((&state, accept("note-14")))))
+        .await;
+    assert_eq!(
+        answer["result"]["_meta"]["io.github.mcp-confirm/outcome"], "revoked",
+        "{answer}"
+    );
+    assert_eq!(server.notes("note-14").await, 1);
+    // Unchanged: deleted as before.
+    let state = server.challenge().await;
+    let done = server
+        .post(&call(json!(4), Some((&state, accept("note-3")))))
+        .await;
+    assert_eq!(text(&done), "Deleted note-3 from personal.", "{done}");
+    assert_eq!(server.notes("note-3").await, 0);
+    server.cleanup().await;
+}

@@ -53,8 +53,21 @@ pub(crate) struct Options {
     pub(crate) audience: String,
     /// `None`: the in-memory store.
     pub(crate) replay_store: Option<Arc<dyn ReplayStore>>,
+    /// How fast one principal may be shown new forms.
+    pub(crate) challenge_rate: ChallengeRate,
     /// Serve without `ConfirmLayer` (only for measuring what the layer costs).
     pub(crate) without_confirmation: bool,
+}
+
+/// The per-principal challenge rate limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChallengeRate {
+    /// The layer's default (10 per second, bursts of 30).
+    Default,
+    /// `per_second` on average, bursts of `burst`.
+    Limit { per_second: u32, burst: u32 },
+    /// No limit (load tests).
+    Off,
 }
 
 /// The axum app serving the MCP endpoint at `/mcp`.
@@ -82,7 +95,29 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
     if let Some(replay_store) = options.replay_store {
         confirm = confirm.replay_store(replay_store);
     }
+    confirm = match options.challenge_rate {
+        ChallengeRate::Default => confirm,
+        ChallengeRate::Limit { per_second, burst } => {
+            confirm.challenge_rate_limit(per_second, burst)
+        }
+        ChallengeRate::Off => confirm.without_challenge_rate_limit(),
+    };
     Router::new().nest_service("/mcp", guard.layer(confirm.build()).service(rmcp))
+}
+
+/// Runs `f` on the notes store: on the blocking pool when the notes are files (so file I/O never
+/// stalls an async worker), in place when they are in memory.
+pub(crate) async fn with_notes<T: Send + 'static>(
+    store: &Arc<NotesStore>,
+    f: impl FnOnce(&NotesStore) -> Result<T, NotesError> + Send + 'static,
+) -> Result<T, NotesError> {
+    if !store.on_disk() {
+        return f(store);
+    }
+    let store = Arc::clone(store);
+    tokio::task::spawn_blocking(move || f(&store))
+        .await
+        .map_err(|e| NotesError::Storage(format!("the notes task failed: {e}")))?
 }
 
 /// Bearer-token authentication: the principal goes into the request extensions, where
@@ -105,15 +140,19 @@ async fn authenticate(mut request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-/// Confirmation for `notes_delete`: candidates are the notes titled `title` in the workspace; the
-/// chosen id goes into `note_id`; right before the delete the principal, the note and its place in
-/// the workspace are checked again against the live files.
+/// Confirmation for `notes_delete`: candidates are the notes titled `title` in the workspace, each
+/// with its version (a hash of the file); the chosen id goes into `note_id`; right before the
+/// delete the principal, the note, its place in the workspace and its version are checked again
+/// against the live files, and the handler deletes only if the version still matches.
 fn delete_policy(store: Arc<NotesStore>) -> ToolPolicy {
     let find = Arc::clone(&store);
     ToolPolicy::pick_one(move |lookup: Lookup| {
         let store = Arc::clone(&find);
         async move {
-            let title = lookup.arguments["title"].as_str().unwrap_or_default();
+            let title = lookup.arguments["title"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             let uri = lookup.arguments["workspaceUri"]
                 .as_str()
                 .unwrap_or_default();
@@ -124,17 +163,12 @@ fn delete_policy(store: Arc<NotesStore>) -> ToolPolicy {
             if !may_use(lookup.principal.subject(), &workspace) {
                 return Ok(Vec::new());
             }
-            let notes = store
-                .find_by_title(&workspace, title)
+            let notes = with_notes(&store, move |notes| notes.find_by_title(&workspace, &title))
+                .await
                 .map_err(PolicyError::new)?;
             Ok(notes
                 .into_iter()
-                .map(|n| {
-                    Candidate::labelled(
-                        n.id.clone(),
-                        format!("{} ({}): {}", n.title, n.id, n.excerpt),
-                    )
-                })
+                .map(|n| Candidate::labelled(n.id.clone(), n.label()).with_version(n.version))
                 .collect())
         }
     })
@@ -144,6 +178,8 @@ fn delete_policy(store: Arc<NotesStore>) -> ToolPolicy {
     .choice_title("Note to delete")
     .confirm_title("Yes, delete this note")
     .select_into("note_id")
+    // Room for the server's facts, a title and an excerpt (each capped in `Note::label`).
+    .max_label_chars(112)
     .no_candidates_text(
         "No note with that title in a workspace you can access; nothing was changed.",
     )
@@ -157,10 +193,21 @@ fn delete_policy(store: Arc<NotesStore>) -> ToolPolicy {
             if !may_use(check.principal.subject(), &workspace) {
                 return Err(Refusal::new("principal may no longer use this workspace"));
             }
-            let id = check.chosen.as_deref().unwrap_or_default();
-            let note = store
-                .load(&workspace, id)
-                .map_err(|e| Refusal::new(format!("live note check: {e}")))?;
+            let Some(seen) = check.seen_version else {
+                return Err(Refusal::new("no version was shown with the note"));
+            };
+            let id = check.chosen.unwrap_or_default();
+            let note = with_notes(&store, move |notes| notes.load(&workspace, &id))
+                .await
+                .map_err(|e| match e {
+                    NotesError::NotFound => {
+                        Refusal::new("the note is gone since the form was shown")
+                    }
+                    e => Refusal::new(format!("live note check: {e}")),
+                })?;
+            if note.version != seen {
+                return Err(Refusal::new("the note changed since the form was shown"));
+            }
             if Some(note.title.as_str()) != check.arguments["title"].as_str() {
                 return Err(Refusal::new(
                     "the note's title changed since the form was shown",
@@ -264,43 +311,61 @@ impl ServerHandler for NotesServer {
             Ok(ws) if may_use(principal.subject(), &ws) => ws,
             _ => return Ok(refuse("Unknown workspace, or not yours.")),
         };
+        let store = Arc::clone(&self.store);
         let result = match &*request.name {
-            "notes_list" => self.store.list(&workspace).map(|notes| {
-                let lines: Vec<String> = notes
-                    .iter()
-                    .map(|n| format!("{}: {}", n.id, n.title))
-                    .collect();
-                if lines.is_empty() {
-                    "No notes.".to_owned()
-                } else {
-                    lines.join("\n")
-                }
-            }),
-            "notes_create" => self
-                .store
-                .create(&workspace, &arg("title"), &arg("body"))
-                .map(|id| format!("Created {id}.")),
+            "notes_list" => with_notes(&store, move |notes| notes.list(&workspace))
+                .await
+                .map(|notes| {
+                    let lines: Vec<String> = notes
+                        .iter()
+                        .map(|n| format!("{}: {}", n.id, n.title))
+                        .collect();
+                    if lines.is_empty() {
+                        "No notes.".to_owned()
+                    } else {
+                        lines.join("\n")
+                    }
+                }),
+            "notes_create" => {
+                let (title, body) = (arg("title"), arg("body"));
+                let creator = principal.subject().to_owned();
+                with_notes(&store, move |notes| {
+                    notes.create(&workspace, &title, &body, Some(&creator))
+                })
+                .await
+                .map(|id| format!("Created {id}."))
+            }
             "notes_delete" => {
                 let note_id = arg("note_id");
-                // Refuse to act on anything the confirmation layer did not confirm, for this user.
+                // Refuse to act on anything the confirmation layer did not confirm, for this user,
+                // and on any note but the one the user saw: the delete is conditional on its version.
                 let confirmed = parts.and_then(|p| p.extensions.get::<Confirmed>());
-                match confirmed {
+                let version = match confirmed {
                     Some(c)
                         if c.covers("notes_delete", Some(&note_id))
-                            && c.principal == *principal => {}
+                            && c.principal == *principal =>
+                    {
+                        c.version.clone()
+                    }
                     _ => {
                         return Ok(refuse(
                             "Refused: notes_delete runs only after the user confirms.",
                         ));
                     }
-                }
-                let title = self.store.load(&workspace, &note_id).map(|n| n.title);
-                self.store.delete(&workspace, &note_id).map(|()| {
-                    format!(
+                };
+                let Some(version) = version else {
+                    return Ok(refuse(
+                        "Refused: the confirmation names no version of the note; nothing was changed.",
+                    ));
+                };
+                with_notes(&store, move |notes| {
+                    let note = notes.delete_if_version(&workspace, &note_id, &version)?;
+                    Ok(format!(
                         "Deleted {note_id} ({}) from {workspace}.",
-                        title.unwrap_or_default()
-                    )
+                        note.title
+                    ))
                 })
+                .await
             }
             other => {
                 return Err(rmcp::ErrorData::invalid_params(
@@ -312,6 +377,9 @@ impl ServerHandler for NotesServer {
         Ok(match result {
             Ok(done) => text(done),
             Err(NotesError::NotFound) => refuse("No such note; nothing was changed."),
+            Err(NotesError::Changed) => {
+                refuse("Refused: the note changed since it was confirmed; nothing was changed.")
+            }
             Err(e) => refuse(format!("Refused: {e}. Nothing was changed.")),
         })
     }

@@ -4,12 +4,21 @@
 //! ```text
 //! cargo run --example notes_server -- [--addr 127.0.0.1:3000] [--data-dir ./notes-data] [--key <hex>]
 //!     [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory]
-//!     [--load-titles N] [--without-confirmation]
+//!     [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS]
+//!     [--header-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--without-confirmation]
 //! ```
 //!
 //! On first run the data directory is created and seeded: workspace `personal` with three notes
 //! titled "Groceries" (note-3, note-7, note-14) and two others, workspace `team` with two notes.
 //! Tokens: `alice-token` (personal, team) and `bob-token` (team).
+//!
+//! `--principal-budget` caps the live replay-store entries of one principal (whichever store);
+//! `--challenge-rate` sets how fast one principal is shown new forms (`off` for load tests).
+//!
+//! The connection handling is hyper's with limits: request headers must arrive within
+//! `--header-timeout-ms` (default 10 s), a request body may not stall for longer than
+//! `--body-timeout-ms` (default 10 s; the request, and what was buffered of it, is dropped), and
+//! at most `--max-in-flight` requests (default 256) are handled at once, the rest wait.
 
 mod app;
 mod notes;
@@ -17,12 +26,21 @@ mod notes;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use mcp_confirm::KeyRing;
+use tower::ServiceBuilder;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
+
+use app::ChallengeRate;
 
 const USAGE: &str = "usage: notes_server [--addr HOST:PORT] [--data-dir DIR] [--key HEX] \
      [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory] \
-     [--load-titles N] [--without-confirmation]";
+     [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS] \
+     [--header-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--without-confirmation]";
 
 struct Flags {
     addr: SocketAddr,
@@ -34,6 +52,20 @@ struct Flags {
     memory_notes: bool,
     load_titles: u64,
     without_confirmation: bool,
+    principal_budget: Option<usize>,
+    challenge_rate: ChallengeRate,
+    limits: Limits,
+}
+
+/// What one connection and one request may take.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// Until the request line and headers have arrived.
+    header_timeout: Duration,
+    /// The longest pause in a request body.
+    body_timeout: Duration,
+    /// Requests handled at once, over all connections.
+    max_in_flight: usize,
 }
 
 fn flags() -> Result<Flags, String> {
@@ -46,6 +78,13 @@ fn flags() -> Result<Flags, String> {
         memory_notes: false,
         load_titles: 0,
         without_confirmation: false,
+        principal_budget: None,
+        challenge_rate: ChallengeRate::Default,
+        limits: Limits {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            max_in_flight: 256,
+        },
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -73,6 +112,24 @@ fn flags() -> Result<Flags, String> {
                     .parse()
                     .map_err(|e| format!("--load-titles: {e}"))?;
             }
+            "--principal-budget" => {
+                let budget: usize = value()?
+                    .parse()
+                    .map_err(|e| format!("--principal-budget: {e}"))?;
+                if budget == 0 {
+                    return Err("--principal-budget: must be at least 1".into());
+                }
+                flags.principal_budget = Some(budget);
+            }
+            "--challenge-rate" => flags.challenge_rate = challenge_rate(&value()?)?,
+            "--body-timeout-ms" => flags.limits.body_timeout = millis(&flag, &value()?)?,
+            "--header-timeout-ms" => flags.limits.header_timeout = millis(&flag, &value()?)?,
+            "--max-in-flight" => {
+                flags.limits.max_in_flight = value()?
+                    .parse::<usize>()
+                    .map_err(|e| format!("--max-in-flight: {e}"))?
+                    .max(1);
+            }
             "--without-confirmation" => flags.without_confirmation = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
@@ -82,6 +139,31 @@ fn flags() -> Result<Flags, String> {
         return Err(format!("--load-titles needs --notes memory\n{USAGE}"));
     }
     Ok(flags)
+}
+
+/// `PER_SECOND:BURST`, or `off`.
+fn challenge_rate(spec: &str) -> Result<ChallengeRate, String> {
+    if spec == "off" {
+        return Ok(ChallengeRate::Off);
+    }
+    let bad = || format!("--challenge-rate: expected PER_SECOND:BURST or off, got {spec:?}");
+    let (per_second, burst) = spec.split_once(':').ok_or_else(bad)?;
+    let per_second: u32 = per_second.parse().map_err(|_| bad())?;
+    let burst: u32 = burst.parse().map_err(|_| bad())?;
+    if per_second == 0 || burst == 0 {
+        return Err(bad());
+    }
+    Ok(ChallengeRate::Limit { per_second, burst })
+}
+
+/// A positive number of milliseconds.
+fn millis(flag: &str, value: &str) -> Result<Duration, String> {
+    match value.parse::<u64>() {
+        Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+        _ => Err(format!(
+            "{flag}: expected a positive number of milliseconds, got {value:?}"
+        )),
+    }
 }
 
 #[tokio::main]
@@ -119,11 +201,20 @@ async fn run() -> Result<(), String> {
     let url = format!("http://{}/mcp", flags.addr);
     // Instances behind one endpoint must share the audience, the key and the replay store.
     let audience = flags.audience.clone().unwrap_or_else(|| url.clone());
-    let replay_store = replay_store(&flags.replay_store).await?;
+    let replay_store = replay_store(&flags.replay_store, flags.principal_budget).await?;
+    let memory_replay_store = flags.replay_store.starts_with("memory");
+    if flags.key.is_some() && memory_replay_store && !flags.without_confirmation {
+        eprintln!(
+            "warning: the memory replay store cannot promise single use across restarts, so \
+             states issued before a restart are refused (\"ask again\"); use --replay-store \
+             redis://… or postgres://… for that."
+        );
+    }
     let options = app::Options {
         keys,
         audience,
         replay_store,
+        challenge_rate: flags.challenge_rate,
         without_confirmation: flags.without_confirmation,
     };
     let router = app::app(Arc::clone(&store), options);
@@ -132,7 +223,13 @@ async fn run() -> Result<(), String> {
         .map_err(|e| format!("bind {}: {e}", flags.addr))?;
     let personal = store.workspace_uri("personal");
     println!("notes MCP server (2026-07-28) on {url}");
-    println!("  replay store: {}", flags.replay_store);
+    match flags.principal_budget {
+        Some(budget) => println!(
+            "  replay store: {} (at most {budget} live entries per principal)",
+            flags.replay_store
+        ),
+        None => println!("  replay store: {}", flags.replay_store),
+    }
     if flags.memory_notes {
         println!(
             "  data: in memory ({} load titles), URIs under {}",
@@ -152,34 +249,86 @@ async fn run() -> Result<(), String> {
         store.root_path().display()
     );
     println!("  (workspace personal is {personal})");
-    axum::serve(listener, router)
-        .await
-        .map_err(|e| e.to_string())
+    serve(listener, router, flags.limits).await;
+    Ok(())
+}
+
+/// Serves `router` on every connection `listener` accepts, over HTTP/1.1, within `limits`.
+///
+/// Stopping is as with `axum::serve` before: no signal handler is installed, so SIGTERM and SIGINT
+/// end the process at once (and a wrapper such as valgrind sees them).
+async fn serve(listener: tokio::net::TcpListener, router: axum::Router, limits: Limits) {
+    let service = ServiceBuilder::new()
+        .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight))
+        // A stalled body fails the read after the timeout: the layer (or rmcp) answers and the
+        // request, with whatever it buffered, is dropped.
+        .layer(RequestBodyTimeoutLayer::new(limits.body_timeout))
+        .service(router);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: wait a little instead of spinning.
+                eprintln!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = http.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(service.clone()),
+        );
+        tokio::spawn(async move {
+            // A connection's errors (a client gone, a timeout) concern that connection only.
+            let _ = connection.await;
+        });
+    }
 }
 
 /// The replay store named on the command line. A shared store that is down at start-up does not
 /// stop the server: confirmations are refused (fail closed) until it answers.
-async fn replay_store(spec: &str) -> Result<Option<Arc<dyn mcp_confirm::ReplayStore>>, String> {
+///
+/// `budget` caps one principal's live entries in whichever store (each store's default otherwise).
+async fn replay_store(
+    spec: &str,
+    budget: Option<usize>,
+) -> Result<Option<Arc<dyn mcp_confirm::ReplayStore>>, String> {
+    use mcp_confirm::MemoryReplayStore;
     use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
     if spec == "memory" {
-        return Ok(None);
+        return Ok(budget.map(|budget| {
+            let store = MemoryReplayStore::new().principal_budget(budget);
+            Arc::new(store) as Arc<dyn mcp_confirm::ReplayStore>
+        }));
     }
     if let Some(capacity) = spec.strip_prefix("memory:") {
         // Live nonces held at once: confirmations per second × (TTL + skew) at the least.
         let capacity = capacity
             .parse()
             .map_err(|e| format!("--replay-store memory:<capacity>: {e}"))?;
-        return Ok(Some(Arc::new(
-            mcp_confirm::MemoryReplayStore::with_capacity(capacity),
-        )));
+        let mut store = MemoryReplayStore::with_capacity(capacity);
+        if let Some(budget) = budget {
+            store = store.principal_budget(budget);
+        }
+        return Ok(Some(Arc::new(store)));
     }
     if spec.starts_with("redis://") || spec.starts_with("rediss://") {
-        let store = RedisReplayStore::open(spec).map_err(|e| format!("--replay-store: {e}"))?;
+        let mut store = RedisReplayStore::open(spec).map_err(|e| format!("--replay-store: {e}"))?;
+        if let Some(budget) = budget {
+            store = store.principal_budget(budget);
+        }
         return Ok(Some(Arc::new(store)));
     }
     if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
-        let store =
+        let mut store =
             PostgresReplayStore::connect(spec).map_err(|e| format!("--replay-store: {e}"))?;
+        if let Some(budget) = budget {
+            store = store.principal_budget(budget);
+        }
         if let Err(e) = store.migrate().await {
             eprintln!(
                 "warning: cannot prepare the replay-store table yet ({e}); confirmations are refused until it can"

@@ -1,25 +1,115 @@
 //! Notes as files: `<data-dir>/<workspace>/<note-id>.md`, first line the title.
 //!
+//! A note made by `notes_create` has a second line naming its creator,
+//! `<!-- creator: alice -->` (an HTML comment, so the Markdown still reads as the note); files
+//! without that line (the seeded notes, notes written by hand) read as before, creator unknown.
+//!
 //! Every access goes through `mcp_confirm::scope`: the workspace URI is parsed and mapped to one
 //! folder directly below the data directory by path components, and files are read, created and
 //! removed only through a no-symlink directory handle opened on that folder.
 //!
+//! A note's **version** is a hash of its file's bytes: the confirmation form binds it, the
+//! revalidation hook compares it with the live file, and the delete removes the file only if it
+//! still has it (`ScopedDir::remove_file_if`). Ids are never reused: a new note gets a random
+//! 12-digit id, created with `create_new` (a taken id is retried, never overwritten).
+//!
 //! `NotesStore::in_memory` keeps the same notes in memory instead (nothing touches the disk), so a
 //! load test measures the server and its layers rather than the filesystem. Workspace URIs are
-//! mapped exactly as for files.
+//! mapped exactly as for files; ids come from a counter that only grows, versions from a
+//! generation counter.
+//!
+//! Every method blocks (file I/O); async callers run them on the blocking pool.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::SystemTime;
 
 use mcp_confirm::scope::{self, ScopeError, ScopedDir};
+use sha2::{Digest, Sha256};
 
 /// One note as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Note {
     pub(crate) id: String,
     pub(crate) title: String,
+    /// The start of the body (40 characters at most).
     pub(crate) excerpt: String,
+    /// Who made it, when known (notes made by `notes_create`).
+    pub(crate) creator: Option<String>,
+    /// When it last changed, when known.
+    pub(crate) modified: Option<SystemTime>,
+    /// Changes whenever the note does: a hash of the file's bytes (files), a generation (memory).
+    pub(crate) version: String,
+}
+
+/// The longest title shown in a label, in characters.
+const LABEL_TITLE_CHARS: usize = 32;
+/// The longest excerpt of the body shown in a label, in characters.
+const LABEL_EXCERPT_CHARS: usize = 24;
+
+impl Note {
+    /// How the note is shown in a confirmation form: the server's facts first (id, creator,
+    /// modification time in UTC), then the user-written title and a short excerpt, both capped.
+    pub(crate) fn label(&self) -> String {
+        let mut label = self.id.clone();
+        let mut facts = Vec::new();
+        if let Some(creator) = &self.creator {
+            facts.push(format!("by {creator}"));
+        }
+        if let Some(modified) = self.modified {
+            facts.push(utc_minute(modified));
+        }
+        if !facts.is_empty() {
+            let _ = write!(label, " ({})", facts.join(", "));
+        }
+        let _ = write!(label, " {}", capped(&self.title, LABEL_TITLE_CHARS));
+        if !self.excerpt.is_empty() {
+            let _ = write!(label, ": {}", capped(&self.excerpt, LABEL_EXCERPT_CHARS));
+        }
+        label
+    }
+}
+
+/// `text` cut to `max` characters, with an ellipsis when cut.
+fn capped(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    cut.truncate(cut.trim_end().len());
+    cut.push('…');
+    cut
+}
+
+/// `YYYY-MM-DD HH:MM UTC`.
+pub(crate) fn utc_minute(time: SystemTime) -> String {
+    let secs = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let (year, month, day) = civil_from_days(days);
+    let minute_of_day = secs % 86_400 / 60;
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        minute_of_day / 60,
+        minute_of_day % 60
+    )
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
+    let month = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 /// The notes under one data directory.
@@ -36,43 +126,77 @@ enum Backend {
     Memory(Mutex<BTreeMap<String, MemoryWorkspace>>),
 }
 
-/// One workspace in memory: notes by id number, and an index by title for the resolver.
+/// One note in memory.
+#[derive(Debug)]
+struct MemoryNote {
+    title: String,
+    body: String,
+    creator: Option<String>,
+    modified: SystemTime,
+    generation: u64,
+}
+
+/// One workspace in memory: notes by id number, an index by title for the resolver, and the
+/// counters ids and versions come from (they only grow).
 #[derive(Debug, Default)]
 struct MemoryWorkspace {
-    notes: BTreeMap<u64, (String, String)>,
+    notes: BTreeMap<u64, MemoryNote>,
     by_title: HashMap<String, BTreeSet<u64>>,
+    next_id: u64,
+    generation: u64,
 }
 
 impl MemoryWorkspace {
     fn note(&self, number: u64) -> Option<Note> {
-        let (title, body) = self.notes.get(&number)?;
+        let note = self.notes.get(&number)?;
         Some(Note {
             id: format!("note-{number}"),
-            title: title.clone(),
-            excerpt: body.chars().take(40).collect(),
+            title: note.title.clone(),
+            excerpt: note.body.chars().take(40).collect(),
+            creator: note.creator.clone(),
+            modified: Some(note.modified),
+            version: format!("g{}", note.generation),
         })
     }
 
-    fn insert(&mut self, number: u64, title: &str, body: &str) {
-        self.notes
-            .insert(number, (title.to_owned(), body.to_owned()));
+    fn insert(&mut self, number: u64, title: &str, body: &str, creator: Option<&str>) {
+        self.generation += 1;
+        self.next_id = self.next_id.max(number + 1);
+        let note = MemoryNote {
+            title: title.to_owned(),
+            body: body.to_owned(),
+            creator: creator.map(str::to_owned),
+            modified: SystemTime::now(),
+            generation: self.generation,
+        };
+        if let Some(old) = self.notes.insert(number, note) {
+            self.unindex(number, &old.title);
+        }
         self.by_title
             .entry(title.to_owned())
             .or_default()
             .insert(number);
     }
 
-    fn remove(&mut self, number: u64) -> bool {
-        let Some((title, _)) = self.notes.remove(&number) else {
-            return false;
-        };
-        if let Some(ids) = self.by_title.get_mut(&title) {
+    fn unindex(&mut self, number: u64, title: &str) {
+        if let Some(ids) = self.by_title.get_mut(title) {
             ids.remove(&number);
             if ids.is_empty() {
-                self.by_title.remove(&title);
+                self.by_title.remove(title);
             }
         }
-        true
+    }
+
+    /// Removes the note if its version is `version`.
+    fn remove_if(&mut self, number: u64, version: &str) -> Result<Note, NotesError> {
+        let note = self.note(number).ok_or(NotesError::NotFound)?;
+        if note.version != version {
+            return Err(NotesError::Changed);
+        }
+        if let Some(old) = self.notes.remove(&number) {
+            self.unindex(number, &old.title);
+        }
+        Ok(note)
     }
 }
 
@@ -85,11 +209,17 @@ pub(crate) enum NotesError {
     NoteId,
     #[error("note not found")]
     NotFound,
+    #[error("the note changed since it was shown")]
+    Changed,
     #[error("note is not a plain file inside the workspace: {0}")]
     Refused(#[source] ScopeError),
     #[error("storage error: {0}")]
     Storage(String),
 }
+
+/// How many random ids a create tries before giving up (a collision among 9 × 10¹¹ ids is rare;
+/// sixteen in a row means something else is wrong).
+const CREATE_ATTEMPTS: usize = 16;
 
 impl NotesStore {
     /// Opens (creating and seeding it if missing or empty) the data directory.
@@ -133,11 +263,17 @@ impl NotesStore {
                         3 * k + i + 1,
                         &format!("load-{k}"),
                         "A note for load tests.",
+                        None,
                     );
                 }
             }
         }
         Ok(store)
+    }
+
+    /// Whether the notes are files (so calls block on I/O), not in memory.
+    pub(crate) fn on_disk(&self) -> bool {
+        matches!(self.backend, Backend::Files(_))
     }
 
     /// The data directory, canonical.
@@ -195,6 +331,9 @@ impl NotesStore {
             let Some(id) = file.strip_suffix(".md") else {
                 continue;
             };
+            if id_number(id).is_none() {
+                continue;
+            }
             if let Ok(note) = read_note(&dir, id) {
                 notes.push(note);
             }
@@ -238,55 +377,81 @@ impl NotesStore {
         }
     }
 
-    /// Creates a note and returns its id.
+    /// Creates a note (recording `creator`, when given) and returns its id, one never used before.
     pub(crate) fn create(
         &self,
         workspace: &str,
         title: &str,
         body: &str,
+        creator: Option<&str>,
     ) -> Result<String, NotesError> {
         let title = title.lines().next().unwrap_or_default().trim();
         if title.is_empty() {
             return Err(NotesError::Storage("a note needs a title".into()));
         }
+        let creator = creator.map(clean_creator).filter(|c| !c.is_empty());
         let root = match &self.backend {
             Backend::Files(root) => root,
             Backend::Memory(workspaces) => {
                 return Self::in_workspace(workspaces, workspace, |ws| {
-                    let next = ws.notes.keys().next_back().copied().unwrap_or(0) + 1;
-                    ws.insert(next, title, body);
-                    Ok(format!("note-{next}"))
+                    let id = ws.next_id.max(1);
+                    ws.insert(id, title, body, creator.as_deref());
+                    Ok(format!("note-{id}"))
                 });
             }
         };
         let dir = self.workspace(root, workspace)?;
-        let next = self
-            .list(workspace)?
-            .iter()
-            .filter_map(|n| id_number(&n.id))
-            .max()
-            .unwrap_or(0)
-            + 1;
-        let id = format!("note-{next}");
-        dir.create_new(&format!("{id}.md"), format!("{title}\n{body}").as_bytes())
-            .map_err(|e| NotesError::Storage(e.to_string()))?;
-        Ok(id)
+        let contents = match &creator {
+            Some(creator) => format!("{title}\n{CREATOR_PREFIX}{creator}{CREATOR_SUFFIX}\n{body}"),
+            None => format!("{title}\n{body}"),
+        };
+        for _ in 0..CREATE_ATTEMPTS {
+            let id = random_id()?;
+            match dir.create_new(&format!("{id}.md"), contents.as_bytes()) {
+                Ok(()) => return Ok(id),
+                Err(ScopeError::Io(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(NotesError::Storage(e.to_string())),
+            }
+        }
+        Err(NotesError::Storage(
+            "no free note id after several tries".into(),
+        ))
     }
 
-    /// Deletes exactly one note, through the workspace handle, never through a symlink.
-    pub(crate) fn delete(&self, workspace: &str, id: &str) -> Result<(), NotesError> {
+    /// Deletes exactly one note, and only if its version is still `version` (the one the user
+    /// confirmed): compared and removed through the workspace handle, never through a symlink
+    /// (see `ScopedDir::remove_file_if` for the window that remains). Returns the deleted note.
+    pub(crate) fn delete_if_version(
+        &self,
+        workspace: &str,
+        id: &str,
+        version: &str,
+    ) -> Result<Note, NotesError> {
         let number = id_number(id).ok_or(NotesError::NoteId)?;
-        match &self.backend {
-            Backend::Files(root) => self
-                .workspace(root, workspace)?
-                .remove_file(&format!("{id}.md"))
-                .map_err(|e| match e {
-                    ScopeError::NotFound => NotesError::NotFound,
-                    other => NotesError::Refused(other),
-                }),
-            Backend::Memory(workspaces) => Self::in_workspace(workspaces, workspace, |ws| {
-                ws.remove(number).then_some(()).ok_or(NotesError::NotFound)
-            }),
+        let root = match &self.backend {
+            Backend::Files(root) => root,
+            Backend::Memory(workspaces) => {
+                return Self::in_workspace(workspaces, workspace, |ws| {
+                    ws.remove_if(number, version)
+                });
+            }
+        };
+        let dir = self.workspace(root, workspace)?;
+        let mut seen = None;
+        let removed = dir
+            .remove_file_if(&format!("{id}.md"), |bytes| {
+                let note = parse_note(id, bytes, None);
+                let same = note.version == version;
+                seen = Some(note);
+                same
+            })
+            .map_err(|e| match e {
+                ScopeError::NotFound => NotesError::NotFound,
+                other => NotesError::Refused(other),
+            })?;
+        match (removed, seen) {
+            (true, Some(note)) => Ok(note),
+            _ => Err(NotesError::Changed),
         }
     }
 
@@ -345,7 +510,7 @@ impl NotesStore {
                     let ws = workspaces.entry(workspace.to_owned()).or_default();
                     for (id, title, body) in notes {
                         let number = id_number(id).ok_or(NotesError::NoteId)?;
-                        ws.insert(number, title, body);
+                        ws.insert(number, title, body, None);
                     }
                 }
             }
@@ -357,22 +522,73 @@ impl NotesStore {
 /// `(id, title, body)` of a seeded note.
 type SeedNote = (&'static str, &'static str, &'static str);
 
+/// The creator line of a note made by `notes_create`: `<!-- creator: alice -->`.
+const CREATOR_PREFIX: &str = "<!-- creator: ";
+const CREATOR_SUFFIX: &str = " -->";
+
+/// A creator name as stored: letters, digits and `-_.@` only, at most 64 characters, so it can
+/// neither end the comment nor start another line.
+fn clean_creator(name: &str) -> String {
+    name.chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | '@'))
+        .take(64)
+        .collect()
+}
+
+/// The version of a note file: the first 16 bytes of the SHA-256 of its bytes, in hex.
+pub(crate) fn version_of(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    digest[..16]
+        .iter()
+        .fold(String::with_capacity(32), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// A new note id: `note-` and 12 random digits, the first not zero.
+fn random_id() -> Result<String, NotesError> {
+    const LOW: u64 = 100_000_000_000;
+    const SPAN: u64 = 900_000_000_000;
+    let random = getrandom::u64().map_err(|e| NotesError::Storage(e.to_string()))?;
+    Ok(format!("note-{}", LOW + random % SPAN))
+}
+
 fn read_note(dir: &ScopedDir, id: &str) -> Result<Note, NotesError> {
-    let text = dir
-        .read_to_string(&format!("{id}.md"))
+    let (bytes, modified) = dir
+        .read_with_modified(&format!("{id}.md"))
         .map_err(|e| match e {
             ScopeError::NotFound => NotesError::NotFound,
             other => NotesError::Refused(other),
         })?;
-    let mut lines = text.lines();
+    Ok(parse_note(id, &bytes, modified))
+}
+
+/// A note from its file's bytes: the first line is the title; an optional creator line follows;
+/// the rest is the body. Bytes that are not UTF-8 are shown replaced (the version still hashes
+/// the bytes as they are).
+fn parse_note(id: &str, bytes: &[u8], modified: Option<SystemTime>) -> Note {
+    let text = String::from_utf8_lossy(bytes);
+    let mut lines = text.lines().peekable();
     let title = lines.next().unwrap_or_default().trim().to_owned();
+    let creator = lines
+        .peek()
+        .and_then(|l| l.strip_prefix(CREATOR_PREFIX))
+        .and_then(|l| l.strip_suffix(CREATOR_SUFFIX))
+        .map(clean_creator);
+    if creator.is_some() {
+        lines.next();
+    }
     let body: String = lines.collect::<Vec<_>>().join(" ");
     let excerpt: String = body.chars().take(40).collect();
-    Ok(Note {
+    Note {
         id: id.to_owned(),
         title,
         excerpt,
-    })
+        creator,
+        modified,
+        version: version_of(bytes),
+    }
 }
 
 fn poisoned() -> NotesError {
@@ -391,4 +607,17 @@ fn id_number(id: &str) -> Option<u64> {
         return None;
     }
     digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_utc() {
+        let at = |secs| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+        assert_eq!(utc_minute(at(0)), "1970-01-01 00:00 UTC");
+        assert_eq!(utc_minute(at(951_782_400)), "2000-02-29 00:00 UTC");
+        assert_eq!(utc_minute(at(1_777_777_777)), "2026-05-03 03:09 UTC");
+    }
 }

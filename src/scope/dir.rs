@@ -2,10 +2,13 @@
 
 use std::io::{self, Read, Write};
 use std::path::Path;
+use std::time::SystemTime;
 
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, OpenOptions};
+#[cfg(unix)]
+use cap_std::fs::MetadataExt;
+use cap_std::fs::{Dir, File, Metadata, OpenOptions};
 
 use super::{ScopeError, plain_name};
 
@@ -67,20 +70,30 @@ impl ScopedDir {
     /// [`ScopeError::NotAName`], [`ScopeError::NotFound`], [`ScopeError::Symlink`],
     /// [`ScopeError::WrongType`], or [`ScopeError::Io`] (also for non-UTF-8 content).
     pub fn read_to_string(&self, name: &str) -> Result<String, ScopeError> {
-        let name = plain_name(name)?;
-        self.expect_kind(name, Kind::File)?;
-        let mut options = OpenOptions::new();
-        options.read(true).follow(FollowSymlinks::No);
-        let mut file = self
-            .dir
-            .open_with(name, &options)
-            .map_err(|e| classify(&e, self, name))?;
-        if !file.metadata().map_err(ScopeError::Io)?.is_file() {
-            return Err(ScopeError::WrongType);
-        }
+        let (mut file, _) = self.open_regular(name)?;
         let mut text = String::new();
         file.read_to_string(&mut text).map_err(ScopeError::Io)?;
         Ok(text)
+    }
+
+    /// Reads the regular file `name`, refusing a symlink, and returns its bytes with its
+    /// modification time (`None` where the platform has none), both from the one opened file.
+    ///
+    /// # Errors
+    /// [`ScopeError::NotAName`], [`ScopeError::NotFound`], [`ScopeError::Symlink`],
+    /// [`ScopeError::WrongType`], or [`ScopeError::Io`].
+    pub fn read_with_modified(
+        &self,
+        name: &str,
+    ) -> Result<(Vec<u8>, Option<SystemTime>), ScopeError> {
+        let (mut file, meta) = self.open_regular(name)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(ScopeError::Io)?;
+        let modified = meta
+            .modified()
+            .ok()
+            .map(cap_std::time::SystemTime::into_std);
+        Ok((bytes, modified))
     }
 
     /// Creates the file `name` with `contents`; fails if anything (even a dangling symlink) exists
@@ -116,6 +129,51 @@ impl ScopedDir {
             .map_err(|e| classify(&e, self, name))
     }
 
+    /// Removes the regular file `name` only if `condition` holds for its contents: a conditional
+    /// delete (compare a content hash or a version, then remove) done through this one handle.
+    ///
+    /// The file is opened without following a symlink and read once; `condition` sees exactly
+    /// those bytes. Right before the `unlinkat`, the name is looked up again (without following
+    /// it) and must still be the same file (device and inode) with the same size, modification and
+    /// status-change times as when it was opened; otherwise nothing is removed. Returns whether
+    /// the file was removed.
+    ///
+    /// What stays racy (POSIX has no "unlink if this inode" call): a rename over `name`, or a write
+    /// into the file, that lands after that last lookup and before the `unlinkat` itself, a window
+    /// of two adjacent system calls; and a write that keeps the size and lands within the
+    /// filesystem's timestamp granularity of the open, which the times cannot show. Anything
+    /// earlier is caught by the condition or by the lookup.
+    ///
+    /// # Errors
+    /// [`ScopeError::NotAName`], [`ScopeError::NotFound`] (also when the name disappears before
+    /// the removal), [`ScopeError::Symlink`], [`ScopeError::WrongType`], or [`ScopeError::Io`].
+    pub fn remove_file_if(
+        &self,
+        name: &str,
+        condition: impl FnOnce(&[u8]) -> bool,
+    ) -> Result<bool, ScopeError> {
+        let (mut file, opened) = self.open_regular(name)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(ScopeError::Io)?;
+        if !condition(&bytes) {
+            return Ok(false);
+        }
+        let named = self
+            .dir
+            .symlink_metadata(name)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => ScopeError::NotFound,
+                _ => ScopeError::Io(e),
+            })?;
+        if !named.file_type().is_file() || !same_unchanged_file(&opened, &named) {
+            return Ok(false);
+        }
+        self.dir
+            .remove_file_or_symlink(name)
+            .map_err(|e| classify(&e, self, name))?;
+        Ok(true)
+    }
+
     /// The names of the regular files directly inside, sorted; symlinks and other entries are
     /// skipped.
     ///
@@ -137,6 +195,24 @@ impl ScopedDir {
     /// Whether a regular file `name` exists here (not a symlink).
     pub fn has_file(&self, name: &str) -> bool {
         plain_name(name).is_ok() && self.expect_kind(name, Kind::File).is_ok()
+    }
+
+    /// Opens the regular file `name` for reading without following a symlink; with the metadata
+    /// of the opened file.
+    fn open_regular(&self, name: &str) -> Result<(File, Metadata), ScopeError> {
+        let name = plain_name(name)?;
+        self.expect_kind(name, Kind::File)?;
+        let mut options = OpenOptions::new();
+        options.read(true).follow(FollowSymlinks::No);
+        let file = self
+            .dir
+            .open_with(name, &options)
+            .map_err(|e| classify(&e, self, name))?;
+        let meta = file.metadata().map_err(ScopeError::Io)?;
+        if !meta.is_file() {
+            return Err(ScopeError::WrongType);
+        }
+        Ok((file, meta))
     }
 
     fn expect_kind(&self, name: &str, kind: Kind) -> Result<(), ScopeError> {
@@ -167,6 +243,23 @@ impl ScopedDir {
 enum Kind {
     File,
     Dir,
+}
+
+/// Whether `now` is the file `then` described (device and inode), not written to since (size,
+/// modification and status-change times).
+#[cfg(unix)]
+fn same_unchanged_file(then: &Metadata, now: &Metadata) -> bool {
+    then.dev() == now.dev()
+        && then.ino() == now.ino()
+        && then.size() == now.size()
+        && (then.mtime(), then.mtime_nsec()) == (now.mtime(), now.mtime_nsec())
+        && (then.ctime(), then.ctime_nsec()) == (now.ctime(), now.ctime_nsec())
+}
+
+/// Without inode numbers: the same size and modification time.
+#[cfg(not(unix))]
+fn same_unchanged_file(then: &Metadata, now: &Metadata) -> bool {
+    then.len() == now.len() && then.modified().ok() == now.modified().ok()
 }
 
 /// Maps an open/remove failure to why, re-reading the entry without following it.
@@ -290,5 +383,81 @@ mod tests {
         );
         // And opening it fresh now refuses the symlink.
         assert!(matches!(root.subdir("personal"), Err(ScopeError::Symlink)));
+    }
+    #[test]
+    fn remove_file_if_removes_only_what_the_condition_saw() {
+        let (_t, root) = temp();
+        let ws = root.create_subdir("personal").unwrap();
+        ws.create_new("note-1.md", b"Groceries\nmilk").unwrap();
+        let (bytes, modified) = ws.read_with_modified("note-1.md").unwrap();
+        assert_eq!(bytes, b"Groceries\nmilk");
+        assert!(modified.is_some());
+        // The condition refuses: nothing is removed.
+        assert!(!ws.remove_file_if("note-1.md", |b| b == b"other").unwrap());
+        assert!(ws.has_file("note-1.md"));
+        // The condition holds: removed.
+        assert!(
+            ws.remove_file_if("note-1.md", |b| b == b"Groceries\nmilk")
+                .unwrap()
+        );
+        assert!(!ws.has_file("note-1.md"));
+        assert!(matches!(
+            ws.remove_file_if("note-1.md", |_| true),
+            Err(ScopeError::NotFound)
+        ));
+        assert!(matches!(
+            ws.remove_file_if("../note-1.md", |_| true),
+            Err(ScopeError::NotAName)
+        ));
+    }
+
+    #[test]
+    fn remove_file_if_keeps_a_file_renamed_over_or_written_after_the_read() {
+        let (t, root) = temp();
+        let ws = root.create_subdir("personal").unwrap();
+        let path = t.path().join("personal/note-1.md");
+        // Renamed over between the read and the removal: another inode now holds the name.
+        ws.create_new("note-1.md", b"old").unwrap();
+        let removed = ws
+            .remove_file_if("note-1.md", |b| {
+                std::fs::write(t.path().join("personal/tmp"), "new").unwrap();
+                std::fs::rename(t.path().join("personal/tmp"), &path).unwrap();
+                b == b"old"
+            })
+            .unwrap();
+        assert!(!removed);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        // Written in place between the read and the removal.
+        let removed = ws
+            .remove_file_if("note-1.md", |b| {
+                let mut f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&path)
+                    .unwrap();
+                f.write_all(b", and more").unwrap();
+                b == b"new"
+            })
+            .unwrap();
+        assert!(!removed);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new, and more");
+        // Removed between the read and the removal.
+        assert!(matches!(
+            ws.remove_file_if("note-1.md", |_| {
+                std::fs::remove_file(&path).unwrap();
+                true
+            }),
+            Err(ScopeError::NotFound)
+        ));
+        // A symlink in its place is refused, its target untouched.
+        std::fs::write(t.path().join("outside.md"), "secret").unwrap();
+        symlink(t.path().join("outside.md"), &path).unwrap();
+        assert!(matches!(
+            ws.remove_file_if("note-1.md", |_| true),
+            Err(ScopeError::Symlink)
+        ));
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("outside.md")).unwrap(),
+            "secret"
+        );
     }
 }

@@ -91,7 +91,8 @@ impl MemoryReplayStore {
     /// A store holding up to `capacity` live entries (at least one), at most 1 % of them (at least
     /// one) per principal.
     ///
-    /// Size it above `confirmations issued per second × (TTL + skew)`; past that, claims are refused.
+    /// Size it above `confirmations issued per second × (TTL + 2 × skew)`; past that, claims are
+    /// refused.
     pub fn with_capacity(capacity: usize) -> Self {
         Self::with_clock(capacity, SystemClock)
     }

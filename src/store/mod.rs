@@ -6,7 +6,7 @@
 //!
 //! A nonce moves one way only: Fresh (absent) → InFlight (claimed by one owner) → Consumed. It never
 //! returns to Fresh while the state it belongs to could still verify; entries are forgotten only
-//! after the state's expiry plus clock skew, when the token itself is refused.
+//! after the state's expiry plus twice the clock skew, when every instance refuses the token.
 //!
 //! Two more promises keep one store honest under abuse and restarts:
 //! - **Per-principal budgets.** Every entry is charged to the (keyed digest of the) principal whose
@@ -194,7 +194,8 @@ pub struct ClaimRequest {
     pub owner: Owner,
     /// Whom the entry is charged to.
     pub principal: PrincipalKey,
-    /// When the state stops verifying (its expiry plus clock skew): the entry is kept until then.
+    /// When every instance refuses the state (its expiry plus twice the clock skew): the entry is
+    /// kept until then.
     pub expires_at: SystemTime,
 }
 

@@ -242,21 +242,36 @@ impl ReplayStore for PostgresReplayStore {
                (SELECT oldest FROM spent)",
             t = self.table
         );
+        let held_sql = format!(
+            "SELECT state FROM {} WHERE nonce = $1 AND expires_at > $2",
+            self.table
+        );
         let claim = *claim;
         Box::pin(self.bounded(async move {
             let mut client = self.pool.get().await.map_err(backend)?;
-            let transaction = client.transaction().await.map_err(backend)?;
-            let (class, key) = lock_key(&self.table, &claim.principal);
-            let lock = transaction
+            let now = SystemTime::now();
+            // Replays of a held nonce are answered without the lock (and without a transaction):
+            // a held row never becomes fresh again while it is live.
+            let held = client.prepare_cached(&held_sql).await.map_err(backend)?;
+            let row = client
+                .query_opt(&held, &[&claim.nonce.as_bytes().as_slice(), &now])
+                .await
+                .map_err(backend)?;
+            if let Some(row) = row {
+                let state: String = row.get(0);
+                return Ok(if state == "consumed" {
+                    Claim::Consumed
+                } else {
+                    Claim::InFlight
+                });
+            }
+            let lock = client
                 .prepare_cached("SELECT pg_advisory_xact_lock($1, $2)")
                 .await
                 .map_err(backend)?;
-            transaction
-                .execute(&lock, &[&class, &key])
-                .await
-                .map_err(backend)?;
-            let statement = transaction.prepare_cached(&sql).await.map_err(backend)?;
-            let now = SystemTime::now();
+            let statement = client.prepare_cached(&sql).await.map_err(backend)?;
+            let transaction = client.transaction().await.map_err(backend)?;
+            let (class, key) = lock_key(&self.table, &claim.principal);
             let budget = i64::try_from(self.budget).unwrap_or(i64::MAX);
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
                 &claim.nonce.as_bytes().as_slice(),
@@ -266,10 +281,15 @@ impl ReplayStore for PostgresReplayStore {
                 &claim.principal.as_bytes().as_slice(),
                 &budget,
             ];
-            let row = transaction
-                .query_one(&statement, &params)
-                .await
-                .map_err(backend)?;
+            // Pipelined in one round trip; the server runs them in order, so the claim's snapshot
+            // is taken after the lock is held and sees every earlier claim of this principal.
+            let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&class, &key];
+            let (locked, row) = tokio::join!(
+                transaction.execute(&lock, &lock_params),
+                transaction.query_one(&statement, &params),
+            );
+            locked.map_err(backend)?;
+            let row = row.map_err(backend)?;
             transaction.commit().await.map_err(backend)?;
             let answer: String = row.get(0);
             Ok(match answer.as_str() {
