@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo build --release --examples
-//! cargo run --release --example loadgen -- [--flow all|list|confirm|confirm-redis|challenges]
+//! cargo run --release --example loadgen -- [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|challenges]
 //!     [--clients 8] [--duration 10] [--runs 3] [--requests N] [--redis redis://127.0.0.1:6379]
 //!     [--warmup-ms 300] [--server-threads N] [--wrap 'taskset -c 1']
 //! ```
@@ -24,6 +24,10 @@
 //! - `confirm`: the full two-round confirmation: first call (a form with three candidates), then
 //!   the accepting retry, which deletes one note. One operation is both rounds; every operation
 //!   uses its own title, so every form offers three notes.
+//! - `confirm-files`: the same against the default, file-backed notes (a fresh data directory per
+//!   run, seeded with the titles the run needs, three files each); the layer is the same.
+//! - `files-vs-memory`: `confirm` and `confirm-files` alternating for `--runs` runs each, then
+//!   the file-backed rate as a share of the in-memory one (medians, and run by run).
 //! - `confirm-redis`: the same with the Redis replay store.
 //! - `challenges`: first calls only, never answered: the server's memory (RSS) at the start and
 //!   at the end shows that a challenge keeps no server state.
@@ -41,12 +45,14 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-redis|challenges] \
+const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|challenges] \
     [--clients N] [--duration SECS] [--runs N] [--requests N] [--redis URL] [--warmup-ms MS] \
     [--server-threads N] [--wrap 'COMMAND ARGS']";
 const KEY: &str = "6d63702d636f6e6669726d2d6c6f616467656e2d6b65792d3031323334353637";
 /// Titles seeded per second of a confirm run: far above what two cores can confirm.
 const TITLES_PER_SECOND: u64 = 25_000;
+/// The same for file-backed notes (each title is three files to write before the run).
+const FILE_TITLES_PER_SECOND: u64 = 10_000;
 
 struct Flags {
     flow: String,
@@ -133,9 +139,11 @@ fn run() -> Result<(), String> {
     );
     print_header();
     let flows: &[&str] = match flags.flow.as_str() {
-        "all" => &["list", "confirm", "confirm-redis"],
+        "all" => &["list", "confirm", "confirm-files", "confirm-redis"],
         "list" => &["list"],
         "confirm" => &["confirm"],
+        "confirm-files" => &["confirm-files"],
+        "files-vs-memory" => &["files-vs-memory"],
         "confirm-redis" => &["confirm-redis"],
         "challenges" => &["challenges"],
         other => return Err(format!("unknown flow {other:?}\n{USAGE}")),
@@ -174,11 +182,43 @@ fn run() -> Result<(), String> {
                     (cpu_l / cpu_b - 1.0) * 100.0,
                 );
             }
-            "confirm" | "challenges" => {
-                let flow = if *flow == "confirm" {
-                    Flow::Confirm
-                } else {
-                    Flow::Challenges
+            "files-vs-memory" => {
+                let mut memory = Vec::new();
+                let mut files = Vec::new();
+                for _ in 0..flags.runs {
+                    memory.push(rt.block_on(measure(&flags, &server_bin, Flow::Confirm, true))?);
+                    files.push(rt.block_on(measure(
+                        &flags,
+                        &server_bin,
+                        Flow::ConfirmFiles,
+                        true,
+                    ))?);
+                }
+                errors += memory.iter().chain(&files).map(|r| r.errors).sum::<u64>();
+                let (m, f) = (median(&memory, Report::rate), median(&files, Report::rate));
+                let mut paired: Vec<f64> = memory
+                    .iter()
+                    .zip(&files)
+                    .map(|(m, f)| f.rate() / m.rate() * 100.0)
+                    .collect();
+                paired.sort_by(f64::total_cmp);
+                let cpu = |r: &Report| r.per_op_us(r.server_cpu);
+                println!(
+                    "two-round confirmation, file-backed notes: {f:.0} flows/s against {m:.0} with \
+                     notes in memory ({:.0}% of it, medians); run by run {:.0}% to {:.0}%; server \
+                     CPU {:.0} against {:.0} µs/flow (medians)",
+                    f / m * 100.0,
+                    paired[0],
+                    paired[paired.len() - 1],
+                    median(&files, cpu),
+                    median(&memory, cpu),
+                );
+            }
+            "confirm" | "confirm-files" | "challenges" => {
+                let flow = match *flow {
+                    "confirm" => Flow::Confirm,
+                    "confirm-files" => Flow::ConfirmFiles,
+                    _ => Flow::Challenges,
                 };
                 for _ in 0..flags.runs {
                     errors += rt
@@ -209,6 +249,7 @@ fn run() -> Result<(), String> {
 enum Flow {
     List,
     Confirm,
+    ConfirmFiles,
     ConfirmRedis,
     Challenges,
 }
@@ -219,6 +260,7 @@ impl Flow {
             (Flow::List, false) => "list (no layer)",
             (Flow::List, true) => "list (layer)",
             (Flow::Confirm, _) => "confirm (memory)",
+            (Flow::ConfirmFiles, _) => "confirm (files)",
             (Flow::ConfirmRedis, _) => "confirm (redis)",
             (Flow::Challenges, _) => "challenges only",
         }
@@ -307,6 +349,14 @@ async fn measure(
             Some(n) => n + 1,
             None => TITLES_PER_SECOND * flags.duration.as_secs(),
         },
+        // The warm-up confirms too: room for it.
+        Flow::ConfirmFiles => match flags.requests {
+            Some(n) => n + 1 + FILE_TITLES_PER_SECOND * flags.warmup.as_millis() as u64 / 1_000,
+            None => {
+                FILE_TITLES_PER_SECOND * (flags.duration.as_secs() + 1)
+                    + FILE_TITLES_PER_SECOND * flags.warmup.as_millis() as u64 / 1_000
+            }
+        },
         Flow::Challenges => 1,
         Flow::List => 0,
     };
@@ -390,7 +440,9 @@ async fn drive(
                 let began = Instant::now();
                 let ok = match flow {
                     Flow::List => list(&mut conn, &setup, &mut id).await,
-                    Flow::Confirm | Flow::ConfirmRedis => confirm(&mut conn, &setup, &mut id).await,
+                    Flow::Confirm | Flow::ConfirmFiles | Flow::ConfirmRedis => {
+                        confirm(&mut conn, &setup, &mut id).await
+                    }
                     Flow::Challenges => challenge_only(&mut conn, &setup, &mut id).await,
                 };
                 match ok {
@@ -562,7 +614,12 @@ struct Server {
     addr: SocketAddr,
     data_dir: String,
     clock_ticks: u64,
+    /// Remove `data_dir` when the server is gone.
+    owns_data_dir: bool,
 }
+
+/// Numbers the runs, for their data directories.
+static RUN: AtomicU64 = AtomicU64::new(0);
 
 impl Server {
     async fn start(
@@ -575,7 +632,20 @@ impl Server {
         let addr = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?;
-        let data_dir = "/srv/loadgen-notes".to_owned();
+        // File-backed notes get a fresh directory per run (removed when the server stops).
+        let files = flow == Flow::ConfirmFiles;
+        let data_dir = if files {
+            std::env::temp_dir()
+                .join(format!(
+                    "loadgen-notes-{}-{}",
+                    std::process::id(),
+                    RUN.fetch_add(1, Ordering::Relaxed)
+                ))
+                .display()
+                .to_string()
+        } else {
+            "/srv/loadgen-notes".to_owned()
+        };
         let mut command = match flags.wrap.split_first() {
             Some((program, args)) => {
                 let mut command = Command::new(program);
@@ -586,7 +656,12 @@ impl Server {
         };
         command
             .args(["--addr", &addr.to_string(), "--data-dir", &data_dir])
-            .args(["--key", KEY, "--notes", "memory"])
+            .args([
+                "--key",
+                KEY,
+                "--notes",
+                if files { "files" } else { "memory" },
+            ])
             .args(["--load-titles", &titles.to_string()])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -607,7 +682,7 @@ impl Server {
                 command.args(["--replay-store", &flags.redis]);
                 command.args(["--principal-budget", &room]);
             }
-            Flow::Confirm => {
+            Flow::Confirm | Flow::ConfirmFiles => {
                 command.args(["--replay-store", &format!("memory:{room}")]);
                 command.args(["--principal-budget", &room]);
             }
@@ -624,11 +699,13 @@ impl Server {
             addr,
             data_dir,
             clock_ticks: clock_ticks(),
+            owns_data_dir: files,
         };
-        let deadline = Instant::now() + Duration::from_secs(120);
+        // Seeding hundreds of thousands of files takes a while.
+        let deadline = Instant::now() + Duration::from_secs(600);
         while tokio::net::TcpStream::connect(addr).await.is_err() {
             if Instant::now() > deadline {
-                return Err("the notes server did not start within 120 s".into());
+                return Err("the notes server did not start within 600 s".into());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -659,14 +736,21 @@ impl Drop for Server {
             .args(["-TERM", &self.child.id().to_string()])
             .status();
         let deadline = Instant::now() + Duration::from_secs(30);
+        let mut exited = false;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+                exited = true;
+                break;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if !exited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if self.owns_data_dir {
+            let _ = std::fs::remove_dir_all(&self.data_dir);
+        }
     }
 }
 

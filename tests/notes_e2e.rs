@@ -781,3 +781,40 @@ async fn the_delete_itself_is_conditional_on_the_confirmed_version() {
         Err(notes::NotesError::Changed)
     ));
 }
+
+/// The file store finds notes by title through an index; changes made outside the server (an
+/// editor, another server on the same directory) must show in the next form all the same.
+#[tokio::test]
+async fn forms_follow_changes_made_outside_the_server() {
+    let server = Server::start().await;
+    let alice = form_client(&server, "alice-token").await;
+    let (_, ids) = challenge(&alice, &server, "Groceries").await;
+    assert_eq!(ids, ["note-3", "note-7", "note-14"]);
+    // Outside the server: a new "Groceries" note, note-3 retitled, note-14 deleted.
+    std::fs::write(
+        server.note_path("personal", "note-40"),
+        "Groceries\nFlour, yeast.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        server.note_path("personal", "note-3"),
+        "Baking\nMilk, eggs, rye bread.\n",
+    )
+    .unwrap();
+    std::fs::remove_file(server.note_path("personal", "note-14")).unwrap();
+    let (_, ids) = challenge(&alice, &server, "Groceries").await;
+    assert_eq!(ids, ["note-7", "note-40"]);
+    let (_, ids) = challenge(&alice, &server, "Baking").await;
+    assert_eq!(ids, ["note-3"]);
+    // And the server's own changes are in the index at once.
+    let (state, _) = challenge(&alice, &server, "Groceries").await;
+    let done = round(
+        &alice,
+        answer(&state, &server, "Groceries", accept("note-40")),
+    )
+    .await
+    .unwrap();
+    assert!(text(&done).contains("Deleted note-40"), "{done}");
+    let (_, ids) = challenge(&alice, &server, "Groceries").await;
+    assert_eq!(ids, ["note-7"]);
+}

@@ -135,9 +135,6 @@ fn flags() -> Result<Flags, String> {
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
     }
-    if flags.load_titles > 0 && !flags.memory_notes {
-        return Err(format!("--load-titles needs --notes memory\n{USAGE}"));
-    }
     Ok(flags)
 }
 
@@ -195,7 +192,7 @@ async fn run() -> Result<(), String> {
     let store = if flags.memory_notes {
         notes::NotesStore::in_memory(&flags.data_dir, flags.load_titles)
     } else {
-        notes::NotesStore::open(&flags.data_dir)
+        notes::NotesStore::open_with_load(&flags.data_dir, flags.load_titles)
     };
     let store = Arc::new(store.map_err(|e| e.to_string())?);
     let url = format!("http://{}/mcp", flags.addr);

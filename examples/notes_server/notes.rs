@@ -18,12 +18,23 @@
 //! mapped exactly as for files; ids come from a counter that only grows, versions from a
 //! generation counter.
 //!
+//! **Finding notes by title** would mean reading every file of the workspace. Instead each workspace
+//! has a title index (id → title, title → ids), built by one full read and kept up to date by this
+//! process's own creates and deletes. Changes made by anyone else (another server on the same
+//! directory, an editor) show as a change of the directory's modification time that this process
+//! did not make, and the next lookup reads the workspace again. Every hit is read live before it is
+//! shown, so the index can hide a note for a while, but never show one that is not there or show an
+//! old version. It hides one when an outside change lands within the same clock tick as one of
+//! ours, or when a file is retitled by editing it in place (which leaves the directory's time
+//! alone): such a note appears under its new title after the next change to the directory, or
+//! after a lookup under its old title.
+//!
 //! Every method blocks (file I/O); async callers run them on the blocking pool.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use mcp_confirm::scope::{self, ScopeError, ScopedDir};
@@ -122,8 +133,54 @@ pub(crate) struct NotesStore {
 
 #[derive(Debug)]
 enum Backend {
-    Files(ScopedDir),
+    Files {
+        root: ScopedDir,
+        /// Title indexes by workspace name, each behind its own lock.
+        indexes: Mutex<HashMap<String, Arc<Mutex<TitleIndex>>>>,
+    },
     Memory(Mutex<BTreeMap<String, MemoryWorkspace>>),
+}
+
+/// Which note ids of one workspace have which title, as of a directory modification time.
+#[derive(Debug, Default)]
+struct TitleIndex {
+    /// The directory's modification time when the index last matched it; `None`: read it again.
+    current_as_of: Option<SystemTime>,
+    titles: HashMap<String, String>,
+    by_title: HashMap<String, BTreeSet<String>>,
+}
+
+impl TitleIndex {
+    fn insert(&mut self, id: &str, title: &str) {
+        self.remove(id);
+        self.titles.insert(id.to_owned(), title.to_owned());
+        self.by_title
+            .entry(title.to_owned())
+            .or_default()
+            .insert(id.to_owned());
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(title) = self.titles.remove(id)
+            && let Some(ids) = self.by_title.get_mut(&title)
+        {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_title.remove(&title);
+            }
+        }
+    }
+
+    /// Reads every note of `dir` (whose modification time, taken before reading, is `as_of`).
+    fn rebuild(&mut self, dir: &ScopedDir, as_of: SystemTime) -> Result<(), NotesError> {
+        self.titles.clear();
+        self.by_title.clear();
+        for note in read_all(dir)? {
+            self.insert(&note.id, &note.title);
+        }
+        self.current_as_of = Some(as_of);
+        Ok(())
+    }
 }
 
 /// One note in memory.
@@ -232,13 +289,45 @@ impl NotesStore {
             ScopedDir::open_root(&root_path).map_err(|e| NotesError::Storage(e.to_string()))?;
         let store = Self {
             root_path,
-            backend: Backend::Files(root),
+            backend: Backend::Files {
+                root,
+                indexes: Mutex::new(HashMap::new()),
+            },
         };
         let empty = std::fs::read_dir(&store.root_path)
             .map(|mut d| d.next().is_none())
             .unwrap_or(false);
         if empty {
             store.seed()?;
+        }
+        Ok(store)
+    }
+
+    /// Like [`open`](Self::open), plus (for load tests) a workspace `load` holding `load_titles`
+    /// titles `load-<k>` of three notes each, written as files unless already there; every
+    /// workspace's title index is built before the server starts.
+    pub(crate) fn open_with_load(data_dir: &Path, load_titles: u64) -> Result<Self, NotesError> {
+        let store = Self::open(data_dir)?;
+        if load_titles > 0 {
+            let load = store.root_path.join("load");
+            std::fs::create_dir_all(&load).map_err(|e| NotesError::Storage(e.to_string()))?;
+            for k in 0..load_titles {
+                for i in 0..3 {
+                    let path = load.join(format!("note-{}.md", 3 * k + i + 1));
+                    if !path.exists() {
+                        // Seeding at start-up, before anything is served: no fsync per file.
+                        std::fs::write(&path, format!("load-{k}\nA note for load tests.\n"))
+                            .map_err(|e| NotesError::Storage(e.to_string()))?;
+                    }
+                }
+            }
+        }
+        let names = std::fs::read_dir(&store.root_path)
+            .map_err(|e| NotesError::Storage(e.to_string()))?
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok());
+        for workspace in names {
+            // Not every entry is a workspace; those that are not are skipped.
+            let _ = store.find_by_title(&workspace, "");
         }
         Ok(store)
     }
@@ -273,7 +362,7 @@ impl NotesStore {
 
     /// Whether the notes are files (so calls block on I/O), not in memory.
     pub(crate) fn on_disk(&self) -> bool {
-        matches!(self.backend, Backend::Files(_))
+        matches!(self.backend, Backend::Files { .. })
     }
 
     /// The data directory, canonical.
@@ -315,31 +404,14 @@ impl NotesStore {
     /// Every note in a workspace, in id order.
     pub(crate) fn list(&self, workspace: &str) -> Result<Vec<Note>, NotesError> {
         let root = match &self.backend {
-            Backend::Files(root) => root,
+            Backend::Files { root, .. } => root,
             Backend::Memory(workspaces) => {
                 return Self::in_workspace(workspaces, workspace, |ws| {
                     Ok(ws.notes.keys().filter_map(|&n| ws.note(n)).collect())
                 });
             }
         };
-        let dir = self.workspace(root, workspace)?;
-        let mut notes = Vec::new();
-        for file in dir
-            .file_names()
-            .map_err(|e| NotesError::Storage(e.to_string()))?
-        {
-            let Some(id) = file.strip_suffix(".md") else {
-                continue;
-            };
-            if id_number(id).is_none() {
-                continue;
-            }
-            if let Ok(note) = read_note(&dir, id) {
-                notes.push(note);
-            }
-        }
-        notes.sort_by_key(|n| (id_number(&n.id), n.id.clone()));
-        Ok(notes)
+        read_all(&self.workspace(root, workspace)?)
     }
 
     /// The notes in a workspace whose title is exactly `title`.
@@ -359,18 +431,90 @@ impl NotesStore {
                     .collect())
             });
         }
-        Ok(self
-            .list(workspace)?
+        let Backend::Files { root, indexes } = &self.backend else {
+            return Ok(Vec::new());
+        };
+        let dir = self.workspace(root, workspace)?;
+        let index = Self::index(indexes, workspace)?;
+        let ids: Vec<String> = {
+            let mut index = index.lock().map_err(|_| poisoned())?;
+            let now = dir
+                .modified()
+                .map_err(|e| NotesError::Storage(e.to_string()))?;
+            if index.current_as_of != Some(now) {
+                index.rebuild(&dir, now)?;
+            }
+            index
+                .by_title
+                .get(title)
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect()
+        };
+        // Read live: a hit the index still holds but the file no longer matches is not shown,
+        // and the index is read again at the next lookup (the file was edited in place, which
+        // leaves the directory's time alone).
+        let live: Vec<Result<Note, NotesError>> =
+            ids.iter().map(|id| read_note(&dir, id)).collect();
+        if live
+            .iter()
+            .any(|n| n.as_ref().map_or(true, |n| n.title != title))
+        {
+            index.lock().map_err(|_| poisoned())?.current_as_of = None;
+        }
+        let mut notes: Vec<Note> = live
             .into_iter()
-            .filter(|n| n.title == title)
-            .collect())
+            .filter_map(Result::ok)
+            .filter(|note| note.title == title)
+            .collect();
+        notes.sort_by_key(|n| (id_number(&n.id), n.id.clone()));
+        Ok(notes)
+    }
+
+    /// The title index of `workspace` (empty and out of date when new).
+    fn index(
+        indexes: &Mutex<HashMap<String, Arc<Mutex<TitleIndex>>>>,
+        workspace: &str,
+    ) -> Result<Arc<Mutex<TitleIndex>>, NotesError> {
+        let mut indexes = indexes.lock().map_err(|_| poisoned())?;
+        Ok(Arc::clone(indexes.entry(workspace.to_owned()).or_default()))
+    }
+
+    /// Runs `change` (a create or a delete in `dir`) under the workspace's index lock, then lets
+    /// `update` record it in the index. If the index matched the directory before the change, it
+    /// matches it after (the directory's new modification time is ours); if not, it is read again
+    /// at the next lookup.
+    fn changing<T>(
+        &self,
+        workspace: &str,
+        dir: &ScopedDir,
+        change: impl FnOnce() -> Result<T, NotesError>,
+        update: impl FnOnce(&mut TitleIndex, &T),
+    ) -> Result<T, NotesError> {
+        let Backend::Files { indexes, .. } = &self.backend else {
+            return change();
+        };
+        let index = Self::index(indexes, workspace)?;
+        let mut index = index.lock().map_err(|_| poisoned())?;
+        let before = dir.modified().ok();
+        let current = before.is_some() && index.current_as_of == before;
+        let done = change();
+        match &done {
+            Ok(value) if current => {
+                update(&mut index, value);
+                index.current_as_of = dir.modified().ok();
+            }
+            _ => index.current_as_of = None,
+        }
+        done
     }
 
     /// Loads one note live, refusing anything that is not a plain file in the workspace.
     pub(crate) fn load(&self, workspace: &str, id: &str) -> Result<Note, NotesError> {
         let number = id_number(id).ok_or(NotesError::NoteId)?;
         match &self.backend {
-            Backend::Files(root) => read_note(&self.workspace(root, workspace)?, id),
+            Backend::Files { root, .. } => read_note(&self.workspace(root, workspace)?, id),
             Backend::Memory(workspaces) => Self::in_workspace(workspaces, workspace, |ws| {
                 ws.note(number).ok_or(NotesError::NotFound)
             }),
@@ -391,7 +535,7 @@ impl NotesStore {
         }
         let creator = creator.map(clean_creator).filter(|c| !c.is_empty());
         let root = match &self.backend {
-            Backend::Files(root) => root,
+            Backend::Files { root, .. } => root,
             Backend::Memory(workspaces) => {
                 return Self::in_workspace(workspaces, workspace, |ws| {
                     let id = ws.next_id.max(1);
@@ -405,17 +549,25 @@ impl NotesStore {
             Some(creator) => format!("{title}\n{CREATOR_PREFIX}{creator}{CREATOR_SUFFIX}\n{body}"),
             None => format!("{title}\n{body}"),
         };
-        for _ in 0..CREATE_ATTEMPTS {
-            let id = random_id()?;
-            match dir.create_new(&format!("{id}.md"), contents.as_bytes()) {
-                Ok(()) => return Ok(id),
-                Err(ScopeError::Io(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(NotesError::Storage(e.to_string())),
-            }
-        }
-        Err(NotesError::Storage(
-            "no free note id after several tries".into(),
-        ))
+        self.changing(
+            workspace,
+            &dir,
+            || {
+                for _ in 0..CREATE_ATTEMPTS {
+                    let id = random_id()?;
+                    match dir.create_new(&format!("{id}.md"), contents.as_bytes()) {
+                        Ok(()) => return Ok(id),
+                        Err(ScopeError::Io(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        }
+                        Err(e) => return Err(NotesError::Storage(e.to_string())),
+                    }
+                }
+                Err(NotesError::Storage(
+                    "no free note id after several tries".into(),
+                ))
+            },
+            |index, id| index.insert(id, title),
+        )
     }
 
     /// Deletes exactly one note, and only if its version is still `version` (the one the user
@@ -429,7 +581,7 @@ impl NotesStore {
     ) -> Result<Note, NotesError> {
         let number = id_number(id).ok_or(NotesError::NoteId)?;
         let root = match &self.backend {
-            Backend::Files(root) => root,
+            Backend::Files { root, .. } => root,
             Backend::Memory(workspaces) => {
                 return Self::in_workspace(workspaces, workspace, |ws| {
                     ws.remove_if(number, version)
@@ -437,22 +589,29 @@ impl NotesStore {
             }
         };
         let dir = self.workspace(root, workspace)?;
-        let mut seen = None;
-        let removed = dir
-            .remove_file_if(&format!("{id}.md"), |bytes| {
-                let note = parse_note(id, bytes, None);
-                let same = note.version == version;
-                seen = Some(note);
-                same
-            })
-            .map_err(|e| match e {
-                ScopeError::NotFound => NotesError::NotFound,
-                other => NotesError::Refused(other),
-            })?;
-        match (removed, seen) {
-            (true, Some(note)) => Ok(note),
-            _ => Err(NotesError::Changed),
-        }
+        self.changing(
+            workspace,
+            &dir,
+            || {
+                let mut seen = None;
+                let removed = dir
+                    .remove_file_if(&format!("{id}.md"), |bytes| {
+                        let note = parse_note(id, bytes, None);
+                        let same = note.version == version;
+                        seen = Some(note);
+                        same
+                    })
+                    .map_err(|e| match e {
+                        ScopeError::NotFound => NotesError::NotFound,
+                        other => NotesError::Refused(other),
+                    })?;
+                match (removed, seen) {
+                    (true, Some(note)) => Ok(note),
+                    _ => Err(NotesError::Changed),
+                }
+            },
+            |index, note| index.remove(&note.id),
+        )
     }
 
     fn seed(&self) -> Result<(), NotesError> {
@@ -493,7 +652,7 @@ impl NotesStore {
         ];
         for (workspace, notes) in seed {
             match &self.backend {
-                Backend::Files(root) => {
+                Backend::Files { root, .. } => {
                     let dir = root
                         .create_subdir(workspace)
                         .map_err(|e| NotesError::Storage(e.to_string()))?;
@@ -552,6 +711,27 @@ fn random_id() -> Result<String, NotesError> {
     const SPAN: u64 = 900_000_000_000;
     let random = getrandom::u64().map_err(|e| NotesError::Storage(e.to_string()))?;
     Ok(format!("note-{}", LOW + random % SPAN))
+}
+
+/// Every note of a workspace, in id order (files that are not notes are skipped).
+fn read_all(dir: &ScopedDir) -> Result<Vec<Note>, NotesError> {
+    let mut notes = Vec::new();
+    for file in dir
+        .file_names()
+        .map_err(|e| NotesError::Storage(e.to_string()))?
+    {
+        let Some(id) = file.strip_suffix(".md") else {
+            continue;
+        };
+        if id_number(id).is_none() {
+            continue;
+        }
+        if let Ok(note) = read_note(dir, id) {
+            notes.push(note);
+        }
+    }
+    notes.sort_by_key(|n| (id_number(&n.id), n.id.clone()));
+    Ok(notes)
 }
 
 fn read_note(dir: &ScopedDir, id: &str) -> Result<Note, NotesError> {

@@ -192,6 +192,20 @@ impl ScopedDir {
         Ok(names)
     }
 
+    /// When this directory last changed (an entry created, removed or renamed), from the opened
+    /// handle. A cache of the directory's contents can compare it to notice changes made by
+    /// others; timestamps are coarse (a clock tick), so two changes may share one.
+    ///
+    /// # Errors
+    /// [`ScopeError::Io`].
+    pub fn modified(&self) -> Result<std::time::SystemTime, ScopeError> {
+        self.dir
+            .dir_metadata()
+            .and_then(|meta| meta.modified())
+            .map(cap_std::time::SystemTime::into_std)
+            .map_err(ScopeError::Io)
+    }
+
     /// Whether a regular file `name` exists here (not a symlink).
     pub fn has_file(&self, name: &str) -> bool {
         plain_name(name).is_ok() && self.expect_kind(name, Kind::File).is_ok()
