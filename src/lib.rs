@@ -152,14 +152,21 @@ pub mod __fuzz {
     use crate::token::claims::{Claims, Shown};
     use crate::token::codec;
 
+    /// The fixed ring the targets open states with.
+    fn ring() -> Option<&'static KeyRing> {
+        static RING: std::sync::OnceLock<Option<KeyRing>> = std::sync::OnceLock::new();
+        RING.get_or_init(|| KeyRing::single("k1", [0x42u8; 32]).ok())
+            .as_ref()
+    }
+
     /// Opens `token` under a fixed ring. Checks: no panic; whatever opens re-seals to itself.
     pub fn open_state(token: &str) {
-        let Ok(ring) = KeyRing::single("k1", [0x42u8; 32]) else {
+        let Some(ring) = ring() else {
             return;
         };
-        if let Ok((claims, _)) = codec::open(&ring, token) {
+        if let Ok((claims, _)) = codec::open(ring, token) {
             // Only the ring's key can produce an opening token, and sealing is deterministic.
-            assert_eq!(codec::seal(&ring, &claims).as_deref(), Ok(token));
+            assert_eq!(codec::seal(ring, &claims).as_deref(), Ok(token));
         }
     }
 
@@ -174,15 +181,29 @@ pub mod __fuzz {
     }
 
     /// Classifies a body with the strict scanner. Checks: no panic; an intercepted call's parts
-    /// are what a full serde parse of the same body says.
+    /// are what a full serde parse of the same body says; and a body that is forwarded untouched
+    /// is never one that serde reads as a call of the guarded tool.
     pub fn scan_body(bytes: &[u8]) {
         let body = Bytes::copy_from_slice(bytes);
-        if let Parsed::Intercept(call) = message::classify(&body, |tool| tool == "notes_delete") {
-            let value: Value = serde_json::from_slice(bytes).expect("an intercepted body is JSON");
-            assert_eq!(value["params"]["name"], "notes_delete");
-            assert_eq!(value["method"], "tools/call");
-            let id: Value = serde_json::from_str(&call.id).expect("the id is JSON");
-            assert_eq!(value["id"], id);
+        match message::classify(&body, |tool| tool == "notes_delete") {
+            Parsed::Intercept(call) => {
+                let value: Value =
+                    serde_json::from_slice(bytes).expect("an intercepted body is JSON");
+                assert_eq!(value["params"]["name"], "notes_delete");
+                assert_eq!(value["method"], "tools/call");
+                let id: Value = serde_json::from_str(&call.id).expect("the id is JSON");
+                assert_eq!(value["id"], id);
+            }
+            Parsed::Forward => {
+                if let Ok(value) = serde_json::from_slice::<Value>(bytes) {
+                    assert!(
+                        !(value["method"] == "tools/call"
+                            && value["params"]["name"] == "notes_delete"),
+                        "a guarded call was forwarded unconfirmed"
+                    );
+                }
+            }
+            Parsed::Reject { .. } => {}
         }
     }
 
