@@ -554,3 +554,52 @@ async fn a_stalled_body_or_header_is_dropped_within_its_timeout() {
         "note-5: Sprint plan\nnote-8: Retro notes"
     );
 }
+
+/// A body that trickles in (a byte every 100 ms: never a pause long enough for the body timeout)
+/// is still cut off by the whole-request deadline, long before it is complete.
+#[tokio::test]
+async fn a_trickling_body_is_cut_off_by_the_request_deadline() {
+    let demo = Demo::new();
+    let server = demo
+        .start(&["--body-timeout-ms", "500", "--request-timeout-ms", "1500"])
+        .await;
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nAuthorization: Bearer alice-token\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: notes_delete\r\n\
+         Content-Length: 1000\r\n\r\n",
+        server.addr
+    );
+    let stream = tokio::net::TcpStream::connect(&server.addr).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    writer.write_all(head.as_bytes()).await.unwrap();
+    let trickle = tokio::spawn(async move {
+        let mut sent = 0;
+        while sent < 1000 {
+            if writer.write_all(b" ").await.is_err() {
+                break;
+            }
+            sent += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        sent
+    });
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                received.extend_from_slice(&buf[..n]);
+                if received.windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+        }
+    }
+    let answer = String::from_utf8_lossy(&received).into_owned();
+    // 408 comes only from the request deadline, and only before the body is complete.
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(!trickle.is_finished(), "the whole body arrived first");
+    trickle.abort();
+}

@@ -5,7 +5,8 @@
 //! cargo run --example notes_server -- [--addr 127.0.0.1:3000] [--data-dir ./notes-data] [--key <hex>]
 //!     [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory]
 //!     [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS]
-//!     [--header-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--without-confirmation]
+//!     [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N]
+//!     [--without-confirmation]
 //! ```
 //!
 //! On first run the data directory is created and seeded: workspace `personal` with three notes
@@ -17,8 +18,10 @@
 //!
 //! The connection handling is hyper's with limits: request headers must arrive within
 //! `--header-timeout-ms` (default 10 s), a request body may not stall for longer than
-//! `--body-timeout-ms` (default 10 s; the request, and what was buffered of it, is dropped), and
-//! at most `--max-in-flight` requests (default 256) are handled at once, the rest wait.
+//! `--body-timeout-ms` (default 10 s; the request, and what was buffered of it, is dropped), a
+//! request must be answered (its response headers sent) within `--request-timeout-ms` (default
+//! 30 s, HTTP 408 otherwise; this also bounds a body that trickles in a byte at a time), and at most
+//! `--max-in-flight` requests (default 256) are handled at once, the rest wait.
 
 mod app;
 mod notes;
@@ -33,14 +36,14 @@ use hyper_util::service::TowerToHyperService;
 use mcp_confirm::KeyRing;
 use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
-use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
 use app::ChallengeRate;
 
 const USAGE: &str = "usage: notes_server [--addr HOST:PORT] [--data-dir DIR] [--key HEX] \
      [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory] \
      [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS] \
-     [--header-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--without-confirmation]";
+     [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--without-confirmation]";
 
 struct Flags {
     addr: SocketAddr,
@@ -64,6 +67,8 @@ struct Limits {
     header_timeout: Duration,
     /// The longest pause in a request body.
     body_timeout: Duration,
+    /// From the request's headers to the response's: reading the body included.
+    request_timeout: Duration,
     /// Requests handled at once, over all connections.
     max_in_flight: usize,
 }
@@ -83,6 +88,7 @@ fn flags() -> Result<Flags, String> {
         limits: Limits {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
             max_in_flight: 256,
         },
     };
@@ -124,6 +130,7 @@ fn flags() -> Result<Flags, String> {
             "--challenge-rate" => flags.challenge_rate = challenge_rate(&value()?)?,
             "--body-timeout-ms" => flags.limits.body_timeout = millis(&flag, &value()?)?,
             "--header-timeout-ms" => flags.limits.header_timeout = millis(&flag, &value()?)?,
+            "--request-timeout-ms" => flags.limits.request_timeout = millis(&flag, &value()?)?,
             "--max-in-flight" => {
                 flags.limits.max_in_flight = value()?
                     .parse::<usize>()
@@ -257,6 +264,12 @@ async fn run() -> Result<(), String> {
 async fn serve(listener: tokio::net::TcpListener, router: axum::Router, limits: Limits) {
     let service = ServiceBuilder::new()
         .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight))
+        // A deadline for the whole request, body included: a body trickling in never trips the
+        // body timeout below (it restarts at every chunk), but it does trip this one.
+        .layer(TimeoutLayer::with_status_code(
+            http::StatusCode::REQUEST_TIMEOUT,
+            limits.request_timeout,
+        ))
         // A stalled body fails the read after the timeout: the layer (or rmcp) answers and the
         // request, with whatever it buffered, is dropped.
         .layer(RequestBodyTimeoutLayer::new(limits.body_timeout))
