@@ -251,4 +251,44 @@ mod tests {
         other.candidates[1].version = Some("v2-0000".into());
         assert_ne!(seal(&ring, &other).unwrap(), token);
     }
+
+    /// Pins the reason `open` gives at each length boundary (the reason only reaches the audit
+    /// log; the wire error is the same). Kills the `open` boundary mutants that only change it:
+    /// `> MAX_TOKEN_LEN` → `>=`, `< 2 + TAG_LEN` → `<=` / `2 * TAG_LEN`, `kid_len == 0 || …` →
+    /// `&&`, and `body.len() < 2 + kid_len` → `<=`.
+    #[test]
+    fn each_boundary_is_refused_for_its_own_reason() {
+        let ring = ring();
+        let enc = |raw: &[u8]| format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(raw));
+        let with_tag = |head: &[u8]| [head, &[0u8; TAG_LEN][..]].concat();
+        // Exactly MAX_TOKEN_LEN characters is not too large: it decodes (to zeros), wrong version.
+        let longest = format!("{PREFIX}{}", "A".repeat(MAX_TOKEN_LEN - PREFIX.len()));
+        assert_eq!(open(&ring, &longest).unwrap_err(), StateError::Version);
+        // The shortest body that is read (version, key-id length) is judged on its version.
+        assert_eq!(
+            open(&ring, &enc(&with_tag(&[9, 1]))).unwrap_err(),
+            StateError::Version
+        );
+        // A key id shorter than TAG_LEN: judged on the id, not refused as short.
+        assert_eq!(
+            open(&ring, &enc(&with_tag(&[VERSION, 2, b'z', b'z']))).unwrap_err(),
+            StateError::UnknownKey
+        );
+        // An empty or over-long key id is malformed, whatever follows.
+        assert_eq!(
+            open(&ring, &enc(&with_tag(&[VERSION, 0, b'k', b'1']))).unwrap_err(),
+            StateError::Format
+        );
+        let mut long_id = vec![VERSION, 33];
+        long_id.extend([b'k'; 40]);
+        assert_eq!(
+            open(&ring, &enc(&with_tag(&long_id))).unwrap_err(),
+            StateError::Format
+        );
+        // A key id and no payload: the MAC is checked (and fails), it is not a format error.
+        assert_eq!(
+            open(&ring, &enc(&with_tag(&[VERSION, 2, b'k', b'1']))).unwrap_err(),
+            StateError::BadMac
+        );
+    }
 }
