@@ -2,56 +2,13 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
-
+use common::audit_events::Events;
 use common::*;
 use serde_json::json;
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
-
-type Fields = Vec<(String, String)>;
-
-#[derive(Clone, Default)]
-struct Events(Arc<Mutex<Vec<Fields>>>);
-
-struct Recorded<'a>(&'a mut Fields);
-
-impl Visit for Recorded<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.push((field.name().to_owned(), format!("{value:?}")));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.push((field.name().to_owned(), value.to_owned()));
-    }
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if event.metadata().target() != mcp_confirm::audit::TARGET {
-            return;
-        }
-        let mut fields = Vec::new();
-        event.record(&mut Recorded(&mut fields));
-        self.0.lock().unwrap().push(fields);
-    }
-}
-
-impl Events {
-    /// The value of `name` in every event that has it.
-    fn field(&self, name: &str) -> Vec<String> {
-        let events = self.0.lock().unwrap();
-        events
-            .iter()
-            .filter_map(|e| e.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
-            .collect()
-    }
-}
 
 #[tokio::test]
 async fn every_decision_is_an_audit_event_without_secrets() {
-    let events = Events::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(events.clone()));
+    let (events, _guard) = Events::record();
     let f = fixture();
 
     let state = challenge(&f).await;

@@ -129,16 +129,8 @@ async fn reachable(backend: &str, probe: impl Future<Output = Result<(), String>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_processes_one_redis_store_run_a_confirmation_once() {
-    use mcp_confirm::ReplayStore;
     let url = backends::redis_url();
-    let probe = async {
-        let store = mcp_confirm::store::RedisReplayStore::open(&url).map_err(|e| e.to_string())?;
-        let probe = store.is_used(
-            mcp_confirm::Nonce::random(),
-            mcp_confirm::PrincipalKey::from_bytes([0; 16]),
-        );
-        probe.await.map(drop).map_err(|e| e.to_string())
-    };
+    let probe = backends::redis_answers(&url);
     if reachable("Redis", probe).await {
         run_rounds("redis", &url).await;
     }
@@ -147,11 +139,7 @@ async fn two_processes_one_redis_store_run_a_confirmation_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_processes_one_postgres_store_run_a_confirmation_once() {
     let url = backends::postgres_url();
-    let probe = async {
-        let store =
-            mcp_confirm::store::PostgresReplayStore::connect(&url).map_err(|e| e.to_string())?;
-        store.migrate().await.map_err(|e| e.to_string())
-    };
+    let probe = backends::postgres_answers(&url);
     if reachable("Postgres", probe).await {
         run_rounds("postgres", &url).await;
     }

@@ -5,17 +5,15 @@ mod common;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use common::audit_events::Events;
 use common::*;
 use hmac::{KeyInit, Mac};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mcp_confirm::store::{Claim, ClaimRequest, Owner, PrincipalKey};
 use mcp_confirm::{KeyRing, Nonce, ReplayStore};
 use serde_json::{Value, json};
 use sha2::Sha256;
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
 
 // --- request ids: `canonical_number` (src/token/claims.rs) ---------------------------------------
 
@@ -353,41 +351,12 @@ async fn a_state_issued_up_to_the_skew_in_the_future_verifies() {
 
 // --- the audit trail of a blocked replay: `claim` (src/driver.rs) --------------------------------
 
-/// One audit event's fields, as `(name, value)` pairs.
-type Fields = Vec<(String, String)>;
-
-#[derive(Clone, Default)]
-struct Events(Arc<Mutex<Vec<Fields>>>);
-
-struct Recorded<'a>(&'a mut Fields);
-
-impl Visit for Recorded<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.push((field.name().to_owned(), format!("{value:?}")));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.push((field.name().to_owned(), value.to_owned()));
-    }
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if event.metadata().target() == mcp_confirm::audit::TARGET {
-            let mut fields = Vec::new();
-            event.record(&mut Recorded(&mut fields));
-            self.0.lock().unwrap().push(fields);
-        }
-    }
-}
-
 /// Kills `driver.rs: delete match arm Claim::InFlight in claim`: a retry that finds the nonce held
 /// by another retry right now is refused like a replay on the wire, but the audit trail says
 /// `in_flight`, not `consumed` (a race in progress, not a replay after the fact).
 #[tokio::test]
 async fn a_retry_racing_a_held_nonce_is_audited_as_in_flight() {
-    let events = Events::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(events.clone()));
+    let (events, _guard) = Events::record();
     let f = fixture();
     let state = challenge(&f).await;
     // The state's nonce and principal digest, as the payload carries them.
@@ -412,17 +381,7 @@ async fn a_retry_racing_a_held_nonce_is_audited_as_in_flight() {
     .await;
     assert_frozen_state_error(&answer);
     assert_eq!(f.seen.count(), 0);
-    let blocked: Vec<Fields> = events
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|e| {
-            e.iter()
-                .any(|(k, v)| k == "decision" && v == "replay_blocked")
-        })
-        .cloned()
-        .collect();
+    let blocked = events.with("decision", "replay_blocked");
     assert_eq!(blocked.len(), 1, "{blocked:?}");
     assert!(
         blocked[0]

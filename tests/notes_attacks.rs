@@ -325,16 +325,8 @@ async fn a_state_survives_restarts_once(store_url: &str) {
 
 #[tokio::test]
 async fn a_redis_store_carries_a_state_across_restarts_once() {
-    use mcp_confirm::ReplayStore;
     let url = backends::redis_url();
-    let probe = async {
-        let store = mcp_confirm::store::RedisReplayStore::open(&url).map_err(|e| e.to_string())?;
-        let probe = store.is_used(
-            mcp_confirm::Nonce::random(),
-            mcp_confirm::PrincipalKey::from_bytes([0; 16]),
-        );
-        probe.await.map(drop).map_err(|e| e.to_string())
-    };
+    let probe = backends::redis_answers(&url);
     if let Err(why) = probe.await {
         backends::unavailable::<()>("restart test", "Redis", why);
         return;
@@ -345,11 +337,7 @@ async fn a_redis_store_carries_a_state_across_restarts_once() {
 #[tokio::test]
 async fn a_postgres_store_carries_a_state_across_restarts_once() {
     let url = backends::postgres_url();
-    let probe = async {
-        let store =
-            mcp_confirm::store::PostgresReplayStore::connect(&url).map_err(|e| e.to_string())?;
-        store.migrate().await.map_err(|e| e.to_string())
-    };
+    let probe = backends::postgres_answers(&url);
     if let Err(why) = probe.await {
         backends::unavailable::<()>("restart test", "Postgres", why);
         return;

@@ -31,3 +31,23 @@ pub fn unavailable<T>(what: &str, backend: &str, why: impl std::fmt::Display) ->
     );
     None
 }
+
+/// `Ok` if the Redis at `url` answers a read-only probe.
+pub async fn redis_answers(url: &str) -> Result<(), String> {
+    use mcp_confirm::ReplayStore;
+    let store = mcp_confirm::store::RedisReplayStore::open(url).map_err(|e| e.to_string())?;
+    store
+        .is_used(
+            mcp_confirm::Nonce::random(),
+            mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// `Ok` if the Postgres at `url` answers and the replay-store table exists (made if missing).
+pub async fn postgres_answers(url: &str) -> Result<(), String> {
+    let store = mcp_confirm::store::PostgresReplayStore::connect(url).map_err(|e| e.to_string())?;
+    store.migrate().await.map_err(|e| e.to_string())
+}

@@ -1,6 +1,8 @@
 //! Shared fixtures: a notes "database", a recording inner service, and request builders.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod audit_events;
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
