@@ -60,7 +60,9 @@ impl PostgresReplayStore {
         config.url = Some(url.to_owned());
         let mut pool = PoolConfig::new(16);
         pool.timeouts = Timeouts {
-            wait: Some(DEFAULT_TIMEOUT),
+            // Waiting for a pooled connection is part of the store call, which `timeout` bounds
+            // as a whole: a second, fixed bound here would ignore a longer `timeout`.
+            wait: None,
             create: Some(DEFAULT_TIMEOUT),
             recycle: Some(DEFAULT_TIMEOUT),
         };
