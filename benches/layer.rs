@@ -20,11 +20,11 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use http_body_util::{BodyExt, Full};
-use mcp_confirm::http::RequestBody;
-use mcp_confirm::{
-    Candidate, Claim, ClaimRequest, ConfirmLayer, KeyRing, Lookup, MemoryReplayStore, Nonce, Owner,
-    PolicyError, Principal, PrincipalKey, ReplayStore, ToolPolicy,
+use mcp_confirm::body::RequestBody;
+use mcp_confirm::store::{
+    Claim, ClaimRequest, MemoryReplayStore, Nonce, Owner, PrincipalKey, ReplayStore,
 };
+use mcp_confirm::{Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, Principal, ToolPolicy};
 use serde_json::{Value, json};
 use tower::{Layer, Service, ServiceExt};
 

@@ -1,29 +1,30 @@
 //! The one async path of an intercepted call, shared by the HTTP and the message adapters.
 //!
-//! It strings the pure decisions of [`engine`](crate::engine) and [`form`](crate::form) around the
-//! three things that wait: the resolver, the replay store and the revalidation hook. Nothing is
-//! forwarded unless the state verified, the answer is a valid acceptance, the nonce was claimed and
-//! the revalidation passed, in that order.
+//! It strings the pure gates of [`engine`](crate::engine), the sealer and the form around the three
+//! things that wait: the resolver, the replay store and the revalidation hook. Nothing is forwarded
+//! unless the state verified, the answer is a valid acceptance, the nonce was claimed and the
+//! revalidation passed, in that order. Every refusal on the way is a [`Refused`], recorded and
+//! turned into the reply in one place.
 
 use std::sync::Arc;
-use std::task::{Context, Waker};
 
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue};
 use serde_json::Value;
 
 use crate::audit;
+use crate::completion::CompletionGuard;
+use crate::config::{Config, GuardedTool};
 use crate::confirmed::Confirmed;
-use crate::engine::{self, GuardedTool, Headers, Refused};
+use crate::engine::{self, Declared, Refused};
 use crate::form::{self, Answer};
-use crate::layer::Config;
-use crate::message::ToolCall;
-use crate::policy::{Lookup, Revalidation, ToolPolicy, candidate_id_ok, candidate_version_ok};
+use crate::message::{self, ToolCall};
+use crate::policy::{Lookup, Revalidation};
 use crate::principal::Principal;
 use crate::protocol::{self, Outcome, Reply, RpcError};
-use crate::store::{Claim, ClaimRequest, Owner, PrincipalKey, ReplayStore, StoreError};
+use crate::store::{Claim, ClaimRequest, Owner, PrincipalKey, StoreError};
 use crate::token::StateError;
-use crate::token::claims::{Claims, Shown};
+use crate::token::candidates::{Candidates, Shown};
+use crate::token::claims::Claims;
 
 /// What an adapter does with an intercepted call.
 pub(crate) enum Decision {
@@ -42,74 +43,99 @@ pub(crate) struct Approved {
     /// Marks the nonce Consumed when dropped; the adapter keeps it alive until the response ends.
     /// `None` when the policy leaves the claim to the handler.
     pub(crate) guard: Option<CompletionGuard>,
-    /// The `Mcp-Param-*` header of the rewritten argument, if the tool marks it `x-mcp-header`.
-    pub(crate) param_header: Option<(HeaderName, HeaderValue)>,
+    /// The tool, for what an adapter adds of its own (the HTTP `Mcp-Param-*` header).
+    pub(crate) tool: Arc<GuardedTool>,
 }
 
-/// Decides what happens to an intercepted call.
+/// Decides what happens to an intercepted call of `guarded`.
+///
+/// `principal` is what the request's extensions (or the local principal) say; `declared` is what
+/// the transport declared outside the body, if it declares anything.
 pub(crate) async fn decide(
     config: Arc<Config>,
+    guarded: Arc<GuardedTool>,
     call: ToolCall,
     principal: Option<Principal>,
-    headers: Option<Headers>,
+    declared: Option<Declared>,
 ) -> Decision {
-    let Some(guarded) = config.tools.get(&call.tool).map(Arc::clone) else {
-        // The parser only intercepts configured tools.
-        return reply_error(&call, &RpcError::internal());
+    let principal = match admit(&config, &call, principal, declared.as_ref()) {
+        Ok(principal) => principal,
+        Err(refused) => return Decision::Reply(refused.reply(&call, None)),
     };
-    if let Err(refused) = engine::check_protocol(&config, &call, headers.as_ref()) {
-        return refuse(&call, None, refused);
+    match try_decide(&config, &guarded, &call, &principal).await {
+        Ok(decision) => decision,
+        Err(refused) => Decision::Reply(refused.reply(&call, Some(&principal))),
     }
-    let Some(principal) = principal.or_else(|| config.local_principal.clone()) else {
-        return refuse(
-            &call,
-            None,
-            Refused::new(
-                RpcError::unauthenticated(),
-                "no principal in the request extensions",
-            ),
-        );
+}
+
+/// The protocol gates, then authentication: who is asking, if the request may be considered.
+fn admit(
+    config: &Config,
+    call: &ToolCall,
+    principal: Option<Principal>,
+    declared: Option<&Declared>,
+) -> Result<Principal, Refused> {
+    engine::check_protocol(&config.supported_versions, call, declared)?;
+    principal.ok_or_else(|| {
+        Refused::new(
+            RpcError::unauthenticated(),
+            "no principal in the request extensions",
+        )
+    })
+}
+
+/// The confirmation proper: challenge a first call, settle a retry.
+async fn try_decide(
+    config: &Config,
+    guarded: &Arc<GuardedTool>,
+    call: &ToolCall,
+    principal: &Principal,
+) -> Result<Decision, Refused> {
+    let claims = match &call.params.request_state {
+        None => None,
+        Some(Value::String(token)) => Some(verify(config, guarded, call, principal, token)?),
+        Some(_) => return Err(Refused::state(StateError::Format)),
+    };
+    // Whatever an earlier request declared, this one must be able to show (or answer) the form.
+    engine::check_form_capability(call)?;
+    let Some(claims) = claims else {
+        return challenge(config, guarded, call, principal).await;
     };
     let policy = &guarded.policy;
-    let state = match &call.params.request_state {
-        None => None,
-        Some(Value::String(token)) => Some(token.as_str()),
-        Some(_) => return refuse(&call, Some(&principal), Refused::state(StateError::Format)),
-    };
-    let Some(token) = state else {
-        if let Err(refused) = engine::check_form_capability(&call) {
-            return refuse(&call, Some(&principal), refused);
-        }
-        return challenge(&config, &guarded, &call, &principal).await;
-    };
-    let claims = match engine::verify_retry(&config, &guarded, &call, &principal, token) {
-        Ok(claims) => claims,
-        Err(e) => return refuse(&call, Some(&principal), Refused::state(e)),
-    };
-    if let Err(refused) = engine::check_form_capability(&call) {
-        return refuse(&call, Some(&principal), refused);
-    }
-    match form::read_answer(
-        policy,
-        &claims.candidates,
-        call.params.input_responses.as_ref(),
-    ) {
-        Answer::Missing => challenge(&config, &guarded, &call, &principal).await,
-        Answer::Invalid(reason) => refuse(
-            &call,
-            Some(&principal),
-            Refused::new(
-                RpcError::invalid_input_responses(),
-                format!("inputResponses: {reason}"),
-            ),
-        ),
-        Answer::Cancel => cancel(&config, &call, &principal, &claims).await,
-        Answer::Decline => decline(&config, &call, &principal, &claims, false).await,
-        Answer::Unconfirmed => decline(&config, &call, &principal, &claims, true).await,
+    let responses = call.params.input_responses.as_ref();
+    match form::read_answer(policy, &claims.candidates, responses) {
+        Answer::Missing => challenge(config, guarded, call, principal).await,
+        Answer::Invalid(reason) => Err(Refused::new(
+            RpcError::invalid_input_responses(),
+            format!("inputResponses: {reason}"),
+        )),
+        Answer::Cancel => cancel(config, call, principal, &claims).await,
+        Answer::Decline => decline(config, call, principal, &claims, false).await,
+        Answer::Unconfirmed => decline(config, call, principal, &claims, true).await,
         Answer::Accept { chosen } => {
-            accept(&config, policy, call, principal, &claims, chosen).await
+            accept(config, guarded, call, principal.clone(), &claims, chosen).await
         }
     }
+}
+
+/// Checks a retry's state against this request and principal.
+fn verify(
+    config: &Config,
+    guarded: &GuardedTool,
+    call: &ToolCall,
+    principal: &Principal,
+    token: &str,
+) -> Result<Claims, Refused> {
+    config
+        .sealer
+        .verify(
+            &guarded.binding,
+            principal.subject(),
+            config.store_epoch(),
+            token,
+            || guarded.request_digests(call),
+        )
+        .map_err(Refused::state)
 }
 
 /// Resolves candidates and answers `input_required` with a form and a fresh signed state.
@@ -118,13 +144,15 @@ async fn challenge(
     guarded: &GuardedTool,
     call: &ToolCall,
     principal: &Principal,
-) -> Decision {
+) -> Result<Decision, Refused> {
     let policy = &guarded.policy;
     if let Some(limiter) = &config.challenge_limiter
-        && let Err(wait) = limiter.check(&engine::principal_key(config, principal))
+        && let Err(wait) = limiter.check(&config.principal_key(principal))
     {
-        audit::refused(&call.tool, Some(principal), "challenge rate limit");
-        return reply_error(call, &RpcError::challenge_rate_limited(wait));
+        return Err(Refused::new(
+            RpcError::challenge_rate_limited(wait),
+            "challenge rate limit",
+        ));
     }
     let candidates = match &policy.resolver {
         None => Vec::new(),
@@ -132,75 +160,55 @@ async fn challenge(
             let lookup = Lookup {
                 principal: principal.clone(),
                 tool: call.tool.as_str().into(),
-                arguments: Arc::new(engine::confirmed_arguments(policy, call, None)),
+                arguments: Arc::new(guarded.confirmed_arguments(call, None)),
             };
-            match resolver.resolve(lookup).await {
-                Ok(found) => found,
-                Err(e) => {
-                    let reason = format!("resolver failed: {e}");
-                    return refuse(
-                        call,
-                        Some(principal),
-                        Refused::new(RpcError::internal(), reason),
-                    );
-                }
+            let found = resolver
+                .resolve(lookup)
+                .await
+                .map_err(|e| Refused::new(RpcError::internal(), format!("resolver failed: {e}")))?;
+            if found.is_empty() {
+                audit::refused(&call.tool, Some(principal), "no candidates");
+                return Ok(outcome(
+                    call,
+                    Outcome::NoCandidates,
+                    &policy.no_candidates_text,
+                ));
             }
+            if found.len() > policy.max_candidates {
+                audit::refused(&call.tool, Some(principal), "too many candidates");
+                let text = format!(
+                    "{} records match; at most {} can be offered. Narrow the request; nothing was changed.",
+                    found.len(),
+                    policy.max_candidates
+                );
+                return Ok(outcome(call, Outcome::TooManyCandidates, &text));
+            }
+            if !policy.unversioned && found.iter().any(|c| c.version().is_none()) {
+                return Err(Refused::new(
+                    RpcError::internal(),
+                    "resolver returned a candidate without a version: give each Candidate a \
+                     version, or opt out with ToolPolicy::without_versions",
+                ));
+            }
+            found
         }
     };
-    if policy.resolver.is_some() {
-        if candidates.is_empty() {
-            audit::refused(&call.tool, Some(principal), "no candidates");
-            return outcome(call, Outcome::NoCandidates, &policy.no_candidates_text);
-        }
-        if candidates.len() > policy.max_candidates {
-            audit::refused(&call.tool, Some(principal), "too many candidates");
-            let text = format!(
-                "{} records match; at most {} can be offered. Narrow the request; nothing was changed.",
-                candidates.len(),
-                policy.max_candidates
-            );
-            return outcome(call, Outcome::TooManyCandidates, &text);
-        }
-        let unique = candidates
-            .iter()
-            .enumerate()
-            .all(|(i, c)| !candidates[..i].iter().any(|d| d.id() == c.id()));
-        if !unique || !candidates.iter().all(|c| candidate_id_ok(c.id())) {
-            let reason = "resolver returned empty, oversized or duplicate ids";
-            return refuse(
-                call,
-                Some(principal),
-                Refused::new(RpcError::internal(), reason),
-            );
-        }
-        if !candidates
-            .iter()
-            .all(|c| candidate_version_ok(policy, c.version()))
-        {
-            let reason = "resolver returned a candidate without a version (or with an empty or \
-                          oversized one): give each Candidate a version, or opt out with \
-                          ToolPolicy::without_versions";
-            return refuse(
-                call,
-                Some(principal),
-                Refused::new(RpcError::internal(), reason),
-            );
-        }
-    }
     let shown = candidates
         .iter()
         .map(|c| Shown::new(c.id(), c.version()))
         .collect();
-    let (token, claims) = match engine::seal_challenge(config, guarded, call, principal, shown) {
-        Ok(sealed) => sealed,
-        Err(e) => {
-            return refuse(
-                call,
-                Some(principal),
-                Refused::new(RpcError::internal(), format!("seal: {e}")),
-            );
-        }
-    };
+    let shown = Candidates::new(shown)
+        .map_err(|e| Refused::new(RpcError::internal(), format!("resolver returned {e}")))?;
+    let (token, claims) = config
+        .sealer
+        .seal(
+            &guarded.binding,
+            guarded.request_digests(call),
+            principal.subject(),
+            config.store_epoch(),
+            shown,
+        )
+        .map_err(|e| Refused::new(RpcError::internal(), format!("seal: {e}")))?;
     audit::challenged(&call.tool, principal, &claims.nonce, candidates.len());
     let result = protocol::InputRequired {
         key: &policy.input_key,
@@ -208,7 +216,7 @@ async fn challenge(
         schema: form::schema(policy, &candidates),
         state: &token,
     };
-    Decision::Reply(Reply::result(&call.id, &result))
+    Ok(Decision::Reply(Reply::result(&call.id, &result)))
 }
 
 /// A cancel: nothing is consumed, so the same state may be answered again, unless it was already
@@ -218,23 +226,22 @@ async fn cancel(
     call: &ToolCall,
     principal: &Principal,
     claims: &Claims,
-) -> Decision {
+) -> Result<Decision, Refused> {
     let key = PrincipalKey::from_bytes(claims.principal);
-    match config.store.is_used(claims.nonce, key).await {
-        Ok(false) => {
-            audit::cancelled(&call.tool, principal, &claims.nonce);
-            outcome(
-                call,
-                Outcome::Cancelled,
-                "The confirmation was cancelled; nothing was changed.",
-            )
-        }
-        Ok(true) => {
-            audit::replay_blocked(&call.tool, principal, &claims.nonce, "used");
-            reply_error(call, &Refused::state(StateError::Consumed).error)
-        }
-        Err(e) => store_failed(call, principal, &e),
+    let used = config
+        .store
+        .is_used(claims.nonce, key)
+        .await
+        .map_err(store_failed)?;
+    if used {
+        return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
     }
+    audit::cancelled(&call.tool, principal, &claims.nonce);
+    Ok(outcome(
+        call,
+        Outcome::Cancelled,
+        "The confirmation was cancelled; nothing was changed.",
+    ))
 }
 
 /// A decline (or an acceptance with `confirm: false`): consume the nonce, run nothing.
@@ -244,52 +251,45 @@ async fn decline(
     principal: &Principal,
     claims: &Claims,
     unconfirmed: bool,
-) -> Decision {
+) -> Result<Decision, Refused> {
     let request = claim_request(config, claims);
-    if let Err(decision) = claim(config, call, principal, claims, &request).await {
-        return decision;
-    }
+    claim(config, claims, &request).await?;
     // Best effort: if completing fails the entry stays InFlight, which refuses replays just the same.
     let _ = config.store.complete(&request).await;
     audit::declined(&call.tool, principal, &claims.nonce, unconfirmed);
-    outcome(
+    Ok(outcome(
         call,
         Outcome::Declined,
         "The user declined; nothing was changed.",
-    )
+    ))
 }
 
 /// An acceptance: claim, revalidate, and hand the rewritten call over to be forwarded.
 async fn accept(
     config: &Config,
-    policy: &ToolPolicy,
-    call: ToolCall,
+    guarded: &Arc<GuardedTool>,
+    call: &ToolCall,
     principal: Principal,
     claims: &Claims,
     chosen: Option<String>,
-) -> Decision {
+) -> Result<Decision, Refused> {
+    let policy = &guarded.policy;
     let request = claim_request(config, claims);
-    let until = request.expires_at;
     let guard = if policy.claimed_by_handler {
         // The handler claims inside the transaction that makes the change.
         None
     } else {
-        if let Err(decision) = claim(config, &call, &principal, claims, &request).await {
-            return decision;
-        }
+        claim(config, claims, &request).await?;
         // From here on the nonce is burned whatever happens: the guard completes it when dropped.
         Some(CompletionGuard::new(Arc::clone(&config.store), request))
     };
     // The version of the record the user chose, exactly as the state signed it.
-    let version = chosen.as_deref().and_then(|id| {
-        claims
-            .candidates
-            .iter()
-            .find(|shown| shown.id == id)
-            .and_then(|shown| shown.version.clone())
-    });
+    let version = chosen
+        .as_deref()
+        .and_then(|id| claims.candidates.version_of(id))
+        .map(str::to_owned);
     audit::accepted(&call.tool, &principal, &claims.nonce, chosen.as_deref());
-    let arguments = engine::confirmed_arguments(policy, &call, chosen.as_deref());
+    let arguments = guarded.confirmed_arguments(call, chosen.as_deref());
     if let Some(hook) = &policy.revalidate {
         let check = Revalidation {
             principal: principal.clone(),
@@ -305,35 +305,33 @@ async fn accept(
                 burn(config, &request).await;
             }
             drop(guard);
-            return outcome(
-                &call,
+            return Ok(outcome(
+                call,
                 Outcome::Revoked,
                 "The confirmed action is no longer allowed or its target changed; nothing was changed.",
-            );
+            ));
         }
     }
+    // Short of a bug the body reads as it was classified; if not, the guard burns the nonce and
+    // nothing runs.
+    let body = message::forward_body(call, &arguments)
+        .ok_or_else(|| Refused::new(RpcError::internal(), "confirmed body could not be rebuilt"))?;
     let confirmed = Confirmed {
         principal,
         tool: call.tool.as_str().into(),
         chosen,
         version,
         nonce: claims.nonce,
-        expires_at: until,
+        expires_at: request.expires_at,
         claimed: guard.is_some(),
     };
-    let param_header = engine::param_header(policy, confirmed.chosen.as_deref());
-    let Some(body) = engine::forward_body(&call, &arguments) else {
-        // Unreachable short of a bug; the guard burns the nonce and nothing runs.
-        let refused = Refused::new(RpcError::internal(), "confirmed body could not be rebuilt");
-        return refuse(&call, Some(&confirmed.principal), refused);
-    };
     audit::forwarded(&confirmed.tool, &confirmed.principal, &claims.nonce);
-    Decision::Forward(Box::new(Approved {
+    Ok(Decision::Forward(Box::new(Approved {
         body,
         confirmed,
         guard,
-        param_header,
-    }))
+        tool: Arc::clone(guarded),
+    })))
 }
 
 /// Marks a nonce used without running anything (best effort: a failure leaves it fresh, and the
@@ -351,52 +349,34 @@ fn claim_request(config: &Config, claims: &Claims) -> ClaimRequest {
         claims.nonce,
         Owner::random(),
         PrincipalKey::from_bytes(claims.principal),
-        engine::retention(config, claims),
+        config.sealer.retention(claims),
     )
 }
 
-/// Claims the state's nonce; any answer but [`Claim::Claimed`] becomes the reply.
-async fn claim(
-    config: &Config,
-    call: &ToolCall,
-    principal: &Principal,
-    claims: &Claims,
-    request: &ClaimRequest,
-) -> Result<(), Decision> {
-    match config.store.claim(request).await {
-        Ok(Claim::Claimed) => Ok(()),
-        Ok(held) => {
-            let (state, e) = match held {
-                Claim::InFlight => ("in_flight", StateError::InFlight),
-                _ => ("consumed", StateError::Consumed),
-            };
-            audit::replay_blocked(&call.tool, principal, &claims.nonce, state);
-            Err(reply_error(call, &Refused::state(e).error))
-        }
-        Err(e) => Err(store_failed(call, principal, &e)),
+/// Claims the state's nonce; any answer but [`Claim::Claimed`] is a refusal.
+async fn claim(config: &Config, claims: &Claims, request: &ClaimRequest) -> Result<(), Refused> {
+    match config.store.claim(request).await.map_err(store_failed)? {
+        Claim::Claimed => Ok(()),
+        Claim::InFlight => Err(Refused::replay(
+            claims.nonce,
+            "in_flight",
+            StateError::InFlight,
+        )),
+        _ => Err(Refused::replay(
+            claims.nonce,
+            "consumed",
+            StateError::Consumed,
+        )),
     }
 }
 
-/// A store error as the reply: over budget says when to retry; anything else is "unavailable".
-fn store_failed(call: &ToolCall, principal: &Principal, e: &StoreError) -> Decision {
-    let error = match e {
+/// A store error as a refusal: over budget says when to retry; anything else is "unavailable".
+fn store_failed(e: StoreError) -> Refused {
+    let error = match &e {
         StoreError::OverBudget { retry_after } => RpcError::over_budget(*retry_after),
         _ => RpcError::store_unavailable(),
     };
-    refuse(
-        call,
-        Some(principal),
-        Refused::new(error, format!("replay store: {e}")),
-    )
-}
-
-fn refuse(call: &ToolCall, principal: Option<&Principal>, refused: Refused) -> Decision {
-    audit::refused(&call.tool, principal, &refused.reason);
-    reply_error(call, &refused.error)
-}
-
-fn reply_error(call: &ToolCall, error: &RpcError) -> Decision {
-    Decision::Reply(Reply::error(Some(&call.id), error))
+    Refused::new(error, format!("replay store: {e}"))
 }
 
 fn outcome(call: &ToolCall, outcome: Outcome, text: &str) -> Decision {
@@ -404,50 +384,4 @@ fn outcome(call: &ToolCall, outcome: Outcome, text: &str) -> Decision {
         &call.id,
         &protocol::outcome_result(outcome, text),
     ))
-}
-
-/// Moves a claimed nonce to Consumed when dropped: after the inner response has ended, or was
-/// dropped, or when the call never got that far. A claimed nonce never returns to Fresh.
-pub(crate) struct CompletionGuard {
-    store: Arc<dyn ReplayStore>,
-    request: ClaimRequest,
-}
-
-impl CompletionGuard {
-    fn new(store: Arc<dyn ReplayStore>, request: ClaimRequest) -> Self {
-        Self { store, request }
-    }
-}
-
-impl Drop for CompletionGuard {
-    fn drop(&mut self) {
-        let (store, request) = (Arc::clone(&self.store), self.request);
-        let nonce = request.nonce;
-        let mut completion = Box::pin(async move {
-            let consumed = matches!(store.complete(&request).await, Ok(true));
-            audit::completed(&request.nonce, consumed);
-        });
-        // Stores that answer at once (the memory store) complete right here, deterministically.
-        if completion
-            .as_mut()
-            .poll(&mut Context::from_waker(Waker::noop()))
-            .is_ready()
-        {
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(completion);
-            }
-            Err(_) => audit::completed(&nonce, false),
-        }
-    }
-}
-
-impl std::fmt::Debug for CompletionGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompletionGuard")
-            .field("nonce", &self.request.nonce)
-            .finish_non_exhaustive()
-    }
 }

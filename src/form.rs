@@ -9,7 +9,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
 use crate::policy::{Candidate, ChoiceStyle, ToolPolicy};
-use crate::token::claims::Shown;
+use crate::token::candidates::Shown;
 
 /// The `requestedSchema` for a policy and the candidates shown.
 pub(crate) fn schema<'a>(policy: &'a ToolPolicy, candidates: &'a [Candidate]) -> Schema<'a> {

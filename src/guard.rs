@@ -18,7 +18,7 @@ use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::http::ResponseBody;
+use crate::body::ResponseBody;
 
 /// Refuses requests whose `Host` or `Origin` is not on an allow-list, with 403.
 ///

@@ -1,4 +1,4 @@
-//! [`ConfirmLayer`], its builder, and the configuration every [`Confirm`] service shares.
+//! [`ConfirmLayer`] and its builder, which checks a configuration once and freezes it.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -8,15 +8,16 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
+use crate::KeyRing;
 use crate::clock::{Clock, SystemClock};
-use crate::engine::GuardedTool;
+use crate::config::{Config, GuardedTool};
 use crate::limit::ChallengeLimiter;
 use crate::policy::ToolPolicy;
 use crate::principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::Confirm;
 use crate::store::{MemoryReplayStore, ReplayStore};
-use crate::token::KeyRing;
+use crate::token::sealer::Sealer;
 
 /// The default lifetime of a confirmation: five minutes.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
@@ -50,51 +51,6 @@ pub enum ConfigError {
     /// A challenge rate limit of zero per second or a zero burst.
     #[error("the challenge rate limit needs a rate and a burst of at least one")]
     InvalidRateLimit,
-}
-
-/// The configuration shared by every service a layer builds.
-pub(crate) struct Config {
-    pub(crate) keys: KeyRing,
-    pub(crate) audience: String,
-    pub(crate) ttl: Duration,
-    pub(crate) skew: Duration,
-    pub(crate) store: Arc<dyn ReplayStore>,
-    pub(crate) tools: HashMap<String, Arc<GuardedTool>>,
-    pub(crate) supported_versions: Vec<String>,
-    pub(crate) principal: Arc<dyn PrincipalExtractor>,
-    pub(crate) local_principal: Option<Principal>,
-    pub(crate) max_body_bytes: usize,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) challenge_limiter: Option<ChallengeLimiter>,
-}
-
-impl Config {
-    pub(crate) fn guards(&self, tool: &str) -> bool {
-        self.tools.contains_key(tool)
-    }
-
-    pub(crate) fn principal(&self, extensions: &http::Extensions) -> Option<Principal> {
-        self.principal.extract(extensions)
-    }
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut tools: Vec<_> = self.tools.keys().collect();
-        tools.sort();
-        f.debug_struct("Config")
-            .field("keys", &self.keys)
-            .field("audience", &self.audience)
-            .field("ttl", &self.ttl)
-            .field("skew", &self.skew)
-            .field("store", &self.store)
-            .field("tools", &tools)
-            .field("supported_versions", &self.supported_versions)
-            .field("local_principal", &self.local_principal)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .field("challenge_limiter", &self.challenge_limiter)
-            .finish_non_exhaustive()
-    }
 }
 
 /// A tower [`Layer`] that puts a signed, one-time user confirmation in front of destructive tools.
@@ -288,17 +244,13 @@ impl ConfirmLayerBuilder {
             .collect();
         Ok(ConfirmLayer {
             config: Arc::new(Config {
-                keys: self.keys,
-                audience,
-                ttl: self.ttl,
-                skew: self.skew,
+                sealer: Sealer::new(self.keys, self.ttl, self.skew, self.clock),
                 store,
                 tools,
                 supported_versions: self.supported_versions,
                 principal: self.principal,
                 local_principal: self.local_principal,
                 max_body_bytes: self.max_body_bytes,
-                clock: self.clock,
                 challenge_limiter,
             }),
         })

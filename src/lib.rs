@@ -6,7 +6,7 @@
 //! `requestState`; the client retries the same call with the user's answer and the state echoed
 //! back. [`ConfirmLayer`] does all of this in front of any MCP server, and adds what a signed state
 //! alone cannot give: **single use**. Every state carries a nonce that must be claimed, atomically,
-//! in a [`ReplayStore`] shared by every instance, before the call reaches the server.
+//! in a [`ReplayStore`](store::ReplayStore) shared by every instance, before the call reaches the server.
 //!
 //! # The request path
 //!
@@ -34,7 +34,8 @@
 //!
 //! ```
 //! use std::convert::Infallible;
-//! use mcp_confirm::{Candidate, ConfirmLayer, KeyRing, Lookup, MemoryReplayStore, PolicyError, ToolPolicy};
+//! use mcp_confirm::store::MemoryReplayStore;
+//! use mcp_confirm::{Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, ToolPolicy};
 //! use tower::{ServiceBuilder, service_fn};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -59,7 +60,7 @@
 //!     .build();
 //!
 //! // Any HTTP service works: an axum Router, rmcp's StreamableHttpService, a hyper service_fn.
-//! let mcp_server = service_fn(|_req: http::Request<mcp_confirm::http::RequestBody<String>>| async {
+//! let mcp_server = service_fn(|_req: http::Request<mcp_confirm::body::RequestBody<String>>| async {
 //!     Ok::<_, Infallible>(http::Response::new(String::new()))
 //! });
 //! let service = ServiceBuilder::new().layer(confirm).service(mcp_server);
@@ -76,7 +77,7 @@
 //! - A state binds each candidate's id **and version**; the revalidation hook compares the version
 //!   the user saw with the live record, so an edited or replaced record is never acted on by an old
 //!   approval ([`Candidate::with_version`], [`Revalidation::seen_version`]).
-//! - The default [`MemoryReplayStore`] forgets on restart, so its states carry its boot epoch and a
+//! - The default [`MemoryReplayStore`](store::MemoryReplayStore) forgets on restart, so its states carry its boot epoch and a
 //!   state from before a restart is refused ("ask again"). Redis and Postgres states survive.
 //! - Each principal may hold only a budget of live entries in the replay store, and may be shown
 //!   only so many forms a second: one principal's flood is refused with a retry-after while
@@ -93,29 +94,34 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod audit;
+pub mod body;
 pub mod clock;
+mod completion;
+mod config;
 mod confirmed;
 mod driver;
 mod engine;
 mod form;
 pub mod guard;
-pub mod http;
+mod http;
 mod layer;
 mod limit;
 mod message;
 mod policy;
 mod principal;
 mod protocol;
-pub mod rpc;
+mod rpc;
 pub mod scope;
 mod service;
 pub mod store;
 pub mod token;
 
-/// Internals the project's own benchmarks measure directly. Not part of the API: no stability.
+/// Internals the project's own benchmarks and tests measure directly. Not part of the API:
+/// compiled only with the `bench` feature, no stability.
+#[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod __bench {
-    use crate::token::KeyRing;
+    use crate::KeyRing;
     use crate::token::claims::sample;
     use crate::token::codec;
 
@@ -145,11 +151,12 @@ pub mod __fuzz {
     use bytes::Bytes;
     use serde_json::Value;
 
+    use crate::KeyRing;
     use crate::form::{self, Answer};
     use crate::message::{self, Parsed};
     use crate::policy::{Lookup, PolicyError, ToolPolicy};
-    use crate::token::KeyRing;
-    use crate::token::claims::{Claims, Shown};
+    use crate::token::candidates::Shown;
+    use crate::token::claims::Claims;
     use crate::token::codec;
 
     /// The fixed ring the targets open states with.
@@ -176,7 +183,6 @@ pub mod __fuzz {
             let mut out = Vec::new();
             claims.encode(&mut out);
             assert_eq!(out, bytes, "the payload encoding is not canonical");
-            assert!(claims.candidates_fit());
         }
     }
 
@@ -185,8 +191,8 @@ pub mod __fuzz {
     /// is never one that serde reads as a call of the guarded tool.
     pub fn scan_body(bytes: &[u8]) {
         let body = Bytes::copy_from_slice(bytes);
-        match message::classify(&body, |tool| tool == "notes_delete") {
-            Parsed::Intercept(call) => {
+        match message::classify(&body, |tool| (tool == "notes_delete").then_some(())) {
+            Parsed::Intercept(call, ()) => {
                 let value: Value =
                     serde_json::from_slice(bytes).expect("an intercepted body is JSON");
                 assert_eq!(value["params"]["name"], "notes_delete");
@@ -231,14 +237,14 @@ pub mod __fuzz {
 }
 
 pub use confirmed::Confirmed;
+pub use http::ResponseFuture;
 pub use layer::{
     ConfigError, ConfirmLayer, ConfirmLayerBuilder, DEFAULT_CHALLENGE_BURST,
     DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CLOCK_SKEW, DEFAULT_MAX_BODY_BYTES, DEFAULT_TTL,
     MAX_TTL,
 };
 pub use policy::{
-    Candidate, ChoiceStyle, Lookup, PolicyError, Refusal, Resolver, Revalidate, Revalidation,
-    ToolPolicy,
+    Candidate, Lookup, PolicyError, Refusal, Resolver, Revalidate, Revalidation, ToolPolicy,
 };
 pub use principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 pub use protocol::{
@@ -246,8 +252,4 @@ pub use protocol::{
 };
 pub use rpc::{JsonRpcMessage, JsonRpcReply};
 pub use service::Confirm;
-pub use store::{
-    BootEpoch, Claim, ClaimRequest, MemoryReplayStore, Nonce, Owner, PrincipalKey, ReplayStore,
-    StoreError,
-};
-pub use token::{KeyError, KeyRing, StateError};
+pub use token::keyring::{KeyError, KeyRing};

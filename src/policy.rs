@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::principal::Principal;
 use crate::store::BoxFuture;
-use crate::token::{MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES, MAX_VERSION_LEN};
+use crate::token::MAX_CANDIDATES;
 
 /// One record the user may pick, e.g. one of three notes titled "Groceries".
 ///
@@ -176,8 +176,7 @@ where
 
 /// How the choice among candidates is rendered in the form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ChoiceStyle {
+pub(crate) enum ChoiceStyle {
     /// A titled single-select (`oneOf` of `{const, title}`), labels shown to the user.
     Titled,
     /// A plain `enum` of ids.
@@ -429,18 +428,5 @@ impl ToolPolicy {
             }
         }
         Ok(())
-    }
-}
-
-/// Bounds the resolver's output to what a state can carry.
-pub(crate) fn candidate_id_ok(id: &str) -> bool {
-    !id.is_empty() && id.len() <= MAX_CANDIDATE_ID_LEN
-}
-
-/// A version a state can carry: present (unless the policy opted out), non-empty, bounded.
-pub(crate) fn candidate_version_ok(policy: &ToolPolicy, version: Option<&str>) -> bool {
-    match version {
-        None => policy.unversioned,
-        Some(v) => !v.is_empty() && v.len() <= MAX_VERSION_LEN,
     }
 }

@@ -94,17 +94,17 @@ where
             let reply = Reply::error(Some("null"), &RpcError::body_too_large());
             return Box::pin(std::future::ready(Ok(reply.into())));
         }
-        let call = match message::classify(&msg.body, |tool| config.guards(tool)) {
+        let (call, guarded) = match message::classify(&msg.body, |tool| config.guarded(tool)) {
             Parsed::Forward => return Box::pin(inner.call(msg)),
             Parsed::Reject { id, error } => {
                 let reply = Reply::error(id.as_deref(), &error);
                 return Box::pin(std::future::ready(Ok(reply.into())));
             }
-            Parsed::Intercept(call) => call,
+            Parsed::Intercept(call, guarded) => (call, guarded),
         };
         Box::pin(async move {
             let principal = config.principal(&msg.extensions);
-            match driver::decide(Arc::clone(&config), call, principal, None).await {
+            match driver::decide(Arc::clone(&config), guarded, call, principal, None).await {
                 Decision::Reply(reply) => Ok(reply.into()),
                 Decision::Forward(approved) => {
                     msg.body = approved.body;

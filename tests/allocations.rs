@@ -13,9 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 use common::*;
-use mcp_confirm::{
-    ConfirmLayer, JsonRpcMessage, JsonRpcReply, KeyRing, MemoryReplayStore, Principal,
-};
+use mcp_confirm::store::MemoryReplayStore;
+use mcp_confirm::{ConfirmLayer, JsonRpcMessage, JsonRpcReply, KeyRing, Principal};
 use serde_json::{Value, json};
 use tower::{Layer, ServiceExt};
 

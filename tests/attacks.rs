@@ -9,10 +9,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use mcp_confirm::store::{MemoryReplayStore, Nonce, ReplayStore};
 use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
-use mcp_confirm::{
-    Candidate, Lookup, MemoryReplayStore, Nonce, PolicyError, ReplayStore, Revalidation, ToolPolicy,
-};
+use mcp_confirm::{Candidate, Lookup, PolicyError, Revalidation, ToolPolicy};
 use serde_json::{Value, json};
 
 /// Bob's first call on his team's "Groceries" (note-30).
@@ -183,7 +182,7 @@ async fn redis_store(prefix: &str) -> Option<RedisReplayStore> {
     match store
         .is_used(
             Nonce::random(),
-            mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+            mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
         )
         .await
     {

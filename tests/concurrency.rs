@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
-use mcp_confirm::{ConfirmLayer, KeyRing, MemoryReplayStore};
+use mcp_confirm::store::MemoryReplayStore;
+use mcp_confirm::{ConfirmLayer, KeyRing};
 use serde_json::json;
 use tower::Layer;
 

@@ -203,7 +203,7 @@ async fn hyper_service_fn_inner_over_tcp() {
 
     let notes = Notes::seeded();
     let inner = tower::service_fn(
-        |req: http::Request<mcp_confirm::http::RequestBody<hyper::body::Incoming>>| async move {
+        |req: http::Request<mcp_confirm::body::RequestBody<hyper::body::Incoming>>| async move {
             let confirmed = req.extensions().get::<Confirmed>().cloned();
             let body = req
                 .into_body()

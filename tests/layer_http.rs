@@ -72,12 +72,12 @@ async fn non_post_requests_pass_without_touching_the_body() {
 #[tokio::test]
 async fn streamed_inner_responses_are_not_buffered() {
     use http_body_util::BodyExt;
-    use mcp_confirm::http::RequestBody;
+    use mcp_confirm::body::RequestBody;
     use tower::{Layer, ServiceExt};
 
     let notes = Notes::seeded();
     let clock = mcp_confirm::clock::ManualClock::new(now());
-    let store = mcp_confirm::MemoryReplayStore::new();
+    let store = mcp_confirm::store::MemoryReplayStore::new();
     let layer = base_builder(&notes, &clock, &store).build();
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
     let rx = std::sync::Arc::new(std::sync::Mutex::new(Some(rx)));
@@ -577,7 +577,7 @@ async fn a_retry_while_the_first_is_in_flight_is_refused() {
 
     let notes = Notes::seeded();
     let clock = mcp_confirm::clock::ManualClock::new(now());
-    let store = mcp_confirm::MemoryReplayStore::with_clock(100, clock.clone());
+    let store = mcp_confirm::store::MemoryReplayStore::with_clock(100, clock.clone());
     let layer = base_builder(&notes, &clock, &store).build();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let rx = std::sync::Arc::new(tokio::sync::Mutex::new(Some(rx)));
@@ -587,7 +587,7 @@ async fn a_retry_while_the_first_is_in_flight_is_refused() {
     let slot = nonce.clone();
     // The inner answers with a body that stays open until the test says so.
     let inner = tower::service_fn(
-        move |req: http::Request<mcp_confirm::http::RequestBody<http_body_util::Full<Bytes>>>| {
+        move |req: http::Request<mcp_confirm::body::RequestBody<http_body_util::Full<Bytes>>>| {
             let rx = rx.clone();
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             *slot.lock().unwrap() = req
@@ -628,34 +628,34 @@ async fn a_retry_while_the_first_is_in_flight_is_refused() {
         .unwrap()
         .expect("confirmed call reached the inner service");
     let far = now() + Duration::from_secs(3_600);
-    let owner = mcp_confirm::Owner::random();
-    use mcp_confirm::ReplayStore;
+    let owner = mcp_confirm::store::Owner::random();
+    use mcp_confirm::store::ReplayStore;
     assert_eq!(
         store
-            .claim(&mcp_confirm::ClaimRequest::new(
+            .claim(&mcp_confirm::store::ClaimRequest::new(
                 nonce,
                 owner,
-                mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+                mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
                 far
             ))
             .await
             .unwrap(),
-        mcp_confirm::Claim::InFlight
+        mcp_confirm::store::Claim::InFlight
     );
     tx.send(()).unwrap();
     let _ = open_response.into_body().collect().await.unwrap();
     // ...and consumed once it has ended.
     assert_eq!(
         store
-            .claim(&mcp_confirm::ClaimRequest::new(
+            .claim(&mcp_confirm::store::ClaimRequest::new(
                 nonce,
                 owner,
-                mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+                mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
                 far
             ))
             .await
             .unwrap(),
-        mcp_confirm::Claim::Consumed
+        mcp_confirm::store::Claim::Consumed
     );
     let after = accepted(&state, json!(4), "note-7");
     let after = svc
@@ -1086,15 +1086,15 @@ async fn a_full_replay_store_refuses_with_a_retryable_error_and_runs_nothing() {
     assert_frozen_state_error(&send(&f.svc, post(&replay, Some("alice"))).await);
 }
 
-async fn nonce_state(f: &Fixture) -> mcp_confirm::Claim {
-    use mcp_confirm::ReplayStore;
+async fn nonce_state(f: &Fixture) -> mcp_confirm::store::Claim {
+    use mcp_confirm::store::ReplayStore;
     let nonce = f.seen.last().confirmed.expect("confirmed").nonce;
     let far = now() + Duration::from_secs(3_600);
     f.store
-        .claim(&mcp_confirm::ClaimRequest::new(
+        .claim(&mcp_confirm::store::ClaimRequest::new(
             nonce,
-            mcp_confirm::Owner::random(),
-            mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+            mcp_confirm::store::Owner::random(),
+            mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
             far,
         ))
         .await
@@ -1107,7 +1107,7 @@ async fn the_nonce_is_consumed_when_the_response_ends() {
     let state = challenge(&f).await;
     let go = accepted(&state, json!(2), "note-7");
     send(&f.svc, post(&go, Some("alice"))).await;
-    assert_eq!(nonce_state(&f).await, mcp_confirm::Claim::Consumed);
+    assert_eq!(nonce_state(&f).await, mcp_confirm::store::Claim::Consumed);
 }
 
 #[tokio::test]
@@ -1123,12 +1123,12 @@ async fn the_nonce_is_consumed_when_the_response_is_dropped_unread() {
         .await
         .unwrap();
     drop(response);
-    assert_eq!(nonce_state(&f).await, mcp_confirm::Claim::Consumed);
+    assert_eq!(nonce_state(&f).await, mcp_confirm::store::Claim::Consumed);
 }
 
 #[tokio::test]
 async fn the_nonce_is_consumed_when_the_call_is_abandoned_mid_flight() {
-    use mcp_confirm::{Claim, Owner, ReplayStore};
+    use mcp_confirm::store::{Claim, Owner, ReplayStore};
     use std::sync::{Arc, Mutex};
     use tower::{Layer, ServiceExt};
 
@@ -1137,7 +1137,7 @@ async fn the_nonce_is_consumed_when_the_call_is_abandoned_mid_flight() {
     let nonce = Arc::new(Mutex::new(None));
     let slot = nonce.clone();
     let inner = tower::service_fn(
-        move |req: http::Request<mcp_confirm::http::RequestBody<http_body_util::Full<Bytes>>>| {
+        move |req: http::Request<mcp_confirm::body::RequestBody<http_body_util::Full<Bytes>>>| {
             *slot.lock().unwrap() = req
                 .extensions()
                 .get::<mcp_confirm::Confirmed>()
@@ -1162,10 +1162,10 @@ async fn the_nonce_is_consumed_when_the_call_is_abandoned_mid_flight() {
     let far = now() + Duration::from_secs(3_600);
     assert_eq!(
         f.store
-            .claim(&mcp_confirm::ClaimRequest::new(
+            .claim(&mcp_confirm::store::ClaimRequest::new(
                 nonce,
                 Owner::random(),
-                mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+                mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
                 far
             ))
             .await
@@ -1193,7 +1193,7 @@ async fn a_state_issued_for_another_input_key_is_refused() {
 
 #[tokio::test]
 async fn claimed_by_handler_policies_forward_unclaimed_and_say_so() {
-    use mcp_confirm::{Claim, Owner, ReplayStore};
+    use mcp_confirm::store::{Claim, Owner, ReplayStore};
     let notes = Notes::seeded();
     let f = fixture_with(|b| b.tool("notes_delete", delete_policy(&notes).claimed_by_handler()));
     let state = challenge(&f).await;
@@ -1208,10 +1208,10 @@ async fn claimed_by_handler_policies_forward_unclaimed_and_say_so() {
     let far = now() + Duration::from_secs(3_600);
     assert_eq!(
         f.store
-            .claim(&mcp_confirm::ClaimRequest::new(
+            .claim(&mcp_confirm::store::ClaimRequest::new(
                 confirmed.nonce,
                 Owner::random(),
-                mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+                mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
                 far
             ))
             .await
@@ -1228,7 +1228,7 @@ async fn claimed_by_handler_policies_forward_unclaimed_and_say_so() {
 
 #[tokio::test]
 async fn claimed_by_handler_policies_still_burn_failed_revalidations() {
-    use mcp_confirm::{Claim, Owner, ReplayStore};
+    use mcp_confirm::store::{Claim, Owner, ReplayStore};
     let notes = Notes::seeded();
     let f = fixture_with(|b| b.tool("notes_delete", delete_policy(&notes).claimed_by_handler()));
     let state = challenge(&f).await;
@@ -1248,10 +1248,10 @@ async fn claimed_by_handler_policies_still_burn_failed_revalidations() {
     let far = now() + Duration::from_secs(3_600);
     assert_eq!(
         f.store
-            .claim(&mcp_confirm::ClaimRequest::new(
+            .claim(&mcp_confirm::store::ClaimRequest::new(
                 nonce,
                 Owner::random(),
-                mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+                mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
                 far
             ))
             .await

@@ -10,8 +10,9 @@ use common::*;
 use hmac::{KeyInit, Mac};
 use std::time::Duration;
 
+use mcp_confirm::KeyRing;
 use mcp_confirm::store::{Claim, ClaimRequest, Owner, PrincipalKey};
-use mcp_confirm::{KeyRing, Nonce, ReplayStore};
+use mcp_confirm::store::{Nonce, ReplayStore};
 use serde_json::{Value, json};
 use sha2::Sha256;
 

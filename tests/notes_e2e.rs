@@ -55,7 +55,7 @@ impl Server {
     ) -> Self {
         let base = std::env::temp_dir().join(format!(
             "mcp-confirm-e2e-{}",
-            mcp_confirm::Nonce::random().to_hex()
+            mcp_confirm::store::Nonce::random().to_hex()
         ));
         let store = Arc::new(open(&base.join("data")));
         let options = app::Options {

@@ -23,7 +23,7 @@ struct Server {
 impl Server {
     async fn start() -> Option<Self> {
         let url = backends::postgres_url();
-        let suffix = mcp_confirm::Nonce::random().to_hex()[..12].to_owned();
+        let suffix = mcp_confirm::store::Nonce::random().to_hex()[..12].to_owned();
         let db = match pg::Db::open(
             &url,
             &format!("notes_{suffix}"),

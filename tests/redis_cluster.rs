@@ -49,7 +49,7 @@ fn free_port() -> u16 {
 fn start_cluster() -> Result<Cluster, String> {
     let dir = std::env::temp_dir().join(format!(
         "mcp-confirm-cluster-{}",
-        mcp_confirm::Nonce::random().to_hex()
+        mcp_confirm::store::Nonce::random().to_hex()
     ));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut nodes = Vec::new();

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use common::*;
 use http::StatusCode;
+use mcp_confirm::store::ReplayStore;
 use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
-use mcp_confirm::{ConfirmLayer, KeyRing, ReplayStore};
+use mcp_confirm::{ConfirmLayer, KeyRing};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -132,7 +133,7 @@ async fn reachable(backend: &str, addr: &str) -> Option<SocketAddr> {
 fn fixture_over(store: impl ReplayStore) -> Fixture {
     let notes = Notes::seeded();
     let clock = mcp_confirm::clock::ManualClock::new(std::time::SystemTime::now());
-    let memory = mcp_confirm::MemoryReplayStore::new();
+    let memory = mcp_confirm::store::MemoryReplayStore::new();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .audience("notes.example")
         .clock(clock.clone())
@@ -233,7 +234,7 @@ async fn redis_faults_fail_closed_and_recover() {
         .unwrap()
         .prefix(format!(
             "mcp-confirm-faults:{}:",
-            mcp_confirm::Nonce::random().to_hex()
+            mcp_confirm::store::Nonce::random().to_hex()
         ))
         .timeout(Duration::from_millis(300));
     faults(&fixture_over(store), &proxy).await;

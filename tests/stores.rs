@@ -8,8 +8,8 @@ mod backends;
 
 use std::time::Duration;
 
+use mcp_confirm::store::{MemoryReplayStore, Nonce, PrincipalKey, ReplayStore};
 use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
-use mcp_confirm::{MemoryReplayStore, Nonce, PrincipalKey, ReplayStore};
 
 pub(crate) async fn redis_store(budget: Option<usize>) -> Option<RedisReplayStore> {
     let url = backends::redis_url();

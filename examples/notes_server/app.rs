@@ -10,9 +10,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use mcp_confirm::guard::HostOriginLayer;
+use mcp_confirm::store::ReplayStore;
 use mcp_confirm::{
     Candidate, ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal, Refusal,
-    ReplayStore, Revalidation, ToolPolicy,
+    Revalidation, ToolPolicy,
 };
 use rmcp::ServerHandler;
 use rmcp::model::{

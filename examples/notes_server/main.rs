@@ -306,13 +306,13 @@ async fn serve(listener: tokio::net::TcpListener, router: axum::Router, limits: 
 async fn replay_store(
     spec: &str,
     budget: Option<usize>,
-) -> Result<Option<Arc<dyn mcp_confirm::ReplayStore>>, String> {
-    use mcp_confirm::MemoryReplayStore;
+) -> Result<Option<Arc<dyn mcp_confirm::store::ReplayStore>>, String> {
+    use mcp_confirm::store::MemoryReplayStore;
     use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
     if spec == "memory" {
         return Ok(budget.map(|budget| {
             let store = MemoryReplayStore::new().principal_budget(budget);
-            Arc::new(store) as Arc<dyn mcp_confirm::ReplayStore>
+            Arc::new(store) as Arc<dyn mcp_confirm::store::ReplayStore>
         }));
     }
     if let Some(capacity) = spec.strip_prefix("memory:") {

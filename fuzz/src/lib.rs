@@ -16,12 +16,13 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hkdf::Hkdf;
 use hmac::{Hmac, KeyInit, Mac};
 use mcp_confirm::__fuzz;
-use mcp_confirm::rpc::{JsonRpcMessage, JsonRpcReply};
+use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::token::PREFIX;
 use mcp_confirm::{
-    Candidate, Confirm, ConfirmLayer, Confirmed, KeyRing, Lookup, MemoryReplayStore, PolicyError,
-    Principal, ToolPolicy,
+    Candidate, Confirm, ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal,
+    ToolPolicy,
 };
+use mcp_confirm::{JsonRpcMessage, JsonRpcReply};
 use serde_json::Value;
 use sha2::Sha256;
 use tower_layer::Layer;

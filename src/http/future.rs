@@ -17,10 +17,11 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::body::{RequestBody, ResponseBody};
-use crate::driver::{self, CompletionGuard, Decision};
-use crate::engine::{HeaderField, Headers};
-use crate::layer::Config;
+use super::headers;
+use crate::body::{RequestBody, ResponseBody};
+use crate::completion::CompletionGuard;
+use crate::config::Config;
+use crate::driver::{self, Decision};
 use crate::message::{self, Parsed};
 use crate::protocol::{Reply, RpcError};
 use crate::store::BoxFuture;
@@ -146,7 +147,10 @@ where
                             parts
                                 .headers
                                 .insert(CONTENT_LENGTH, HeaderValue::from(approved.body.len()));
-                            if let Some((name, value)) = approved.param_header {
+                            let chosen = approved.confirmed.chosen.as_deref();
+                            if let Some((name, value)) =
+                                headers::param_header(&approved.tool.policy, chosen)
+                            {
                                 parts.headers.insert(name, value);
                             }
                             parts.extensions.insert(approved.confirmed);
@@ -186,7 +190,7 @@ where
     B: Body,
     B::Error: Into<BoxError>,
 {
-    match message::classify(&body, |tool| config.guards(tool)) {
+    match message::classify(&body, |tool| config.guarded(tool)) {
         Parsed::Forward => {
             // Not ours: the same bytes, the same headers.
             let request = Request::from_parts(parts, RequestBody::buffered(body));
@@ -200,24 +204,21 @@ where
         },
         // A form is never shown for (nor answered by) a body a browser could send cross-site
         // without a preflight: confirmed calls must say they are JSON.
-        Parsed::Intercept(call) if !is_json(&parts.headers) => State::Replying {
+        Parsed::Intercept(call, _) if !is_json(&parts.headers) => State::Replying {
             reply: Some(Reply::error(
                 Some(&call.id),
                 &RpcError::unsupported_media_type(),
             )),
         },
-        Parsed::Intercept(call) => {
+        Parsed::Intercept(call, guarded) => {
             let principal = config.principal(&parts.extensions);
-            let headers = Headers {
-                protocol_version: HeaderField::read(&parts.headers, "mcp-protocol-version"),
-                method: HeaderField::read(&parts.headers, "mcp-method"),
-                name: HeaderField::read(&parts.headers, "mcp-name"),
-            };
+            let declared = headers::declared(&parts.headers);
             let decision = Box::pin(driver::decide(
                 Arc::clone(config),
+                guarded,
                 call,
                 principal,
-                Some(headers),
+                Some(declared),
             ));
             State::Deciding {
                 decision,

@@ -6,8 +6,8 @@
 //! same headers, and the inner response (JSON or SSE) streams back unchanged. Other methods (GET,
 //! DELETE) pass through without the body being touched.
 
-mod body;
 mod future;
+mod headers;
 
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
@@ -16,9 +16,9 @@ use http_body::Body;
 use std::task::{Context, Poll};
 use tower_service::Service;
 
-pub use body::{RequestBody, ResponseBody};
 pub use future::ResponseFuture;
 
+use crate::body::{RequestBody, ResponseBody};
 use crate::protocol::{Reply, RpcError};
 use crate::service::Confirm;
 

@@ -23,20 +23,23 @@ use crate::protocol::RpcError;
 
 #[cfg(test)]
 mod adversarial;
+mod forward;
 #[cfg(test)]
 mod oracle;
 mod scan;
+
+pub(crate) use forward::forward_body;
 
 /// The method a confirmed tool is called with.
 pub(crate) const TOOLS_CALL: &str = "tools/call";
 
 /// What to do with a message.
 #[derive(Debug)]
-pub(crate) enum Parsed {
+pub(crate) enum Parsed<G> {
     /// Not ours: forward the original bytes untouched.
     Forward,
-    /// A `tools/call` of a tool the layer confirms.
-    Intercept(ToolCall),
+    /// A `tools/call` of a tool the layer confirms, with what the lookup found for it.
+    Intercept(ToolCall, G),
     /// Answer with this error; never forward. `id` is the raw request id, `None` for a notification.
     Reject { id: Option<String>, error: RpcError },
 }
@@ -78,8 +81,9 @@ struct CallMessage {
     params: CallParams,
 }
 
-/// Classifies `body`. `guarded` says whether a tool name is one the layer confirms.
-pub(crate) fn classify(body: &Bytes, guarded: impl Fn(&str) -> bool) -> Parsed {
+/// Classifies `body`. `guarded` looks a tool name up among those the layer confirms; what it
+/// finds travels with the intercepted call, so nobody looks it up twice.
+pub(crate) fn classify<G>(body: &Bytes, guarded: impl Fn(&str) -> Option<G>) -> Parsed<G> {
     let envelope = match read_envelope(body) {
         Ok(envelope) => envelope,
         Err(error) => {
@@ -118,9 +122,9 @@ pub(crate) fn classify(body: &Bytes, guarded: impl Fn(&str) -> bool) -> Parsed {
             ..
         }) => return invalid(id),
     };
-    if !guarded(&name) {
+    let Some(found) = guarded(&name) else {
         return Parsed::Forward;
-    }
+    };
     let Some(id) = id else {
         // A notification cannot be confirmed (there is nothing to answer) and must not run.
         return Parsed::Reject {
@@ -129,17 +133,20 @@ pub(crate) fn classify(body: &Bytes, guarded: impl Fn(&str) -> bool) -> Parsed {
         };
     };
     match serde_json::from_slice::<CallMessage>(body) {
-        Ok(message) => Parsed::Intercept(ToolCall {
-            id: id.to_owned(),
-            tool: name.into_owned(),
-            params: message.params,
-            body: body.clone(),
-        }),
+        Ok(message) => Parsed::Intercept(
+            ToolCall {
+                id: id.to_owned(),
+                tool: name.into_owned(),
+                params: message.params,
+                body: body.clone(),
+            },
+            found,
+        ),
         Err(_) => invalid(Some(id)),
     }
 }
 
-fn invalid(id: Option<&str>) -> Parsed {
+fn invalid<G>(id: Option<&str>) -> Parsed<G> {
     Parsed::Reject {
         id: id.map(str::to_owned),
         error: RpcError::invalid_request(),
@@ -203,8 +210,8 @@ mod tests {
     use super::*;
     use crate::protocol::code;
 
-    fn guarded(name: &str) -> bool {
-        name == "notes_delete"
+    fn guarded(name: &str) -> Option<()> {
+        (name == "notes_delete").then_some(())
     }
 
     fn reject_code(body: &[u8]) -> (Option<String>, i64) {
@@ -222,7 +229,7 @@ mod tests {
     #[test]
     fn intercepts_only_guarded_tool_calls() {
         assert!(
-            matches!(classify(&Bytes::copy_from_slice(DELETE.as_bytes()), guarded), Parsed::Intercept(c) if c.tool == "notes_delete" && c.id == "1")
+            matches!(classify(&Bytes::copy_from_slice(DELETE.as_bytes()), guarded), Parsed::Intercept(c, ()) if c.tool == "notes_delete" && c.id == "1")
         );
         let list = DELETE.replace("notes_delete", "notes_list");
         assert!(matches!(
@@ -239,12 +246,12 @@ mod tests {
         let escaped = DELETE.replace("notes_delete", r"notes\u005fdelete");
         assert!(matches!(
             classify(&Bytes::copy_from_slice(escaped.as_bytes()), guarded),
-            Parsed::Intercept(_)
+            Parsed::Intercept(..)
         ));
         let escaped_method = DELETE.replace("tools/call", r"tools\/call");
         assert!(matches!(
             classify(&Bytes::copy_from_slice(escaped_method.as_bytes()), guarded),
-            Parsed::Intercept(_)
+            Parsed::Intercept(..)
         ));
     }
 

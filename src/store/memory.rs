@@ -14,9 +14,6 @@ use super::{
 };
 use crate::clock::{Clock, SystemClock};
 
-/// The default number of live entries a [`MemoryReplayStore`] holds.
-pub const DEFAULT_CAPACITY: usize = 100_000;
-
 /// A replay store in this process's memory.
 ///
 /// Claims are atomic per nonce (a `DashMap` entry), so any number of concurrent retries of one state
@@ -78,12 +75,15 @@ impl From<State> for Claim {
 
 impl Default for MemoryReplayStore {
     fn default() -> Self {
-        Self::with_capacity(DEFAULT_CAPACITY)
+        Self::with_capacity(Self::DEFAULT_CAPACITY)
     }
 }
 
 impl MemoryReplayStore {
-    /// A store holding up to [`DEFAULT_CAPACITY`] live entries, at most 1,000 per principal.
+    /// The default number of live entries a [`MemoryReplayStore`] holds.
+    pub const DEFAULT_CAPACITY: usize = 100_000;
+
+    /// A store holding up to [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) live entries, at most 1,000 per principal.
     pub fn new() -> Self {
         Self::default()
     }

@@ -28,20 +28,20 @@ use std::time::{Duration, SystemTime};
 pub mod conformance;
 mod memory;
 #[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub mod postgres;
+mod postgres;
 #[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub mod redis;
+mod redis;
 
-pub use memory::{DEFAULT_CAPACITY, MemoryReplayStore};
+pub use memory::MemoryReplayStore;
 
 /// The default cap on one principal's live entries in the Redis and Postgres stores; the memory
 /// store's default is 1 % of its capacity.
 pub const DEFAULT_PRINCIPAL_BUDGET: usize = 1_000;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::PostgresReplayStore;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::RedisReplayStore;
 
 /// A boxed `Send` future, as returned by the object-safe store and policy traits.

@@ -11,11 +11,6 @@ use super::{
     ReplayStore, StoreError,
 };
 
-/// The default table.
-pub const DEFAULT_TABLE: &str = "mcp_confirm_nonces";
-/// The default time allowed for one store call (including taking a pooled connection).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
-
 /// A [`ReplayStore`] in PostgreSQL, for deployments with more than one instance.
 ///
 /// The claim is one short transaction: a transaction-scoped advisory lock per principal, then one
@@ -50,6 +45,11 @@ impl fmt::Debug for PostgresReplayStore {
 }
 
 impl PostgresReplayStore {
+    /// The default table.
+    pub const DEFAULT_TABLE: &str = "mcp_confirm_nonces";
+    /// The default time allowed for one store call (including taking a pooled connection).
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+
     /// A store for the database at `url` (`postgres://user@host:port/db`), with a small pool that
     /// connects on demand, so a database that is down at start-up does not stop the server.
     ///
@@ -63,8 +63,8 @@ impl PostgresReplayStore {
             // Waiting for a pooled connection is part of the store call, which `timeout` bounds
             // as a whole: a second, fixed bound here would ignore a longer `timeout`.
             wait: None,
-            create: Some(DEFAULT_TIMEOUT),
-            recycle: Some(DEFAULT_TIMEOUT),
+            create: Some(Self::DEFAULT_TIMEOUT),
+            recycle: Some(Self::DEFAULT_TIMEOUT),
         };
         config.pool = Some(pool);
         let pool = config
@@ -77,8 +77,8 @@ impl PostgresReplayStore {
     pub fn with_pool(pool: Pool) -> Self {
         Self {
             pool,
-            table: DEFAULT_TABLE.to_owned(),
-            timeout: DEFAULT_TIMEOUT,
+            table: Self::DEFAULT_TABLE.to_owned(),
+            timeout: Self::DEFAULT_TIMEOUT,
             budget: DEFAULT_PRINCIPAL_BUDGET,
         }
     }

@@ -11,11 +11,6 @@ use super::{
     ReplayStore, StoreError,
 };
 
-/// The default key prefix.
-pub const DEFAULT_PREFIX: &str = "mcp-confirm:nonce:";
-/// The default time allowed for one store call before the claim is refused.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
-
 /// Claims `KEYS[1]` (a nonce) for the principal whose live entries are the sorted set `KEYS[2]`
 /// (nonce → expiry in ms), in one atomic step: a held nonce is reported as held (1 in flight,
 /// 2 consumed) whatever the budget; otherwise the principal's expired entries are dropped, and if
@@ -117,6 +112,11 @@ impl fmt::Debug for RedisReplayStore {
 }
 
 impl RedisReplayStore {
+    /// The default key prefix.
+    pub const DEFAULT_PREFIX: &str = "mcp-confirm:nonce:";
+    /// The default time allowed for one store call before the claim is refused.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
+
     /// A store for the Redis at `url` (`redis://host:port/db`). The connection is made on first use
     /// and re-made after failures, so a store that is down at start-up does not stop the server:
     /// claims are refused until it answers.
@@ -126,8 +126,8 @@ impl RedisReplayStore {
     pub fn open(url: &str) -> Result<Self, StoreError> {
         let client = redis::Client::open(url).map_err(backend)?;
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(DEFAULT_TIMEOUT))
-            .set_response_timeout(Some(DEFAULT_TIMEOUT))
+            .set_connection_timeout(Some(Self::DEFAULT_TIMEOUT))
+            .set_response_timeout(Some(Self::DEFAULT_TIMEOUT))
             .set_number_of_retries(1);
         let connection =
             ConnectionManager::new_lazy_with_config(client, config).map_err(backend)?;
@@ -146,8 +146,8 @@ impl RedisReplayStore {
         N: redis::IntoConnectionInfo,
     {
         let client = redis::cluster::ClusterClient::builder(nodes)
-            .connection_timeout(DEFAULT_TIMEOUT)
-            .response_timeout(DEFAULT_TIMEOUT)
+            .connection_timeout(Self::DEFAULT_TIMEOUT)
+            .response_timeout(Self::DEFAULT_TIMEOUT)
             .build()
             .map_err(backend)?;
         let connection = client.get_async_connection().await.map_err(backend)?;
@@ -162,8 +162,8 @@ impl RedisReplayStore {
     fn from_connection(connection: Connection) -> Self {
         Self {
             connection,
-            prefix: DEFAULT_PREFIX.to_owned(),
-            timeout: DEFAULT_TIMEOUT,
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            timeout: Self::DEFAULT_TIMEOUT,
             budget: DEFAULT_PRINCIPAL_BUDGET,
             claim: Script::new(CLAIM),
             complete: Script::new(COMPLETE),

@@ -9,14 +9,8 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::candidates::{Candidates, Shown};
 use crate::store::Nonce;
-
-/// The most candidates one state can carry.
-pub const MAX_CANDIDATES: usize = 16;
-/// The longest candidate id, in bytes.
-pub const MAX_CANDIDATE_ID_LEN: usize = 128;
-/// The longest candidate version, in bytes.
-pub const MAX_VERSION_LEN: usize = 128;
 
 /// Where in the confirmation a state was issued. Unknown phases are refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,22 +25,6 @@ impl Phase {
         match b {
             1 => Some(Phase::Confirm),
             _ => None,
-        }
-    }
-}
-
-/// One candidate as the form showed it: its id and, unless the policy opted out, its version.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Shown {
-    pub(crate) id: String,
-    pub(crate) version: Option<String>,
-}
-
-impl Shown {
-    pub(crate) fn new(id: impl Into<String>, version: Option<&str>) -> Self {
-        Self {
-            id: id.into(),
-            version: version.map(str::to_owned),
         }
     }
 }
@@ -67,7 +45,7 @@ pub(crate) struct Claims {
     pub(crate) arguments: [u8; 32],
     /// The boot epoch of the replay store that issued the state (zeros for a durable store).
     pub(crate) epoch: [u8; 16],
-    pub(crate) candidates: Vec<Shown>,
+    pub(crate) candidates: Candidates,
 }
 
 const FIXED_LEN: usize = 1 + 8 + 8 + 16 + 16 * 6 + 32 + 16 + 1;
@@ -82,21 +60,7 @@ impl Claims {
                 .sum::<usize>()
     }
 
-    /// Whether every candidate fits the format: at most [`MAX_CANDIDATES`], unique non-empty ids
-    /// and non-empty versions within their bounds.
-    pub(crate) fn candidates_fit(&self) -> bool {
-        self.candidates.len() <= MAX_CANDIDATES
-            && self.candidates.iter().enumerate().all(|(i, c)| {
-                !c.id.is_empty()
-                    && c.id.len() <= MAX_CANDIDATE_ID_LEN
-                    && c.version
-                        .as_ref()
-                        .is_none_or(|v| !v.is_empty() && v.len() <= MAX_VERSION_LEN)
-                    && !self.candidates[..i].iter().any(|d| d.id == c.id)
-            })
-    }
-
-    /// Appends the payload bytes to `out`. Callers guarantee the candidate bounds.
+    /// Appends the payload bytes to `out`. [`Candidates`] guarantees every length fits its byte.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.push(self.phase as u8);
         out.extend_from_slice(&self.issued_at.to_be_bytes());
@@ -115,7 +79,7 @@ impl Claims {
         out.extend_from_slice(&self.arguments);
         out.extend_from_slice(&self.epoch);
         out.push(self.candidates.len() as u8);
-        for shown in &self.candidates {
+        for shown in self.candidates.iter() {
             out.push(shown.id.len() as u8);
             out.extend_from_slice(shown.id.as_bytes());
             // 0: no version (versions are never empty).
@@ -141,24 +105,14 @@ impl Claims {
         let request_id = r.array()?;
         let arguments = r.array()?;
         let epoch = r.array()?;
+        // Lengths are single bytes, so reading is bounded; the bounds themselves are checked by
+        // `Candidates::new`, the one place that knows them.
         let count = usize::from(r.byte()?);
-        if count > MAX_CANDIDATES {
-            return None;
-        }
         let mut candidates: Vec<Shown> = Vec::with_capacity(count);
         for _ in 0..count {
             let len = usize::from(r.byte()?);
-            if len == 0 || len > MAX_CANDIDATE_ID_LEN {
-                return None;
-            }
             let id = std::str::from_utf8(r.take(len)?).ok()?;
-            if candidates.iter().any(|c| c.id == id) {
-                return None;
-            }
             let len = usize::from(r.byte()?);
-            if len > MAX_VERSION_LEN {
-                return None;
-            }
             let version = match len {
                 0 => None,
                 _ => Some(std::str::from_utf8(r.take(len)?).ok()?),
@@ -168,6 +122,7 @@ impl Claims {
         if !r.0.is_empty() {
             return None;
         }
+        let candidates = Candidates::new(candidates).ok()?;
         Some(Self {
             phase,
             issued_at,
@@ -351,6 +306,7 @@ fn hash_value(h: &mut Sha256, value: &Value) {
 }
 
 /// A realistic state (three candidates, every binding set), for tests and the benchmarks.
+#[cfg(any(test, feature = "bench"))]
 pub(crate) fn sample() -> Claims {
     Claims {
         phase: Phase::Confirm,
@@ -365,12 +321,19 @@ pub(crate) fn sample() -> Claims {
         request_id: [6; 16],
         arguments: [8; 32],
         epoch: [9; 16],
-        candidates: vec![
-            Shown::new("note-3", Some("v1-0f3a")),
-            Shown::new("note-7", Some("v1-77c2")),
-            Shown::new("note-14", None),
-        ],
+        candidates: sample_candidates(),
     }
+}
+
+/// The sample state's candidates.
+#[cfg(any(test, feature = "bench"))]
+pub(crate) fn sample_candidates() -> Candidates {
+    let shown = vec![
+        Shown::new("note-3", Some("v1-0f3a")),
+        Shown::new("note-7", Some("v1-77c2")),
+        Shown::new("note-14", None),
+    ];
+    Candidates::new(shown).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -400,11 +363,21 @@ mod tests {
         let mut phase = out.clone();
         phase[0] = 9;
         assert_eq!(Claims::decode(&phase), None);
-        let mut dup = sample();
-        dup.candidates = vec![Shown::new("a", Some("1")), Shown::new("a", Some("2"))];
+        // Duplicate ids cannot be built, so write them by hand: two candidates "a".
         let mut bytes = Vec::new();
-        dup.encode(&mut bytes);
+        let mut empty = sample();
+        empty.candidates = Candidates::default();
+        empty.encode(&mut bytes);
+        bytes.pop();
+        bytes.extend_from_slice(&[2, 1, b'a', 1, b'1', 1, b'a', 1, b'2']);
         assert_eq!(Claims::decode(&bytes), None);
+        bytes.truncate(bytes.len() - 4);
+        let count_at = bytes.len() - 5;
+        bytes[count_at] = 1;
+        assert!(
+            Claims::decode(&bytes).is_some(),
+            "the hand-written layout is right"
+        );
     }
 
     #[test]

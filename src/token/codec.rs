@@ -30,9 +30,6 @@ const TAG_LEN: usize = 32;
 
 /// Seals `claims` with the ring's signing key.
 pub(crate) fn seal(ring: &KeyRing, claims: &Claims) -> Result<String, StateError> {
-    if !claims.candidates_fit() {
-        return Err(StateError::TooLarge);
-    }
     let key = ring.signing();
     let mut raw = Vec::with_capacity(2 + key.id().len() + claims.encoded_len() + TAG_LEN);
     raw.push(VERSION);
@@ -210,30 +207,20 @@ mod tests {
     }
 
     #[test]
-    fn oversized_claims_are_not_sealed() {
-        use crate::token::claims::{MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES, MAX_VERSION_LEN, Shown};
+    fn the_largest_legal_state_fits_the_cap() {
+        use crate::token::candidates::{
+            Candidates, MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES, MAX_VERSION_LEN, Shown,
+        };
+        // Oversized candidate sets cannot be built (see `Candidates::new`); the largest that can,
+        // under the longest key id, still fits the token cap and opens to the same claims.
         let mut c = claims();
-        c.candidates = (0..=MAX_CANDIDATES)
-            .map(|i| Shown::new(format!("id-{i}"), Some("v")))
-            .collect();
-        assert_eq!(seal(&ring(), &c).unwrap_err(), StateError::TooLarge);
-        let mut c = claims();
-        c.candidates = vec![Shown::new("x".repeat(MAX_CANDIDATE_ID_LEN + 1), None)];
-        assert_eq!(seal(&ring(), &c).unwrap_err(), StateError::TooLarge);
-        let mut c = claims();
-        c.candidates = vec![Shown::new("x", Some(&"v".repeat(MAX_VERSION_LEN + 1)))];
-        assert_eq!(seal(&ring(), &c).unwrap_err(), StateError::TooLarge);
-        let mut c = claims();
-        c.candidates = vec![Shown::new("x", Some(""))];
-        assert_eq!(seal(&ring(), &c).unwrap_err(), StateError::TooLarge);
-        // The largest legal state still fits the cap, and opens to the same claims.
-        let mut c = claims();
-        c.candidates = (0..MAX_CANDIDATES)
+        let largest = (0..MAX_CANDIDATES)
             .map(|i| {
                 let id = format!("{i:0>width$}", width = MAX_CANDIDATE_ID_LEN);
                 Shown::new(id, Some(&"v".repeat(MAX_VERSION_LEN)))
             })
             .collect();
+        c.candidates = Candidates::new(largest).unwrap();
         let ring = KeyRing::single("k".repeat(32), [1u8; 32]).unwrap();
         let token = seal(&ring, &c).unwrap();
         assert_eq!(open(&ring, &token).unwrap().0, c);
@@ -241,14 +228,16 @@ mod tests {
 
     #[test]
     fn a_state_binds_each_candidate_version() {
-        use crate::token::claims::Shown;
+        use crate::token::candidates::{Candidates, Shown};
         let ring = ring();
         let token = seal(&ring, &claims()).unwrap();
         let (opened, _) = open(&ring, &token).unwrap();
         assert_eq!(opened.candidates[0], Shown::new("note-3", Some("v1-0f3a")));
         assert_eq!(opened.candidates[2], Shown::new("note-14", None));
         let mut other = claims();
-        other.candidates[1].version = Some("v2-0000".into());
+        let mut shown = other.candidates.to_vec();
+        shown[1].version = Some("v2-0000".into());
+        other.candidates = Candidates::new(shown).unwrap();
         assert_ne!(seal(&ring, &other).unwrap(), token);
     }
 

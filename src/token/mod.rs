@@ -1,23 +1,33 @@
-//! The `requestState` format: key ids, the bound claims, sealing and opening.
+//! The `requestState` format and its limits: key ids, the bound claims, sealing and opening.
 //!
 //! A state is HMAC-SHA256-signed, not encrypted: the client can decode it but can only read what
-//! the form already showed it (the candidate ids). Everything else is a digest.
+//! the form already showed it (the candidate ids and versions). Everything else is a digest. The
+//! keys that sign it are a [`KeyRing`](crate::KeyRing).
+//!
+//! ```text
+//! candidates.rs  the signed candidate set, bounds checked once (MAX_CANDIDATES, …)
+//! claims.rs      what a state binds, and its one canonical byte layout
+//! codec.rs       "mcpc1." base64url(version ‖ key id ‖ claims ‖ HMAC-SHA256 tag)
+//! keyring.rs     the signing and verifying keys, derived per purpose, zeroized
+//! sealer.rs      issue a challenge's state; check a retry's state against the request
+//! ```
 
+pub(crate) mod candidates;
 pub(crate) mod claims;
 pub(crate) mod codec;
-mod keyring;
+pub(crate) mod keyring;
+pub(crate) mod sealer;
 
-pub use claims::{MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES, MAX_VERSION_LEN};
+pub use candidates::{MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES, MAX_VERSION_LEN};
 pub use codec::{MAX_TOKEN_LEN, PREFIX};
-pub use keyring::{KeyError, KeyRing, MAX_KEY_ID_LEN, MIN_SECRET_LEN};
+pub use keyring::{MAX_KEY_ID_LEN, MIN_SECRET_LEN};
 
 /// Why a `requestState` was refused.
 ///
-/// The wire never sees these: every variant becomes the same frozen JSON-RPC error, and the variant
-/// goes to the audit log only.
+/// The wire never sees these: every variant becomes the same frozen JSON-RPC error (a restart
+/// excepted, which asks the user to start again), and the variant goes to the audit log only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum StateError {
+pub(crate) enum StateError {
     /// Longer than [`MAX_TOKEN_LEN`], or claims too large to seal.
     #[error("state too large")]
     TooLarge,

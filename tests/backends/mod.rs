@@ -34,12 +34,12 @@ pub fn unavailable<T>(what: &str, backend: &str, why: impl std::fmt::Display) ->
 
 /// `Ok` if the Redis at `url` answers a read-only probe.
 pub async fn redis_answers(url: &str) -> Result<(), String> {
-    use mcp_confirm::ReplayStore;
+    use mcp_confirm::store::ReplayStore;
     let store = mcp_confirm::store::RedisReplayStore::open(url).map_err(|e| e.to_string())?;
     store
         .is_used(
-            mcp_confirm::Nonce::random(),
-            mcp_confirm::PrincipalKey::from_bytes([0; 16]),
+            mcp_confirm::store::Nonce::random(),
+            mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
         )
         .await
         .map(drop)

@@ -11,11 +11,12 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use mcp_confirm::body::RequestBody;
 use mcp_confirm::clock::ManualClock;
-use mcp_confirm::http::RequestBody;
+use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{
-    Candidate, Confirm, ConfirmLayer, ConfirmLayerBuilder, Confirmed, KeyRing, Lookup,
-    MemoryReplayStore, PolicyError, Principal, Refusal, Revalidation, ToolPolicy,
+    Candidate, Confirm, ConfirmLayer, ConfirmLayerBuilder, Confirmed, KeyRing, Lookup, PolicyError,
+    Principal, Refusal, Revalidation, ToolPolicy,
 };
 use serde_json::{Value, json};
 use tower::{Layer, ServiceExt};

@@ -165,7 +165,7 @@ impl TempDir {
     pub(crate) fn new(prefix: &str) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "{prefix}-{}",
-            mcp_confirm::Nonce::random().to_hex()
+            mcp_confirm::store::Nonce::random().to_hex()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         Self(dir)

@@ -1,4 +1,5 @@
-//! The request body the inner service receives and the response body the layer returns.
+//! The bodies of [`Confirm`](crate::Confirm) over HTTP: the request body the inner service receives
+//! and the response body the layer returns.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -7,7 +8,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::driver::CompletionGuard;
+use crate::completion::CompletionGuard;
 
 /// Bytes sent as one data frame, then the end of the body.
 #[derive(Debug)]

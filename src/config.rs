@@ -1,0 +1,123 @@
+//! The configuration a [`ConfirmLayer`](crate::ConfirmLayer) builds once and every service it
+//! makes shares: the sealer, the replay store, the guarded tools and the request-level settings.
+//!
+//! It sits below the layer, the services and the decision path, which all read it; it imports
+//! none of them.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::limit::ChallengeLimiter;
+use crate::message::{TOOLS_CALL, ToolCall};
+use crate::policy::ToolPolicy;
+use crate::principal::{Principal, PrincipalExtractor};
+use crate::store::{PrincipalKey, ReplayStore};
+use crate::token::claims::{arguments_digest, request_id_digest};
+use crate::token::sealer::{RequestDigests, Sealer, ToolBinding};
+
+/// The configuration shared by every service a layer builds.
+pub(crate) struct Config {
+    pub(crate) sealer: Sealer,
+    pub(crate) store: Arc<dyn ReplayStore>,
+    pub(crate) tools: HashMap<String, Arc<GuardedTool>>,
+    pub(crate) supported_versions: Vec<String>,
+    pub(crate) principal: Arc<dyn PrincipalExtractor>,
+    pub(crate) local_principal: Option<Principal>,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) challenge_limiter: Option<ChallengeLimiter>,
+}
+
+impl Config {
+    /// The guarded tool called `name`, if the layer confirms it.
+    pub(crate) fn guarded(&self, name: &str) -> Option<Arc<GuardedTool>> {
+        self.tools.get(name).map(Arc::clone)
+    }
+
+    /// The request's principal: from the extensions, else the configured local principal.
+    pub(crate) fn principal(&self, extensions: &http::Extensions) -> Option<Principal> {
+        self.principal
+            .extract(extensions)
+            .or_else(|| self.local_principal.clone())
+    }
+
+    /// Whom a new challenge for `principal` is charged to: the digest its state will carry.
+    pub(crate) fn principal_key(&self, principal: &Principal) -> PrincipalKey {
+        PrincipalKey::from_bytes(self.sealer.principal_digest(principal.subject()))
+    }
+
+    /// The epoch a state binds: the replay store's, or zeros for a store whose entries outlive
+    /// the process.
+    pub(crate) fn store_epoch(&self) -> [u8; 16] {
+        self.store
+            .boot_epoch()
+            .map_or([0; 16], |epoch| *epoch.as_bytes())
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut tools: Vec<_> = self.tools.keys().collect();
+        tools.sort();
+        f.debug_struct("Config")
+            .field("sealer", &self.sealer)
+            .field("store", &self.store)
+            .field("tools", &tools)
+            .field("supported_versions", &self.supported_versions)
+            .field("local_principal", &self.local_principal)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("challenge_limiter", &self.challenge_limiter)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A confirmed tool as the layer keeps it: its policy, and the digests every one of its states
+/// binds whatever the request, computed once when the layer is built.
+pub(crate) struct GuardedTool {
+    pub(crate) policy: ToolPolicy,
+    pub(crate) binding: ToolBinding,
+}
+
+impl GuardedTool {
+    pub(crate) fn new(audience: &str, name: &str, policy: ToolPolicy) -> Self {
+        Self {
+            binding: ToolBinding::new(audience, TOOLS_CALL, name, &policy.input_key),
+            policy,
+        }
+    }
+
+    /// The digests this request adds: its id, and its arguments without the one the layer
+    /// writes in.
+    pub(crate) fn request_digests(&self, call: &ToolCall) -> RequestDigests {
+        RequestDigests {
+            request_id: request_id_digest(&call.id),
+            arguments: arguments_digest(
+                call.params.arguments.as_ref(),
+                self.policy.select_into.as_deref(),
+            ),
+        }
+    }
+
+    /// The arguments the tool will receive: the client's, with the chosen id written in.
+    pub(crate) fn confirmed_arguments(&self, call: &ToolCall, chosen: Option<&str>) -> Value {
+        let mut arguments = match call.params.arguments.as_ref() {
+            Some(Value::Object(map)) => map.clone(),
+            _ => serde_json::Map::new(),
+        };
+        if let (Some(field), Some(chosen)) = (&self.policy.select_into, chosen) {
+            arguments.insert(field.clone(), Value::String(chosen.to_owned()));
+        }
+        Value::Object(arguments)
+    }
+}
+
+impl fmt::Debug for GuardedTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardedTool")
+            .field("input_key", &self.policy.input_key)
+            .field("binding", &self.binding)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,105 @@
+//! The MCP request headers: reading what a client declared (`MCP-Protocol-Version`, `Mcp-Method`,
+//! `Mcp-Name`), and writing the `Mcp-Param-*` header of an argument the layer rewrote.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::engine::{Declared, Field};
+use crate::policy::ToolPolicy;
+
+/// What the MCP headers of a request declare, each read strictly.
+pub(super) fn declared(headers: &HeaderMap) -> Declared {
+    Declared {
+        protocol_version: read(headers, "mcp-protocol-version"),
+        method: read(headers, "mcp-method"),
+        name: read(headers, "mcp-name"),
+    }
+}
+
+/// Reads `name` from `headers`: present exactly once, as text, decoding the `=?base64?…?=` form
+/// MCP uses for non-ASCII values. A repeated, non-text or badly encoded header is
+/// [`Field::Invalid`].
+fn read(headers: &HeaderMap, name: &str) -> Field {
+    let mut values = headers.get_all(name).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return if headers.contains_key(name) {
+            Field::Invalid
+        } else {
+            Field::Absent
+        };
+    };
+    let Ok(text) = value.to_str() else {
+        return Field::Invalid;
+    };
+    match text
+        .strip_prefix("=?base64?")
+        .and_then(|t| t.strip_suffix("?="))
+    {
+        Some(encoded) => STANDARD
+            .decode(encoded)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .map_or(Field::Invalid, Field::Value),
+        None => Field::Value(text.to_owned()),
+    }
+}
+
+/// The `Mcp-Param-<name>` header carrying the chosen id, encoded as MCP requires, when the policy
+/// names one.
+pub(super) fn param_header(
+    policy: &ToolPolicy,
+    chosen: Option<&str>,
+) -> Option<(HeaderName, HeaderValue)> {
+    let (name, chosen) = (policy.select_header.as_ref()?, chosen?);
+    let name = HeaderName::try_from(format!("mcp-param-{name}")).ok()?;
+    let plain = !chosen.is_empty()
+        && chosen.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !chosen.starts_with(' ')
+        && !chosen.ends_with(' ')
+        && !chosen.starts_with("=?base64?");
+    let value = if plain {
+        HeaderValue::from_str(chosen).ok()?
+    } else {
+        HeaderValue::from_str(&format!("=?base64?{}?=", STANDARD.encode(chosen))).ok()?
+    };
+    Some((name, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_fields_decode_base64_and_refuse_repeats() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "mcp-name",
+            HeaderValue::from_static("=?base64?bm90ZXNfZGVsZXRl?="),
+        );
+        assert_eq!(read(&h, "mcp-name"), Field::Value("notes_delete".into()));
+        h.append("mcp-name", HeaderValue::from_static("notes_delete"));
+        assert_eq!(read(&h, "mcp-name"), Field::Invalid);
+        assert_eq!(read(&h, "mcp-method"), Field::Absent);
+        h.insert("mcp-method", HeaderValue::from_static("=?base64?!!?="));
+        assert_eq!(read(&h, "mcp-method"), Field::Invalid);
+    }
+
+    #[test]
+    fn param_header_encodes_non_plain_values() {
+        let policy = ToolPolicy::confirm_only();
+        assert!(param_header(&policy, Some("x")).is_none());
+        let mut policy = policy;
+        policy.select_header = Some("Note-Id".into());
+        let (name, value) = param_header(&policy, Some("note-7")).unwrap();
+        assert_eq!(name, "mcp-param-note-id");
+        assert_eq!(value, "note-7");
+        let (_, value) = param_header(&policy, Some("notiz-ä")).unwrap();
+        assert_eq!(
+            value,
+            format!("=?base64?{}?=", STANDARD.encode("notiz-ä")).as_str()
+        );
+        let (_, value) = param_header(&policy, Some(" padded")).unwrap();
+        assert!(value.to_str().unwrap().starts_with("=?base64?"));
+    }
+}

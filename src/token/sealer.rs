@@ -1,0 +1,179 @@
+//! Issuing and checking states: what a challenge binds, and what a retry's state must match.
+//!
+//! The [`Sealer`] holds only what sealing needs (the key ring, the lifetime, the allowed skew and
+//! the clock); what a state binds arrives as digests, so this module knows nothing of HTTP,
+//! JSON-RPC bodies or replay stores.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use subtle::ConstantTimeEq;
+
+use super::StateError;
+use super::candidates::Candidates;
+use super::claims::{Claims, Phase, digest16};
+use super::codec;
+use super::keyring::KeyRing;
+use crate::clock::{Clock, unix_secs};
+use crate::store::Nonce;
+
+/// What every state of one tool binds, whatever the request: digests computed once, when the
+/// layer is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ToolBinding {
+    audience: [u8; 16],
+    method: [u8; 16],
+    tool: [u8; 16],
+    input_key: [u8; 16],
+}
+
+impl ToolBinding {
+    pub(crate) fn new(audience: &str, method: &str, tool: &str, input_key: &str) -> Self {
+        Self {
+            audience: digest16("audience", audience.as_bytes()),
+            method: digest16("method", method.as_bytes()),
+            tool: digest16("tool", tool.as_bytes()),
+            input_key: digest16("input-key", input_key.as_bytes()),
+        }
+    }
+}
+
+/// What one request adds to the binding: its JSON-RPC id and its arguments.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestDigests {
+    pub(crate) request_id: [u8; 16],
+    pub(crate) arguments: [u8; 32],
+}
+
+/// Seals and verifies states under one key ring, lifetime, skew and clock.
+pub(crate) struct Sealer {
+    keys: KeyRing,
+    ttl: Duration,
+    skew: Duration,
+    clock: Arc<dyn Clock>,
+}
+
+impl Sealer {
+    pub(crate) fn new(keys: KeyRing, ttl: Duration, skew: Duration, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            keys,
+            ttl,
+            skew,
+            clock,
+        }
+    }
+
+    /// The keyed digest of `subject` that the signing key puts in a state: whom a new challenge
+    /// is charged to.
+    pub(crate) fn principal_digest(&self, subject: &str) -> [u8; 16] {
+        self.keys.signing().principal_digest(subject)
+    }
+
+    /// Seals a fresh challenge state over the candidates shown.
+    pub(crate) fn seal(
+        &self,
+        tool: &ToolBinding,
+        request: RequestDigests,
+        subject: &str,
+        epoch: [u8; 16],
+        candidates: Candidates,
+    ) -> Result<(String, Claims), StateError> {
+        let issued_at = unix_secs(self.clock.now());
+        let claims = Claims {
+            phase: Phase::Confirm,
+            issued_at,
+            expires_at: issued_at.saturating_add(self.ttl.as_secs()),
+            nonce: Nonce::random(),
+            audience: tool.audience,
+            principal: self.principal_digest(subject),
+            method: tool.method,
+            tool: tool.tool,
+            input_key: tool.input_key,
+            request_id: request.request_id,
+            arguments: request.arguments,
+            epoch,
+            candidates,
+        };
+        let token = codec::seal(&self.keys, &claims)?;
+        Ok((token, claims))
+    }
+
+    /// Opens a retry's state and checks every binding, in a fixed order, before anything stateful.
+    ///
+    /// The MAC is checked first and the request's own digests are computed (by `request`) only
+    /// for a state that verified, so a forged state costs one HMAC. The epoch is checked last, so
+    /// only a state that is right in every other way learns that the store restarted.
+    pub(crate) fn verify(
+        &self,
+        tool: &ToolBinding,
+        subject: &str,
+        epoch: [u8; 16],
+        token: &str,
+        request: impl FnOnce() -> RequestDigests,
+    ) -> Result<Claims, StateError> {
+        let (claims, key) = codec::open(&self.keys, token)?;
+        let now = unix_secs(self.clock.now());
+        let skew = self.skew.as_secs();
+        if now >= claims.expires_at.saturating_add(skew) {
+            return Err(StateError::Expired);
+        }
+        if claims.issued_at > now.saturating_add(skew)
+            || claims.expires_at < claims.issued_at
+            || claims.expires_at - claims.issued_at > self.ttl.as_secs()
+        {
+            return Err(StateError::BadLifetime);
+        }
+        let same = |a: &[u8], b: &[u8]| bool::from(a.ct_eq(b));
+        if !same(&claims.audience, &tool.audience) {
+            return Err(StateError::Audience);
+        }
+        if !key.principal_matches(&claims.principal, subject) {
+            return Err(StateError::Principal);
+        }
+        if !same(&claims.method, &tool.method) {
+            return Err(StateError::Method);
+        }
+        if !same(&claims.tool, &tool.tool) {
+            return Err(StateError::Tool);
+        }
+        let request = request();
+        if !same(&claims.arguments, &request.arguments) {
+            return Err(StateError::Arguments);
+        }
+        if claims.phase != Phase::Confirm {
+            return Err(StateError::Phase);
+        }
+        if !same(&claims.input_key, &tool.input_key) {
+            return Err(StateError::InputKey);
+        }
+        if same(&claims.request_id, &request.request_id) {
+            return Err(StateError::SameRequestId);
+        }
+        if !same(&claims.epoch, &epoch) {
+            return Err(StateError::Restarted);
+        }
+        Ok(claims)
+    }
+
+    /// When the replay store may forget a state's nonce: its expiry plus twice the allowed skew.
+    ///
+    /// The last instance to accept the state is one whose clock runs up to a skew behind; the
+    /// store's expiry is computed by an instance whose clock may run up to a skew ahead (Redis
+    /// keeps a TTL relative to the claimant's clock, a Postgres pruner deletes by its own). Twice
+    /// the skew keeps the entry until every instance within the skew refuses the state.
+    pub(crate) fn retention(&self, claims: &Claims) -> SystemTime {
+        let skew = self.skew.as_secs();
+        UNIX_EPOCH + Duration::from_secs(claims.expires_at.saturating_add(skew.saturating_mul(2)))
+    }
+}
+
+impl fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sealer")
+            .field("keys", &self.keys)
+            .field("ttl", &self.ttl)
+            .field("skew", &self.skew)
+            .finish_non_exhaustive()
+    }
+}
