@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
-use crate::KeyRing;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, GuardedTool};
 use crate::limit::ChallengeLimiter;
@@ -17,6 +16,7 @@ use crate::principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::Confirm;
 use crate::store::{MemoryReplayStore, ReplayStore};
+use crate::token::keyring::KeyRing;
 use crate::token::sealer::Sealer;
 
 /// The default lifetime of a confirmation: five minutes.

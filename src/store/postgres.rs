@@ -163,7 +163,7 @@ impl PostgresReplayStore {
             loop {
                 tick.tick().await;
                 if let Err(e) = store.prune_expired().await {
-                    tracing::warn!(target: crate::audit::TARGET, error = %e, "pruning expired nonces failed");
+                    tracing::warn!(error = %e, "pruning expired nonces failed");
                 }
             }
         })
