@@ -83,6 +83,37 @@
 //!   only so many forms a second: one principal's flood is refused with a retry-after while
 //!   everyone else's confirmations go through.
 //!
+//! # Module map
+//!
+//! Each file is one concern; a module imports only modules below it (no circles). From the top:
+//!
+//! ```text
+//! adapters   http/        Service<http::Request<B>>: buffer, classify, decide, forward (future.rs);
+//!                         reads the MCP headers and writes Mcp-Param-* (headers.rs)
+//!            rpc.rs       Service<JsonRpcMessage>: the same decision without HTTP
+//!            layer.rs     ConfirmLayer and its builder: validates and freezes a Config
+//!            guard        HostOriginLayer, Host/Origin validation to stack in front
+//! decision   driver.rs    the async path: gates → verify or challenge → answer → claim →
+//!                         revalidate → forward; every refusal goes through one `Refused`
+//!            service.rs   Confirm<S>, the service both adapters implement
+//!            config.rs    what a layer shares with its services: sealer, store, guarded tools
+//!            body         RequestBody / ResponseBody (the response body holds the completion guard)
+//!            form.rs      the flat form's schema, and the strict reading of the answer
+//! sans-IO    engine.rs    protocol gates (_meta, version, declared headers, form capability)
+//!            policy.rs    ToolPolicy, Candidate, the Resolver and Revalidate hooks
+//!            completion.rs  the guard that marks a claimed nonce Consumed when the call ends
+//!            token/       the requestState: candidate set, claims layout, codec, keys, Sealer
+//!            limit.rs     per-principal challenge rate limit
+//!            confirmed.rs Confirmed, what the inner service learns
+//!            audit        the tracing events, one per decision
+//!            message/     strict JSON-RPC reading (scanner + its contract), the forward writer
+//!            store/       ReplayStore, memory / Redis / Postgres, the shared conformance suite
+//!            protocol.rs  MCP 2026-07-28 wire pieces: error codes, replies, input_required
+//!            principal.rs Principal and how it is extracted
+//!            clock        Clock (system, manual for tests)
+//! apart      scope        workspace URIs, containment by components, ScopedDir (feature fs)
+//! ```
+//!
 //! # What a confirmation does not prove
 //!
 //! An `accept` comes from the client, not necessarily from a human: some clients let a model answer
@@ -235,6 +266,11 @@ pub mod __fuzz {
         }
     }
 }
+
+/// The README's Rust examples, compiled and run as doctests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub use confirmed::Confirmed;
 pub use http::ResponseFuture;

@@ -728,3 +728,35 @@ fn out_of_range_for_serde_json_is_refused_by_classify() {
         }
     }
 }
+
+/// Each row of the contract table in `message/mod.rs`, on serde_json alone: an upgrade that moves
+/// one fails here by name, even where the differential tests would only say "differs".
+#[test]
+fn serde_json_behaves_as_the_scanner_assumes() {
+    let parses = |text: &str| serde_json::from_str::<Value>(text).is_ok();
+    // Depth: 127 nested containers read, the 128th refused.
+    let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    assert!(parses(&nested(127)));
+    assert!(!parses(&nested(128)));
+    assert_eq!(super::scan::MAX_DEPTH, 127);
+    // Numbers: the f64 range, integers past 64 bits as floats.
+    assert!(parses("1.7976931348623157e308"));
+    assert!(!parses("1e309"));
+    assert!(!parses("-1e309"));
+    assert!(parses("18446744073709551616"));
+    assert!(parses("1e-400"));
+    // Text: no raw control characters; surrogates only in pairs; valid UTF-8 only.
+    assert!(!parses("\"a\u{1}b\""));
+    assert!(!parses(r#""\ud800""#));
+    assert!(!parses(r#""\udc00\ud800""#));
+    assert!(parses(r#""\ud83d\ude00""#));
+    assert!(serde_json::from_slice::<Value>(b"\"\xff\"").is_err());
+    // Grammar: one value, no trailing commas, whitespace only around it.
+    assert!(!parses("[1,]"));
+    assert!(!parses("{} {}"));
+    assert!(parses(" \n{}\t "));
+    // Duplicate keys: serde_json takes the last one, which is why the scanner refuses them.
+    let last: Value = serde_json::from_str(r#"{"a":1,"a":2}"#).unwrap();
+    assert_eq!(last["a"], 2);
+    assert!(read_envelope(br#"{"jsonrpc":"2.0","id":1,"method":"m","method":"n"}"#).is_err());
+}

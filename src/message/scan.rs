@@ -1,10 +1,9 @@
 //! A strict JSON scanner for one JSON-RPC message: one pass over the bytes, no tree, and no
 //! allocation unless a key or a routing member holds an escape (or an object has many keys).
 //!
-//! It accepts what serde_json (the parser servers behind the layer use) accepts: RFC 8259 JSON,
-//! strings without raw control characters, escapes with paired surrogates, numbers that fit an
-//! `f64`, at most 127 nested containers. It refuses a duplicate key at any depth, comparing keys
-//! after unescaping. On the way it picks up the routing members: `jsonrpc`, `id` (raw), `method`
+//! It accepts what serde_json accepts and refuses a duplicate key at any depth, comparing keys after
+//! unescaping: the contract, what it mirrors and the tests that hold it to serde_json are in the
+//! docs of the parent module. On the way it picks up the routing members: `jsonrpc`, `id` (raw), `method`
 //! and `params.name`. The serde-based walk it replaced is kept as a test oracle (`oracle.rs`), and
 //! the two are checked against each other on generated and mutated messages.
 
@@ -23,7 +22,7 @@ pub(super) enum ScanError {
 }
 
 /// serde_json's recursion limit: the 128th nested container is refused.
-const MAX_DEPTH: usize = 127;
+pub(super) const MAX_DEPTH: usize = 127;
 /// Keys of one object compared one by one; a larger object gets a hash set.
 const FEW_KEYS: usize = 16;
 

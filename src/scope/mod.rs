@@ -2,12 +2,58 @@
 //! decide containment by path components, and (feature `fs`) act on files only through an opened
 //! directory handle that never follows a symbolic link.
 //!
+//! ```
+//! use std::path::Path;
+//! use mcp_confirm::scope::{self, ScopeError};
+//!
+//! let root = Path::new("/data");
+//! // Percent-decoded once, `.` and `..` resolved, then compared by components:
+//! let path = scope::file_uri_to_path("file:///data/personal/./notes/../")?;
+//! assert_eq!(scope::child_name(root, &path)?, "personal");
+//! // A sibling that merely starts with the same letters is not inside.
+//! let sibling = scope::file_uri_to_path("file:///data-evil/personal")?;
+//! assert!(!scope::is_within(root, &sibling));
+//! // Decoded before `..` is resolved, so an encoded climb is seen as one; encoded separators
+//! // are refused outright.
+//! let climb = scope::file_uri_to_path("file:///data/%2e%2e/etc")?;
+//! assert_eq!(climb, Path::new("/etc"));
+//! assert!(!scope::is_within(root, &climb));
+//! assert!(scope::file_uri_to_path("file:///data/a%2fb").is_err());
+//! assert!(scope::plain_name("../note-7.md").is_err());
+//! # Ok::<(), ScopeError>(())
+//! ```
+//!
+//! With the `fs` feature, act through [`ScopedDir`]: every operation is relative to a directory
+//! handle opened once, and no symbolic link is ever followed, so swapping a folder for a link
+//! between the check and the delete cannot send the delete elsewhere.
+//!
+//! ```
+//! # #[cfg(feature = "fs")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use mcp_confirm::scope::{ScopeError, ScopedDir};
+//!
+//! let tmp = std::env::temp_dir().join(format!("scope-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(tmp.join("personal"))?;
+//! let workspaces = ScopedDir::open_root(&tmp)?;
+//! let personal = workspaces.subdir("personal")?;
+//! personal.create_new("note-7.md", b"milk, eggs")?;
+//! assert!(matches!(personal.read_to_string("../escape.md"), Err(ScopeError::NotAName)));
+//! // Delete only if the note is still what the user confirmed.
+//! assert!(personal.remove_file_if("note-7.md", |bytes| bytes == b"milk, eggs")?);
+//! assert!(!personal.has_file("note-7.md"));
+//! # std::fs::remove_dir_all(&tmp)?;
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "fs"))]
+//! # fn main() {}
+//! ```
+//!
 //! The checks here are the ones filesystem MCP servers got wrong in public: string-prefix
 //! containment (`/data/personal-evil` "inside" `/data/personal`), decode-after-normalize bugs
 //! (`%2e%2e`), and check-then-act by path, which a symlink swap turns into an escape.
 //!
 //! The lexical functions are a pre-filter; the decision that matters is made against the live
-//! filesystem by [`ScopedDir`] at the moment of acting. A confirmation's revalidation hook should
+//! filesystem by `ScopedDir` at the moment of acting. A confirmation's revalidation hook should
 //! call both.
 
 #[cfg(feature = "fs")]
