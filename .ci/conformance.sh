@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The official MCP conformance suite, 2026-07-28 requirement set, against
-# examples/conformance_server.rs (rmcp behind HostOriginLayer and ConfirmLayer).
+# tools/src/bin/conformance_server.rs (rmcp behind HostOriginLayer and ConfirmLayer).
 #
 # Installs Node 22 and the suite from npm into <target>/ci-node (reused when the pinned versions are
 # already there), builds the fixture, starts it on a free port, runs the suite with
@@ -48,8 +48,8 @@ export PATH=$node_dir/node_modules/.bin:$PATH
 echo "node $(node --version)"
 
 echo "== build the fixture"
-cargo build --example conformance_server
-server_bin=$target_dir/debug/examples/conformance_server
+cargo build -p mcp-confirm-tools --bin conformance_server
+server_bin=$target_dir/debug/conformance_server
 
 echo "== start it on a free port"
 rm -rf "$out"

@@ -1,8 +1,9 @@
 //! A load generator for the notes server: what ConfirmLayer costs under load, end to end.
 //!
 //! ```text
-//! cargo build --release --examples
-//! cargo run --release --example loadgen -- [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|challenges]
+//! cargo build --release --all-features --example notes_server
+//! cargo build --release -p mcp-confirm-tools --bin loadgen
+//! target/release/loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|challenges]
 //!     [--clients 8] [--duration 10] [--runs 3] [--requests N] [--redis redis://127.0.0.1:6379]
 //!     [--warmup-ms 300] [--server-threads N] [--wrap 'taskset -c 1']
 //! ```
@@ -11,12 +12,14 @@
 //! command (`taskset` to pin it to a core, `valgrind --tool=callgrind` to count its instructions;
 //! the server is stopped with SIGTERM so such a wrapper can write its output).
 //!
-//! It starts `notes_server` (the binary next to this one) on a free loopback port with its notes in
-//! memory, so the layers are what is measured and not the disk, and drives it over HTTP/1.1
-//! keep-alive with `--clients` concurrent connections for `--duration` seconds (or `--requests`
-//! operations). Each run gets a fresh server. It prints throughput, latency percentiles and the CPU
-//! time the server and the generator spent per operation (from `/proc`). The server runs with
-//! `RUST_LOG=warn`, so audit events are not logged.
+//! It starts the `notes_server` example built in the same target directory and profile
+//! (`target/<profile>/examples/notes_server` for `target/<profile>/loadgen`, so `cargo run
+//! --release -p mcp-confirm-tools --bin loadgen -- …` works too) on a free loopback port with its
+//! notes in memory, so the layers are what is measured and not the disk, and drives it over
+//! HTTP/1.1 keep-alive with `--clients` concurrent connections for `--duration` seconds (or
+//! `--requests` operations). Each run gets a fresh server. It prints throughput, latency
+//! percentiles and the CPU time the server and the generator spent per operation (from `/proc`).
+//! The server runs with `RUST_LOG=warn`, so audit events are not logged.
 //!
 //! Flows:
 //! - `list`: `notes_list` through the server without ConfirmLayer, then with it, alternating
@@ -118,12 +121,14 @@ fn run() -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
+    // `target/<profile>/loadgen` starts `target/<profile>/examples/notes_server`.
     let server_bin = std::env::current_exe()
         .map_err(|e| e.to_string())?
-        .with_file_name("notes_server");
+        .with_file_name("examples")
+        .join("notes_server");
     if !server_bin.exists() {
         return Err(format!(
-            "{} not found: build it first with `cargo build --release --examples`",
+            "{} not found: build it first with `cargo build --release --all-features --example notes_server`",
             server_bin.display()
         ));
     }

@@ -3,7 +3,7 @@
 //! 2026-07-28 server behind `HostOriginLayer`, a fixed principal and `ConfirmLayer`.
 //!
 //! ```text
-//! cargo run --example conformance_server -- [--addr 127.0.0.1:3930]
+//! cargo run -p mcp-confirm-tools --bin conformance_server -- [--addr 127.0.0.1:3930]
 //! ```
 //!
 //! `.ci/conformance.sh` starts it on a free port (`--addr 127.0.0.1:0`) and reads the address from
