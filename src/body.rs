@@ -35,68 +35,22 @@ impl Once {
 pin_project! {
     /// The body of a request forwarded to the inner service: the original body when the layer did
     /// not need to read it (anything but POST), or the buffered bytes it read and checked.
-    #[project = RequestBodyProj]
     pub struct RequestBody<B> {
         #[pin]
-        kind: RequestKind<B>,
-    }
-}
-
-pin_project! {
-    #[project = RequestKindProj]
-    enum RequestKind<B> {
-        Streaming { #[pin] body: B },
-        Buffered { bytes: Once },
+        kind: Kind<B>,
     }
 }
 
 impl<B> RequestBody<B> {
     pub(crate) fn streaming(body: B) -> Self {
         Self {
-            kind: RequestKind::Streaming { body },
+            kind: Kind::Passed { body },
         }
     }
 
     pub(crate) fn buffered(bytes: Bytes) -> Self {
         Self {
-            kind: RequestKind::Buffered {
-                bytes: Once::new(Some(bytes)),
-            },
-        }
-    }
-}
-
-impl<B> std::fmt::Debug for RequestBody<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RequestBody")
-    }
-}
-
-impl<B: Body<Data = Bytes>> Body for RequestBody<B> {
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        match self.project().kind.project() {
-            RequestKindProj::Streaming { body } => body.poll_frame(cx),
-            RequestKindProj::Buffered { bytes } => bytes.poll_frame(),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            RequestKind::Streaming { body } => body.is_end_stream(),
-            RequestKind::Buffered { bytes } => bytes.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            RequestKind::Streaming { body } => body.size_hint(),
-            RequestKind::Buffered { bytes } => bytes.size_hint(),
+            kind: Kind::own(Some(bytes)),
         }
     }
 }
@@ -106,15 +60,7 @@ pin_project! {
     /// streamed through unchanged, or a JSON body the layer wrote itself.
     pub struct ResponseBody<B> {
         #[pin]
-        kind: ResponseKind<B>,
-    }
-}
-
-pin_project! {
-    #[project = ResponseKindProj]
-    enum ResponseKind<B> {
-        Inner { #[pin] body: B, guard: Option<CompletionGuard> },
-        Own { bytes: Once },
+        kind: Kind<Guarded<B>>,
     }
 }
 
@@ -122,26 +68,111 @@ impl<B> ResponseBody<B> {
     /// The inner body; `guard` completes the claimed nonce when the stream ends or is dropped.
     pub(crate) fn inner(body: B, guard: Option<CompletionGuard>) -> Self {
         Self {
-            kind: ResponseKind::Inner { body, guard },
+            kind: Kind::Passed {
+                body: Guarded { body, guard },
+            },
         }
     }
 
     pub(crate) fn own(bytes: Option<Bytes>) -> Self {
         Self {
-            kind: ResponseKind::Own {
-                bytes: Once::new(bytes),
-            },
+            kind: Kind::own(bytes),
         }
     }
 }
 
-impl<B> std::fmt::Debug for ResponseBody<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ResponseBody")
+/// `Debug` (the type's name) and `Body` (its kind's) for the public body types.
+macro_rules! body_of_kind {
+    ($($name:ident),+) => {$(
+        impl<B> std::fmt::Debug for $name<B> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(stringify!($name))
+            }
+        }
+
+        impl<B: Body<Data = Bytes>> Body for $name<B> {
+            type Data = Bytes;
+            type Error = B::Error;
+
+            fn poll_frame(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+            ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+                self.project().kind.poll_frame(cx)
+            }
+
+            fn is_end_stream(&self) -> bool {
+                self.kind.is_end_stream()
+            }
+
+            fn size_hint(&self) -> SizeHint {
+                self.kind.size_hint()
+            }
+        }
+    )+};
+}
+
+body_of_kind!(RequestBody, ResponseBody);
+
+pin_project! {
+    // Either body: another body passed through unchanged (a request's original body, the inner
+    // service's response), or bytes the layer holds itself (a request it buffered and checked, a
+    // response it wrote).
+    #[project = KindProj]
+    enum Kind<P> {
+        Passed { #[pin] body: P },
+        Own { bytes: Once },
     }
 }
 
-impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
+impl<P> Kind<P> {
+    fn own(bytes: Option<Bytes>) -> Self {
+        Self::Own {
+            bytes: Once::new(bytes),
+        }
+    }
+}
+
+impl<P: Body<Data = Bytes>> Body for Kind<P> {
+    type Data = Bytes;
+    type Error = P::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.project() {
+            KindProj::Passed { body } => body.poll_frame(cx),
+            KindProj::Own { bytes } => bytes.poll_frame(),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Passed { body } => body.is_end_stream(),
+            Self::Own { bytes } => bytes.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Passed { body } => body.size_hint(),
+            Self::Own { bytes } => bytes.size_hint(),
+        }
+    }
+}
+
+pin_project! {
+    // The inner service's response body, with the guard that completes the claimed nonce once the
+    // body has ended or failed (or, by dropping the guard, once the body is dropped).
+    struct Guarded<B> {
+        #[pin]
+        body: B,
+        guard: Option<CompletionGuard>,
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for Guarded<B> {
     type Data = Bytes;
     type Error = B::Error;
 
@@ -149,30 +180,20 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        match self.project().kind.project() {
-            ResponseKindProj::Inner { body, guard } => {
-                let frame = std::task::ready!(body.poll_frame(cx));
-                if !matches!(frame, Some(Ok(_))) {
-                    // End of stream or an error: the call is over.
-                    drop(guard.take());
-                }
-                Poll::Ready(frame)
-            }
-            ResponseKindProj::Own { bytes } => bytes.poll_frame(),
+        let this = self.project();
+        let frame = std::task::ready!(this.body.poll_frame(cx));
+        if !matches!(frame, Some(Ok(_))) {
+            // End of stream or an error: the call is over.
+            drop(this.guard.take());
         }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            ResponseKind::Inner { body, .. } => body.is_end_stream(),
-            ResponseKind::Own { bytes } => bytes.is_end_stream(),
-        }
+        self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            ResponseKind::Inner { body, .. } => body.size_hint(),
-            ResponseKind::Own { bytes } => bytes.size_hint(),
-        }
+        self.body.size_hint()
     }
 }

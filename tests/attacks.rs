@@ -21,10 +21,6 @@ fn bobs_call(id: Value) -> Value {
     call
 }
 
-fn decline() -> Value {
-    json!({"delete_choice":{"action":"decline"}})
-}
-
 fn outcome(answer: &Answer) -> Value {
     answer.result()["_meta"]["io.github.mcp-confirm/outcome"].clone()
 }
@@ -33,33 +29,22 @@ fn outcome(answer: &Answer) -> Value {
 
 #[tokio::test]
 async fn a_record_edited_between_form_and_answer_is_not_acted_on() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     f.notes.edit("note-7");
-    let answer = send(
-        &f.svc,
-        post(&accepted(&state, json!(2), "note-7"), Some("alice")),
-    )
-    .await;
+    let answer = f.accept(&state, json!(2), "note-7").await;
     assert_eq!(outcome(&answer), "revoked", "{:?}", answer.bytes);
     assert_eq!(answer.result()["isError"], true);
     assert_eq!(f.seen.count(), 0, "nothing reached the inner service");
     // The refusal burned the state: the same approval cannot be tried again.
-    let again = accepted(&state, json!(3), "note-7");
-    assert_frozen_state_error(&send(&f.svc, post(&again, Some("alice"))).await);
+    assert_frozen_state_error(&f.accept(&state, json!(3), "note-7").await);
 }
 
 #[tokio::test]
 async fn a_record_replaced_under_the_same_id_is_not_acted_on() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     // note-14 is deleted and another "Groceries" note is created under the same id.
     f.notes.replace("note-14", PERSONAL, "Groceries");
-    let answer = send(
-        &f.svc,
-        post(&accepted(&state, json!(2), "note-14"), Some("alice")),
-    )
-    .await;
+    let answer = f.accept(&state, json!(2), "note-14").await;
     assert_eq!(outcome(&answer), "revoked", "{:?}", answer.bytes);
     assert_eq!(f.seen.count(), 0);
 }
@@ -70,12 +55,8 @@ async fn the_version_the_user_saw_reaches_the_hook_and_the_handler() {
     f.notes.edit("note-7");
     f.notes.edit("note-7");
     let state = challenge(&f).await;
-    let answer = send(
-        &f.svc,
-        post(&accepted(&state, json!(2), "note-7"), Some("alice")),
-    )
-    .await;
-    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+    let answer = f.accept(&state, json!(2), "note-7").await;
+    assert_ran(&answer);
     let confirmed = f.seen.last().confirmed.expect("Confirmed");
     assert_eq!(confirmed.chosen.as_deref(), Some("note-7"));
     assert_eq!(confirmed.version.as_deref(), Some("g2"));
@@ -96,11 +77,7 @@ fn unversioned_resolver() -> ToolPolicy {
 #[tokio::test]
 async fn a_resolver_that_forgets_versions_is_refused_unless_the_policy_opts_out() {
     let f = fixture_with(|b| b.tool("notes_delete", unversioned_resolver()));
-    let answer = send(
-        &f.svc,
-        post(&delete_call(json!(1), "Groceries"), Some("alice")),
-    )
-    .await;
+    let answer = f.alice(&delete_call(json!(1), "Groceries")).await;
     assert_eq!(answer.error()["code"], -32603, "{:?}", answer.bytes);
     assert!(answer.json().get("result").is_none(), "no form was shown");
 
@@ -118,12 +95,8 @@ async fn a_resolver_that_forgets_versions_is_refused_unless_the_policy_opts_out(
             });
     let f = fixture_with(|b| b.tool("notes_delete", opted_out));
     let state = challenge(&f).await;
-    let answer = send(
-        &f.svc,
-        post(&accepted(&state, json!(2), "note-7"), Some("alice")),
-    )
-    .await;
-    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+    let answer = f.accept(&state, json!(2), "note-7").await;
+    assert_ran(&answer);
     assert_eq!(*seen.lock().unwrap(), vec![None]);
 }
 
@@ -134,13 +107,13 @@ async fn a_memory_store_refuses_states_issued_before_a_restart() {
     let before = fixture();
     let state = challenge(&before).await;
     let accept = accepted(&state, json!(2), "note-7");
-    let answer = send(&before.svc, post(&accept, Some("alice"))).await;
-    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+    let answer = before.alice(&accept).await;
+    assert_ran(&answer);
 
     // The same key, a new process: a new memory store that never saw the nonce.
     let after = fixture();
     for body in [accept, accepted(&state, json!(3), "note-3")] {
-        let answer = send(&after.svc, post(&body, Some("alice"))).await;
+        let answer = after.alice(&body).await;
         assert_eq!(
             answer.error(),
             json!({"code":-32602,"message":"requestState was issued before a restart; ask again",
@@ -152,12 +125,8 @@ async fn a_memory_store_refuses_states_issued_before_a_restart() {
     assert_eq!(after.seen.count(), 0, "nothing ran a second time");
     // Asking again works.
     let fresh = challenge(&after).await;
-    let answer = send(
-        &after.svc,
-        post(&accepted(&fresh, json!(4), "note-7"), Some("alice")),
-    )
-    .await;
-    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+    let answer = after.accept(&fresh, json!(4), "note-7").await;
+    assert_ran(&answer);
 }
 
 #[tokio::test]
@@ -213,16 +182,11 @@ async fn durable_states_survive_restarts(make: impl Fn() -> std::sync::Arc<dyn R
     drop(first);
     let second = life(make());
     let accept = accepted(&state, json!(2), "note-7");
-    let answer = send(&second.svc, post(&accept, Some("alice"))).await;
-    assert_eq!(
-        answer.result()["content"][0]["text"],
-        "done by inner",
-        "{:?}",
-        answer.bytes
-    );
+    let answer = second.alice(&accept).await;
+    assert_ran(&answer);
     drop(second);
     let third = life(make());
-    assert_frozen_state_error(&send(&third.svc, post(&accept, Some("alice"))).await);
+    assert_frozen_state_error(&third.alice(&accept).await);
     assert_eq!(third.seen.count(), 0);
 }
 
@@ -281,12 +245,8 @@ async fn bob_floods_alice_confirms(store: std::sync::Arc<dyn ReplayStore>) {
     }
     assert_eq!(declined, 3, "bob's budget");
     let state = challenge(&f).await;
-    let answer = send(
-        &f.svc,
-        post(&accepted(&state, json!(2), "note-7"), Some("alice")),
-    )
-    .await;
-    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+    let answer = f.accept(&state, json!(2), "note-7").await;
+    assert_ran(&answer);
     assert_eq!(f.seen.count(), 1);
 }
 
@@ -322,7 +282,7 @@ async fn challenges_are_rate_limited_per_principal() {
     for _ in 0..20 {
         let answer = send(&f.svc, post(&bobs_call(json!(1)), Some("bob"))).await;
         if answer.json().get("result").is_some() {
-            assert_eq!(answer.result()["resultType"], "input_required");
+            assert_asks(&answer);
             continue;
         }
         assert_eq!(answer.status, http::StatusCode::TOO_MANY_REQUESTS);
@@ -355,32 +315,16 @@ fn a_zero_challenge_rate_is_a_configuration_error() {
 
 #[tokio::test]
 async fn cancel_on_a_used_state_is_refused_like_any_replay() {
-    let f = fixture();
-    let state = challenge(&f).await;
-    send(
-        &f.svc,
-        post(&accepted(&state, json!(2), "note-7"), Some("alice")),
-    )
-    .await;
-    let cancel = answered(
-        &state,
-        json!(3),
-        json!({"delete_choice":{"action":"cancel"}}),
-    );
-    assert_frozen_state_error(&send(&f.svc, post(&cancel, Some("alice"))).await);
+    let (f, state) = challenged().await;
+    f.accept(&state, json!(2), "note-7").await;
+    let dismissed = answered(&state, json!(3), cancel());
+    assert_frozen_state_error(&f.alice(&dismissed).await);
     // A declined state too.
     let state = challenge(&f).await;
     let declined = answered(&state, json!(4), decline());
-    assert_eq!(
-        outcome(&send(&f.svc, post(&declined, Some("alice"))).await),
-        "declined"
-    );
-    let cancel = answered(
-        &state,
-        json!(5),
-        json!({"delete_choice":{"action":"cancel"}}),
-    );
-    assert_frozen_state_error(&send(&f.svc, post(&cancel, Some("alice"))).await);
+    assert_eq!(outcome(&f.alice(&declined).await), "declined");
+    let dismissed = answered(&state, json!(5), cancel());
+    assert_frozen_state_error(&f.alice(&dismissed).await);
 }
 
 #[tokio::test]
@@ -394,22 +338,12 @@ async fn a_retry_id_numerically_equal_to_the_original_is_the_same_id() {
             1,
         );
         assert!(body.contains(&format!("\"id\":{same}")), "{body}");
-        let call: Value = serde_json::from_str(&body).unwrap();
-        let answer = send(
-            &f.svc,
-            post_raw(body.into_bytes(), Some("alice"), Some(&call)),
-        )
-        .await;
-        assert_frozen_state_error(&answer);
+        assert_frozen_state_error(&send_text(&f, body).await);
     }
     assert_eq!(f.seen.count(), 0);
     // A different number is a different id.
-    let answer = send(
-        &f.svc,
-        post(&accepted(&state, json!(1.5), "note-7"), Some("alice")),
-    )
-    .await;
-    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+    let answer = f.accept(&state, json!(1.5), "note-7").await;
+    assert_ran(&answer);
 }
 
 fn with_content_type(
@@ -466,5 +400,5 @@ async fn a_confirmed_call_must_be_json() {
     let list = json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"_meta":meta(),
         "name":"notes_list","arguments":{"workspaceUri":PERSONAL}}});
     let answer = send(&f.svc, with_content_type(&list, Some("text/plain"))).await;
-    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+    assert_ran(&answer);
 }

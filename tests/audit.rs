@@ -9,9 +9,7 @@ use serde_json::json;
 #[tokio::test]
 async fn every_decision_is_an_audit_event_without_secrets() {
     let (events, _guard) = Events::record();
-    let f = fixture();
-
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     let call = |id: i64, responses| answered(&state, json!(id), responses);
     send(
         &f.svc,

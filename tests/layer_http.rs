@@ -9,6 +9,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
 use common::*;
 use http::StatusCode;
+use http_body_util::Full;
+use mcp_confirm::store::{
+    Claim, ClaimRequest, MemoryReplayStore, Nonce, Owner, PrincipalKey, ReplayStore,
+};
 use mcp_confirm::{KeyRing, Principal};
 use serde_json::{Value, json};
 
@@ -25,7 +29,7 @@ async fn untouched_traffic_passes_byte_for_byte_with_its_headers() {
     let answer = send(&f.svc, req).await;
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.headers["x-inner"], "yes");
-    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+    assert_ran(&answer);
     let seen = f.seen.last();
     assert_eq!(seen.body, Bytes::from(body));
     assert_eq!(seen.headers["x-custom"], "kept");
@@ -52,7 +56,7 @@ async fn an_id_less_destructive_call_never_runs_and_never_gets_a_json_rpc_answer
     let f = fixture();
     let mut call = delete_call(json!(1), "Groceries");
     call.as_object_mut().unwrap().remove("id");
-    let answer = send(&f.svc, post(&call, Some("alice"))).await;
+    let answer = f.alice(&call).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
     assert!(answer.bytes.is_empty());
     assert_eq!(f.seen.count(), 0);
@@ -77,7 +81,7 @@ async fn streamed_inner_responses_are_not_buffered() {
 
     let notes = Notes::seeded();
     let clock = mcp_confirm::clock::ManualClock::new(now());
-    let store = mcp_confirm::store::MemoryReplayStore::new();
+    let store = MemoryReplayStore::new();
     let layer = base_builder(&notes, &clock, &store).build();
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
     let rx = std::sync::Arc::new(std::sync::Mutex::new(Some(rx)));
@@ -132,12 +136,27 @@ impl http_body::Body for ChannelBody {
 // ---------------------------------------------------------------------------------------------
 // Buffering and strict parsing
 
+/// `call` posted as alice, with the header `name` set to `value` (whatever the call implies).
+fn with_header(call: &Value, name: &'static str, value: &str) -> http::Request<Full<Bytes>> {
+    let mut req = post(call, Some("alice"));
+    req.headers_mut()
+        .insert(name, http::HeaderValue::from_str(value).unwrap());
+    req
+}
+
+/// `call` posted as alice, without the header `name`.
+fn without_header(call: &Value, name: &str) -> http::Request<Full<Bytes>> {
+    let mut req = post(call, Some("alice"));
+    req.headers_mut().remove(name);
+    req
+}
+
 #[tokio::test]
 async fn bodies_over_the_cap_get_413_with_a_json_rpc_error() {
     let f = fixture_with(|b| b.max_body_bytes(1024));
     let mut call = delete_call(json!(1), "Groceries");
     call["params"]["arguments"]["pad"] = Value::String("x".repeat(2000));
-    let answer = send(&f.svc, post(&call, Some("alice"))).await;
+    let answer = f.alice(&call).await;
     assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(answer.error()["code"], -32600);
     // A declared Content-Length over the cap is refused before reading.
@@ -194,32 +213,22 @@ async fn headers_alone_never_decide() {
     let f = fixture();
     // Body names the destructive tool, headers claim a harmless one: intercepted, and the mismatch is refused.
     let call = delete_call(json!(1), "Groceries");
-    let mut req = post(&call, Some("alice"));
-    req.headers_mut()
-        .insert("mcp-name", "notes_list".parse().unwrap());
+    let req = with_header(&call, "mcp-name", "notes_list");
     let answer = send(&f.svc, req).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
     assert_eq!(answer.error()["code"], -32020);
     // Headers claim the destructive tool, body names a harmless one: the body wins, it passes.
     let mut list = call.clone();
     list["params"]["name"] = json!("notes_list");
-    let mut req = post(&list, Some("alice"));
-    req.headers_mut()
-        .insert("mcp-name", "notes_delete".parse().unwrap());
+    let req = with_header(&list, "mcp-name", "notes_delete");
     let _ = send(&f.svc, req).await;
     assert_eq!(f.seen.count(), 1);
     // Missing Mcp-Method / Mcp-Name on an intercepted call: refused.
-    let mut req = post(&call, Some("alice"));
-    req.headers_mut().remove("mcp-method");
+    let req = without_header(&call, "mcp-method");
     assert_eq!(send(&f.svc, req).await.error()["code"], -32020);
     // The base64 form of Mcp-Name is decoded before comparing.
-    let mut req = post(&call, Some("alice"));
-    req.headers_mut()
-        .insert("mcp-name", "=?base64?bm90ZXNfZGVsZXRl?=".parse().unwrap());
-    assert_eq!(
-        send(&f.svc, req).await.result()["resultType"],
-        "input_required"
-    );
+    let req = with_header(&call, "mcp-name", "=?base64?bm90ZXNfZGVsZXRl?=");
+    assert_asks(&send(&f.svc, req).await);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -243,7 +252,7 @@ async fn no_principal_fails_closed_and_client_info_is_not_identity() {
 async fn a_local_principal_is_an_explicit_opt_in() {
     let f = fixture_with(|b| b.local_principal(Principal::new("alice")));
     let answer = send(&f.svc, post(&delete_call(json!(1), "Groceries"), None)).await;
-    assert_eq!(answer.result()["resultType"], "input_required");
+    assert_asks(&answer);
 }
 
 #[tokio::test]
@@ -261,10 +270,7 @@ async fn a_custom_extractor_reads_the_auth_layers_own_type() {
     req.extensions_mut().insert(Claims {
         sub: "alice".into(),
     });
-    assert_eq!(
-        send(&f.svc, req).await.result()["resultType"],
-        "input_required"
-    );
+    assert_asks(&send(&f.svc, req).await);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -282,16 +288,14 @@ async fn missing_meta_is_invalid_params_with_400() {
             .as_object_mut()
             .unwrap()
             .remove(drop_key);
-        let mut req = post(&call, Some("alice"));
-        req.headers_mut()
-            .insert("mcp-protocol-version", "2026-07-28".parse().unwrap());
+        let req = with_header(&call, "mcp-protocol-version", "2026-07-28");
         let answer = send(&f.svc, req).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST);
         assert_eq!(answer.error()["code"], -32602);
     }
     let mut call = delete_call(json!(1), "Groceries");
     call["params"].as_object_mut().unwrap().remove("_meta");
-    let answer = send(&f.svc, post(&call, Some("alice"))).await;
+    let answer = f.alice(&call).await;
     assert_eq!(
         (answer.status, answer.error()["code"].clone()),
         (StatusCode::BAD_REQUEST, json!(-32602))
@@ -303,7 +307,7 @@ async fn unsupported_versions_get_32022_with_exact_data() {
     let f = fixture();
     let mut call = delete_call(json!(1), "Groceries");
     call["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("1900-01-01");
-    let answer = send(&f.svc, post(&call, Some("alice"))).await;
+    let answer = f.alice(&call).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
     assert_eq!(answer.error()["code"], -32022);
     assert_eq!(
@@ -316,16 +320,13 @@ async fn unsupported_versions_get_32022_with_exact_data() {
 async fn a_version_header_that_disagrees_with_meta_is_32020() {
     let f = fixture();
     let call = delete_call(json!(1), "Groceries");
-    let mut req = post(&call, Some("alice"));
-    req.headers_mut()
-        .insert("mcp-protocol-version", "2025-11-25".parse().unwrap());
+    let req = with_header(&call, "mcp-protocol-version", "2025-11-25");
     let answer = send(&f.svc, req).await;
     assert_eq!(
         (answer.status, answer.error()["code"].clone()),
         (StatusCode::BAD_REQUEST, json!(-32020))
     );
-    let mut req = post(&call, Some("alice"));
-    req.headers_mut().remove("mcp-protocol-version");
+    let req = without_header(&call, "mcp-protocol-version");
     assert_eq!(send(&f.svc, req).await.error()["code"], -32020);
 }
 
@@ -343,7 +344,7 @@ async fn form_elicitation_must_be_declared_on_this_request() {
         json!({"elicitation":{"form":{}}}),
         json!({"elicitation":{"form":{},"url":{}}}),
     ] {
-        let answer = send(&f.svc, post(&with_caps(caps.clone()), Some("alice"))).await;
+        let answer = f.alice(&with_caps(caps.clone())).await;
         assert_eq!(answer.result()["resultType"], "input_required", "{caps}");
     }
     for caps in [
@@ -352,7 +353,7 @@ async fn form_elicitation_must_be_declared_on_this_request() {
         json!({"sampling":{}}),
         json!({"elicitation":true}),
     ] {
-        let answer = send(&f.svc, post(&with_caps(caps.clone()), Some("alice"))).await;
+        let answer = f.alice(&with_caps(caps.clone())).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{caps}");
         assert_eq!(answer.error()["code"], -32021);
         assert_eq!(
@@ -366,11 +367,7 @@ async fn form_elicitation_must_be_declared_on_this_request() {
 #[tokio::test]
 async fn url_only_client_gets_32021() {
     let f = fixture();
-    let answer = send(
-        &f.svc,
-        post(&with_caps(json!({"elicitation":{"url":{}}})), Some("alice")),
-    )
-    .await;
+    let answer = f.alice(&with_caps(json!({"elicitation":{"url":{}}}))).await;
     assert_eq!(answer.error()["code"], -32021);
     assert_eq!(
         answer.error()["data"],
@@ -380,29 +377,20 @@ async fn url_only_client_gets_32021() {
 
 #[tokio::test]
 async fn a_declaration_on_an_earlier_request_never_counts() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     let mut again = accepted(&state, json!(2), "note-7");
     again["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
-    let answer = send(&f.svc, post(&again, Some("alice"))).await;
+    let answer = f.alice(&again).await;
     assert_eq!(answer.error()["code"], -32021);
     assert_eq!(f.seen.count(), 0);
     // Nothing was claimed: the same state still works once the retry declares the capability.
-    let ok = accepted(&state, json!(3), "note-7");
-    assert_eq!(
-        send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"],
-        "done by inner"
-    );
+    assert_ran(&f.accept(&state, json!(3), "note-7").await);
 }
 
 #[tokio::test]
 async fn zero_candidates_is_a_complete_error_result_without_state() {
     let f = fixture();
-    let answer = send(
-        &f.svc,
-        post(&delete_call(json!(1), "Nothing like this"), Some("alice")),
-    )
-    .await;
+    let answer = f.alice(&delete_call(json!(1), "Nothing like this")).await;
     let result = answer.result();
     assert_eq!(result["resultType"], "complete");
     assert_eq!(result["isError"], true);
@@ -418,11 +406,7 @@ async fn zero_candidates_is_a_complete_error_result_without_state() {
 #[tokio::test]
 async fn the_challenge_is_a_flat_titled_form_with_a_signed_state() {
     let f = fixture();
-    let answer = send(
-        &f.svc,
-        post(&delete_call(json!("r1"), "Groceries"), Some("alice")),
-    )
-    .await;
+    let answer = f.alice(&delete_call(json!("r1"), "Groceries")).await;
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.headers["content-type"], "application/json");
     let body = answer.json();
@@ -475,11 +459,7 @@ async fn plain_enum_and_confirm_only_forms() {
                 mcp_confirm::ToolPolicy::confirm_only().input_key("ok_to_purge"),
             )
     });
-    let answer = send(
-        &f.svc,
-        post(&delete_call(json!(1), "Groceries"), Some("alice")),
-    )
-    .await;
+    let answer = f.alice(&delete_call(json!(1), "Groceries")).await;
     let schema = &answer.result()["inputRequests"]["delete_choice"]["params"]["requestedSchema"];
     assert_eq!(
         schema["properties"]["note_id"]["enum"],
@@ -487,7 +467,7 @@ async fn plain_enum_and_confirm_only_forms() {
     );
     let mut purge = delete_call(json!(2), "Groceries");
     purge["params"]["name"] = json!("notes_purge");
-    let answer = send(&f.svc, post(&purge, Some("alice"))).await;
+    let answer = f.alice(&purge).await;
     let schema = &answer.result()["inputRequests"]["ok_to_purge"]["params"]["requestedSchema"];
     assert_eq!(schema["required"], json!(["confirm"]));
     assert_eq!(schema["properties"].as_object().unwrap().len(), 1);
@@ -507,17 +487,13 @@ async fn labels_are_plain_and_capped_and_too_many_matches_are_refused() {
             delete_policy(&notes).max_label_chars(12).max_candidates(2),
         )
     });
-    let answer = send(&f.svc, post(&delete_call(json!(1), "Taxes"), Some("alice"))).await;
+    let answer = f.alice(&delete_call(json!(1), "Taxes")).await;
     let options = &answer.result()["inputRequests"]["delete_choice"]["params"]["requestedSchema"]["properties"]
         ["note_id"]["oneOf"];
     for o in options.as_array().unwrap() {
         assert!(o["title"].as_str().unwrap().chars().count() <= 12, "{o}");
     }
-    let answer = send(
-        &f.svc,
-        post(&delete_call(json!(1), "Groceries"), Some("alice")),
-    )
-    .await;
+    let answer = f.alice(&delete_call(json!(1), "Groceries")).await;
     assert_eq!(answer.result()["isError"], true);
     assert!(answer.result().get("requestState").is_none());
 }
@@ -527,17 +503,14 @@ async fn labels_are_plain_and_capped_and_too_many_matches_are_refused() {
 
 #[tokio::test]
 async fn accept_forwards_the_original_call_rewritten_and_confirmed() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     let mut call = accepted(&state, json!(2), "note-7");
     // Whatever the client put into the selected argument is overwritten.
     call["params"]["arguments"]["note_id"] = json!("note-3");
-    let mut req = post(&call, Some("alice"));
-    req.headers_mut()
-        .insert("mcp-param-note-id", "note-3".parse().unwrap());
+    let req = with_header(&call, "mcp-param-note-id", "note-3");
     let answer = send(&f.svc, req).await;
     assert_eq!(answer.headers["x-inner"], "yes");
-    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+    assert_ran(&answer);
     let seen = f.seen.last();
     let forwarded = seen.json();
     assert_eq!(forwarded["id"], 2);
@@ -561,12 +534,9 @@ async fn accept_forwards_the_original_call_rewritten_and_confirmed() {
 
 #[tokio::test]
 async fn a_state_is_single_use_after_success() {
-    let f = fixture();
-    let state = challenge(&f).await;
-    let call = accepted(&state, json!(2), "note-7");
-    send(&f.svc, post(&call, Some("alice"))).await;
-    let replay = accepted(&state, json!(3), "note-7");
-    assert_frozen_state_error(&send(&f.svc, post(&replay, Some("alice"))).await);
+    let (f, state) = challenged().await;
+    f.accept(&state, json!(2), "note-7").await;
+    assert_frozen_state_error(&f.accept(&state, json!(3), "note-7").await);
     assert_eq!(f.seen.count(), 1);
 }
 
@@ -577,7 +547,7 @@ async fn a_retry_while_the_first_is_in_flight_is_refused() {
 
     let notes = Notes::seeded();
     let clock = mcp_confirm::clock::ManualClock::new(now());
-    let store = mcp_confirm::store::MemoryReplayStore::with_clock(100, clock.clone());
+    let store = MemoryReplayStore::with_clock(100, clock.clone());
     let layer = base_builder(&notes, &clock, &store).build();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let rx = std::sync::Arc::new(tokio::sync::Mutex::new(Some(rx)));
@@ -602,69 +572,33 @@ async fn a_retry_while_the_first_is_in_flight_is_refused() {
         },
     );
     let svc = layer.layer(inner);
-    let first = svc
-        .clone()
-        .oneshot(post(&delete_call(json!(1), "Groceries"), Some("alice")))
-        .await
-        .unwrap();
-    let state: Value =
-        serde_json::from_slice(&first.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    let state = state["result"]["requestState"].as_str().unwrap().to_owned();
+    // One round as alice, its answer read to the end.
+    let round = |call: Value| {
+        let svc = svc.clone();
+        async move {
+            let response = svc.oneshot(post(&call, Some("alice"))).await.unwrap();
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            serde_json::from_slice::<Value>(&bytes).unwrap()
+        }
+    };
+    let first = round(delete_call(json!(1), "Groceries")).await;
+    let state = first["result"]["requestState"].as_str().unwrap().to_owned();
     let go = accepted(&state, json!(2), "note-7");
     let open_response = svc.clone().oneshot(post(&go, Some("alice"))).await.unwrap();
     // While that response is still streaming, a second retry of the same state is refused.
-    let again = accepted(&state, json!(3), "note-7");
-    let refused = svc
-        .clone()
-        .oneshot(post(&again, Some("alice")))
-        .await
-        .unwrap();
-    let refused: Value =
-        serde_json::from_slice(&refused.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let refused = round(accepted(&state, json!(3), "note-7")).await;
     assert_eq!(refused["error"]["data"]["reason"], "invalid_request_state");
     // The claim is held, not yet consumed, while the response streams...
     let nonce = nonce
         .lock()
         .unwrap()
         .expect("confirmed call reached the inner service");
-    let far = now() + Duration::from_secs(3_600);
-    let owner = mcp_confirm::store::Owner::random();
-    use mcp_confirm::store::ReplayStore;
-    assert_eq!(
-        store
-            .claim(&mcp_confirm::store::ClaimRequest::new(
-                nonce,
-                owner,
-                mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
-                far
-            ))
-            .await
-            .unwrap(),
-        mcp_confirm::store::Claim::InFlight
-    );
+    assert_eq!(claim_again(&store, nonce).await, Claim::InFlight);
     tx.send(()).unwrap();
     let _ = open_response.into_body().collect().await.unwrap();
     // ...and consumed once it has ended.
-    assert_eq!(
-        store
-            .claim(&mcp_confirm::store::ClaimRequest::new(
-                nonce,
-                owner,
-                mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
-                far
-            ))
-            .await
-            .unwrap(),
-        mcp_confirm::store::Claim::Consumed
-    );
-    let after = accepted(&state, json!(4), "note-7");
-    let after = svc
-        .clone()
-        .oneshot(post(&after, Some("alice")))
-        .await
-        .unwrap();
-    let after: Value =
-        serde_json::from_slice(&after.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(claim_again(&store, nonce).await, Claim::Consumed);
+    let after = round(accepted(&state, json!(4), "note-7")).await;
     assert_eq!(after["error"]["data"]["reason"], "invalid_request_state");
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
@@ -696,33 +630,22 @@ impl http_body::Body for OnceAfter {
 
 #[tokio::test]
 async fn decline_is_a_final_non_error_refusal_that_burns_the_state() {
-    let f = fixture();
-    let state = challenge(&f).await;
-    let no = answered(
-        &state,
-        json!(2),
-        json!({"delete_choice":{"action":"decline"}}),
-    );
-    let answer = send(&f.svc, post(&no, Some("alice"))).await;
+    let (f, state) = challenged().await;
+    let no = answered(&state, json!(2), decline());
+    let answer = f.alice(&no).await;
     let result = answer.result();
     assert_eq!(result["resultType"], "complete");
     assert_eq!(result["isError"], false);
     assert_eq!(result["_meta"]["io.github.mcp-confirm/outcome"], "declined");
-    let later = accepted(&state, json!(3), "note-7");
-    assert_frozen_state_error(&send(&f.svc, post(&later, Some("alice"))).await);
+    assert_frozen_state_error(&f.accept(&state, json!(3), "note-7").await);
     assert_eq!(f.seen.count(), 0);
 }
 
 #[tokio::test]
 async fn user_dismisses_the_dialog_cancel_keeps_the_state_retryable() {
-    let f = fixture();
-    let state = challenge(&f).await;
-    let dismissed = answered(
-        &state,
-        json!(2),
-        json!({"delete_choice":{"action":"cancel"}}),
-    );
-    let answer = send(&f.svc, post(&dismissed, Some("alice"))).await;
+    let (f, state) = challenged().await;
+    let dismissed = answered(&state, json!(2), cancel());
+    let answer = f.alice(&dismissed).await;
     let result = answer.result();
     assert_eq!(result["resultType"], "complete");
     assert_eq!(
@@ -732,12 +655,8 @@ async fn user_dismisses_the_dialog_cancel_keeps_the_state_retryable() {
     assert_ne!(result["content"], send_decline_text());
     assert_eq!(f.seen.count(), 0);
     // Cancelling again is fine, and the same state accepted later runs the call.
-    send(&f.svc, post(&dismissed, Some("alice"))).await;
-    let later = accepted(&state, json!(3), "note-7");
-    assert_eq!(
-        send(&f.svc, post(&later, Some("alice"))).await.result()["content"][0]["text"],
-        "done by inner"
-    );
+    f.alice(&dismissed).await;
+    assert_ran(&f.accept(&state, json!(3), "note-7").await);
     assert_eq!(f.seen.count(), 1);
 }
 
@@ -747,25 +666,22 @@ fn send_decline_text() -> Value {
 
 #[tokio::test]
 async fn confirm_false_is_a_refusal() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     let unconfirmed =
         json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":false}}});
     let call = answered(&state, json!(2), unconfirmed);
-    let answer = send(&f.svc, post(&call, Some("alice"))).await;
+    let answer = f.alice(&call).await;
     assert_eq!(
         answer.result()["_meta"]["io.github.mcp-confirm/outcome"],
         "declined"
     );
-    let later = accepted(&state, json!(3), "note-7");
-    assert_frozen_state_error(&send(&f.svc, post(&later, Some("alice"))).await);
+    assert_frozen_state_error(&f.accept(&state, json!(3), "note-7").await);
     assert_eq!(f.seen.count(), 0);
 }
 
 #[tokio::test]
 async fn a_missing_answer_asks_again_with_a_fresh_state() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     for responses in [
         json!({"something_else":{"action":"accept","content":{}}}),
         Value::Null,
@@ -777,8 +693,8 @@ async fn a_missing_answer_asks_again_with_a_fresh_state() {
                 .unwrap()
                 .remove("inputResponses");
         }
-        let answer = send(&f.svc, post(&call, Some("alice"))).await;
-        assert_eq!(answer.result()["resultType"], "input_required");
+        let answer = f.alice(&call).await;
+        assert_asks(&answer);
         assert_ne!(answer.state(), state);
     }
     assert_eq!(f.seen.count(), 0);
@@ -786,8 +702,7 @@ async fn a_missing_answer_asks_again_with_a_fresh_state() {
 
 #[tokio::test]
 async fn malformed_answers_are_errors_never_completions() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     for bad in [
         json!(null),
         json!("accept"),
@@ -802,7 +717,7 @@ async fn malformed_answers_are_errors_never_completions() {
         json!({"delete_choice":{"action":"accept","content":{"note_id":"note-30","confirm":true}}}),
     ] {
         let call = answered(&state, json!(2), bad.clone());
-        let answer = send(&f.svc, post(&call, Some("alice"))).await;
+        let answer = f.alice(&call).await;
         assert_eq!(answer.error()["code"], -32602, "{bad}");
         assert_eq!(
             answer.error()["data"]["reason"],
@@ -812,28 +727,21 @@ async fn malformed_answers_are_errors_never_completions() {
     }
     assert_eq!(f.seen.count(), 0);
     // Nothing was claimed along the way.
-    let ok = accepted(&state, json!(3), "note-14");
-    assert_eq!(
-        send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"],
-        "done by inner"
-    );
+    assert_ran(&f.accept(&state, json!(3), "note-14").await);
 }
 
 #[tokio::test]
 async fn record_moves_out_of_the_workspace_after_the_form_was_shown() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     f.notes.move_to("note-7", TEAM);
-    let call = accepted(&state, json!(2), "note-7");
-    let answer = send(&f.svc, post(&call, Some("alice"))).await;
+    let answer = f.accept(&state, json!(2), "note-7").await;
     let result = answer.result();
     assert_eq!(result["isError"], true);
     assert_eq!(result["_meta"]["io.github.mcp-confirm/outcome"], "revoked");
     assert_eq!(f.seen.count(), 0);
     // The failed revalidation burned the state.
     f.notes.move_to("note-7", PERSONAL);
-    let again = accepted(&state, json!(3), "note-7");
-    assert_frozen_state_error(&send(&f.svc, post(&again, Some("alice"))).await);
+    assert_frozen_state_error(&f.accept(&state, json!(3), "note-7").await);
     assert_eq!(f.seen.count(), 0);
 }
 
@@ -849,8 +757,7 @@ async fn refused_without_effect(f: &Fixture, call: Value, principal: &str) {
 
 #[tokio::test]
 async fn changed_arguments_are_refused() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     refused_without_effect(
         &f,
         retry(
@@ -871,19 +778,12 @@ async fn changed_arguments_are_refused() {
         accept("note-7"),
         meta()
     );
-    let value: Value = serde_json::from_str(&reordered).unwrap();
-    let answer = send(
-        &f.svc,
-        post_raw(reordered.into_bytes(), Some("alice"), Some(&value)),
-    )
-    .await;
-    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+    assert_ran(&send_text(&f, reordered).await);
 }
 
 #[tokio::test]
 async fn bob_replaying_alices_state_is_refused() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     refused_without_effect(&f, accepted(&state, json!(2), "note-7"), "bob").await;
 }
 
@@ -907,19 +807,11 @@ async fn a_state_from_another_audience_is_refused() {
 
 #[tokio::test]
 async fn expired_states_are_refused_at_the_boundary() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     // TTL 300 s, skew 30 s: still good just before, refused from the boundary on.
     f.clock.advance(Duration::from_secs(329));
-    let call = answered(
-        &state,
-        json!(2),
-        json!({"delete_choice":{"action":"cancel"}}),
-    );
-    assert_eq!(
-        send(&f.svc, post(&call, Some("alice"))).await.result()["resultType"],
-        "complete"
-    );
+    let call = answered(&state, json!(2), cancel());
+    assert_eq!(f.alice(&call).await.result()["resultType"], "complete");
     f.clock.advance(Duration::from_secs(1));
     refused_without_effect(&f, accepted(&state, json!(3), "note-7"), "alice").await;
 }
@@ -947,8 +839,8 @@ async fn unknown_and_removed_keys_are_refused_and_old_keys_verify_during_rotatio
         move |b| b.replay_store(shared),
     );
     let call = accepted(&state, json!(2), "note-7");
-    let answer = send(&both.svc, post(&call, Some("alice"))).await;
-    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+    let answer = both.alice(&call).await;
+    assert_ran(&answer);
     assert_eq!(both.seen.count(), 1);
     // Phase 3: the old key is gone.
     let shared = old.store.clone();
@@ -956,28 +848,21 @@ async fn unknown_and_removed_keys_are_refused_and_old_keys_verify_during_rotatio
         b.replay_store(shared)
     });
     let state = challenge(&old).await;
-    let call = accepted(&state, json!(2), "note-7");
-    assert_frozen_state_error(&send(&new_only.svc, post(&call, Some("alice"))).await);
+    assert_frozen_state_error(&new_only.accept(&state, json!(2), "note-7").await);
     assert_eq!(new_only.seen.count(), 0);
 }
 
 #[tokio::test]
 async fn reusing_the_original_request_id_is_refused() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     refused_without_effect(&f, accepted(&state, json!(1), "note-7"), "alice").await;
     // `1` and `"1"` are different ids.
-    let ok = accepted(&state, json!("1"), "note-7");
-    assert_eq!(
-        send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"],
-        "done by inner"
-    );
+    assert_ran(&f.accept(&state, json!("1"), "note-7").await);
 }
 
 #[tokio::test]
 async fn tampered_and_malformed_states_are_refused() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     for forged in [
         format!("{state}-TAMPERED"),
         state[..state.len() - 1].to_owned(),
@@ -991,17 +876,12 @@ async fn tampered_and_malformed_states_are_refused() {
     not_a_string["params"]["requestState"] = json!({"nonce": 1});
     refused_without_effect(&f, not_a_string, "alice").await;
     // None of that consumed anything.
-    let ok = accepted(&state, json!(3), "note-7");
-    assert_eq!(
-        send(&f.svc, post(&ok, Some("alice"))).await.result()["content"][0]["text"],
-        "done by inner"
-    );
+    assert_ran(&f.accept(&state, json!(3), "note-7").await);
 }
 
 #[tokio::test]
 async fn tamper_sweep_through_the_layer_accepts_nothing() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     let attempt = |forged: String| {
         let call = accepted(&forged, json!(2), "note-7");
         let svc = f.svc.clone();
@@ -1037,7 +917,7 @@ async fn tamper_sweep_through_the_layer_accepts_nothing() {
     assert_eq!(f.seen.count(), 0);
     // Forgeries claim nothing: the genuine state still works.
     let answer = attempt(state).await;
-    assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+    assert_ran(&answer);
 }
 
 #[tokio::test]
@@ -1050,14 +930,11 @@ async fn confirm_only_policies_forward_without_a_choice() {
     });
     let mut purge = delete_call(json!(1), "Groceries");
     purge["params"]["name"] = json!("notes_purge");
-    let answer = send(&f.svc, post(&purge, Some("alice"))).await;
+    let answer = f.alice(&purge).await;
     let state = answer.state();
     let yes = json!({"ok":{"action":"accept","content":{"confirm":true}}});
     let go = retry(purge.clone(), json!(2), &state, yes);
-    assert_eq!(
-        send(&f.svc, post(&go, Some("alice"))).await.result()["content"][0]["text"],
-        "done by inner"
-    );
+    assert_ran(&f.alice(&go).await);
     let seen = f.seen.last();
     assert!(seen.confirmed.as_ref().unwrap().covers("notes_purge", None));
     assert_eq!(
@@ -1072,49 +949,47 @@ async fn a_full_replay_store_refuses_with_a_retryable_error_and_runs_nothing() {
     let first = challenge(&f).await;
     let second = challenge(&f).await;
     let go = accepted(&first, json!(2), "note-7");
-    send(&f.svc, post(&go, Some("alice"))).await;
+    f.alice(&go).await;
     assert_eq!(f.seen.count(), 1);
     // The one slot holds a live (consumed) entry: the next claim is refused, not evicted into.
-    let go = accepted(&second, json!(3), "note-3");
-    let answer = send(&f.svc, post(&go, Some("alice"))).await;
+    let answer = f.accept(&second, json!(3), "note-3").await;
     assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(answer.error()["code"], -31002);
     assert_eq!(answer.error()["data"]["retryable"], true);
     assert_eq!(f.seen.count(), 1);
     // And the first state is still refused.
-    let replay = accepted(&first, json!(4), "note-7");
-    assert_frozen_state_error(&send(&f.svc, post(&replay, Some("alice"))).await);
+    assert_frozen_state_error(&f.accept(&first, json!(4), "note-7").await);
 }
 
-async fn nonce_state(f: &Fixture) -> mcp_confirm::store::Claim {
-    use mcp_confirm::store::ReplayStore;
-    let nonce = f.seen.last().confirmed.expect("confirmed").nonce;
+/// What claiming `nonce` in `store` answers now (a probe by an owner of its own, kept an hour).
+async fn claim_again(store: &MemoryReplayStore, nonce: Nonce) -> Claim {
     let far = now() + Duration::from_secs(3_600);
-    f.store
-        .claim(&mcp_confirm::store::ClaimRequest::new(
-            nonce,
-            mcp_confirm::store::Owner::random(),
-            mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
-            far,
-        ))
-        .await
-        .unwrap()
+    let probe = ClaimRequest::new(
+        nonce,
+        Owner::random(),
+        PrincipalKey::from_bytes([0; 16]),
+        far,
+    );
+    store.claim(&probe).await.unwrap()
+}
+
+/// What claiming the nonce of the last confirmed call answers now.
+async fn nonce_state(f: &Fixture) -> Claim {
+    let nonce = f.seen.last().confirmed.expect("confirmed").nonce;
+    claim_again(&f.store, nonce).await
 }
 
 #[tokio::test]
 async fn the_nonce_is_consumed_when_the_response_ends() {
-    let f = fixture();
-    let state = challenge(&f).await;
-    let go = accepted(&state, json!(2), "note-7");
-    send(&f.svc, post(&go, Some("alice"))).await;
-    assert_eq!(nonce_state(&f).await, mcp_confirm::store::Claim::Consumed);
+    let (f, state) = challenged().await;
+    f.accept(&state, json!(2), "note-7").await;
+    assert_eq!(nonce_state(&f).await, Claim::Consumed);
 }
 
 #[tokio::test]
 async fn the_nonce_is_consumed_when_the_response_is_dropped_unread() {
     use tower::ServiceExt;
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     let go = accepted(&state, json!(2), "note-7");
     let response = f
         .svc
@@ -1123,12 +998,11 @@ async fn the_nonce_is_consumed_when_the_response_is_dropped_unread() {
         .await
         .unwrap();
     drop(response);
-    assert_eq!(nonce_state(&f).await, mcp_confirm::store::Claim::Consumed);
+    assert_eq!(nonce_state(&f).await, Claim::Consumed);
 }
 
 #[tokio::test]
 async fn the_nonce_is_consumed_when_the_call_is_abandoned_mid_flight() {
-    use mcp_confirm::store::{Claim, Owner, ReplayStore};
     use std::sync::{Arc, Mutex};
     use tower::{Layer, ServiceExt};
 
@@ -1159,19 +1033,7 @@ async fn the_nonce_is_consumed_when_the_call_is_abandoned_mid_flight() {
         .lock()
         .unwrap()
         .expect("the inner service got the confirmed call");
-    let far = now() + Duration::from_secs(3_600);
-    assert_eq!(
-        f.store
-            .claim(&mcp_confirm::store::ClaimRequest::new(
-                nonce,
-                Owner::random(),
-                mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
-                far
-            ))
-            .await
-            .unwrap(),
-        Claim::Consumed
-    );
+    assert_eq!(claim_again(&f.store, nonce).await, Claim::Consumed);
 }
 
 #[tokio::test]
@@ -1187,101 +1049,64 @@ async fn a_state_issued_for_another_input_key_is_refused() {
     let answer =
         json!({"other_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true}}});
     let call = answered(&state, json!(2), answer);
-    assert_frozen_state_error(&send(&other.svc, post(&call, Some("alice"))).await);
+    assert_frozen_state_error(&other.alice(&call).await);
     assert_eq!(other.seen.count(), 0);
 }
 
 #[tokio::test]
 async fn claimed_by_handler_policies_forward_unclaimed_and_say_so() {
-    use mcp_confirm::store::{Claim, Owner, ReplayStore};
     let notes = Notes::seeded();
     let f = fixture_with(|b| b.tool("notes_delete", delete_policy(&notes).claimed_by_handler()));
     let state = challenge(&f).await;
     let go = accepted(&state, json!(2), "note-7");
-    assert_eq!(
-        send(&f.svc, post(&go, Some("alice"))).await.result()["content"][0]["text"],
-        "done by inner"
-    );
+    assert_ran(&f.alice(&go).await);
     let confirmed = f.seen.last().confirmed.expect("Confirmed");
     assert!(!confirmed.claimed, "the handler must claim");
     // The layer left the nonce fresh for the handler's transaction.
-    let far = now() + Duration::from_secs(3_600);
-    assert_eq!(
-        f.store
-            .claim(&mcp_confirm::store::ClaimRequest::new(
-                confirmed.nonce,
-                Owner::random(),
-                mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
-                far
-            ))
-            .await
-            .unwrap(),
-        Claim::Claimed
-    );
+    assert_eq!(claim_again(&f.store, confirmed.nonce).await, Claim::Claimed);
     // The default policy claims in the layer and says so.
-    let f = fixture();
-    let state = challenge(&f).await;
-    let go = accepted(&state, json!(2), "note-7");
-    send(&f.svc, post(&go, Some("alice"))).await;
+    let (f, state) = challenged().await;
+    f.accept(&state, json!(2), "note-7").await;
     assert!(f.seen.last().confirmed.expect("Confirmed").claimed);
 }
 
 #[tokio::test]
 async fn claimed_by_handler_policies_still_burn_failed_revalidations() {
-    use mcp_confirm::store::{Claim, Owner, ReplayStore};
     let notes = Notes::seeded();
     let f = fixture_with(|b| b.tool("notes_delete", delete_policy(&notes).claimed_by_handler()));
     let state = challenge(&f).await;
     notes.move_to("note-7", TEAM);
     let go = accepted(&state, json!(2), "note-7");
     assert_eq!(
-        send(&f.svc, post(&go, Some("alice"))).await.result()["_meta"]["io.github.mcp-confirm/outcome"],
+        f.alice(&go).await.result()["_meta"]["io.github.mcp-confirm/outcome"],
         "revoked"
     );
     assert_eq!(f.seen.count(), 0);
     // The state was burned in the layer's store even though the layer does not claim on accept:
     // a later accept still reaches the handler, whose own claim of the nonce then fails.
     notes.move_to("note-7", PERSONAL);
-    let again = accepted(&state, json!(3), "note-7");
-    send(&f.svc, post(&again, Some("alice"))).await;
+    f.accept(&state, json!(3), "note-7").await;
     let nonce = f.seen.last().confirmed.expect("forwarded").nonce;
-    let far = now() + Duration::from_secs(3_600);
-    assert_eq!(
-        f.store
-            .claim(&mcp_confirm::store::ClaimRequest::new(
-                nonce,
-                Owner::random(),
-                mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
-                far
-            ))
-            .await
-            .unwrap(),
-        Claim::Consumed
-    );
+    assert_eq!(claim_again(&f.store, nonce).await, Claim::Consumed);
 }
 
 #[tokio::test]
 async fn members_present_as_null_are_refused_not_taken_as_absent() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     let mut null_arguments = delete_call(json!(5), "Groceries");
     null_arguments["params"]["arguments"] = Value::Null;
-    let answer = send(&f.svc, post(&null_arguments, Some("alice"))).await;
+    let answer = f.alice(&null_arguments).await;
     assert_eq!(answer.error()["data"]["reason"], "invalid_arguments");
     let mut null_state = accepted(&state, json!(6), "note-7");
     null_state["params"]["requestState"] = Value::Null;
-    assert_frozen_state_error(&send(&f.svc, post(&null_state, Some("alice"))).await);
+    assert_frozen_state_error(&f.alice(&null_state).await);
     let mut null_meta = accepted(&state, json!(7), "note-7");
     null_meta["params"]["_meta"] = Value::Null;
-    let answer = send(&f.svc, post(&null_meta, Some("alice"))).await;
+    let answer = f.alice(&null_meta).await;
     assert_eq!(answer.error()["code"], -32602, "{:?}", answer.bytes);
     assert_eq!(f.seen.count(), 0);
     // None of it touched the state: it still confirms once.
-    let ok = send(
-        &f.svc,
-        post(&accepted(&state, json!(8), "note-7"), Some("alice")),
-    )
-    .await;
+    let ok = f.accept(&state, json!(8), "note-7").await;
     assert_eq!(ok.status, 200);
     assert_eq!(f.seen.count(), 1);
 }

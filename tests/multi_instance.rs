@@ -10,7 +10,7 @@ mod notes_http;
 
 use std::sync::Arc;
 
-use notes_http::{Instance, TempDir};
+use notes_http::{Instance, TempDir, accept, answering, result_text};
 use serde_json::{Value, json};
 
 const RETRIES: usize = 64;
@@ -82,11 +82,13 @@ async fn run_rounds(backend: &str, store_url: &str) {
         let barrier = Arc::new(tokio::sync::Barrier::new(RETRIES));
         let tasks: Vec<_> = (0..RETRIES)
             .map(|i| {
-                let mut retry = call(json!(format!("{round}-{i}")), &ws);
-                retry["params"]["requestState"] = json!(state);
-                retry["params"]["inputResponses"] =
-                    json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true}}});
-                let (http, url, barrier) = (http.clone(), cluster.urls[i % 2].clone(), barrier.clone());
+                let retry = answering(
+                    call(json!(format!("{round}-{i}")), &ws),
+                    &state,
+                    accept("note-7"),
+                );
+                let (http, url, barrier) =
+                    (http.clone(), cluster.urls[i % 2].clone(), barrier.clone());
                 tokio::spawn(async move {
                     barrier.wait().await;
                     notes_http::post_delete(&http, &url, &retry).await
@@ -96,10 +98,7 @@ async fn run_rounds(backend: &str, store_url: &str) {
         let (mut deleted, mut refused) = (0, 0);
         for task in tasks {
             let answer = task.await.unwrap();
-            let text = answer["result"]["content"][0]["text"]
-                .as_str()
-                .unwrap_or_default();
-            if text.starts_with("Deleted note-7") {
+            if result_text(&answer).starts_with("Deleted note-7") {
                 deleted += 1;
             } else if answer["error"]["data"]["reason"] == "invalid_request_state" {
                 refused += 1;
@@ -120,27 +119,16 @@ async fn run_rounds(backend: &str, store_url: &str) {
     }
 }
 
-async fn reachable(backend: &str, probe: impl Future<Output = Result<(), String>>) -> bool {
-    match probe.await {
-        Ok(()) => true,
-        Err(why) => backends::unavailable::<()>("two-instance test", backend, why).is_some(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_processes_one_redis_store_run_a_confirmation_once() {
-    let url = backends::redis_url();
-    let probe = backends::redis_answers(&url);
-    if reachable("Redis", probe).await {
+    if let Some(url) = backends::redis("two-instance test").await {
         run_rounds("redis", &url).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_processes_one_postgres_store_run_a_confirmation_once() {
-    let url = backends::postgres_url();
-    let probe = backends::postgres_answers(&url);
-    if reachable("Postgres", probe).await {
+    if let Some(url) = backends::postgres("two-instance test").await {
         run_rounds("postgres", &url).await;
     }
 }

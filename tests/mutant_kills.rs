@@ -44,12 +44,7 @@ async fn retry_counts_as_same_id(first: &str, retry: &str) -> bool {
     let f = fixture();
     let (body, headers_from) = first_call_with_raw_id(first);
     let answer = send(&f.svc, post_raw(body, Some("alice"), Some(&headers_from))).await;
-    assert_eq!(
-        answer.result()["resultType"],
-        "input_required",
-        "{:?}",
-        answer.bytes
-    );
+    assert_asks(&answer);
     let state = answer.state();
     let (body, headers_from) = retry_with_raw_id(&state, retry);
     let answer = send(&f.svc, post_raw(body, Some("alice"), Some(&headers_from))).await;
@@ -110,18 +105,18 @@ async fn arguments_that_differ_only_in_nesting_are_not_the_same_arguments() {
         let f = fixture();
         let mut first = delete_call(json!(1), "Groceries");
         first["params"]["arguments"]["extra"] = shown.clone();
-        let answer = send(&f.svc, post(&first, Some("alice"))).await;
+        let answer = f.alice(&first).await;
         let state = answer.state();
         let mut retry = accepted(&state, json!(2), "note-7");
         retry["params"]["arguments"]["extra"] = sent.clone();
-        let answer = send(&f.svc, post(&retry, Some("alice"))).await;
+        let answer = f.alice(&retry).await;
         assert_frozen_state_error(&answer);
         assert_eq!(f.seen.count(), 0, "{shown} approved, {sent} forwarded");
         // The control: the arguments that were shown go through.
         let mut retry = accepted(&state, json!(3), "note-7");
         retry["params"]["arguments"]["extra"] = shown;
-        let answer = send(&f.svc, post(&retry, Some("alice"))).await;
-        assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+        let answer = f.alice(&retry).await;
+        assert_ran(&answer);
     }
 }
 
@@ -273,13 +268,9 @@ fn forge_with(secret: &[u8], kid: &str, payload: &[u8]) -> String {
 /// refusal must be the frozen state error.
 async fn accepted_with(f: &Fixture, state: &str, id: i64) -> bool {
     let before = f.seen.count();
-    let answer = send(
-        &f.svc,
-        post(&accepted(state, json!(id), "note-7"), Some("alice")),
-    )
-    .await;
+    let answer = f.accept(state, json!(id), "note-7").await;
     if f.seen.count() > before {
-        assert_eq!(answer.result()["content"][0]["text"], "done by inner");
+        assert_ran(&answer);
         return true;
     }
     assert_frozen_state_error(&answer);
@@ -301,13 +292,11 @@ fn now_secs() -> u64 {
 /// layer's TTL is refused, one of exactly the TTL is not.
 #[tokio::test]
 async fn a_state_living_longer_than_the_ttl_is_refused() {
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     let t = now_secs();
     // The forgery is exact: the state as issued (lifetime = TTL) still goes through.
     assert!(accepted_with(&f, &with_lifetime(&state, t, t + TTL), 2).await);
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     assert!(!accepted_with(&f, &with_lifetime(&state, t, t + TTL + 1), 2).await);
     assert!(!accepted_with(&f, &with_lifetime(&state, t - 100, t + 3 * TTL), 3).await);
     assert_eq!(f.seen.count(), 0);
@@ -319,11 +308,9 @@ async fn a_state_living_longer_than_the_ttl_is_refused() {
 #[tokio::test]
 async fn lifetimes_of_zero_and_below_zero() {
     let t = now_secs();
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     assert!(accepted_with(&f, &with_lifetime(&state, t, t), 2).await);
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     assert!(!accepted_with(&f, &with_lifetime(&state, t, t - 1), 2).await);
     assert!(!accepted_with(&f, &with_lifetime(&state, t + 5, t + 1), 3).await);
     assert_eq!(f.seen.count(), 0);
@@ -335,11 +322,9 @@ async fn lifetimes_of_zero_and_below_zero() {
 #[tokio::test]
 async fn a_state_issued_up_to_the_skew_in_the_future_verifies() {
     let t = now_secs();
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     assert!(accepted_with(&f, &with_lifetime(&state, t + SKEW, t + SKEW + TTL), 2).await);
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     assert!(
         !accepted_with(
             &f,
@@ -358,8 +343,7 @@ async fn a_state_issued_up_to_the_skew_in_the_future_verifies() {
 #[tokio::test]
 async fn a_retry_racing_a_held_nonce_is_audited_as_in_flight() {
     let (events, _guard) = Events::record();
-    let f = fixture();
-    let state = challenge(&f).await;
+    let (f, state) = challenged().await;
     // The state's nonce and principal digest, as the payload carries them.
     let raw = URL_SAFE_NO_PAD
         .decode(state.strip_prefix("mcpc1.").unwrap())
@@ -375,11 +359,7 @@ async fn a_retry_racing_a_held_nonce_is_audited_as_in_flight() {
         now() + Duration::from_secs(600),
     );
     assert_eq!(f.store.claim(&held).await.unwrap(), Claim::Claimed);
-    let answer = send(
-        &f.svc,
-        post(&accepted(&state, json!(2), "note-7"), Some("alice")),
-    )
-    .await;
+    let answer = f.accept(&state, json!(2), "note-7").await;
     assert_frozen_state_error(&answer);
     assert_eq!(f.seen.count(), 0);
     let blocked = events.with("decision", "replay_blocked");

@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use notes_http::{Instance, TempDir, accept, answering, post, result_text, tool_call};
+use notes_http::{
+    Instance, TempDir, accept, answering, assert_revoked, offered_ids, post, result_text, tool_call,
+};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -91,19 +93,27 @@ impl Demo {
             .await;
         let result = &first["result"];
         assert_eq!(result["resultType"], "input_required", "{first}");
-        let ids = result["inputRequests"]["delete_choice"]["params"]["requestedSchema"]
-            ["properties"]["note_id"]["oneOf"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["const"].as_str().unwrap().to_owned())
-            .collect();
-        (result["requestState"].as_str().unwrap().to_owned(), ids)
+        (
+            result["requestState"].as_str().unwrap().to_owned(),
+            offered_ids(result),
+        )
+    }
+
+    /// Alice's first round about "Groceries" in `personal`; returns the state and the ids offered.
+    async fn alices_form(&self, server: &Instance) -> (String, Vec<String>) {
+        self.challenge(server, "alice-token", "personal", "Groceries")
+            .await
     }
 
     /// The retry answering `state` by accepting `id`, as alice in `personal` about "Groceries".
     fn accept_body(&self, state: &str, id: &str) -> Value {
         answering(self.delete_call("personal", "Groceries"), state, accept(id))
+    }
+
+    /// Alice sends the retry answering `state` by accepting `id`.
+    async fn alice_accepts(&self, server: &Instance, state: &str, id: &str) -> Value {
+        self.send(server, "alice-token", &self.accept_body(state, id))
+            .await
     }
 
     async fn create(&self, server: &Instance, token: &str, workspace: &str, title: &str) -> Value {
@@ -115,10 +125,6 @@ impl Demo {
         );
         self.send(server, token, &call).await
     }
-}
-
-fn outcome(answer: &Value) -> &Value {
-    &answer["result"]["_meta"]["io.github.mcp-confirm/outcome"]
 }
 
 fn error_reason(answer: &Value) -> (i64, &str) {
@@ -142,17 +148,11 @@ async fn a_record_replaced_after_the_form_is_not_deleted_by_the_old_approval() {
     let demo = Demo::new();
     let server = demo.start(&[]).await;
     // Alice's form lists note-14, "Groceries: Party: crisps…".
-    let (old_form, ids) = demo
-        .challenge(&server, "alice-token", "personal", "Groceries")
-        .await;
+    let (old_form, ids) = demo.alices_form(&server).await;
     assert!(ids.contains(&"note-14".to_owned()), "{ids:?}");
     // Before she answers, note-14 is deleted by another confirmed flow...
-    let (other, _) = demo
-        .challenge(&server, "alice-token", "personal", "Groceries")
-        .await;
-    let done = demo
-        .send(&server, "alice-token", &demo.accept_body(&other, "note-14"))
-        .await;
+    let (other, _) = demo.alices_form(&server).await;
+    let done = demo.alice_accepts(&server, &other, "note-14").await;
     assert!(result_text(&done).starts_with("Deleted note-14"), "{done}");
     // ...and a new "Groceries" note with the same words is made: it never gets the old id.
     let created = demo
@@ -169,15 +169,8 @@ async fn a_record_replaced_after_the_form_is_not_deleted_by_the_old_approval() {
     let replacement = "Groceries\nNot the list alice saw: the one for the wedding.\n";
     std::fs::write(&note_14, replacement).unwrap();
     // The old approval deletes neither.
-    let answer = demo
-        .send(
-            &server,
-            "alice-token",
-            &demo.accept_body(&old_form, "note-14"),
-        )
-        .await;
-    assert_eq!(answer["result"]["isError"], true, "{answer}");
-    assert_eq!(outcome(&answer), "revoked", "{answer}");
+    let answer = demo.alice_accepts(&server, &old_form, "note-14").await;
+    assert_revoked(&answer);
     assert_eq!(read(&note_14), replacement);
     assert!(demo.note("personal", &new_id).exists());
 }
@@ -186,26 +179,17 @@ async fn a_record_replaced_after_the_form_is_not_deleted_by_the_old_approval() {
 async fn a_record_edited_after_the_form_is_not_deleted_and_an_unchanged_one_is() {
     let demo = Demo::new();
     let server = demo.start(&[]).await;
-    let (state, _) = demo
-        .challenge(&server, "alice-token", "personal", "Groceries")
-        .await;
+    let (state, _) = demo.alices_form(&server).await;
     // note-7's body is edited on disk between the form and the answer; the title stays.
     let note_7 = demo.note("personal", "note-7");
     let edited = "Groceries\nApples, coffee, oat milk for the office. AND the passport renewal.\n";
     std::fs::write(&note_7, edited).unwrap();
-    let answer = demo
-        .send(&server, "alice-token", &demo.accept_body(&state, "note-7"))
-        .await;
-    assert_eq!(answer["result"]["isError"], true, "{answer}");
-    assert_eq!(outcome(&answer), "revoked", "{answer}");
+    let answer = demo.alice_accepts(&server, &state, "note-7").await;
+    assert_revoked(&answer);
     assert_eq!(read(&note_7), edited);
     // A note left as it was shown is deleted as before.
-    let (state, _) = demo
-        .challenge(&server, "alice-token", "personal", "Groceries")
-        .await;
-    let done = demo
-        .send(&server, "alice-token", &demo.accept_body(&state, "note-3"))
-        .await;
+    let (state, _) = demo.alices_form(&server).await;
+    let done = demo.alice_accepts(&server, &state, "note-3").await;
     assert_eq!(done["result"]["isError"], false, "{done}");
     assert!(result_text(&done).starts_with("Deleted note-3"), "{done}");
     assert!(!demo.note("personal", "note-3").exists());
@@ -221,16 +205,12 @@ async fn the_memory_store_refuses_states_from_before_a_restart() {
     let args = ["--key", KEY, "--audience", AUDIENCE];
     let server = demo.start(&args).await;
     // Accepted and carried out once.
-    let (state, _) = demo
-        .challenge(&server, "alice-token", "personal", "Groceries")
-        .await;
+    let (state, _) = demo.alices_form(&server).await;
     let retry = demo.accept_body(&state, "note-3");
     let done = demo.send(&server, "alice-token", &retry).await;
     assert!(result_text(&done).starts_with("Deleted note-3"), "{done}");
     // Issued before the restart, first answered after it.
-    let (unanswered, _) = demo
-        .challenge(&server, "alice-token", "personal", "Groceries")
-        .await;
+    let (unanswered, _) = demo.alices_form(&server).await;
     let first_run = server.output();
     drop(server);
     let server = demo.start(&args).await;
@@ -252,13 +232,7 @@ async fn the_memory_store_refuses_states_from_before_a_restart() {
         "{again}"
     );
     assert!(note_3.exists());
-    let late = demo
-        .send(
-            &server,
-            "alice-token",
-            &demo.accept_body(&unanswered, "note-7"),
-        )
-        .await;
+    let late = demo.alice_accepts(&server, &unanswered, "note-7").await;
     assert_eq!(
         error_reason(&late),
         (-32602, "request_state_restarted"),
@@ -266,12 +240,8 @@ async fn the_memory_store_refuses_states_from_before_a_restart() {
     );
     assert!(demo.note("personal", "note-7").exists());
     // Asking again works.
-    let (fresh, _) = demo
-        .challenge(&server, "alice-token", "personal", "Groceries")
-        .await;
-    let done = demo
-        .send(&server, "alice-token", &demo.accept_body(&fresh, "note-7"))
-        .await;
+    let (fresh, _) = demo.alices_form(&server).await;
+    let done = demo.alice_accepts(&server, &fresh, "note-7").await;
     assert!(result_text(&done).starts_with("Deleted note-7"), "{done}");
     // And the operator was told why.
     assert!(
@@ -296,9 +266,7 @@ async fn a_state_survives_restarts_once(store_url: &str) {
         store_url,
     ];
     let server = demo.start(&args).await;
-    let (state, _) = demo
-        .challenge(&server, "alice-token", "personal", "Groceries")
-        .await;
+    let (state, _) = demo.alices_form(&server).await;
     let retry = demo.accept_body(&state, "note-7");
     assert!(!server.output().contains("cannot promise single use"));
     drop(server);
@@ -325,24 +293,16 @@ async fn a_state_survives_restarts_once(store_url: &str) {
 
 #[tokio::test]
 async fn a_redis_store_carries_a_state_across_restarts_once() {
-    let url = backends::redis_url();
-    let probe = backends::redis_answers(&url);
-    if let Err(why) = probe.await {
-        backends::unavailable::<()>("restart test", "Redis", why);
-        return;
+    if let Some(url) = backends::redis("restart test").await {
+        a_state_survives_restarts_once(&url).await;
     }
-    a_state_survives_restarts_once(&url).await;
 }
 
 #[tokio::test]
 async fn a_postgres_store_carries_a_state_across_restarts_once() {
-    let url = backends::postgres_url();
-    let probe = backends::postgres_answers(&url);
-    if let Err(why) = probe.await {
-        backends::unavailable::<()>("restart test", "Postgres", why);
-        return;
+    if let Some(url) = backends::postgres("restart test").await {
+        a_state_survives_restarts_once(&url).await;
     }
-    a_state_survives_restarts_once(&url).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -387,12 +347,8 @@ async fn one_principals_flood_spends_only_its_own_budget() {
     );
     assert!(demo.note("team", "note-5").exists());
     // Alice is unaffected.
-    let (state, _) = demo
-        .challenge(&server, "alice-token", "personal", "Groceries")
-        .await;
-    let done = demo
-        .send(&server, "alice-token", &demo.accept_body(&state, "note-7"))
-        .await;
+    let (state, _) = demo.alices_form(&server).await;
+    let done = demo.alice_accepts(&server, &state, "note-7").await;
     assert!(result_text(&done).starts_with("Deleted note-7"), "{done}");
     assert!(!demo.note("personal", "note-7").exists());
 }
@@ -430,9 +386,7 @@ async fn rapid_challenges_are_rate_limited_per_principal() {
         "forms {forms}, limited {limited}"
     );
     // Alice still gets her form.
-    let (_, ids) = demo
-        .challenge(&server, "alice-token", "personal", "Groceries")
-        .await;
+    let (_, ids) = demo.alices_form(&server).await;
     assert_eq!(ids, ["note-3", "note-7", "note-14"]);
 }
 

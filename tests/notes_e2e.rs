@@ -7,11 +7,13 @@ mod app;
 #[path = "../examples/notes_server/notes.rs"]
 #[allow(dead_code)]
 mod notes;
+mod notes_http;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mcp_confirm::KeyRing;
+use notes_http::{accept, offered_ids, options};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation,
     JsonObject, ProtocolVersion,
@@ -168,14 +170,10 @@ async fn challenge(client: &Client, server: &Server, title: &str) -> (String, Ve
     .await
     .expect("input_required");
     assert_eq!(first["resultType"], "input_required", "{first}");
-    let schema = &first["inputRequests"]["delete_choice"]["params"]["requestedSchema"];
-    let ids = schema["properties"]["note_id"]["oneOf"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["const"].as_str().unwrap().to_owned())
-        .collect();
-    (first["requestState"].as_str().unwrap().to_owned(), ids)
+    (
+        first["requestState"].as_str().unwrap().to_owned(),
+        offered_ids(&first),
+    )
 }
 
 fn answer(state: &str, server: &Server, title: &str, response: Value) -> CallToolRequestParams {
@@ -186,8 +184,14 @@ fn answer(state: &str, server: &Server, title: &str, response: Value) -> CallToo
         .with_input_responses(responses)
 }
 
-fn accept(id: &str) -> Value {
-    json!({"action":"accept","content":{"note_id": id, "confirm": true}})
+/// One round of the retry answering `state` about "Groceries" with `response`.
+async fn reply(
+    client: &Client,
+    server: &Server,
+    state: &str,
+    response: Value,
+) -> Result<Value, (i32, Value)> {
+    round(client, answer(state, server, "Groceries", response)).await
 }
 
 fn text(result: &Value) -> &str {
@@ -209,12 +213,9 @@ async fn three_groceries_pick_note_7_confirm_only_note_7_is_gone() {
     let (state, ids) = challenge(&alice, &server, "Groceries").await;
     assert_eq!(ids, ["note-3", "note-7", "note-14"]);
     assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
-    let done = round(
-        &alice,
-        answer(&state, &server, "Groceries", accept("note-7")),
-    )
-    .await
-    .unwrap();
+    let done = reply(&alice, &server, &state, accept("note-7"))
+        .await
+        .unwrap();
     assert_eq!(done["isError"], false, "{done}");
     assert!(text(&done).contains("Deleted note-7"), "{done}");
     assert_eq!(
@@ -231,12 +232,9 @@ async fn the_in_memory_variant_confirms_the_same_way_and_never_touches_the_disk(
     let alice = form_client(&server, "alice-token").await;
     let (state, ids) = challenge(&alice, &server, "Groceries").await;
     assert_eq!(ids, ["note-3", "note-7", "note-14"]);
-    let done = round(
-        &alice,
-        answer(&state, &server, "Groceries", accept("note-7")),
-    )
-    .await
-    .unwrap();
+    let done = reply(&alice, &server, &state, accept("note-7"))
+        .await
+        .unwrap();
     assert!(text(&done).contains("Deleted note-7"), "{done}");
     let left: Vec<String> = server
         .store
@@ -255,9 +253,7 @@ async fn the_in_memory_variant_confirms_the_same_way_and_never_touches_the_disk(
     )
     .await
     .unwrap();
-    let offered = &first["inputRequests"]["delete_choice"]["params"]["requestedSchema"]["properties"]
-        ["note_id"]["oneOf"];
-    assert_eq!(offered.as_array().map(Vec::len), Some(3), "{first}");
+    assert_eq!(options(&first).as_array().map(Vec::len), Some(3), "{first}");
     assert_eq!(server.store.list("load").unwrap().len(), 6);
     assert!(
         server.store.load("load", "note-04").is_err(),
@@ -271,18 +267,12 @@ async fn replay_after_success_is_refused() {
     let server = Server::start().await;
     let alice = form_client(&server, "alice-token").await;
     let (state, _) = challenge(&alice, &server, "Groceries").await;
-    round(
-        &alice,
-        answer(&state, &server, "Groceries", accept("note-7")),
-    )
-    .await
-    .unwrap();
-    let (code, data) = round(
-        &alice,
-        answer(&state, &server, "Groceries", accept("note-3")),
-    )
-    .await
-    .unwrap_err();
+    reply(&alice, &server, &state, accept("note-7"))
+        .await
+        .unwrap();
+    let (code, data) = reply(&alice, &server, &state, accept("note-3"))
+        .await
+        .unwrap_err();
     assert_eq!(
         (code, data["reason"].clone()),
         (-32602, json!("invalid_request_state"))
@@ -295,21 +285,15 @@ async fn decline_deletes_nothing_and_the_state_can_no_longer_be_accepted() {
     let server = Server::start().await;
     let alice = form_client(&server, "alice-token").await;
     let (state, _) = challenge(&alice, &server, "Groceries").await;
-    let declined = round(
-        &alice,
-        answer(&state, &server, "Groceries", json!({"action":"decline"})),
-    )
-    .await
-    .unwrap();
+    let declined = reply(&alice, &server, &state, json!({"action":"decline"}))
+        .await
+        .unwrap();
     assert_eq!(declined["resultType"], "complete");
     assert_eq!(declined["isError"], false);
     assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
-    let (code, _) = round(
-        &alice,
-        answer(&state, &server, "Groceries", accept("note-7")),
-    )
-    .await
-    .unwrap_err();
+    let (code, _) = reply(&alice, &server, &state, accept("note-7"))
+        .await
+        .unwrap_err();
     assert_eq!(code, -32602);
     assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
 }
@@ -319,20 +303,14 @@ async fn cancel_deletes_nothing_and_the_same_state_accepted_later_deletes_the_ch
     let server = Server::start().await;
     let alice = form_client(&server, "alice-token").await;
     let (state, _) = challenge(&alice, &server, "Groceries").await;
-    let cancelled = round(
-        &alice,
-        answer(&state, &server, "Groceries", json!({"action":"cancel"})),
-    )
-    .await
-    .unwrap();
+    let cancelled = reply(&alice, &server, &state, json!({"action":"cancel"}))
+        .await
+        .unwrap();
     assert_eq!(cancelled["resultType"], "complete");
     assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
-    let done = round(
-        &alice,
-        answer(&state, &server, "Groceries", accept("note-14")),
-    )
-    .await
-    .unwrap();
+    let done = reply(&alice, &server, &state, accept("note-14"))
+        .await
+        .unwrap();
     assert!(text(&done).contains("Deleted note-14"), "{done}");
     assert!(!server.note_path("personal", "note-14").exists());
     assert_eq!(server.notes_in("personal").len(), 4);
@@ -359,7 +337,7 @@ async fn bob_replaying_alices_state_is_refused() {
     let alice = form_client(&server, "alice-token").await;
     let bob = form_client(&server, "bob-token").await;
     let (state, _) = challenge(&alice, &server, "Groceries").await;
-    let (code, data) = round(&bob, answer(&state, &server, "Groceries", accept("note-7")))
+    let (code, data) = reply(&bob, &server, &state, accept("note-7"))
         .await
         .unwrap_err();
     assert_eq!(
@@ -407,12 +385,9 @@ async fn a_note_replaced_by_a_symlink_after_the_form_was_shown_is_refused() {
     let note = server.note_path("personal", "note-7");
     std::fs::remove_file(&note).unwrap();
     std::os::unix::fs::symlink(&outside, &note).unwrap();
-    let refused = round(
-        &alice,
-        answer(&state, &server, "Groceries", accept("note-7")),
-    )
-    .await
-    .unwrap();
+    let refused = reply(&alice, &server, &state, accept("note-7"))
+        .await
+        .unwrap();
     assert_eq!(refused["isError"], true, "{refused}");
     assert_eq!(refused["_meta"]["io.github.mcp-confirm/outcome"], "revoked");
     assert_eq!(
@@ -569,38 +544,43 @@ fn meta() -> Value {
     json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}})
 }
 
+/// POSTs `body` with alice's token and the MCP headers it calls for.
+async fn post_json(server: &Server, body: Value) -> (u16, http::HeaderMap, Value) {
+    raw(server, "POST", body, &[]).await
+}
+
+/// A result that tells the client how long, and for whom, it may be cached.
+fn assert_cache_hints(result: &Value) {
+    assert!(
+        result["ttlMs"].is_u64() && result["cacheScope"].is_string(),
+        "{result}"
+    );
+}
+
 #[tokio::test]
 async fn discover_and_tools_list_keep_their_cache_hints() {
     let server = Server::start().await;
-    let (status, _, discover) = raw(
+    let (status, _, discover) = post_json(
         &server,
-        "POST",
         json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":meta()}}),
-        &[],
     )
     .await;
     assert_eq!(status, 200);
     let result = &discover["result"];
     assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
-    assert!(
-        result["ttlMs"].is_u64() && result["cacheScope"].is_string(),
-        "{result}"
-    );
+    assert_cache_hints(result);
     assert!(result["capabilities"]["tools"].is_object());
     assert_eq!(
         result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
         "mcp-confirm-notes"
     );
     let list = json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":meta()}});
-    let (status, _, first) = raw(&server, "POST", list.clone(), &[]).await;
-    let (_, _, second) = raw(&server, "POST", list, &[]).await;
+    let (status, _, first) = post_json(&server, list.clone()).await;
+    let (_, _, second) = post_json(&server, list).await;
     assert_eq!(status, 200);
     assert_eq!(first, second, "tools/list is deterministic");
     let result = &first["result"];
-    assert!(
-        result["ttlMs"].is_u64() && result["cacheScope"].is_string(),
-        "{result}"
-    );
+    assert_cache_hints(result);
     for tool in result["tools"].as_array().unwrap() {
         assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
     }
@@ -614,11 +594,9 @@ async fn discover_and_tools_list_keep_their_cache_hints() {
 #[tokio::test]
 async fn unknown_methods_get_and_notifications_behave_as_rmcp_says() {
     let server = Server::start().await;
-    let (status, _, unknown) = raw(
+    let (status, _, unknown) = post_json(
         &server,
-        "POST",
         json!({"jsonrpc":"2.0","id":3,"method":"nope/nope","params":{"_meta":meta()}}),
-        &[],
     )
     .await;
     assert_eq!(
@@ -634,7 +612,7 @@ async fn unknown_methods_get_and_notifications_behave_as_rmcp_says() {
     .await;
     assert_eq!(status, 405);
     let note = json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"_meta":meta()}});
-    let (status, _, body) = raw(&server, "POST", note, &[]).await;
+    let (status, _, body) = post_json(&server, note).await;
     assert_eq!((status, body), (202, Value::String(String::new())));
 }
 
@@ -706,13 +684,9 @@ async fn labels_show_server_facts_first_and_cap_what_users_wrote() {
     )
     .await
     .unwrap();
-    let options = first["inputRequests"]["delete_choice"]["params"]["requestedSchema"]
-        ["properties"]["note_id"]["oneOf"]
-        .as_array()
-        .unwrap()
-        .clone();
+    let offered = options(&first).as_array().unwrap().clone();
     let label = |id: &str| {
-        options
+        offered
             .iter()
             .find(|o| o["const"] == id)
             .and_then(|o| o["title"].as_str())
@@ -808,12 +782,9 @@ async fn forms_follow_changes_made_outside_the_server() {
     assert_eq!(ids, ["note-3"]);
     // And the server's own changes are in the index at once.
     let (state, _) = challenge(&alice, &server, "Groceries").await;
-    let done = round(
-        &alice,
-        answer(&state, &server, "Groceries", accept("note-40")),
-    )
-    .await
-    .unwrap();
+    let done = reply(&alice, &server, &state, accept("note-40"))
+        .await
+        .unwrap();
     assert!(text(&done).contains("Deleted note-40"), "{done}");
     let (_, ids) = challenge(&alice, &server, "Groceries").await;
     assert_eq!(ids, ["note-7"]);

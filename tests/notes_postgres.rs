@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use mcp_confirm::KeyRing;
+use notes_http::{accept, answering, assert_revoked, outcome, result_text};
 use serde_json::{Value, json};
 
 struct Server {
@@ -78,35 +79,33 @@ impl Server {
     }
 
     async fn challenge(&self) -> String {
-        let first = self.post(&call(json!(1), None)).await;
+        let first = self.post(&call(json!(1))).await;
         first["result"]["requestState"]
             .as_str()
             .unwrap_or_else(|| panic!("{first}"))
             .to_owned()
     }
+
+    /// The retry with `id` answering `state` with `response`.
+    async fn answer(&self, id: Value, state: &str, response: Value) -> Value {
+        self.post(&answering(call(id), state, response)).await
+    }
 }
 
-fn call(id: Value, answer: Option<(&str, Value)>) -> Value {
-    let mut call = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+fn call(id: Value) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
         "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
                  "io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}},
-        "name":"notes_delete","arguments":{"workspace":"personal","title":"Groceries"}}});
-    if let Some((state, response)) = answer {
-        call["params"]["requestState"] = json!(state);
-        call["params"]["inputResponses"] = json!({ "delete_choice": response });
-    }
-    call
+        "name":"notes_delete","arguments":{"workspace":"personal","title":"Groceries"}}})
 }
 
-fn accept(id: &str) -> Value {
-    json!({"action":"accept","content":{"note_id":id,"confirm":true}})
-}
-
-fn text(answer: &Value) -> String {
-    answer["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
+/// The answer says `id` was deleted from `personal`.
+fn assert_deleted(answer: &Value, id: &str) {
+    assert_eq!(
+        result_text(answer),
+        format!("Deleted {id} from personal."),
+        "{answer}"
+    );
 }
 
 #[tokio::test]
@@ -115,17 +114,17 @@ async fn claim_and_delete_commit_together() {
         return;
     };
     let state = server.challenge().await;
-    let done = server
-        .post(&call(json!(2), Some((&state, accept("note-7")))))
-        .await;
-    assert_eq!(text(&done), "Deleted note-7 from personal.", "{done}");
+    let done = server.answer(json!(2), &state, accept("note-7")).await;
+    assert_deleted(&done, "note-7");
     assert_eq!(server.notes("note-7").await, 0);
     assert_eq!(server.used_nonces().await, 1);
     // Replaying the same confirmation deletes nothing more.
-    let again = server
-        .post(&call(json!(3), Some((&state, accept("note-3")))))
-        .await;
-    assert_ne!(text(&again), "Deleted note-3 from personal.", "{again}");
+    let again = server.answer(json!(3), &state, accept("note-3")).await;
+    assert_ne!(
+        result_text(&again),
+        "Deleted note-3 from personal.",
+        "{again}"
+    );
     assert_eq!(server.notes("note-3").await, 1);
 }
 
@@ -136,18 +135,14 @@ async fn a_failure_before_commit_leaves_nothing_claimed_and_nothing_deleted() {
     };
     let state = server.challenge().await;
     server.db.fail_after_claim.store(true, Ordering::SeqCst);
-    let failed = server
-        .post(&call(json!(2), Some((&state, accept("note-7")))))
-        .await;
+    let failed = server.answer(json!(2), &state, accept("note-7")).await;
     assert!(failed.get("error").is_some(), "{failed}");
     assert_eq!(server.notes("note-7").await, 1);
     assert_eq!(server.used_nonces().await, 0);
     // The claim rolled back with the delete: the same confirmation can still be carried out.
     server.db.fail_after_claim.store(false, Ordering::SeqCst);
-    let done = server
-        .post(&call(json!(3), Some((&state, accept("note-7")))))
-        .await;
-    assert_eq!(text(&done), "Deleted note-7 from personal.", "{done}");
+    let done = server.answer(json!(3), &state, accept("note-7")).await;
+    assert_deleted(&done, "note-7");
     assert_eq!(server.used_nonces().await, 1);
     server.cleanup().await;
 }
@@ -159,14 +154,12 @@ async fn a_declined_confirmation_cannot_be_carried_out_later() {
     };
     let state = server.challenge().await;
     let declined = server
-        .post(&call(json!(2), Some((&state, json!({"action":"decline"})))))
+        .answer(json!(2), &state, json!({"action":"decline"}))
         .await;
     assert_eq!(declined["result"]["isError"], false, "{declined}");
     assert_eq!(server.used_nonces().await, 1);
-    let later = server
-        .post(&call(json!(3), Some((&state, accept("note-7")))))
-        .await;
-    assert!(text(&later).contains("already used"), "{later}");
+    let later = server.answer(json!(3), &state, accept("note-7")).await;
+    assert!(result_text(&later).contains("already used"), "{later}");
     assert_eq!(server.notes("note-7").await, 1);
     server.cleanup().await;
 }
@@ -192,17 +185,14 @@ async fn concurrent_retries_delete_once() {
                 tokio::spawn(async move {
                     barrier.wait().await;
                     server
-                        .post(&call(
-                            json!(format!("{round}-{i}")),
-                            Some((&state, accept("note-7"))),
-                        ))
+                        .answer(json!(format!("{round}-{i}")), &state, accept("note-7"))
                         .await
                 })
             })
             .collect();
         let mut deleted = 0;
         for task in tasks {
-            if text(&task.await.unwrap()).starts_with("Deleted") {
+            if result_text(&task.await.unwrap()).starts_with("Deleted") {
                 deleted += 1;
             }
         }
@@ -233,14 +223,8 @@ async fn an_edited_or_recreated_note_is_not_deleted_by_the_old_approval() {
          WHERE workspace = 'personal' AND id = 'note-7'"
     ))
     .await;
-    let answer = server
-        .post(&call(json!(2), Some((&state, accept("note-7")))))
-        .await;
-    assert_eq!(answer["result"]["isError"], true, "{answer}");
-    assert_eq!(
-        answer["result"]["_meta"]["io.github.mcp-confirm/outcome"], "revoked",
-        "{answer}"
-    );
+    let answer = server.answer(json!(2), &state, accept("note-7")).await;
+    assert_revoked(&answer);
     assert_eq!(server.notes("note-7").await, 1);
     // Deleted and re-created with the same id and words: a new row, a new version.
     let state = server.challenge().await;
@@ -250,20 +234,13 @@ async fn an_edited_or_recreated_note_is_not_deleted_by_the_old_approval() {
          VALUES ('personal', 'note-14', 'Groceries', 'Party: crisps, lemonade, 40 paper cups.')"
     ))
     .await;
-    let answer = server
-        .post(&call(json!(3), Some((&state, accept("note-14")))))
-        .await;
-    assert_eq!(
-        answer["result"]["_meta"]["io.github.mcp-confirm/outcome"], "revoked",
-        "{answer}"
-    );
+    let answer = server.answer(json!(3), &state, accept("note-14")).await;
+    assert_eq!(outcome(&answer), "revoked", "{answer}");
     assert_eq!(server.notes("note-14").await, 1);
     // Unchanged: deleted as before.
     let state = server.challenge().await;
-    let done = server
-        .post(&call(json!(4), Some((&state, accept("note-3")))))
-        .await;
-    assert_eq!(text(&done), "Deleted note-3 from personal.", "{done}");
+    let done = server.answer(json!(4), &state, accept("note-3")).await;
+    assert_deleted(&done, "note-3");
     assert_eq!(server.notes("note-3").await, 0);
     server.cleanup().await;
 }

@@ -19,7 +19,6 @@ use mcp_confirm::{ConfirmLayer, KeyRing};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tower::Layer;
 
 const UP: u8 = 0;
 const DOWN: u8 = 1;
@@ -122,6 +121,22 @@ impl Proxy {
     }
 }
 
+/// An address nothing listens on.
+fn dead_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// Over a store nothing answers for, a confirmation is refused and nothing runs.
+async fn unreachable_store_refuses(store: impl ReplayStore, what: &str) {
+    let f = fixture_over(store);
+    let state = challenge(&f).await;
+    assert_store_unavailable(&f, &state, what).await;
+    assert_eq!(f.seen.count(), 0);
+}
+
 async fn reachable(backend: &str, addr: &str) -> Option<SocketAddr> {
     let addr: SocketAddr = addr.parse().unwrap();
     match TcpStream::connect(addr).await {
@@ -140,22 +155,12 @@ fn fixture_over(store: impl ReplayStore) -> Fixture {
         .replay_store(store)
         .tool("notes_delete", delete_policy(&notes))
         .build();
-    let seen = Recorder::default();
-    Fixture {
-        svc: layer.layer(recording_inner(&seen)),
-        seen,
-        notes,
-        clock,
-        store: memory,
-    }
+    Fixture::new(layer, notes, clock, memory)
 }
 
-async fn accept_call(f: &Fixture, state: &str, id: i64) -> Answer {
-    let call = accepted(state, json!(id), "note-7");
-    send(&f.svc, post(&call, Some("alice"))).await
-}
-
-fn assert_store_unavailable(answer: &Answer, what: &str) {
+/// Alice's accept of `state` is refused because the store is unavailable (a retryable error).
+async fn assert_store_unavailable(f: &Fixture, state: &str, what: &str) {
+    let answer = f.accept(state, json!(2), "note-7").await;
     assert_eq!(
         answer.status,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -169,20 +174,15 @@ fn assert_store_unavailable(answer: &Answer, what: &str) {
 /// Accepts `state`, retrying while the store client has not yet noticed the store is back; the
 /// confirmed call must then go through.
 async fn accept_once_recovered(f: &Fixture, state: &str) {
-    let mut answer = accept_call(f, state, 100).await;
+    let mut answer = f.accept(state, json!(100), "note-7").await;
     for attempt in 101..140 {
         if answer.status != StatusCode::SERVICE_UNAVAILABLE {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        answer = accept_call(f, state, attempt).await;
+        answer = f.accept(state, json!(attempt), "note-7").await;
     }
-    assert_eq!(
-        answer.result()["content"][0]["text"],
-        "done by inner",
-        "{:?}",
-        answer.bytes
-    );
+    assert_ran(&answer);
 }
 
 /// The fault sequence, the same for every backend.
@@ -190,7 +190,7 @@ async fn faults(f: &Fixture, proxy: &Proxy) {
     // Stopped mid-run: the form was shown, then the store went away.
     let state = challenge(f).await;
     proxy.down();
-    assert_store_unavailable(&accept_call(f, &state, 2).await, "store stopped");
+    assert_store_unavailable(f, &state, "store stopped").await;
     assert_eq!(f.seen.count(), 0);
     // Back: the same confirmation goes through (the failed claim never happened).
     proxy.up();
@@ -200,7 +200,7 @@ async fn faults(f: &Fixture, proxy: &Proxy) {
     // Slower than the timeout: refused, nothing forwarded.
     let state = challenge(f).await;
     proxy.slow(Duration::from_millis(800));
-    assert_store_unavailable(&accept_call(f, &state, 2).await, "store too slow");
+    assert_store_unavailable(f, &state, "store too slow").await;
     assert_eq!(f.seen.count(), 1);
     // Normal service once it is fast again. The slow claim may have landed after the timeout, so
     // that state may stay refused; a new confirmation works.
@@ -217,17 +217,10 @@ async fn redis_faults_fail_closed_and_recover() {
         return;
     };
     // Unreachable from the start (nothing listens on the port).
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let store = RedisReplayStore::open(&format!("redis://{dead}"))
+    let store = RedisReplayStore::open(&format!("redis://{}", dead_addr()))
         .unwrap()
         .timeout(Duration::from_millis(300));
-    let f = fixture_over(store);
-    let state = challenge(&f).await;
-    assert_store_unavailable(&accept_call(&f, &state, 2).await, "Redis unreachable");
-    assert_eq!(f.seen.count(), 0);
+    unreachable_store_refuses(store, "Redis unreachable").await;
 
     let proxy = Proxy::start(target).await;
     let store = RedisReplayStore::open(&format!("redis://{}", proxy.addr))
@@ -248,17 +241,10 @@ async fn postgres_faults_fail_closed_and_recover() {
     let direct = PostgresReplayStore::connect("postgres://postgres@127.0.0.1:5432/test").unwrap();
     direct.migrate().await.unwrap();
 
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let store = PostgresReplayStore::connect(&format!("postgres://postgres@{dead}/test"))
+    let store = PostgresReplayStore::connect(&format!("postgres://postgres@{}/test", dead_addr()))
         .unwrap()
         .timeout(Duration::from_millis(300));
-    let f = fixture_over(store);
-    let state = challenge(&f).await;
-    assert_store_unavailable(&accept_call(&f, &state, 2).await, "Postgres unreachable");
-    assert_eq!(f.seen.count(), 0);
+    unreachable_store_refuses(store, "Postgres unreachable").await;
 
     let proxy = Proxy::start(target).await;
     let store = PostgresReplayStore::connect(&format!("postgres://postgres@{}/test", proxy.addr))

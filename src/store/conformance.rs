@@ -37,6 +37,31 @@ fn ask(nonce: Nonce, owner: Owner, principal: PrincipalKey) -> ClaimRequest {
     ClaimRequest::new(nonce, owner, principal, soon())
 }
 
+/// `claimants` tasks, released together, each claiming what `claim` makes (made in the task, once
+/// released); their answers in task order.
+async fn claim_together<S: ReplayStore>(
+    store: &Arc<S>,
+    claimants: usize,
+    claim: impl Fn() -> ClaimRequest + Copy + Send + 'static,
+) -> Vec<Result<Claim, StoreError>> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(claimants));
+    let tasks: Vec<_> = (0..claimants)
+        .map(|_| {
+            let store = Arc::clone(store);
+            let barrier = Arc::clone(&barrier);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.claim(&claim()).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(claimants);
+    for task in tasks {
+        answers.push(task.await.expect("claimant panicked"));
+    }
+    answers
+}
+
 /// A fresh nonce is claimed exactly once; a second claim sees it InFlight.
 pub async fn claim_is_granted_once<S: ReplayStore>(store: &S) {
     let p = principal();
@@ -108,20 +133,11 @@ pub async fn one_winner_among_concurrent_claimants<S: ReplayStore>(store: Arc<S>
     const ROUNDS: usize = 100;
     for round in 0..ROUNDS {
         let (nonce, p) = (Nonce::random(), principal());
-        let barrier = Arc::new(tokio::sync::Barrier::new(CLAIMANTS));
-        let tasks: Vec<_> = (0..CLAIMANTS)
-            .map(|_| {
-                let store = Arc::clone(&store);
-                let barrier = Arc::clone(&barrier);
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    store.claim(&ask(nonce, Owner::random(), p)).await
-                })
-            })
-            .collect();
         let mut won = 0;
-        for task in tasks {
-            match task.await.expect("claimant panicked") {
+        for answer in
+            claim_together(&store, CLAIMANTS, move || ask(nonce, Owner::random(), p)).await
+        {
+            match answer {
                 Ok(Claim::Claimed) => won += 1,
                 Ok(Claim::InFlight) => {}
                 other => panic!("round {round}: unexpected answer {other:?}"),
@@ -152,12 +168,12 @@ pub async fn principal_budget_is_enforced<S: ReplayStore>(store: &S) {
     let bob = principal();
     let mut held = Vec::new();
     for _ in 0..3 {
-        let claim = ClaimRequest::new(Nonce::random(), Owner::random(), bob, soon());
+        let claim = ask(Nonce::random(), Owner::random(), bob);
         assert_eq!(store.claim(&claim).await.ok(), Some(Claim::Claimed));
         held.push(claim);
     }
     let refused = Nonce::random();
-    let over = ClaimRequest::new(refused, Owner::random(), bob, soon());
+    let over = ask(refused, Owner::random(), bob);
     match store.claim(&over).await {
         Err(StoreError::OverBudget { retry_after }) => {
             assert!(
@@ -175,11 +191,11 @@ pub async fn principal_budget_is_enforced<S: ReplayStore>(store: &S) {
         store.claim(&over).await,
         Err(StoreError::OverBudget { .. })
     ));
-    let replay = ClaimRequest::new(first.nonce, Owner::random(), bob, soon());
+    let replay = ask(first.nonce, Owner::random(), bob);
     assert_eq!(store.claim(&replay).await.ok(), Some(Claim::Consumed));
-    let replay = ClaimRequest::new(held[1].nonce, Owner::random(), bob, soon());
+    let replay = ask(held[1].nonce, Owner::random(), bob);
     assert_eq!(store.claim(&replay).await.ok(), Some(Claim::InFlight));
-    let alice = ClaimRequest::new(Nonce::random(), Owner::random(), principal(), soon());
+    let alice = ask(Nonce::random(), Owner::random(), principal());
     assert_eq!(store.claim(&alice).await.ok(), Some(Claim::Claimed));
 }
 
@@ -191,7 +207,7 @@ pub async fn budget_returns_when_entries_expire<S: ReplayStore>(store: &S) {
         let claim = ClaimRequest::new(Nonce::random(), Owner::random(), bob, short);
         assert_eq!(store.claim(&claim).await.ok(), Some(Claim::Claimed));
     }
-    let claim = ClaimRequest::new(Nonce::random(), Owner::random(), bob, soon());
+    let claim = ask(Nonce::random(), Owner::random(), bob);
     assert!(matches!(
         store.claim(&claim).await,
         Err(StoreError::OverBudget { .. })
@@ -206,21 +222,10 @@ pub async fn concurrent_claims_never_exceed_the_budget<S: ReplayStore>(store: Ar
     const CLAIMANTS: usize = 64;
     for round in 0..20 {
         let bob = principal();
-        let barrier = Arc::new(tokio::sync::Barrier::new(CLAIMANTS));
-        let tasks: Vec<_> = (0..CLAIMANTS)
-            .map(|_| {
-                let store = Arc::clone(&store);
-                let barrier = Arc::clone(&barrier);
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    let claim = ClaimRequest::new(Nonce::random(), Owner::random(), bob, soon());
-                    store.claim(&claim).await
-                })
-            })
-            .collect();
         let (mut won, mut over) = (0, 0);
-        for task in tasks {
-            match task.await.expect("claimant panicked") {
+        let claims = move || ask(Nonce::random(), Owner::random(), bob);
+        for answer in claim_together(&store, CLAIMANTS, claims).await {
+            match answer {
                 Ok(Claim::Claimed) => won += 1,
                 Err(StoreError::OverBudget { .. }) => over += 1,
                 other => panic!("round {round}: unexpected answer {other:?}"),
@@ -250,67 +255,57 @@ macro_rules! replay_store_conformance {
         );
     };
     (@tests $make:expr, |$budget:ident| $budgeted:expr) => {
-        #[tokio::test]
-        async fn conformance_claim_is_granted_once() {
-            let Some(store) = $make else { return };
-            $crate::store::conformance::claim_is_granted_once(&store).await;
-        }
-
-        #[tokio::test]
-        async fn conformance_completed_claims_stay_consumed() {
-            let Some(store) = $make else { return };
-            $crate::store::conformance::completed_claims_stay_consumed(&store).await;
-        }
-
-        #[tokio::test]
-        async fn conformance_only_the_owner_completes() {
-            let Some(store) = $make else { return };
-            $crate::store::conformance::only_the_owner_completes(&store).await;
-        }
-
-        #[tokio::test]
-        async fn conformance_entries_expire() {
-            let Some(store) = $make else { return };
-            $crate::store::conformance::entries_expire(&store).await;
-        }
-
-        #[tokio::test]
-        async fn conformance_nonces_are_independent() {
-            let Some(store) = $make else { return };
-            $crate::store::conformance::nonces_are_independent(&store).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-        async fn conformance_one_winner_among_concurrent_claimants() {
-            let Some(store) = $make else { return };
-            $crate::store::conformance::one_winner_among_concurrent_claimants(::std::sync::Arc::new(store)).await;
-        }
-
-        #[tokio::test]
-        async fn conformance_used_nonces_are_reported() {
-            let Some(store) = $make else { return };
-            $crate::store::conformance::used_nonces_are_reported(&store).await;
-        }
-
-        #[tokio::test]
-        async fn conformance_principal_budget_is_enforced() {
-            let $budget: usize = 3;
-            let Some(store) = $budgeted else { return };
-            $crate::store::conformance::principal_budget_is_enforced(&store).await;
-        }
-
-        #[tokio::test]
-        async fn conformance_budget_returns_when_entries_expire() {
-            let $budget: usize = 2;
-            let Some(store) = $budgeted else { return };
-            $crate::store::conformance::budget_returns_when_entries_expire(&store).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-        async fn conformance_concurrent_claims_never_exceed_the_budget() {
-            let $budget: usize = 5;
-            let Some(store) = $budgeted else { return };
-            $crate::store::conformance::concurrent_claims_never_exceed_the_budget(::std::sync::Arc::new(store)).await;
-        }
+        $crate::replay_store_conformance!(@each store = $make;
+            #[tokio::test]
+            conformance_claim_is_granted_once = claim_is_granted_once(&store),
+            #[tokio::test]
+            conformance_completed_claims_stay_consumed = completed_claims_stay_consumed(&store),
+            #[tokio::test]
+            conformance_only_the_owner_completes = only_the_owner_completes(&store),
+            #[tokio::test]
+            conformance_entries_expire = entries_expire(&store),
+            #[tokio::test]
+            conformance_nonces_are_independent = nonces_are_independent(&store),
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            conformance_one_winner_among_concurrent_claimants =
+                one_winner_among_concurrent_claimants(::std::sync::Arc::new(store)),
+            #[tokio::test]
+            conformance_used_nonces_are_reported = used_nonces_are_reported(&store),
+        );
+        $crate::replay_store_conformance!(@each store = $budgeted, budget $budget;
+            #[tokio::test]
+            conformance_principal_budget_is_enforced = principal_budget_is_enforced(&store), 3,
+            #[tokio::test]
+            conformance_budget_returns_when_entries_expire =
+                budget_returns_when_entries_expire(&store), 2,
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            conformance_concurrent_claims_never_exceed_the_budget =
+                concurrent_claims_never_exceed_the_budget(::std::sync::Arc::new(store)), 5,
+        );
+    };
+    // One test a check: `$store` is made by `$make` (skipping the test on `None`), then checked.
+    (@each $store:ident = $make:expr;
+        $(#[$attr:meta] $test:ident = $check:ident($arg:expr)),+ $(,)?
+    ) => {
+        $(
+            #[$attr]
+            async fn $test() {
+                let Some($store) = $make else { return };
+                $crate::store::conformance::$check($arg).await;
+            }
+        )+
+    };
+    // The same with `$budget` set to the test's budget (a `usize`) before `$make` runs.
+    (@each $store:ident = $make:expr, budget $budget:ident;
+        $(#[$attr:meta] $test:ident = $check:ident($arg:expr), $n:literal),+ $(,)?
+    ) => {
+        $(
+            #[$attr]
+            async fn $test() {
+                let $budget: usize = $n;
+                let Some($store) = $make else { return };
+                $crate::store::conformance::$check($arg).await;
+            }
+        )+
     };
 }

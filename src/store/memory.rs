@@ -332,33 +332,41 @@ mod tests {
         Nonce::from_bytes(b)
     }
 
+    /// A manual clock at a fixed start.
+    fn clock() -> ManualClock {
+        ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000))
+    }
+
+    /// Claims `nonce(i)` for `principal` until `expires_at`, as a fresh owner.
+    async fn claim_nonce(
+        store: &MemoryReplayStore,
+        i: u32,
+        principal: PrincipalKey,
+        expires_at: SystemTime,
+    ) -> Result<Claim, StoreError> {
+        let claim = ClaimRequest::new(nonce(i), Owner::random(), principal, expires_at);
+        store.claim(&claim).await
+    }
+
     #[tokio::test]
     async fn full_of_live_entries_refuses_and_never_evicts() {
-        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
+        let clock = clock();
         let store = MemoryReplayStore::with_clock(3, clock.clone()).principal_budget(3);
         let exp = clock.now() + Duration::from_secs(60);
         for i in 0..3 {
             assert_eq!(
-                store
-                    .claim(&ClaimRequest::new(nonce(i), Owner::random(), ALICE, exp))
-                    .await
-                    .unwrap(),
+                claim_nonce(&store, i, ALICE, exp).await.unwrap(),
                 Claim::Claimed
             );
         }
         assert!(matches!(
-            store
-                .claim(&ClaimRequest::new(nonce(99), Owner::random(), ALICE, exp))
-                .await,
+            claim_nonce(&store, 99, ALICE, exp).await,
             Err(StoreError::Full)
         ));
         // The live ones are all still there.
         for i in 0..3 {
             assert_eq!(
-                store
-                    .claim(&ClaimRequest::new(nonce(i), Owner::random(), ALICE, exp))
-                    .await
-                    .unwrap(),
+                claim_nonce(&store, i, ALICE, exp).await.unwrap(),
                 Claim::InFlight
             );
         }
@@ -366,13 +374,7 @@ mod tests {
         // Once they expire, room is made by pruning, not eviction.
         clock.advance(Duration::from_secs(61));
         assert_eq!(
-            store
-                .claim(&ClaimRequest::new(
-                    nonce(99),
-                    Owner::random(),
-                    ALICE,
-                    exp + Duration::from_secs(120)
-                ))
+            claim_nonce(&store, 99, ALICE, exp + Duration::from_secs(120))
                 .await
                 .unwrap(),
             Claim::Claimed
@@ -382,14 +384,11 @@ mod tests {
 
     #[tokio::test]
     async fn expired_entries_are_pruned() {
-        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
+        let clock = clock();
         let store = MemoryReplayStore::with_clock(100, clock.clone()).principal_budget(100);
         for i in 0..10 {
             let exp = clock.now() + Duration::from_secs(u64::from(i) + 1);
-            store
-                .claim(&ClaimRequest::new(nonce(i), Owner::random(), ALICE, exp))
-                .await
-                .unwrap();
+            claim_nonce(&store, i, ALICE, exp).await.unwrap();
         }
         clock.advance(Duration::from_secs(5));
         assert_eq!(store.prune_expired(), 5);
@@ -398,7 +397,7 @@ mod tests {
 
     #[tokio::test]
     async fn memory_stays_bounded_over_many_short_lived_claims() {
-        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
+        let clock = clock();
         let store = MemoryReplayStore::with_clock(1_000, clock.clone()).principal_budget(1_000);
         for i in 0..1_000_000u32 {
             if i % 500 == 0 {
@@ -406,10 +405,7 @@ mod tests {
             }
             let exp = clock.now() + Duration::from_secs(1);
             assert_eq!(
-                store
-                    .claim(&ClaimRequest::new(nonce(i), Owner::random(), ALICE, exp))
-                    .await
-                    .unwrap(),
+                claim_nonce(&store, i, ALICE, exp).await.unwrap(),
                 Claim::Claimed
             );
             assert!(store.len() <= 1_000);
@@ -418,7 +414,7 @@ mod tests {
 
     #[tokio::test]
     async fn completing_an_expired_claim_fails() {
-        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
+        let clock = clock();
         let store = MemoryReplayStore::with_clock(10, clock.clone());
         let owner = Owner::random();
         store
@@ -441,19 +437,20 @@ mod tests {
 
     #[tokio::test]
     async fn one_principal_cannot_fill_the_store_for_the_others() {
-        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
+        let clock = clock();
         let store = MemoryReplayStore::with_clock(300, clock.clone());
         assert_eq!(store.budget(), 3);
         let exp = clock.now() + Duration::from_secs(330);
         for i in 0..3 {
-            let claim = ClaimRequest::new(nonce(i), Owner::random(), BOB, exp);
-            assert_eq!(store.claim(&claim).await.unwrap(), Claim::Claimed);
+            assert_eq!(
+                claim_nonce(&store, i, BOB, exp).await.unwrap(),
+                Claim::Claimed
+            );
         }
         // Bob's flood is refused without taking a slot, with the time until his oldest expires.
         clock.advance(Duration::from_secs(30));
         for i in 3..300 {
-            let claim = ClaimRequest::new(nonce(i), Owner::random(), BOB, exp);
-            match store.claim(&claim).await {
+            match claim_nonce(&store, i, BOB, exp).await {
                 Err(StoreError::OverBudget { retry_after }) => {
                     assert_eq!(retry_after, Duration::from_secs(300));
                 }
@@ -462,22 +459,28 @@ mod tests {
         }
         assert_eq!(store.len(), 3);
         // A replay of one of Bob's own states is still answered as a replay.
-        let replay = ClaimRequest::new(nonce(1), Owner::random(), BOB, exp);
-        assert_eq!(store.claim(&replay).await.unwrap(), Claim::InFlight);
+        assert_eq!(
+            claim_nonce(&store, 1, BOB, exp).await.unwrap(),
+            Claim::InFlight
+        );
         // Alice is unaffected.
-        let alice = ClaimRequest::new(nonce(1_000), Owner::random(), ALICE, exp);
-        assert_eq!(store.claim(&alice).await.unwrap(), Claim::Claimed);
+        assert_eq!(
+            claim_nonce(&store, 1_000, ALICE, exp).await.unwrap(),
+            Claim::Claimed
+        );
         // Once Bob's entries expire, his budget is back.
         clock.advance(Duration::from_secs(301));
         let later = clock.now() + Duration::from_secs(330);
-        let claim = ClaimRequest::new(nonce(5_000), Owner::random(), BOB, later);
-        assert_eq!(store.claim(&claim).await.unwrap(), Claim::Claimed);
+        assert_eq!(
+            claim_nonce(&store, 5_000, BOB, later).await.unwrap(),
+            Claim::Claimed
+        );
         assert!(store.len() <= 3);
     }
 
     #[tokio::test]
     async fn consumed_entries_count_against_the_budget_until_they_expire() {
-        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
+        let clock = clock();
         let store = MemoryReplayStore::with_clock(100, clock.clone()).principal_budget(2);
         let exp = clock.now() + Duration::from_secs(60);
         for i in 0..2 {
@@ -491,22 +494,19 @@ mod tests {
                     .unwrap()
             );
         }
-        let claim = ClaimRequest::new(nonce(9), Owner::random(), BOB, exp);
         assert!(matches!(
-            store.claim(&claim).await,
+            claim_nonce(&store, 9, BOB, exp).await,
             Err(StoreError::OverBudget { .. })
         ));
         // Pruning from a timer gives the budget back too.
         clock.advance(Duration::from_secs(61));
         assert_eq!(store.prune_expired(), 2);
         assert!(store.inner.principals.is_empty());
-        let claim = ClaimRequest::new(
-            nonce(9),
-            Owner::random(),
-            BOB,
-            clock.now() + Duration::from_secs(60),
+        let exp = clock.now() + Duration::from_secs(60);
+        assert_eq!(
+            claim_nonce(&store, 9, BOB, exp).await.unwrap(),
+            Claim::Claimed
         );
-        assert_eq!(store.claim(&claim).await.unwrap(), Claim::Claimed);
     }
 
     #[tokio::test]
@@ -520,12 +520,11 @@ mod tests {
 
     #[tokio::test]
     async fn is_used_reports_live_entries_only() {
-        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000));
+        let clock = clock();
         let store = MemoryReplayStore::with_clock(10, clock.clone()).principal_budget(10);
         let exp = clock.now() + Duration::from_secs(5);
         assert!(!store.is_used(nonce(1), ALICE).await.unwrap());
-        let claim = ClaimRequest::new(nonce(1), Owner::random(), ALICE, exp);
-        store.claim(&claim).await.unwrap();
+        claim_nonce(&store, 1, ALICE, exp).await.unwrap();
         assert!(store.is_used(nonce(1), ALICE).await.unwrap());
         clock.advance(Duration::from_secs(6));
         assert!(!store.is_used(nonce(1), ALICE).await.unwrap());

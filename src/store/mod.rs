@@ -47,6 +47,34 @@ pub use redis::RedisReplayStore;
 /// A boxed `Send` future, as returned by the object-safe store and policy traits.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// The impls the 16-byte newtypes below share: `from_bytes` and `as_bytes` (each documented for
+/// its own type) and a `Debug` that names the type and shows its first four bytes in hex.
+macro_rules! sixteen_bytes {
+    (
+        $name:ident,
+        $(#[$from_bytes:meta])* from_bytes,
+        $(#[$as_bytes:meta])* as_bytes $(,)?
+    ) => {
+        impl $name {
+            $(#[$from_bytes])*
+            pub const fn from_bytes(bytes: [u8; 16]) -> Self {
+                Self(bytes)
+            }
+
+            $(#[$as_bytes])*
+            pub const fn as_bytes(&self) -> &[u8; 16] {
+                &self.0
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({}…)"), hex(&self.0[..4]))
+            }
+        }
+    };
+}
+
 /// The 128-bit random value that identifies one issued `requestState` in the replay store.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Nonce([u8; 16]);
@@ -63,16 +91,6 @@ impl Nonce {
         Self(bytes)
     }
 
-    /// A nonce with the given bytes.
-    pub const fn from_bytes(bytes: [u8; 16]) -> Self {
-        Self(bytes)
-    }
-
-    /// The nonce's bytes.
-    pub const fn as_bytes(&self) -> &[u8; 16] {
-        &self.0
-    }
-
     /// Lower-case hex, for store keys.
     pub fn to_hex(&self) -> String {
         hex(&self.0)
@@ -84,11 +102,13 @@ impl Nonce {
     }
 }
 
-impl fmt::Debug for Nonce {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Nonce({}…)", self.short())
-    }
-}
+sixteen_bytes!(
+    Nonce,
+    /// A nonce with the given bytes.
+    from_bytes,
+    /// The nonce's bytes.
+    as_bytes,
+);
 
 /// Identifies the one retry that holds a claim, so only it can complete the claim.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -102,23 +122,15 @@ impl Owner {
     pub fn random() -> Self {
         Self(*Nonce::random().as_bytes())
     }
+}
 
+sixteen_bytes!(
+    Owner,
     /// An owner with the given bytes.
-    pub const fn from_bytes(bytes: [u8; 16]) -> Self {
-        Self(bytes)
-    }
-
+    from_bytes,
     /// The owner's bytes.
-    pub const fn as_bytes(&self) -> &[u8; 16] {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Owner {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Owner({}…)", hex(&self.0[..4]))
-    }
-}
+    as_bytes,
+);
 
 /// Whom an entry is charged to: a keyed digest of the authenticated principal, never the name.
 ///
@@ -129,27 +141,19 @@ impl fmt::Debug for Owner {
 pub struct PrincipalKey([u8; 16]);
 
 impl PrincipalKey {
-    /// A key with the given bytes.
-    pub const fn from_bytes(bytes: [u8; 16]) -> Self {
-        Self(bytes)
-    }
-
-    /// The key's bytes.
-    pub const fn as_bytes(&self) -> &[u8; 16] {
-        &self.0
-    }
-
     /// Lower-case hex, for store keys.
     pub fn to_hex(&self) -> String {
         hex(&self.0)
     }
 }
 
-impl fmt::Debug for PrincipalKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PrincipalKey({}…)", hex(&self.0[..4]))
-    }
-}
+sixteen_bytes!(
+    PrincipalKey,
+    /// A key with the given bytes.
+    from_bytes,
+    /// The key's bytes.
+    as_bytes,
+);
 
 /// Identifies one life of a store that loses its entries when the process stops.
 ///
@@ -166,23 +170,15 @@ impl BootEpoch {
     pub fn random() -> Self {
         Self(*Nonce::random().as_bytes())
     }
+}
 
+sixteen_bytes!(
+    BootEpoch,
     /// An epoch with the given bytes.
-    pub const fn from_bytes(bytes: [u8; 16]) -> Self {
-        Self(bytes)
-    }
-
+    from_bytes,
     /// The epoch's bytes.
-    pub const fn as_bytes(&self) -> &[u8; 16] {
-        &self.0
-    }
-}
-
-impl fmt::Debug for BootEpoch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "BootEpoch({}…)", hex(&self.0[..4]))
-    }
-}
+    as_bytes,
+);
 
 /// What a claim asks the store to record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -51,3 +51,23 @@ pub async fn postgres_answers(url: &str) -> Result<(), String> {
     let store = mcp_confirm::store::PostgresReplayStore::connect(url).map_err(|e| e.to_string())?;
     store.migrate().await.map_err(|e| e.to_string())
 }
+
+/// The Redis URL, when the Redis there answers; otherwise `what` is reported as skipped (or fails,
+/// when backends are required) and the answer is `None`.
+pub async fn redis(what: &str) -> Option<String> {
+    let url = redis_url();
+    match redis_answers(&url).await {
+        Ok(()) => Some(url),
+        Err(why) => unavailable(what, "Redis", why),
+    }
+}
+
+/// The Postgres URL, when the Postgres there answers (the replay-store table made if missing);
+/// otherwise as [`redis`].
+pub async fn postgres(what: &str) -> Option<String> {
+    let url = postgres_url();
+    match postgres_answers(&url).await {
+        Ok(()) => Some(url),
+        Err(why) => unavailable(what, "Postgres", why),
+    }
+}

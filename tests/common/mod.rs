@@ -108,6 +108,11 @@ impl Notes {
     }
 }
 
+/// The string argument `key` (empty when absent or not a string).
+fn str_arg(arguments: &Value, key: &str) -> String {
+    arguments[key].as_str().unwrap_or_default().to_owned()
+}
+
 fn may_use(principal: &str, ws: &str) -> bool {
     match principal {
         "alice" => ws == PERSONAL || ws == TEAM,
@@ -122,14 +127,8 @@ pub fn delete_policy(notes: &Notes) -> ToolPolicy {
     ToolPolicy::pick_one(move |lookup: Lookup| {
         let notes = find.clone();
         async move {
-            let ws = lookup.arguments["workspaceUri"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            let title = lookup.arguments["title"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
+            let ws = str_arg(&lookup.arguments, "workspaceUri");
+            let title = str_arg(&lookup.arguments, "title");
             if !may_use(lookup.principal.subject(), &ws) {
                 return Ok::<_, PolicyError>(vec![]);
             }
@@ -157,10 +156,7 @@ pub fn delete_policy(notes: &Notes) -> ToolPolicy {
     .revalidate(move |check: Revalidation| {
         let notes = check_notes.clone();
         async move {
-            let ws = check.arguments["workspaceUri"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
+            let ws = str_arg(&check.arguments, "workspaceUri");
             if !may_use(check.principal.subject(), &ws) {
                 return Err(Refusal::new("principal may not use this workspace"));
             }
@@ -232,6 +228,35 @@ pub struct Fixture {
     pub store: MemoryReplayStore,
 }
 
+impl Fixture {
+    /// The fixture around `layer` over the recording inner service.
+    pub fn new(
+        layer: ConfirmLayer,
+        notes: Notes,
+        clock: ManualClock,
+        store: MemoryReplayStore,
+    ) -> Self {
+        let seen = Recorder::default();
+        Fixture {
+            svc: layer.layer(recording_inner(&seen)),
+            seen,
+            notes,
+            clock,
+            store,
+        }
+    }
+
+    /// Sends `call` as alice.
+    pub async fn alice(&self, call: &Value) -> Answer {
+        send(&self.svc, post(call, Some("alice"))).await
+    }
+
+    /// Alice's retry with `id`, accepting `choice` on `state`.
+    pub async fn accept(&self, state: &str, id: Value, choice: &str) -> Answer {
+        self.alice(&accepted(state, id, choice)).await
+    }
+}
+
 pub fn base_builder(
     notes: &Notes,
     clock: &ManualClock,
@@ -279,14 +304,7 @@ pub fn fixture_from(
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(capacity, clock.clone());
     let layer = customize(keyed_builder(keys, &notes, &clock, &store)).build();
-    let seen = Recorder::default();
-    Fixture {
-        svc: layer.layer(recording_inner(&seen)),
-        seen,
-        notes,
-        clock,
-        store,
-    }
+    Fixture::new(layer, notes, clock, store)
 }
 
 pub fn meta() -> Value {
@@ -320,6 +338,16 @@ pub fn accepted(state: &str, id: Value, choice: &str) -> Value {
 
 pub fn accept(choice: &str) -> Value {
     json!({"delete_choice":{"action":"accept","content":{"note_id":choice,"confirm":true}}})
+}
+
+/// The user declines the form.
+pub fn decline() -> Value {
+    json!({"delete_choice":{"action":"decline"}})
+}
+
+/// The user dismisses the form without an answer.
+pub fn cancel() -> Value {
+    json!({"delete_choice":{"action":"cancel"}})
 }
 
 /// A POST with the MCP headers derived from the body and `principal` in the extensions.
@@ -391,6 +419,36 @@ pub async fn send(svc: &Confirm<Inner>, req: Request<Full<Bytes>>) -> Answer {
     }
 }
 
+/// The layer asked for a confirmation: an `input_required` result.
+pub fn assert_asks(answer: &Answer) {
+    assert_eq!(
+        answer.result()["resultType"],
+        "input_required",
+        "{:?}",
+        answer.bytes
+    );
+}
+
+/// The confirmed call ran: the inner service's answer came back.
+pub fn assert_ran(answer: &Answer) {
+    assert_eq!(
+        answer.result()["content"][0]["text"],
+        "done by inner",
+        "{:?}",
+        answer.bytes
+    );
+}
+
+/// `json`, sent as alice byte for byte (with the MCP headers its parsed form calls for).
+pub async fn send_text(f: &Fixture, json: String) -> Answer {
+    let value: Value = serde_json::from_str(&json).unwrap();
+    send(
+        &f.svc,
+        post_raw(json.into_bytes(), Some("alice"), Some(&value)),
+    )
+    .await
+}
+
 pub fn assert_frozen_state_error(answer: &Answer) {
     assert_eq!(
         answer.error(),
@@ -402,16 +460,14 @@ pub fn assert_frozen_state_error(answer: &Answer) {
 
 /// Runs the first round for alice and returns the state.
 pub async fn challenge(f: &Fixture) -> String {
-    let answer = send(
-        &f.svc,
-        post(&delete_call(json!(1), "Groceries"), Some("alice")),
-    )
-    .await;
-    assert_eq!(
-        answer.result()["resultType"],
-        "input_required",
-        "{:?}",
-        answer.bytes
-    );
+    let answer = f.alice(&delete_call(json!(1), "Groceries")).await;
+    assert_asks(&answer);
     answer.state()
+}
+
+/// A fresh fixture and the state of alice's first round on it.
+pub async fn challenged() -> (Fixture, String) {
+    let f = fixture();
+    let state = challenge(&f).await;
+    (f, state)
 }

@@ -65,6 +65,33 @@ pub(crate) fn accept(id: &str) -> Value {
     json!({"action":"accept","content":{"note_id":id,"confirm":true}})
 }
 
+/// The options the form of an `input_required` result offers (its `note_id` choices).
+pub(crate) fn options(result: &Value) -> &Value {
+    &result["inputRequests"]["delete_choice"]["params"]["requestedSchema"]["properties"]["note_id"]
+        ["oneOf"]
+}
+
+/// The ids the form of an `input_required` result offers, in its order.
+pub(crate) fn offered_ids(result: &Value) -> Vec<String> {
+    options(result)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["const"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// What the layer says became of a confirmation (`declined`, `revoked`, …).
+pub(crate) fn outcome(answer: &Value) -> &Value {
+    &answer["result"]["_meta"]["io.github.mcp-confirm/outcome"]
+}
+
+/// The confirmation was revoked: an error result, and nothing done.
+pub(crate) fn assert_revoked(answer: &Value) {
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(outcome(answer), "revoked", "{answer}");
+}
+
 /// The first text of a tool result answer.
 pub(crate) fn result_text(answer: &Value) -> &str {
     answer["result"]["content"][0]["text"]
