@@ -83,4 +83,20 @@ stop_server
 trap - EXIT
 echo "results in $out (server log: $server_log)"
 echo "== conformance suite exited with $status after ${SECONDS}s"
+
+# http-custom-header-server-validation is not scored by the suite, so the baseline never judges
+# it; the fixture's x-mcp-header tool passes through ConfirmLayer, and every check must succeed.
+echo "== http-custom-header-server-validation through the layer"
+python3 - "$out" <<'PY' || status=1
+import glob, json, sys
+runs = glob.glob(f"{sys.argv[1]}/server-http-custom-header-server-validation-*/checks.json")
+if not runs:
+    sys.exit("no results for http-custom-header-server-validation")
+checks = json.load(open(runs[0]))
+bad = [f"{c['id']} {c['name']}: {c['status']} {c.get('errorMessage', '')}" for c in checks
+       if c["status"] != "SUCCESS"]
+print(f"{len(checks) - len(bad)} of {len(checks)} checks passed")
+if bad or not checks:
+    sys.exit("\n".join(bad) or "no checks")
+PY
 exit "$status"

@@ -31,19 +31,20 @@ use mcp_confirm::guard::HostOriginLayer;
 use mcp_confirm::store::PostgresReplayStore;
 use mcp_confirm::{
     Candidate, ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal, Refusal,
-    Revalidation, ToolPolicy,
+    Revalidation, confirm_router,
 };
-use rmcp::ServerHandler;
+use rmcp::handler::server::common::Extension;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig, Tool, ToolAnnotations,
+    CallToolResult, ContentBlock, Implementation, ProtocolVersion, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
-use serde_json::{Value, json};
+use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use tower::ServiceBuilder;
 
 fn may_use(principal: &str, workspace: &str) -> bool {
@@ -191,7 +192,8 @@ impl Db {
 /// The axum app: Host/Origin, demo bearer tokens, ConfirmLayer (replay store in the same
 /// database), rmcp.
 pub(crate) fn app(db: Db, keys: KeyRing, audience: &str) -> Router {
-    let server = NotesPg { db: db.clone() };
+    let server = NotesPg::new(db.clone());
+    let policies = server.confirm_policies();
     let rmcp = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(LocalSessionManager::default()),
@@ -203,7 +205,10 @@ pub(crate) fn app(db: Db, keys: KeyRing, audience: &str) -> Router {
     let confirm = ConfirmLayer::builder(keys)
         .audience(audience)
         .replay_store(db.replay.clone())
-        .tool("notes_delete", delete_policy(db))
+        .tools(policies)
+        .tool_list(NotesPg::tool_router().list_all())
+        .confirm_destructive()
+        .server_info(server_info())
         .build();
     let stack = ServiceBuilder::new()
         .layer(HostOriginLayer::localhost())
@@ -233,65 +238,6 @@ async fn authenticate(mut request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-fn delete_policy(db: Db) -> ToolPolicy {
-    let find = db.clone();
-    ToolPolicy::pick_one(move |lookup: Lookup| {
-        let db = find.clone();
-        async move {
-            let workspace = lookup.arguments["workspace"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            let title = lookup.arguments["title"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            if !may_use(lookup.principal.subject(), &workspace) {
-                return Ok(Vec::new());
-            }
-            let found = db
-                .find(&workspace, &title)
-                .await
-                .map_err(PolicyError::new)?;
-            // The server's facts first (id, version), then the user-written title and a short
-            // excerpt of the body.
-            Ok(found
-                .into_iter()
-                .map(|(id, body, version)| {
-                    let label = format!(
-                        "{id} (v{version}) {}: {}",
-                        capped(&title, 32),
-                        capped(&body, 24)
-                    );
-                    Candidate::labelled(id, label).with_version(version.to_string())
-                })
-                .collect())
-        }
-    })
-    .message("Choose one matching note and confirm deletion. This cannot be undone.")
-    .input_key("delete_choice")
-    .choice_field("note_id")
-    .select_into("note_id")
-    .claimed_by_handler()
-    .revalidate(move |check: Revalidation| {
-        let db = db.clone();
-        async move {
-            let workspace = check.arguments["workspace"].as_str().unwrap_or_default();
-            let title = check.arguments["title"].as_str().unwrap_or_default();
-            if !may_use(check.principal.subject(), workspace) {
-                return Err(Refusal::new("principal may no longer use this workspace"));
-            }
-            let id = check.chosen.as_deref().unwrap_or_default();
-            match db.version(workspace, id, title).await {
-                Ok(Some(live)) if Some(live.to_string()) == check.seen_version => Ok(()),
-                Ok(Some(_)) => Err(Refusal::new("the note changed since the form was shown")),
-                Ok(None) => Err(Refusal::new("the note is gone or its title changed")),
-                Err(e) => Err(Refusal::new(format!("live check failed: {e}"))),
-            }
-        }
-    })
-}
-
 /// `text` cut to `max` characters, with an ellipsis when cut.
 fn capped(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
@@ -302,90 +248,156 @@ fn capped(text: &str, max: usize) -> String {
     cut
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+struct DeleteArgs {
+    workspace: String,
+    /// Read by the layer's hooks from the raw arguments; here only for the schema.
+    #[allow(dead_code)]
+    title: String,
+    /// Written in by the layer, from the user's choice.
+    #[serde(default)]
+    #[schemars(skip)]
+    note_id: Option<String>,
+}
+
 #[derive(Clone)]
 struct NotesPg {
     db: Db,
+    tool_router: ToolRouter<Self>,
 }
 
-fn text(s: impl Into<String>, is_error: bool) -> CallToolResponse {
+fn text(s: impl Into<String>, is_error: bool) -> CallToolResult {
     let content = vec![ContentBlock::text(s.into())];
     if is_error {
-        CallToolResult::error(content).into()
+        CallToolResult::error(content)
     } else {
-        CallToolResult::success(content).into()
+        CallToolResult::success(content)
     }
 }
 
-impl ServerHandler for NotesPg {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
-            Implementation::new("mcp-confirm-notes-postgres", env!("CARGO_PKG_VERSION")),
-        )
-    }
-
-    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, rmcp::ErrorData> {
-        let schema = |v: Value| Arc::new(v.as_object().cloned().unwrap_or_default());
-        Ok(ListToolsResult::with_all_items(vec![
-            Tool::new(
-                "notes_delete",
-                "Delete one note, chosen by title. The user picks which matching note and confirms.",
-                schema(json!({"type":"object","properties":{"workspace":{"type":"string"},"title":{"type":"string"}},
-                    "required":["workspace","title"]})),
-            )
-            .annotate(ToolAnnotations::with_title("Delete a note").read_only(false).destructive(true)),
-        ]))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, rmcp::ErrorData> {
-        if request.name != "notes_delete" {
-            return Err(rmcp::ErrorData::invalid_params(
-                format!("Unknown tool: {}", request.name),
-                None,
-            ));
+#[confirm_router]
+#[tool_router(router = tool_router)]
+impl NotesPg {
+    fn new(db: Db) -> Self {
+        Self {
+            db,
+            tool_router: Self::tool_router(),
         }
-        let parts = context.extensions.get::<http::request::Parts>();
-        let principal = parts.and_then(|p| p.extensions.get::<Principal>());
-        let confirmed = parts.and_then(|p| p.extensions.get::<Confirmed>());
-        let args: JsonObject = request.arguments.clone().unwrap_or_default();
-        let workspace = args
-            .get("workspace")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let note_id = args.get("note_id").and_then(Value::as_str);
+    }
+
+    /// The layer verifies, checks the answer and revalidates, then leaves the claim to this
+    /// handler (`claimed_by_handler`), which consumes the nonce in the delete's transaction.
+    #[tool(
+        description = "Delete one note, chosen by title. The user picks which matching note and confirms.",
+        annotations(
+            title = "Delete a note",
+            read_only_hint = false,
+            destructive_hint = true
+        )
+    )]
+    #[confirm(
+        pick_one = Self::matching_notes,
+        revalidate = Self::still_the_note_shown,
+        message = "Choose one matching note and confirm deletion. This cannot be undone.",
+        input_key = "delete_choice",
+        choice_field = "note_id",
+        select_into = "note_id",
+        claimed_by_handler
+    )]
+    async fn notes_delete(
+        &self,
+        Parameters(args): Parameters<DeleteArgs>,
+        Extension(parts): Extension<http::request::Parts>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        let principal = parts.extensions.get::<Principal>();
+        let confirmed = parts.extensions.get::<Confirmed>();
         let (Some(principal), Some(confirmed)) = (principal, confirmed) else {
             return Ok(text(
                 "Refused: notes_delete runs only after the user confirms.",
                 true,
             ));
         };
-        if !confirmed.covers("notes_delete", note_id)
+        if !confirmed.covers("notes_delete", args.note_id.as_deref())
             || confirmed.principal != *principal
-            || !may_use(principal.subject(), workspace)
+            || !may_use(principal.subject(), &args.workspace)
         {
             return Ok(text(
                 "Refused: this confirmation does not cover this call.",
                 true,
             ));
         }
-        match self.db.delete_confirmed(workspace, confirmed).await {
+        match self.db.delete_confirmed(&args.workspace, confirmed).await {
             Ok(done) => Ok(text(done.clone(), !done.starts_with("Deleted"))),
             Err(e) => Err(rmcp::ErrorData::internal_error(
                 format!("delete failed, nothing was changed: {e}"),
                 None,
             )),
         }
+    }
+
+    /// The notes of `title` in a workspace this principal may use, labelled with the server's
+    /// facts first (id, version), then the user-written title and a short excerpt of the body.
+    async fn matching_notes(&self, lookup: Lookup) -> Result<Vec<Candidate>, PolicyError> {
+        let workspace = lookup.arguments["workspace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let title = lookup.arguments["title"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if !may_use(lookup.principal.subject(), &workspace) {
+            return Ok(Vec::new());
+        }
+        let found = self
+            .db
+            .find(&workspace, &title)
+            .await
+            .map_err(PolicyError::new)?;
+        Ok(found
+            .into_iter()
+            .map(|(id, body, version)| {
+                let label = format!(
+                    "{id} (v{version}) {}: {}",
+                    capped(&title, 32),
+                    capped(&body, 24)
+                );
+                Candidate::labelled(id, label).with_version(version.to_string())
+            })
+            .collect())
+    }
+
+    /// Right before the handler runs: the principal may still use the workspace, and the note
+    /// is still there, under its title, at the version the user saw.
+    async fn still_the_note_shown(&self, check: Revalidation) -> Result<(), Refusal> {
+        let workspace = check.arguments["workspace"].as_str().unwrap_or_default();
+        let title = check.arguments["title"].as_str().unwrap_or_default();
+        if !may_use(check.principal.subject(), workspace) {
+            return Err(Refusal::new("principal may no longer use this workspace"));
+        }
+        let id = check.chosen.as_deref().unwrap_or_default();
+        match self.db.version(workspace, id, title).await {
+            Ok(Some(live)) if Some(live.to_string()) == check.seen_version => Ok(()),
+            Ok(Some(_)) => Err(Refusal::new("the note changed since the form was shown")),
+            Ok(None) => Err(Refusal::new("the note is gone or its title changed")),
+            Err(e) => Err(Refusal::new(format!("live check failed: {e}"))),
+        }
+    }
+}
+
+fn server_info() -> Implementation {
+    Implementation::new("mcp-confirm-notes-postgres", env!("CARGO_PKG_VERSION"))
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for NotesPg {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(server_info())
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
     }
 }
 

@@ -8,7 +8,13 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
 use crate::completion::CompletionGuard;
+use crate::message;
 
 /// Bytes sent as one data frame, then the end of the body.
 #[derive(Debug)]
@@ -57,10 +63,11 @@ impl<B> RequestBody<B> {
 
 pin_project! {
     /// The body of a response from a [`Confirm`](crate::Confirm) service: the inner service's body,
-    /// streamed through unchanged, or a JSON body the layer wrote itself.
+    /// streamed through unchanged (a `tools/list` answer with the confirmed tools marked), or a
+    /// JSON body the layer wrote itself.
     pub struct ResponseBody<B> {
         #[pin]
-        kind: Kind<Guarded<B>>,
+        kind: Kind<Guarded<Marked<B>>>,
     }
 }
 
@@ -69,7 +76,25 @@ impl<B> ResponseBody<B> {
     pub(crate) fn inner(body: B, guard: Option<CompletionGuard>) -> Self {
         Self {
             kind: Kind::Passed {
-                body: Guarded { body, guard },
+                body: Guarded {
+                    body: Marked { body, marker: None },
+                    guard,
+                },
+            },
+        }
+    }
+
+    /// The inner body of a `tools/list` answer, with the confirmed tools marked on the way.
+    pub(crate) fn listing(body: B, marker: Marker) -> Self {
+        Self {
+            kind: Kind::Passed {
+                body: Guarded {
+                    body: Marked {
+                        body,
+                        marker: Some(marker),
+                    },
+                    guard: None,
+                },
             },
         }
     }
@@ -195,5 +220,150 @@ impl<B: Body<Data = Bytes>> Body for Guarded<B> {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+/// How a `tools/list` answer is marked: which tools, in which framing, up to how many bytes held.
+#[derive(Debug)]
+pub(crate) struct Marker {
+    marks: Arc<HashMap<String, Value>>,
+    sse: bool,
+    limit: usize,
+    held: Vec<u8>,
+    /// A frame that came after held bytes that had to go out first.
+    pending: Option<Frame<Bytes>>,
+    state: Marking,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marking {
+    /// Holding bytes until they can be rewritten: the whole answer (JSON), or whole events (SSE).
+    Holding,
+    /// Past the limit, or past a trailer: the rest goes through untouched.
+    Passing,
+    /// The inner body ended and everything held went out.
+    Done,
+}
+
+impl Marker {
+    /// `sse`: the answer is `text/event-stream` (marked event by event), else JSON (marked whole).
+    /// Never holds more than `limit` bytes; past it the answer goes out unmarked.
+    pub(crate) fn new(marks: Arc<HashMap<String, Value>>, sse: bool, limit: usize) -> Self {
+        Self {
+            marks,
+            sse,
+            limit,
+            held: Vec::new(),
+            pending: None,
+            state: Marking::Holding,
+        }
+    }
+
+    /// Marks `bytes` (whole events, or the whole answer), or gives them back as they were.
+    fn marked(&self, bytes: Vec<u8>) -> Bytes {
+        let mark = |tool: &str| self.marks.get(tool).cloned();
+        let new = if self.sse {
+            message::annotate_listing_sse(&bytes, &mark)
+        } else {
+            message::annotate_listing(&bytes, &mark)
+        };
+        new.unwrap_or_else(|| Bytes::from(bytes))
+    }
+
+    /// For SSE, the held bytes up to the end of the last complete event.
+    fn complete_events(&mut self) -> Option<Vec<u8>> {
+        let end = self.held.windows(2).rposition(|w| w == b"\n\n")? + 2;
+        let rest = self.held.split_off(end);
+        Some(std::mem::replace(&mut self.held, rest))
+    }
+}
+
+pin_project! {
+    // The inner service's response body, marked on the way when it answers `tools/list`.
+    struct Marked<B> {
+        #[pin]
+        body: B,
+        marker: Option<Marker>,
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for Marked<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.project();
+        let Some(marker) = this.marker else {
+            return this.body.poll_frame(cx);
+        };
+        let mut body = this.body;
+        loop {
+            match marker.state {
+                Marking::Done => return Poll::Ready(None),
+                Marking::Passing => {
+                    if let Some(frame) = marker.pending.take() {
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
+                    return body.as_mut().poll_frame(cx);
+                }
+                Marking::Holding => {}
+            }
+            let frame = match std::task::ready!(body.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) => frame,
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => {
+                    marker.state = Marking::Done;
+                    let held = std::mem::take(&mut marker.held);
+                    if held.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(marker.marked(held)))));
+                }
+            };
+            let data = match frame.into_data() {
+                Ok(data) => data,
+                Err(trailers) => {
+                    // Trailers end the data: what is held goes out first, then they do.
+                    marker.state = Marking::Passing;
+                    let held = std::mem::take(&mut marker.held);
+                    if held.is_empty() {
+                        return Poll::Ready(Some(Ok(trailers)));
+                    }
+                    marker.pending = Some(trailers);
+                    return Poll::Ready(Some(Ok(Frame::data(marker.marked(held)))));
+                }
+            };
+            if marker.held.len() + data.len() > marker.limit {
+                // Too large to hold: send it on as it is, and the rest after it.
+                marker.state = Marking::Passing;
+                let mut held = std::mem::take(&mut marker.held);
+                held.extend_from_slice(&data);
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))));
+            }
+            marker.held.extend_from_slice(&data);
+            if marker.sse
+                && let Some(events) = marker.complete_events()
+            {
+                return Poll::Ready(Some(Ok(Frame::data(marker.marked(events)))));
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.marker {
+            None => self.body.is_end_stream(),
+            Some(marker) => marker.state == Marking::Done,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.marker {
+            None => self.body.size_hint(),
+            // The marks change the length.
+            Some(_) => SizeHint::default(),
+        }
     }
 }

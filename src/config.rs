@@ -28,9 +28,18 @@ pub(crate) struct Config {
     pub(crate) local_principal: Option<Principal>,
     pub(crate) max_body_bytes: usize,
     pub(crate) challenge_limiter: Option<ChallengeLimiter>,
+    /// The server's `Implementation`, put in the `_meta` of the layer's own results.
+    pub(crate) server_info: Option<Value>,
+    /// Tool name → the `_meta` mark `tools/list` answers carry for it (see [`Self::listing_mark`]).
+    pub(crate) listing_marks: Arc<HashMap<String, Value>>,
 }
 
 impl Config {
+    /// What `tools/list` says of the tool `name` in its `_meta`, if the layer confirms it.
+    pub(crate) fn listing_mark(&self, name: &str) -> Option<Value> {
+        self.listing_marks.get(name).cloned()
+    }
+
     /// The guarded tool called `name`, if the layer confirms it.
     pub(crate) fn guarded(&self, name: &str) -> Option<Arc<GuardedTool>> {
         self.tools.get(name).map(Arc::clone)
@@ -69,6 +78,7 @@ impl fmt::Debug for Config {
             .field("local_principal", &self.local_principal)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("challenge_limiter", &self.challenge_limiter)
+            .field("server_info", &self.server_info)
             .finish_non_exhaustive()
     }
 }
@@ -78,13 +88,32 @@ impl fmt::Debug for Config {
 pub(crate) struct GuardedTool {
     pub(crate) policy: ToolPolicy,
     pub(crate) binding: ToolBinding,
+    /// The `Mcp-Param-*` name of the rewritten argument: the schema's `x-mcp-header`, else the
+    /// policy's `select_header`.
+    pub(crate) param_header: Option<String>,
 }
 
 impl GuardedTool {
-    pub(crate) fn new(audience: &str, name: &str, policy: ToolPolicy) -> Self {
+    /// What `tools/list` answers say of this tool: the server asks the user itself, and how.
+    pub(crate) fn listing_mark(&self) -> Value {
+        let kind = if self.policy.resolver.is_some() {
+            "pick_one"
+        } else {
+            "confirm"
+        };
+        serde_json::json!({ "kind": kind })
+    }
+
+    pub(crate) fn new(
+        audience: &str,
+        name: &str,
+        policy: ToolPolicy,
+        param_header: Option<String>,
+    ) -> Self {
         Self {
             binding: ToolBinding::new(audience, TOOLS_CALL, name, &policy.input_key),
             policy,
+            param_header,
         }
     }
 

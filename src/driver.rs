@@ -169,6 +169,7 @@ async fn challenge(
             if found.is_empty() {
                 audit::refused(&call.tool, Some(principal), "no candidates");
                 return Ok(outcome(
+                    config,
                     call,
                     Outcome::NoCandidates,
                     &policy.no_candidates_text,
@@ -181,7 +182,7 @@ async fn challenge(
                     found.len(),
                     policy.max_candidates
                 );
-                return Ok(outcome(call, Outcome::TooManyCandidates, &text));
+                return Ok(outcome(config, call, Outcome::TooManyCandidates, &text));
             }
             if !policy.unversioned && found.iter().any(|c| c.version().is_none()) {
                 return Err(Refused::new(
@@ -215,6 +216,7 @@ async fn challenge(
         message: &policy.message,
         schema: form::schema(policy, &candidates),
         state: &token,
+        server_info: config.server_info.as_ref(),
     };
     Ok(Decision::Reply(Reply::result(&call.id, &result)))
 }
@@ -238,6 +240,7 @@ async fn cancel(
     }
     audit::cancelled(&call.tool, principal, &claims.nonce);
     Ok(outcome(
+        config,
         call,
         Outcome::Cancelled,
         "The confirmation was cancelled; nothing was changed.",
@@ -258,6 +261,7 @@ async fn decline(
     let _ = config.store.complete(&request).await;
     audit::declined(&call.tool, principal, &claims.nonce, unconfirmed);
     Ok(outcome(
+        config,
         call,
         Outcome::Declined,
         "The user declined; nothing was changed.",
@@ -306,6 +310,7 @@ async fn accept(
             }
             drop(guard);
             return Ok(outcome(
+                config,
                 call,
                 Outcome::Revoked,
                 "The confirmed action is no longer allowed or its target changed; nothing was changed.",
@@ -379,9 +384,7 @@ fn store_failed(e: StoreError) -> Refused {
     Refused::new(error, format!("replay store: {e}"))
 }
 
-fn outcome(call: &ToolCall, outcome: Outcome, text: &str) -> Decision {
-    Decision::Reply(Reply::result(
-        &call.id,
-        &protocol::outcome_result(outcome, text),
-    ))
+fn outcome(config: &Config, call: &ToolCall, outcome: Outcome, text: &str) -> Decision {
+    let result = protocol::outcome_result(outcome, text, config.server_info.as_ref());
+    Decision::Reply(Reply::result(&call.id, &result))
 }

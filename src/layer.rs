@@ -6,6 +6,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::Value;
 use tower_layer::Layer;
 
 use crate::clock::{Clock, SystemClock};
@@ -18,6 +19,7 @@ use crate::service::Confirm;
 use crate::store::{MemoryReplayStore, ReplayStore};
 use crate::token::keyring::KeyRing;
 use crate::token::sealer::Sealer;
+use crate::tools::{self, ToolInfo};
 
 /// The default lifetime of a confirmation: five minutes.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
@@ -51,6 +53,17 @@ pub enum ConfigError {
     /// A challenge rate limit of zero per second or a zero burst.
     #[error("the challenge rate limit needs a rate and a burst of at least one")]
     InvalidRateLimit,
+    /// The tool list given to [`ConfirmLayerBuilder::tool_list`] could not be read, or an
+    /// `exempt` tool is not in it.
+    #[error("invalid tool list: {0}")]
+    InvalidToolList(String),
+    /// [`ConfirmLayerBuilder::confirm_destructive`] or [`ConfirmLayerBuilder::exempt`] without a
+    /// [`tool_list`](ConfirmLayerBuilder::tool_list) to read the annotations from.
+    #[error("confirm_destructive and exempt need the server's tool list (tool_list)")]
+    MissingToolList,
+    /// The server info is not an object with a string `name` and `version`.
+    #[error("server info must be an object with a string name and version")]
+    InvalidServerInfo,
 }
 
 /// A tower [`Layer`] that puts a signed, one-time user confirmation in front of destructive tools.
@@ -77,6 +90,10 @@ impl ConfirmLayer {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             clock: Arc::new(SystemClock),
             challenge_rate: Some((DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CHALLENGE_BURST)),
+            tool_list: None,
+            confirm_destructive: false,
+            exempt: Vec::new(),
+            server_info: None,
         }
     }
 }
@@ -104,6 +121,10 @@ pub struct ConfirmLayerBuilder {
     max_body_bytes: usize,
     clock: Arc<dyn Clock>,
     challenge_rate: Option<(u32, u32)>,
+    tool_list: Option<Result<Value, String>>,
+    confirm_destructive: bool,
+    exempt: Vec<String>,
+    server_info: Option<Result<Value, String>>,
 }
 
 impl fmt::Debug for ConfirmLayerBuilder {
@@ -148,6 +169,59 @@ impl ConfirmLayerBuilder {
     /// policy.
     pub fn tool(mut self, name: impl Into<String>, policy: ToolPolicy) -> Self {
         self.tools.insert(name.into(), policy);
+        self
+    }
+
+    /// Confirms each tool of `policies` as its policy says: the output of the generated
+    /// `confirm_policies()` of a `#[confirm_router]` impl, or any list of names and policies.
+    pub fn tools<I, N>(mut self, policies: I) -> Self
+    where
+        I: IntoIterator<Item = (N, ToolPolicy)>,
+        N: Into<String>,
+    {
+        for (name, policy) in policies {
+            self.tools.insert(name.into(), policy);
+        }
+        self
+    }
+
+    /// The server's tool definitions, as `tools/list` returns them: rmcp's
+    /// `ToolRouter::list_all()`, a `ListToolsResult`, or the JSON (`[tool, …]` or
+    /// `{"tools": [tool, …]}`) of a server in another framework.
+    ///
+    /// With it the layer reads each confirmed tool's `x-mcp-header` annotation (the `Mcp-Param-*`
+    /// header of the argument it rewrites follows the schema, no `select_header` needed), and
+    /// [`confirm_destructive`](Self::confirm_destructive) reads the tools' annotations.
+    pub fn tool_list(mut self, tools: impl serde::Serialize) -> Self {
+        self.tool_list = Some(serde_json::to_value(tools).map_err(|e| e.to_string()));
+        self
+    }
+
+    /// Confirms every tool of the [`tool_list`](Self::tool_list) whose annotations say it is
+    /// destructive, with [`ToolPolicy::confirm_only`], unless a policy for it was given (by
+    /// [`tool`](Self::tool), [`tools`](Self::tools) or an attribute) or it is
+    /// [`exempt`](Self::exempt).
+    ///
+    /// Destructive as the spec defines it: `readOnlyHint: true` never is; otherwise a tool is,
+    /// unless it says `destructiveHint: false`. So a destructive tool added later is confirmed
+    /// without anyone remembering to list it.
+    pub fn confirm_destructive(mut self) -> Self {
+        self.confirm_destructive = true;
+        self
+    }
+
+    /// Leaves the destructive tool `name` unconfirmed by [`confirm_destructive`](Self::confirm_destructive)
+    /// (it must be in the tool list, and must not also be given a policy).
+    pub fn exempt(mut self, name: impl Into<String>) -> Self {
+        self.exempt.push(name.into());
+        self
+    }
+
+    /// The server's `Implementation` (`name`, `version`, …), e.g. rmcp's
+    /// `ServerHandler::get_info().server_info`: the layer's own results then carry it in
+    /// `_meta["io.modelcontextprotocol/serverInfo"]`, as the server's do.
+    pub fn server_info(mut self, info: impl serde::Serialize) -> Self {
+        self.server_info = Some(serde_json::to_value(info).map_err(|e| e.to_string()));
         self
     }
 
@@ -217,9 +291,37 @@ impl ConfirmLayerBuilder {
         if self.supported_versions.is_empty() {
             return Err(ConfigError::NoSupportedVersions);
         }
-        for (name, policy) in &self.tools {
+        let listed = match self.tool_list {
+            None => None,
+            Some(list) => {
+                let list = list.map_err(ConfigError::InvalidToolList)?;
+                Some(tools::read(&list).map_err(|e| ConfigError::InvalidToolList(e.to_string()))?)
+            }
+        };
+        let mut policies = self.tools;
+        if self.confirm_destructive || !self.exempt.is_empty() {
+            let listed = listed.as_ref().ok_or(ConfigError::MissingToolList)?;
+            confirm_destructive(
+                &mut policies,
+                listed,
+                self.confirm_destructive,
+                &self.exempt,
+            )?;
+        }
+        for (name, policy) in &policies {
             policy.validate(name).map_err(ConfigError::InvalidPolicy)?;
         }
+        let server_info = match self.server_info {
+            None => None,
+            Some(info) => {
+                let info = info.map_err(|_| ConfigError::InvalidServerInfo)?;
+                let text = |key: &str| info.get(key).is_some_and(Value::is_string);
+                if !(info.is_object() && text("name") && text("version")) {
+                    return Err(ConfigError::InvalidServerInfo);
+                }
+                Some(info)
+            }
+        };
         let challenge_limiter = match self.challenge_rate {
             None => None,
             Some((per_second, burst)) => {
@@ -234,13 +336,15 @@ impl ConfirmLayerBuilder {
         let store = self
             .store
             .unwrap_or_else(|| Arc::new(MemoryReplayStore::new()));
-        let tools = self
-            .tools
-            .into_iter()
-            .map(|(name, policy)| {
-                let guarded = GuardedTool::new(&audience, &name, policy);
-                (name, Arc::new(guarded))
-            })
+        let mut tools = HashMap::with_capacity(policies.len());
+        for (name, policy) in policies {
+            let header = param_header(&name, &policy, listed.as_ref())?;
+            let guarded = GuardedTool::new(&audience, &name, policy, header);
+            tools.insert(name, Arc::new(guarded));
+        }
+        let listing_marks = tools
+            .iter()
+            .map(|(name, tool)| (name.clone(), tool.listing_mark()))
             .collect();
         Ok(ConfirmLayer {
             config: Arc::new(Config {
@@ -252,6 +356,8 @@ impl ConfirmLayerBuilder {
                 local_principal: self.local_principal,
                 max_body_bytes: self.max_body_bytes,
                 challenge_limiter,
+                server_info,
+                listing_marks: Arc::new(listing_marks),
             }),
         })
     }
@@ -266,4 +372,68 @@ impl ConfirmLayerBuilder {
             Err(e) => panic!("invalid ConfirmLayer configuration: {e}"),
         }
     }
+}
+
+/// The `Mcp-Param-*` header name of the argument a policy rewrites: the tool's own `x-mcp-header`
+/// annotation when the tool list is known, else the policy's `select_header`. Both given and
+/// different is a configuration error: one of them is stale.
+fn param_header(
+    name: &str,
+    policy: &ToolPolicy,
+    listed: Option<&HashMap<String, ToolInfo>>,
+) -> Result<Option<String>, ConfigError> {
+    let from_schema = policy
+        .select_into
+        .as_ref()
+        .and_then(|argument| listed?.get(name)?.param_headers.get(argument).cloned());
+    match (from_schema, &policy.select_header) {
+        (Some(schema), Some(given)) if !schema.eq_ignore_ascii_case(given) => {
+            Err(ConfigError::InvalidPolicy(format!(
+                "tool {name:?}: select_header {given:?} disagrees with the schema's x-mcp-header {schema:?}"
+            )))
+        }
+        (Some(schema), _) => {
+            if schema.is_empty()
+                || http::HeaderName::try_from(format!("mcp-param-{schema}")).is_err()
+            {
+                return Err(ConfigError::InvalidToolList(format!(
+                    "tool {name:?}: x-mcp-header {schema:?} is not a header name"
+                )));
+            }
+            Ok(Some(schema))
+        }
+        (None, given) => Ok(given.clone()),
+    }
+}
+
+/// Gives each destructive tool of `listed` a confirm-only policy when `all_destructive` (unless it
+/// has a policy or is exempt), after checking that each exempt tool is listed and has no policy.
+fn confirm_destructive(
+    policies: &mut HashMap<String, ToolPolicy>,
+    listed: &HashMap<String, ToolInfo>,
+    all_destructive: bool,
+    exempt: &[String],
+) -> Result<(), ConfigError> {
+    for name in exempt {
+        if !listed.contains_key(name) {
+            return Err(ConfigError::InvalidToolList(format!(
+                "exempt tool {name:?} is not in the tool list"
+            )));
+        }
+        if policies.contains_key(name) {
+            return Err(ConfigError::InvalidPolicy(format!(
+                "tool {name:?} is both exempt and given a policy"
+            )));
+        }
+    }
+    if all_destructive {
+        for (name, info) in listed {
+            if info.destructive && !exempt.contains(name) {
+                policies
+                    .entry(name.clone())
+                    .or_insert_with(ToolPolicy::confirm_only);
+            }
+        }
+    }
+    Ok(())
 }

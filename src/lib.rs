@@ -97,21 +97,25 @@
 //!                         revalidate → forward; every refusal goes through one `Refused`
 //!            service.rs   Confirm<S>, the service both adapters implement
 //!            config.rs    what a layer shares with its services: sealer, store, guarded tools
-//!            body         RequestBody / ResponseBody (the response body holds the completion guard)
+//!            body         RequestBody / ResponseBody (holds the completion guard; marks the
+//!                         confirmed tools in a tools/list answer on its way out)
 //!            form.rs      the flat form's schema, and the strict reading of the answer
 //! sans-IO    engine.rs    protocol gates (_meta, version, declared headers, form capability)
 //!            policy.rs    ToolPolicy, Candidate, the Resolver and Revalidate hooks
+//!            tools.rs     the server's tool list: which tools are destructive, x-mcp-header names
 //!            completion.rs  the guard that marks a claimed nonce Consumed when the call ends
 //!            token/       the requestState: candidate set, claims layout, codec, keys, Sealer
 //!            limit.rs     per-principal challenge rate limit
 //!            confirmed.rs Confirmed, what the inner service learns
 //!            audit        the tracing events, one per decision
-//!            message/     strict JSON-RPC reading (scanner + its contract), the forward writer
+//!            message/     strict JSON-RPC reading (scanner + its contract), the forward writer,
+//!                         the tools/list marking
 //!            store/       ReplayStore, memory / Redis / Postgres, the shared conformance suite
 //!            protocol.rs  MCP 2026-07-28 wire pieces: error codes, replies, input_required
 //!            principal.rs Principal and how it is extracted
 //!            clock        Clock (system, manual for tests)
 //! apart      scope        workspace URIs, containment by components, ScopedDir (feature fs)
+//! macros/    (crate)      #[confirm_router] and #[confirm] (feature macros)
 //! ```
 //!
 //! # What a confirmation does not prove
@@ -146,6 +150,7 @@ pub mod scope;
 mod service;
 pub mod store;
 pub mod token;
+mod tools;
 
 /// Internals the project's own benchmarks and tests measure directly. Not part of the API:
 /// compiled only with the `bench` feature, no stability.
@@ -231,7 +236,7 @@ pub mod __fuzz {
                 let id: Value = serde_json::from_str(&call.id).expect("the id is JSON");
                 assert_eq!(value["id"], id);
             }
-            Parsed::Forward => {
+            Parsed::Forward | Parsed::Listing => {
                 if let Ok(value) = serde_json::from_slice::<Value>(bytes) {
                     assert!(
                         !(value["method"] == "tools/call"
@@ -279,12 +284,16 @@ pub use layer::{
     DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CLOCK_SKEW, DEFAULT_MAX_BODY_BYTES, DEFAULT_TTL,
     MAX_TTL,
 };
+#[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
+pub use mcp_confirm_macros::{confirm, confirm_router};
 pub use policy::{
     Candidate, Lookup, PolicyError, Refusal, Resolver, Revalidate, Revalidation, ToolPolicy,
 };
 pub use principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 pub use protocol::{
-    META_CLIENT_CAPABILITIES, META_OUTCOME, META_PROTOCOL_VERSION, PROTOCOL_VERSION, code,
+    META_CLIENT_CAPABILITIES, META_CONFIRMATION, META_OUTCOME, META_PROTOCOL_VERSION,
+    PROTOCOL_VERSION, code,
 };
 pub use rpc::{JsonRpcMessage, JsonRpcReply};
 pub use service::Confirm;

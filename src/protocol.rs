@@ -21,6 +21,10 @@ pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabi
 ///
 /// Lives under this crate's own prefix: `io.modelcontextprotocol/` and `dev.mcp/` are reserved.
 pub const META_OUTCOME: &str = "io.github.mcp-confirm/outcome";
+/// `_meta` key the layer adds to each tool it confirms in `tools/list` answers, with the value
+/// `{"kind": "pick_one"}` or `{"kind": "confirm"}`: the server asks the user itself before the
+/// tool runs, so a host that prompts on `destructiveHint` may skip its own dialog for this tool.
+pub const META_CONFIRMATION: &str = "io.github.mcp-confirm/confirmation";
 
 /// The JSON-RPC error codes the layer emits.
 pub mod code {
@@ -338,13 +342,22 @@ impl Outcome {
     }
 }
 
-/// A complete `CallToolResult` reporting an [`Outcome`] in plain text.
-pub(crate) fn outcome_result(outcome: Outcome, text: &str) -> Value {
+/// Where a result carries the server's `Implementation` (a SHOULD of 2026-07-28).
+pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// A complete `CallToolResult` reporting an [`Outcome`] in plain text, with the server's info
+/// when the layer knows it.
+pub(crate) fn outcome_result(outcome: Outcome, text: &str, server_info: Option<&Value>) -> Value {
+    let mut meta = serde_json::Map::new();
+    meta.insert(META_OUTCOME.to_owned(), Value::from(outcome.tag()));
+    if let Some(info) = server_info {
+        meta.insert(META_SERVER_INFO.to_owned(), info.clone());
+    }
     json!({
         "resultType": "complete",
         "content": [{ "type": "text", "text": text }],
         "isError": outcome.is_error(),
-        "_meta": { META_OUTCOME: outcome.tag() },
+        "_meta": meta,
     })
 }
 
@@ -355,6 +368,8 @@ pub(crate) struct InputRequired<'a, S> {
     pub(crate) message: &'a str,
     pub(crate) schema: S,
     pub(crate) state: &'a str,
+    /// The server's `Implementation`, for `_meta`, when the layer knows it.
+    pub(crate) server_info: Option<&'a Value>,
 }
 
 impl<S: Serialize> Serialize for InputRequired<'_, S> {
@@ -390,10 +405,13 @@ impl<S: Serialize> Serialize for InputRequired<'_, S> {
                 },
             },
         );
-        let mut m = s.serialize_map(Some(3))?;
+        let mut m = s.serialize_map(None)?;
         m.serialize_entry("resultType", "input_required")?;
         m.serialize_entry("inputRequests", &requests)?;
         m.serialize_entry("requestState", self.state)?;
+        if let Some(info) = self.server_info {
+            m.serialize_entry("_meta", &json!({ META_SERVER_INFO: info }))?;
+        }
         m.end()
     }
 }

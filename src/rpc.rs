@@ -96,6 +96,19 @@ where
         }
         let (call, guarded) = match message::classify(&msg.body, |tool| config.guarded(tool)) {
             Parsed::Forward => return Box::pin(inner.call(msg)),
+            Parsed::Listing => {
+                let future = inner.call(msg);
+                return Box::pin(async move {
+                    let mut reply = future.await?;
+                    if let Some(body) = &reply.body
+                        && let Some(marked) =
+                            message::annotate_listing(body, &|tool| config.listing_mark(tool))
+                    {
+                        reply.body = Some(marked);
+                    }
+                    Ok(reply)
+                });
+            }
             Parsed::Reject { id, error } => {
                 let reply = Reply::error(id.as_deref(), &error);
                 return Box::pin(std::future::ready(Ok(reply.into())));

@@ -13,19 +13,20 @@ use mcp_confirm::guard::HostOriginLayer;
 use mcp_confirm::store::ReplayStore;
 use mcp_confirm::{
     Candidate, ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal, Refusal,
-    Revalidation, ToolPolicy,
+    Revalidation, confirm_router,
 };
-use rmcp::ServerHandler;
+use rmcp::handler::server::common::Extension;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig, Tool, ToolAnnotations,
+    CallToolResult, ContentBlock, Implementation, ProtocolVersion, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
-use serde_json::{Value, json};
+use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use tower::ServiceBuilder;
 
 use crate::notes::{NotesError, NotesStore};
@@ -73,9 +74,8 @@ pub(crate) enum ChallengeRate {
 
 /// The axum app serving the MCP endpoint at `/mcp`.
 pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
-    let server = NotesServer {
-        store: Arc::clone(&store),
-    };
+    let server = NotesServer::new(store);
+    let policies = server.confirm_policies();
     let rmcp = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(LocalSessionManager::default()),
@@ -90,9 +90,14 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
     if options.without_confirmation {
         return Router::new().nest_service("/mcp", guard.service(rmcp));
     }
+    // What is confirmed comes from the tools themselves: the `#[confirm]` attributes, and every
+    // other tool whose annotations say destructive (none today; a later one is covered).
     let mut confirm = ConfirmLayer::builder(options.keys)
         .audience(options.audience)
-        .tool("notes_delete", delete_policy(store));
+        .tools(policies)
+        .tool_list(NotesServer::tool_router().list_all())
+        .confirm_destructive()
+        .server_info(server_info());
     if let Some(replay_store) = options.replay_store {
         confirm = confirm.replay_store(replay_store);
     }
@@ -141,180 +146,119 @@ async fn authenticate(mut request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-/// Confirmation for `notes_delete`: candidates are the notes titled `title` in the workspace, each
-/// with its version (a hash of the file); the chosen id goes into `note_id`; right before the
-/// delete the principal, the note, its place in the workspace and its version are checked again
-/// against the live files, and the handler deletes only if the version still matches.
-fn delete_policy(store: Arc<NotesStore>) -> ToolPolicy {
-    let find = Arc::clone(&store);
-    ToolPolicy::pick_one(move |lookup: Lookup| {
-        let store = Arc::clone(&find);
-        async move {
-            let title = lookup.arguments["title"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            let uri = lookup.arguments["workspaceUri"]
-                .as_str()
-                .unwrap_or_default();
-            // A workspace that is invalid or not this principal's shows nothing, like an empty one.
-            let Ok(workspace) = store.workspace_name(uri) else {
-                return Ok(Vec::new());
-            };
-            if !may_use(lookup.principal.subject(), &workspace) {
-                return Ok(Vec::new());
-            }
-            let notes = with_notes(&store, move |notes| notes.find_by_title(&workspace, &title))
-                .await
-                .map_err(PolicyError::new)?;
-            Ok(notes
-                .into_iter()
-                .map(|n| Candidate::labelled(n.id.clone(), n.label()).with_version(n.version))
-                .collect())
-        }
-    })
-    .message("Choose one matching note and confirm deletion. This cannot be undone.")
-    .input_key("delete_choice")
-    .choice_field("note_id")
-    .choice_title("Note to delete")
-    .confirm_title("Yes, delete this note")
-    .select_into("note_id")
-    // Room for the server's facts, a title and an excerpt (each capped in `Note::label`).
-    .max_label_chars(112)
-    .no_candidates_text(
-        "No note with that title in a workspace you can access; nothing was changed.",
-    )
-    .revalidate(move |check: Revalidation| {
-        let store = Arc::clone(&store);
-        async move {
-            let uri = check.arguments["workspaceUri"].as_str().unwrap_or_default();
-            let workspace = store
-                .workspace_name(uri)
-                .map_err(|e| Refusal::new(e.to_string()))?;
-            if !may_use(check.principal.subject(), &workspace) {
-                return Err(Refusal::new("principal may no longer use this workspace"));
-            }
-            let Some(seen) = check.seen_version else {
-                return Err(Refusal::new("no version was shown with the note"));
-            };
-            let id = check.chosen.unwrap_or_default();
-            let note = with_notes(&store, move |notes| notes.load(&workspace, &id))
-                .await
-                .map_err(|e| match e {
-                    NotesError::NotFound => {
-                        Refusal::new("the note is gone since the form was shown")
-                    }
-                    e => Refusal::new(format!("live note check: {e}")),
-                })?;
-            if note.version != seen {
-                return Err(Refusal::new("the note changed since the form was shown"));
-            }
-            if Some(note.title.as_str()) != check.arguments["title"].as_str() {
-                return Err(Refusal::new(
-                    "the note's title changed since the form was shown",
-                ));
-            }
-            Ok(())
-        }
-    })
+/// A `workspaceUri` argument: the `file://` URI of one workspace folder.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub(crate) struct ListArgs {
+    /// file:// URI of the workspace folder
+    #[serde(rename = "workspaceUri")]
+    #[schemars(extend("format" = "uri"))]
+    workspace_uri: String,
 }
 
-/// The MCP server: three tools over the notes store.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub(crate) struct CreateArgs {
+    /// file:// URI of the workspace folder
+    #[serde(rename = "workspaceUri")]
+    #[schemars(extend("format" = "uri"))]
+    workspace_uri: String,
+    title: String,
+    body: String,
+}
+
+/// `note_id` is not in the schema: the layer writes it in, from the user's choice.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(crate) struct DeleteArgs {
+    /// file:// URI of the workspace folder
+    #[serde(rename = "workspaceUri")]
+    #[schemars(extend("format" = "uri"))]
+    workspace_uri: String,
+    /// Read by the layer's hooks from the raw arguments; here only for the schema.
+    #[allow(dead_code)]
+    title: String,
+    #[serde(default)]
+    #[schemars(skip)]
+    note_id: Option<String>,
+}
+
+/// The MCP server: three tools over the notes store. Which of them is confirmed, and how, is
+/// declared here, on the tools, and nowhere else.
 #[derive(Clone)]
 pub(crate) struct NotesServer {
     store: Arc<NotesStore>,
+    tool_router: ToolRouter<Self>,
 }
 
-fn schema(value: Value) -> Arc<JsonObject> {
-    match value {
-        Value::Object(map) => Arc::new(map),
-        _ => Arc::new(JsonObject::new()),
+/// The request's HTTP parts, where the principal and the `Confirmed` value travel.
+type HttpParts = Extension<http::request::Parts>;
+
+fn text(result: String) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(result)])
+}
+
+fn refuse(result: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(result.into())])
+}
+
+/// The outcome of a notes operation as a tool result.
+fn reply(result: Result<String, NotesError>) -> CallToolResult {
+    match result {
+        Ok(done) => text(done),
+        Err(NotesError::NotFound) => refuse("No such note; nothing was changed."),
+        Err(NotesError::Changed) => {
+            refuse("Refused: the note changed since it was confirmed; nothing was changed.")
+        }
+        Err(e) => refuse(format!("Refused: {e}. Nothing was changed.")),
     }
 }
 
-fn tools() -> Vec<Tool> {
-    let workspace =
-        json!({"type":"string","format":"uri","description":"file:// URI of the workspace folder"});
-    vec![
-        Tool::new(
-            "notes_list",
-            "List the notes in a workspace.",
-            schema(json!({"type":"object","properties":{"workspaceUri":workspace},"required":["workspaceUri"],"additionalProperties":false})),
-        )
-        .annotate(ToolAnnotations::with_title("List notes").read_only(true).destructive(false).idempotent(true).open_world(false)),
-        Tool::new(
-            "notes_create",
-            "Create a note in a workspace.",
-            schema(json!({"type":"object","properties":{"workspaceUri":workspace,"title":{"type":"string"},"body":{"type":"string"}},
-                "required":["workspaceUri","title","body"],"additionalProperties":false})),
-        )
-        .annotate(ToolAnnotations::with_title("Create a note").read_only(false).destructive(false).idempotent(false).open_world(false)),
-        Tool::new(
-            "notes_delete",
-            "Delete one note, chosen by title. The user picks which matching note and confirms.",
-            schema(json!({"type":"object","properties":{"workspaceUri":workspace,"title":{"type":"string"}},
-                "required":["workspaceUri","title"]})),
-        )
-        .annotate(ToolAnnotations::with_title("Delete a note").read_only(false).destructive(true).idempotent(false).open_world(false)),
-    ]
-}
-
-fn text(result: String) -> CallToolResponse {
-    CallToolResult::success(vec![ContentBlock::text(result)]).into()
-}
-
-fn refuse(result: impl Into<String>) -> CallToolResponse {
-    CallToolResult::error(vec![ContentBlock::text(result.into())]).into()
-}
-
-impl ServerHandler for NotesServer {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(
-                "mcp-confirm-notes",
-                env!("CARGO_PKG_VERSION"),
-            ))
-            .with_instructions(
-                "Notes in workspaces. notes_delete asks the user to pick and confirm.",
-            )
+#[confirm_router]
+#[tool_router(router = tool_router)]
+impl NotesServer {
+    pub(crate) fn new(store: Arc<NotesStore>) -> Self {
+        Self {
+            store,
+            tool_router: Self::tool_router(),
+        }
     }
 
-    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
-    }
-
-    async fn list_tools(
+    /// The principal, and the workspace it may use, or the refusal to answer with.
+    fn caller(
         &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, rmcp::ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools()))
+        parts: &http::request::Parts,
+        uri: &str,
+    ) -> Result<(Principal, String), CallToolResult> {
+        let Some(principal) = parts.extensions.get::<Principal>() else {
+            return Err(refuse("Not authenticated."));
+        };
+        match self.store.workspace_name(uri) {
+            Ok(ws) if may_use(principal.subject(), &ws) => Ok((principal.clone(), ws)),
+            _ => Err(refuse("Unknown workspace, or not yours.")),
+        }
     }
 
-    async fn call_tool(
+    #[tool(
+        description = "List the notes in a workspace.",
+        annotations(
+            title = "List notes",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn notes_list(
         &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, rmcp::ErrorData> {
-        // HTTP extensions reach an rmcp handler inside `http::request::Parts`.
-        let parts = context.extensions.get::<http::request::Parts>();
-        let Some(principal) = parts.and_then(|p| p.extensions.get::<Principal>()) else {
-            return Ok(refuse("Not authenticated."));
+        Parameters(args): Parameters<ListArgs>,
+        Extension(parts): HttpParts,
+    ) -> CallToolResult {
+        let workspace = match self.caller(&parts, &args.workspace_uri) {
+            Ok((_, workspace)) => workspace,
+            Err(refusal) => return refusal,
         };
-        let args = request.arguments.clone().unwrap_or_default();
-        let arg = |k: &str| {
-            args.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let workspace = match self.store.workspace_name(&arg("workspaceUri")) {
-            Ok(ws) if may_use(principal.subject(), &ws) => ws,
-            _ => return Ok(refuse("Unknown workspace, or not yours.")),
-        };
-        let store = Arc::clone(&self.store);
-        let result = match &*request.name {
-            "notes_list" => with_notes(&store, move |notes| notes.list(&workspace))
+        reply(
+            with_notes(&self.store, move |notes| notes.list(&workspace))
                 .await
                 .map(|notes| {
                     let lines: Vec<String> = notes
@@ -327,61 +271,175 @@ impl ServerHandler for NotesServer {
                         lines.join("\n")
                     }
                 }),
-            "notes_create" => {
-                let (title, body) = (arg("title"), arg("body"));
-                let creator = principal.subject().to_owned();
-                with_notes(&store, move |notes| {
-                    notes.create(&workspace, &title, &body, Some(&creator))
-                })
-                .await
-                .map(|id| format!("Created {id}."))
-            }
-            "notes_delete" => {
-                let note_id = arg("note_id");
-                // Refuse to act on anything the confirmation layer did not confirm, for this user,
-                // and on any note but the one the user saw: the delete is conditional on its version.
-                let confirmed = parts.and_then(|p| p.extensions.get::<Confirmed>());
-                let version = match confirmed {
-                    Some(c)
-                        if c.covers("notes_delete", Some(&note_id))
-                            && c.principal == *principal =>
-                    {
-                        c.version.clone()
-                    }
-                    _ => {
-                        return Ok(refuse(
-                            "Refused: notes_delete runs only after the user confirms.",
-                        ));
-                    }
-                };
-                let Some(version) = version else {
-                    return Ok(refuse(
-                        "Refused: the confirmation names no version of the note; nothing was changed.",
-                    ));
-                };
-                with_notes(&store, move |notes| {
-                    let note = notes.delete_if_version(&workspace, &note_id, &version)?;
-                    Ok(format!(
-                        "Deleted {note_id} ({}) from {workspace}.",
-                        note.title
-                    ))
-                })
-                .await
-            }
-            other => {
-                return Err(rmcp::ErrorData::invalid_params(
-                    format!("Unknown tool: {other}"),
-                    None,
-                ));
-            }
-        };
-        Ok(match result {
-            Ok(done) => text(done),
-            Err(NotesError::NotFound) => refuse("No such note; nothing was changed."),
-            Err(NotesError::Changed) => {
-                refuse("Refused: the note changed since it was confirmed; nothing was changed.")
-            }
-            Err(e) => refuse(format!("Refused: {e}. Nothing was changed.")),
-        })
+        )
     }
+
+    #[tool(
+        description = "Create a note in a workspace.",
+        annotations(
+            title = "Create a note",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn notes_create(
+        &self,
+        Parameters(args): Parameters<CreateArgs>,
+        Extension(parts): HttpParts,
+    ) -> CallToolResult {
+        let (principal, workspace) = match self.caller(&parts, &args.workspace_uri) {
+            Ok(caller) => caller,
+            Err(refusal) => return refusal,
+        };
+        let creator = principal.subject().to_owned();
+        reply(
+            with_notes(&self.store, move |notes| {
+                notes.create(&workspace, &args.title, &args.body, Some(&creator))
+            })
+            .await
+            .map(|id| format!("Created {id}.")),
+        )
+    }
+
+    /// Candidates are the notes titled `title` in the workspace, each with its version (a hash of
+    /// the file); the chosen id goes into `note_id`; right before the delete the principal, the
+    /// note, its place in the workspace and its version are checked again against the live files
+    /// (`still_the_note_shown`), and the handler deletes only if the version still matches.
+    #[tool(
+        description = "Delete one note, chosen by title. The user picks which matching note and confirms.",
+        annotations(
+            title = "Delete a note",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    #[confirm(
+        pick_one = Self::matching_notes,
+        revalidate = Self::still_the_note_shown,
+        message = "Choose one matching note and confirm deletion. This cannot be undone.",
+        input_key = "delete_choice",
+        choice_field = "note_id",
+        choice_title = "Note to delete",
+        confirm_title = "Yes, delete this note",
+        select_into = "note_id",
+        // Room for the server's facts, a title and an excerpt (each capped in `Note::label`).
+        max_label_chars = 112,
+        no_candidates_text = "No note with that title in a workspace you can access; nothing was changed."
+    )]
+    async fn notes_delete(
+        &self,
+        Parameters(args): Parameters<DeleteArgs>,
+        Extension(parts): HttpParts,
+    ) -> CallToolResult {
+        let (principal, workspace) = match self.caller(&parts, &args.workspace_uri) {
+            Ok(caller) => caller,
+            Err(refusal) => return refusal,
+        };
+        let note_id = args.note_id.unwrap_or_default();
+        // Refuse to act on anything the confirmation layer did not confirm, for this user, and
+        // on any note but the one the user saw: the delete is conditional on its version.
+        let version = match parts.extensions.get::<Confirmed>() {
+            Some(c) if c.covers("notes_delete", Some(&note_id)) && c.principal == principal => {
+                c.version.clone()
+            }
+            _ => return refuse("Refused: notes_delete runs only after the user confirms."),
+        };
+        let Some(version) = version else {
+            return refuse(
+                "Refused: the confirmation names no version of the note; nothing was changed.",
+            );
+        };
+        reply(
+            with_notes(&self.store, move |notes| {
+                let note = notes.delete_if_version(&workspace, &note_id, &version)?;
+                Ok(format!(
+                    "Deleted {note_id} ({}) from {workspace}.",
+                    note.title
+                ))
+            })
+            .await,
+        )
+    }
+
+    /// The notes of `title` in the workspace this principal may use: what the form offers.
+    async fn matching_notes(&self, lookup: Lookup) -> Result<Vec<Candidate>, PolicyError> {
+        let title = lookup.arguments["title"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let uri = lookup.arguments["workspaceUri"]
+            .as_str()
+            .unwrap_or_default();
+        // A workspace that is invalid or not this principal's shows nothing, like an empty one.
+        let Ok(workspace) = self.store.workspace_name(uri) else {
+            return Ok(Vec::new());
+        };
+        if !may_use(lookup.principal.subject(), &workspace) {
+            return Ok(Vec::new());
+        }
+        let notes = with_notes(&self.store, move |notes| {
+            notes.find_by_title(&workspace, &title)
+        })
+        .await
+        .map_err(PolicyError::new)?;
+        Ok(notes
+            .into_iter()
+            .map(|n| Candidate::labelled(n.id.clone(), n.label()).with_version(n.version))
+            .collect())
+    }
+
+    /// Right before the delete: the principal may still use the workspace, and the note is still
+    /// there, with the title and the version the user saw.
+    async fn still_the_note_shown(&self, check: Revalidation) -> Result<(), Refusal> {
+        let uri = check.arguments["workspaceUri"].as_str().unwrap_or_default();
+        let workspace = self
+            .store
+            .workspace_name(uri)
+            .map_err(|e| Refusal::new(e.to_string()))?;
+        if !may_use(check.principal.subject(), &workspace) {
+            return Err(Refusal::new("principal may no longer use this workspace"));
+        }
+        let Some(seen) = check.seen_version else {
+            return Err(Refusal::new("no version was shown with the note"));
+        };
+        let id = check.chosen.unwrap_or_default();
+        let note = with_notes(&self.store, move |notes| notes.load(&workspace, &id))
+            .await
+            .map_err(|e| match e {
+                NotesError::NotFound => Refusal::new("the note is gone since the form was shown"),
+                e => Refusal::new(format!("live note check: {e}")),
+            })?;
+        if note.version != seen {
+            return Err(Refusal::new("the note changed since the form was shown"));
+        }
+        if Some(note.title.as_str()) != check.arguments["title"].as_str() {
+            return Err(Refusal::new(
+                "the note's title changed since the form was shown",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for NotesServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(server_info())
+            .with_instructions(
+                "Notes in workspaces. notes_delete asks the user to pick and confirm.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
+    }
+}
+
+fn server_info() -> Implementation {
+    Implementation::new("mcp-confirm-notes", env!("CARGO_PKG_VERSION"))
 }

@@ -18,7 +18,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::headers;
-use crate::body::{RequestBody, ResponseBody};
+use crate::body::{Marker, RequestBody, ResponseBody};
 use crate::completion::CompletionGuard;
 use crate::config::Config;
 use crate::driver::{self, Decision};
@@ -55,7 +55,8 @@ pin_project! {
         // Waiting on the resolver, the replay store or the revalidation hook.
         Deciding { decision: BoxFuture<'static, Decision>, parts: Option<Parts>, inner: Option<S> },
         // The inner service has the request.
-        Inner { #[pin] future: S::Future, guard: Option<CompletionGuard> },
+        // The inner service has the request; `listing`: it is a `tools/list` whose answer is marked.
+        Inner { #[pin] future: S::Future, guard: Option<CompletionGuard>, listing: bool },
         // The layer answers on its own.
         Replying { reply: Option<Reply> },
     }
@@ -82,6 +83,7 @@ where
             state: State::Inner {
                 future,
                 guard: None,
+                listing: false,
             },
             config,
         }
@@ -149,7 +151,7 @@ where
                                 .insert(CONTENT_LENGTH, HeaderValue::from(approved.body.len()));
                             let chosen = approved.confirmed.chosen.as_deref();
                             if let Some((name, value)) =
-                                headers::param_header(&approved.tool.policy, chosen)
+                                headers::param_header(approved.tool.param_header.as_deref(), chosen)
                             {
                                 parts.headers.insert(name, value);
                             }
@@ -159,12 +161,20 @@ where
                             State::Inner {
                                 future: inner.call(request),
                                 guard: approved.guard,
+                                listing: false,
                             }
                         }
                     }
                 }
-                StateProj::Inner { future, guard } => {
+                StateProj::Inner {
+                    future,
+                    guard,
+                    listing,
+                } => {
                     let result = ready!(future.poll(cx));
+                    if *listing {
+                        return Poll::Ready(result.map(|response| marked(this.config, response)));
+                    }
                     let guard = guard.take();
                     return Poll::Ready(
                         result
@@ -191,12 +201,13 @@ where
     B::Error: Into<BoxError>,
 {
     match message::classify(&body, |tool| config.guarded(tool)) {
-        Parsed::Forward => {
+        parsed @ (Parsed::Forward | Parsed::Listing) => {
             // Not ours: the same bytes, the same headers.
             let request = Request::from_parts(parts, RequestBody::buffered(body));
             State::Inner {
                 future: inner.call(request),
                 guard: None,
+                listing: matches!(parsed, Parsed::Listing) && !config.listing_marks.is_empty(),
             }
         }
         Parsed::Reject { id, error } => State::Replying {
@@ -227,6 +238,29 @@ where
             }
         }
     }
+}
+
+/// A `tools/list` answer, with the confirmed tools marked in its body when it is a successful JSON
+/// or SSE answer (its length changes, so `Content-Length` goes).
+fn marked<B>(config: &Config, mut response: Response<B>) -> Response<ResponseBody<B>> {
+    let media_type = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase());
+    let sse = match media_type.as_deref() {
+        Some("application/json") => false,
+        Some("text/event-stream") => true,
+        _ => return response.map(|body| ResponseBody::inner(body, None)),
+    };
+    if !response.status().is_success() {
+        return response.map(|body| ResponseBody::inner(body, None));
+    }
+    response.headers_mut().remove(CONTENT_LENGTH);
+    let marks = Arc::clone(&config.listing_marks);
+    let limit = config.max_body_bytes;
+    response.map(|body| ResponseBody::listing(body, Marker::new(marks, sse, limit)))
 }
 
 /// Whether the request says, once, that its body is `application/json` (parameters allowed).

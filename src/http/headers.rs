@@ -6,7 +6,6 @@ use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::engine::{Declared, Field};
-use crate::policy::ToolPolicy;
 
 /// What the MCP headers of a request declare, each read strictly.
 pub(super) fn declared(headers: &HeaderMap) -> Declared {
@@ -45,13 +44,13 @@ fn read(headers: &HeaderMap, name: &str) -> Field {
     }
 }
 
-/// The `Mcp-Param-<name>` header carrying the chosen id, encoded as MCP requires, when the policy
-/// names one.
+/// The `Mcp-Param-<name>` header carrying the chosen id, encoded as MCP requires, when the tool
+/// has one (its schema's `x-mcp-header`, or the policy's `select_header`).
 pub(super) fn param_header(
-    policy: &ToolPolicy,
+    header: Option<&str>,
     chosen: Option<&str>,
 ) -> Option<(HeaderName, HeaderValue)> {
-    let (name, chosen) = (policy.select_header.as_ref()?, chosen?);
+    let (name, chosen) = (header?, chosen?);
     let name = HeaderName::try_from(format!("mcp-param-{name}")).ok()?;
     let plain = !chosen.is_empty()
         && chosen.bytes().all(|b| (0x20..0x7f).contains(&b))
@@ -87,19 +86,18 @@ mod tests {
 
     #[test]
     fn param_header_encodes_non_plain_values() {
-        let policy = ToolPolicy::confirm_only();
-        assert!(param_header(&policy, Some("x")).is_none());
-        let mut policy = policy;
-        policy.select_header = Some("Note-Id".into());
-        let (name, value) = param_header(&policy, Some("note-7")).unwrap();
+        assert!(param_header(None, Some("x")).is_none());
+        assert!(param_header(Some("Note-Id"), None).is_none());
+        let header = Some("Note-Id");
+        let (name, value) = param_header(header, Some("note-7")).unwrap();
         assert_eq!(name, "mcp-param-note-id");
         assert_eq!(value, "note-7");
-        let (_, value) = param_header(&policy, Some("notiz-ä")).unwrap();
+        let (_, value) = param_header(header, Some("notiz-ä")).unwrap();
         assert_eq!(
             value,
             format!("=?base64?{}?=", STANDARD.encode("notiz-ä")).as_str()
         );
-        let (_, value) = param_header(&policy, Some(" padded")).unwrap();
+        let (_, value) = param_header(header, Some(" padded")).unwrap();
         assert!(value.to_str().unwrap().starts_with("=?base64?"));
     }
 }

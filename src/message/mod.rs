@@ -47,20 +47,26 @@ use crate::protocol::RpcError;
 #[cfg(test)]
 mod adversarial;
 mod forward;
+mod listing;
 #[cfg(test)]
 mod oracle;
 mod scan;
 
 pub(crate) use forward::forward_body;
+pub(crate) use listing::{annotate as annotate_listing, annotate_sse as annotate_listing_sse};
 
 /// The method a confirmed tool is called with.
 pub(crate) const TOOLS_CALL: &str = "tools/call";
+/// The method whose answer lists the tools.
+pub(crate) const TOOLS_LIST: &str = "tools/list";
 
 /// What to do with a message.
 #[derive(Debug)]
 pub(crate) enum Parsed<G> {
     /// Not ours: forward the original bytes untouched.
     Forward,
+    /// A `tools/list` request: forward it untouched, and mark the confirmed tools in the answer.
+    Listing,
     /// A `tools/call` of a tool the layer confirms, with what the lookup found for it.
     Intercept(ToolCall, G),
     /// Answer with this error; never forward. `id` is the raw request id, `None` for a notification.
@@ -128,7 +134,10 @@ pub(crate) fn classify<G>(body: &Bytes, guarded: impl Fn(&str) -> Option<G>) -> 
         return invalid(id);
     };
     if method != TOOLS_CALL {
-        return Parsed::Forward;
+        return match (method.as_ref(), id) {
+            (TOOLS_LIST, Some(_)) => Parsed::Listing,
+            _ => Parsed::Forward,
+        };
     }
     let name = match envelope.params {
         None => return Parsed::Forward,
@@ -259,8 +268,21 @@ mod tests {
             classify(&Bytes::copy_from_slice(list.as_bytes()), guarded),
             Parsed::Forward
         ));
+        // Another method naming the tool is not intercepted: a `tools/list` is forwarded (its
+        // answer marked), whatever its params say.
         let other =
             r#"{"jsonrpc":"2.0","id":"a","method":"tools/list","params":{"name":"notes_delete"}}"#;
+        assert!(matches!(
+            classify(&Bytes::copy_from_slice(other.as_bytes()), guarded),
+            Parsed::Listing
+        ));
+        let other = r#"{"jsonrpc":"2.0","method":"tools/list","params":{"name":"notes_delete"}}"#;
+        assert!(matches!(
+            classify(&Bytes::copy_from_slice(other.as_bytes()), guarded),
+            Parsed::Forward
+        ));
+        let other =
+            r#"{"jsonrpc":"2.0","id":"a","method":"prompts/get","params":{"name":"notes_delete"}}"#;
         assert!(matches!(
             classify(&Bytes::copy_from_slice(other.as_bytes()), guarded),
             Parsed::Forward

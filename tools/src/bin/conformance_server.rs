@@ -152,6 +152,14 @@ async fn as_conformance_client(mut request: Request) -> Request {
     request
 }
 
+/// The arguments of `test_custom_header_region`.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct RegionArgs {
+    /// A region name.
+    #[schemars(extend("x-mcp-header" = "Region"))]
+    region: String,
+}
+
 /// The rmcp handler: the tools, prompts, resources and completions the scenarios call.
 #[derive(Clone)]
 struct Everything {
@@ -347,6 +355,18 @@ impl Everything {
                 input_required("stream_input", ask, None).into()
             }
         })
+    }
+
+    /// Not confirmed: the suite's `http-custom-header-server-validation` sends this tool
+    /// `Mcp-Param-Region` headers, right and wrong, through the layer, and rmcp validates them.
+    #[tool(description = "Echoes its region; the region also travels in Mcp-Param-Region.")]
+    async fn test_custom_header_region(
+        &self,
+        rmcp::handler::server::wrapper::Parameters(args): rmcp::handler::server::wrapper::Parameters<
+            RegionArgs,
+        >,
+    ) -> CallToolResult {
+        text(format!("Region: {}", args.region))
     }
 
     #[tool(description = "Logs one info message, only when the request asks for a log level.")]
