@@ -230,6 +230,8 @@ pub(crate) struct Marker {
     sse: bool,
     limit: usize,
     held: Vec<u8>,
+    /// How much of `held` was already searched for the end of an event (SSE).
+    scanned: usize,
     /// A frame that came after held bytes that had to go out first.
     pending: Option<Frame<Bytes>>,
     state: Marking,
@@ -254,6 +256,7 @@ impl Marker {
             sse,
             limit,
             held: Vec::new(),
+            scanned: 0,
             pending: None,
             state: Marking::Holding,
         }
@@ -270,10 +273,14 @@ impl Marker {
         new.unwrap_or_else(|| Bytes::from(bytes))
     }
 
-    /// For SSE, the held bytes up to the end of the last complete event.
+    /// For SSE, the held bytes up to the end of the last complete event. Only bytes not looked
+    /// at before are searched, so a large event arriving in small reads costs linear time.
     fn complete_events(&mut self) -> Option<Vec<u8>> {
-        let end = self.held.windows(2).rposition(|w| w == b"\n\n")? + 2;
+        let found = message::last_event_end(&self.held, self.scanned);
+        self.scanned = self.held.len();
+        let end = found?;
         let rest = self.held.split_off(end);
+        self.scanned = rest.len();
         Some(std::mem::replace(&mut self.held, rest))
     }
 }

@@ -90,6 +90,7 @@ impl ConfirmLayer {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             clock: Arc::new(SystemClock),
             challenge_rate: Some((DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CHALLENGE_BURST)),
+            duplicates: Vec::new(),
             tool_list: None,
             confirm_destructive: false,
             exempt: Vec::new(),
@@ -121,6 +122,7 @@ pub struct ConfirmLayerBuilder {
     max_body_bytes: usize,
     clock: Arc<dyn Clock>,
     challenge_rate: Option<(u32, u32)>,
+    duplicates: Vec<String>,
     tool_list: Option<Result<Value, String>>,
     confirm_destructive: bool,
     exempt: Vec<String>,
@@ -174,13 +176,22 @@ impl ConfirmLayerBuilder {
 
     /// Confirms each tool of `policies` as its policy says: the output of the generated
     /// `confirm_policies()` of a `#[confirm_router]` impl, or any list of names and policies.
+    ///
+    /// A name that already has a policy (from [`tool`](Self::tool) or an earlier `tools`) makes
+    /// [`try_build`](Self::try_build) fail: one tool, one declaration.
     pub fn tools<I, N>(mut self, policies: I) -> Self
     where
         I: IntoIterator<Item = (N, ToolPolicy)>,
         N: Into<String>,
     {
         for (name, policy) in policies {
-            self.tools.insert(name.into(), policy);
+            let name = name.into();
+            if self.tools.contains_key(&name) {
+                // Two declarations of one tool (an attribute and a builder call, say): which one
+                // wins must not be an accident of call order.
+                self.duplicates.push(name.clone());
+            }
+            self.tools.insert(name, policy);
         }
         self
     }
@@ -298,6 +309,20 @@ impl ConfirmLayerBuilder {
                 Some(tools::read(&list).map_err(|e| ConfigError::InvalidToolList(e.to_string()))?)
             }
         };
+        if let Some(name) = self.duplicates.first() {
+            return Err(ConfigError::InvalidPolicy(format!(
+                "tool {name:?} is given two policies"
+            )));
+        }
+        if let Some(listed) = &listed
+            && let Some(name) = self.tools.keys().find(|name| !listed.contains_key(*name))
+        {
+            // A policy for a name the server does not have: a typo, or a stale list. Either way
+            // the tool it meant would run unconfirmed.
+            return Err(ConfigError::InvalidToolList(format!(
+                "tool {name:?} has a policy but is not in the tool list"
+            )));
+        }
         let mut policies = self.tools;
         if self.confirm_destructive || !self.exempt.is_empty() {
             let listed = listed.as_ref().ok_or(ConfigError::MissingToolList)?;

@@ -34,16 +34,28 @@ pub(crate) enum ToolListError {
     /// A tool whose annotations are not an object, or whose hints are not booleans.
     #[error("tool {0:?} has malformed annotations")]
     Annotations(String),
+    /// A tool whose `x-mcp-header` annotation is not a string.
+    #[error("tool {0:?} has an x-mcp-header that is not a string")]
+    Header(String),
+    /// One page of a paginated list (`nextCursor` set): the rest is unknown, so the layer would
+    /// miss tools on later pages.
+    #[error("the tool list is one page of several (nextCursor is set); give the whole list")]
+    Paginated,
 }
 
 /// Reads a tool list: `[tool, …]` or `{"tools": [tool, …]}`.
 pub(crate) fn read(list: &Value) -> Result<HashMap<String, ToolInfo>, ToolListError> {
     let tools = match list {
         Value::Array(tools) => tools,
-        Value::Object(result) => match result.get("tools") {
-            Some(Value::Array(tools)) => tools,
-            _ => return Err(ToolListError::Shape),
-        },
+        Value::Object(result) => {
+            if result.get("nextCursor").is_some_and(|c| !c.is_null()) {
+                return Err(ToolListError::Paginated);
+            }
+            match result.get("tools") {
+                Some(Value::Array(tools)) => tools,
+                _ => return Err(ToolListError::Shape),
+            }
+        }
         _ => return Err(ToolListError::Shape),
     };
     let mut out = HashMap::with_capacity(tools.len());
@@ -53,7 +65,7 @@ pub(crate) fn read(list: &Value) -> Result<HashMap<String, ToolInfo>, ToolListEr
         };
         let info = ToolInfo {
             destructive: destructive(name, tool.get("annotations"))?,
-            param_headers: param_headers(tool.get("inputSchema")),
+            param_headers: param_headers(name, tool.get("inputSchema"))?,
         };
         if out.insert(name.to_owned(), info).is_some() {
             return Err(ToolListError::Duplicate(name.to_owned()));
@@ -81,20 +93,27 @@ fn destructive(name: &str, annotations: Option<&Value>) -> Result<bool, ToolList
 
 /// The `x-mcp-header` annotations on the schema's top-level properties. (The layer only ever
 /// rewrites a top-level argument, so deeper annotations do not concern it.)
-fn param_headers(schema: Option<&Value>) -> HashMap<String, String> {
-    schema
+fn param_headers(
+    name: &str,
+    schema: Option<&Value>,
+) -> Result<HashMap<String, String>, ToolListError> {
+    let Some(properties) = schema
         .and_then(|s| s.get("properties"))
         .and_then(Value::as_object)
-        .map(|properties| {
-            properties
-                .iter()
-                .filter_map(|(argument, property)| {
-                    let header = property.get("x-mcp-header")?.as_str()?;
-                    Some((argument.clone(), header.to_owned()))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    else {
+        return Ok(HashMap::new());
+    };
+    let mut headers = HashMap::new();
+    for (argument, property) in properties {
+        match property.get("x-mcp-header") {
+            None => {}
+            Some(Value::String(header)) => {
+                headers.insert(argument.clone(), header.clone());
+            }
+            Some(_) => return Err(ToolListError::Header(name.to_owned())),
+        }
+    }
+    Ok(headers)
 }
 
 #[cfg(test)]
@@ -138,6 +157,18 @@ mod tests {
             Err(ToolListError::Annotations("a".into()))
         );
         assert_eq!(read(&json!([])).map(|t| t.len()), Ok(0));
+        assert_eq!(
+            read(&json!({"tools":[{"name":"a"}],"nextCursor":"page-2"})),
+            Err(ToolListError::Paginated)
+        );
+        assert_eq!(
+            read(&json!({"tools":[{"name":"a"}],"nextCursor":null})).map(|t| t.len()),
+            Ok(1)
+        );
+        assert_eq!(
+            read(&json!([{"name":"a","inputSchema":{"properties":{"x":{"x-mcp-header":7}}}}])),
+            Err(ToolListError::Header("a".into()))
+        );
     }
 
     #[test]

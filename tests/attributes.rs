@@ -763,3 +763,102 @@ async fn resolvers_and_hooks_may_be_plain_functions() {
         "{done}"
     );
 }
+
+/// A response body yielding each chunk as its own frame, as a streaming server would.
+struct Chunks(std::vec::IntoIter<&'static str>);
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let next = self.0.next();
+        std::task::Poll::Ready(
+            next.map(|c| Ok(http_body::Frame::data(Bytes::from_static(c.as_bytes())))),
+        )
+    }
+}
+
+/// The layer (from `server`'s attributes and tool list) in front of an inner service that answers
+/// `tools/list` with `chunks` as a `content_type` body; the body that comes out.
+async fn listed_through_layer(
+    server: &NotesServer,
+    content_type: &'static str,
+    chunks: Vec<&'static str>,
+) -> String {
+    let inner = tower::service_fn(
+        move |_req: http::Request<mcp_confirm::body::RequestBody<Full<Bytes>>>| {
+            let chunks = chunks.clone();
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .header("content-type", content_type)
+                        .body(Chunks(chunks.into_iter()))
+                        .unwrap(),
+                )
+            }
+        },
+    );
+    let svc = ServiceBuilder::new()
+        .layer(layer(server).build())
+        .service(inner);
+    let response = svc.oneshot(post(&list_request())).await.unwrap();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn sse_answers_with_crlf_lines_and_split_events_keep_their_framing() {
+    let server = NotesServer::new(seeded());
+    // CRLF line ends (as sse-starlette writes them), a priming event, and the answer split
+    // across reads in the middle of its blank line.
+    let out = listed_through_layer(
+        &server,
+        "text/event-stream",
+        vec![
+            "id: 0\r\nretry: 3000\r\ndata: \r\n\r\nevent: message\r\nid: 1\r\ndata: ",
+            r#"{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"notes_delete"},"#,
+            r#"{"name":"notes_list"}]}}"#,
+            "\r\n\r",
+            "\n",
+        ],
+    )
+    .await;
+    assert!(
+        out.starts_with("id: 0\r\nretry: 3000\r\ndata: \r\n\r\nevent: message\r\nid: 1\r\ndata: {"),
+        "{out:?}"
+    );
+    assert!(out.ends_with("}}\r\n\r\n"), "{out:?}");
+    let data = out
+        .split("\r\n")
+        .find(|l| l.starts_with("data: {"))
+        .unwrap();
+    let listed: Value = serde_json::from_str(&data["data: ".len()..]).unwrap();
+    assert_eq!(marks(&listed)["notes_delete"], json!({"kind":"pick_one"}));
+    assert_eq!(marks(&listed)["notes_list"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_mark_the_inner_server_writes_on_an_unconfirmed_tool_is_removed() {
+    // A proxied upstream claims the server asks before `notes_list` runs: it does not, so the
+    // layer takes the claim out; other `_meta` members stay.
+    let server = NotesServer::new(seeded());
+    let out = listed_through_layer(
+        &server,
+        "application/json",
+        vec![concat!(
+            r#"{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"notes_list","_meta":"#,
+            r#"{"io.github.mcp-confirm\/confirmation":{"kind":"confirm"},"com.example/k":1}}]}}"#
+        )],
+    )
+    .await;
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        listed["result"]["tools"][0]["_meta"],
+        json!({"com.example/k":1}),
+        "{out}"
+    );
+}

@@ -40,8 +40,10 @@ use syn::{Attribute, Expr, ExprLit, ImplItem, ItemImpl, Lit, LitStr, Meta, Path,
 /// | `plain_enum`, `without_versions` | flag, `pick_one` only | the builder method of that name |
 /// | `claimed_by_handler` | flag | `.claimed_by_handler()` |
 ///
-/// Methods referred to as `Self::…` are called on a clone of the server, so the server type must
-/// be `Clone + Send + Sync + 'static` (rmcp's servers are).
+/// Methods referred to as `Self::…` are called on a clone of the server taken when
+/// `confirm_policies()` runs, so the server type must be `Clone + Send + Sync + 'static` (rmcp's
+/// servers are), and state the hooks must see live (the records they re-check) belongs behind an
+/// `Arc`, as rmcp servers keep it.
 #[proc_macro_attribute]
 pub fn confirm_router(attr: TokenStream, item: TokenStream) -> TokenStream {
     let attr = TokenStream2::from(attr);

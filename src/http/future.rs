@@ -207,7 +207,7 @@ where
             State::Inner {
                 future: inner.call(request),
                 guard: None,
-                listing: matches!(parsed, Parsed::Listing) && !config.listing_marks.is_empty(),
+                listing: matches!(parsed, Parsed::Listing),
             }
         }
         Parsed::Reject { id, error } => State::Replying {

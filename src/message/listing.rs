@@ -68,16 +68,26 @@ pub(crate) fn annotate(body: &[u8], mark: &impl Fn(&str) -> Option<Value>) -> Op
     Some(Bytes::from(out))
 }
 
-/// One tool with the mark in its `_meta`, or `None` to keep it as it was.
+/// One tool with the layer's mark in its `_meta` (and, on a tool the layer does not confirm, a
+/// mark the server wrote itself taken out: only the layer may say it asks), or `None` to keep the
+/// tool as it was.
 fn mark_tool(tool: &RawValue, mark: &impl Fn(&str) -> Option<Value>) -> Option<Vec<u8>> {
     let members: Members<'_> = serde_json::from_str(tool.get()).ok()?;
     let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
-    let value = mark(&name)?;
+    let value = mark(&name);
     let mut meta: Map<String, Value> = match members.get("_meta") {
+        None if value.is_none() => return None,
         None => Map::new(),
         Some(raw) => serde_json::from_str(raw.get()).ok()?,
     };
-    meta.insert(META_CONFIRMATION.to_owned(), value);
+    match value {
+        Some(value) => {
+            meta.insert(META_CONFIRMATION.to_owned(), value);
+        }
+        None => {
+            meta.remove(META_CONFIRMATION)?;
+        }
+    }
     let mut out = Vec::with_capacity(tool.get().len() + 64);
     let mut object = Object::open(&mut out);
     for (key, value) in &members {
@@ -92,18 +102,17 @@ fn mark_tool(tool: &RawValue, mark: &impl Fn(&str) -> Option<Value>) -> Option<V
 }
 
 /// The same for a `text/event-stream` answer: each event whose data is a marked `tools/list`
-/// result is rewritten as one `data:` line; every other line and event is kept as it was.
+/// result is rewritten as one `data:` line; every other line, terminator and event is kept as it
+/// was. Lines may end in LF or CRLF (an event ends at a blank line); a stream that ends inside an
+/// event keeps that event as it was.
 pub(crate) fn annotate_sse(body: &[u8], mark: &impl Fn(&str) -> Option<Value>) -> Option<Bytes> {
     let text = std::str::from_utf8(body).ok()?;
     let mut out = String::with_capacity(text.len() + 256);
     let mut changed = false;
-    // Events end at a blank line; keep the exact separators between them.
     let mut rest = text;
     while !rest.is_empty() {
-        let (event, separator, tail) = match rest.find("\n\n") {
-            Some(at) => (&rest[..at], "\n\n", &rest[at + 2..]),
-            None => (rest, "", ""),
-        };
+        let end = event_end(rest.as_bytes(), 0).unwrap_or(rest.len());
+        let (event, tail) = rest.split_at(end);
         match annotate_event(event, mark) {
             Some(new) => {
                 out.push_str(&new);
@@ -111,16 +120,48 @@ pub(crate) fn annotate_sse(body: &[u8], mark: &impl Fn(&str) -> Option<Value>) -
             }
             None => out.push_str(event),
         }
-        out.push_str(separator);
         rest = tail;
     }
     changed.then(|| Bytes::from(out))
 }
 
+/// Where the first event of `bytes` ends (just past its blank line), searching from `from`: the
+/// end of the first `\n\n` or `\n\r\n` at or after `from` (LF and CRLF line ends, mixed or not).
+pub(crate) fn event_end(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while let Some(at) = bytes.get(i..)?.iter().position(|&b| b == b'\n') {
+        let lf = i + at;
+        match bytes.get(lf + 1..) {
+            Some([b'\n', ..]) => return Some(lf + 2),
+            Some([b'\r', b'\n', ..]) => return Some(lf + 3),
+            _ => i = lf + 1,
+        }
+    }
+    None
+}
+
+/// Where the last complete event of `bytes` ends, looking only at what follows `from` (and the
+/// two bytes before it, where a blank line split across two reads may begin).
+pub(crate) fn last_event_end(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut last = None;
+    let mut at = from.saturating_sub(2);
+    while let Some(end) = event_end(bytes, at) {
+        last = Some(end);
+        at = end;
+    }
+    last
+}
+
+/// One event (its lines and the blank line ending it, if any) with its data marked.
 fn annotate_event(event: &str, mark: &impl Fn(&str) -> Option<Value>) -> Option<String> {
-    let data: Vec<&str> = event
-        .lines()
-        .filter_map(|line| line.strip_prefix("data:"))
+    let lines: Vec<(&str, &str)> = lines_with_ends(event).collect();
+    // Only a complete event is rewritten: one that ends with its blank line.
+    if !matches!(lines.last(), Some(("", end)) if !end.is_empty()) {
+        return None;
+    }
+    let data: Vec<&str> = lines
+        .iter()
+        .filter_map(|(line, _)| line.strip_prefix("data:"))
         .map(|d| d.strip_prefix(' ').unwrap_or(d))
         .collect();
     if data.is_empty() {
@@ -130,21 +171,34 @@ fn annotate_event(event: &str, mark: &impl Fn(&str) -> Option<Value>) -> Option<
     let new = std::str::from_utf8(&new).ok()?;
     let mut out = String::with_capacity(event.len() + 256);
     let mut written = false;
-    for line in event.lines() {
+    for (line, end) in lines {
         if line.starts_with("data:") {
-            if !written {
-                out.push_str("data: ");
-                out.push_str(new);
-                out.push('\n');
-                written = true;
+            if written {
+                continue;
             }
+            out.push_str("data: ");
+            out.push_str(new);
+            written = true;
         } else {
             out.push_str(line);
-            out.push('\n');
         }
+        out.push_str(end);
     }
-    out.pop();
     Some(out)
+}
+
+/// The lines of `text`, each with its terminator (`"\n"`, `"\r\n"`, or `""` for a last line
+/// without one).
+fn lines_with_ends(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.split_inclusive('\n').map(|line| {
+        if let Some(content) = line.strip_suffix("\r\n") {
+            (content, "\r\n")
+        } else if let Some(content) = line.strip_suffix('\n') {
+            (content, "\n")
+        } else {
+            (line, "")
+        }
+    })
 }
 
 #[cfg(test)]

@@ -53,7 +53,9 @@ mod oracle;
 mod scan;
 
 pub(crate) use forward::forward_body;
-pub(crate) use listing::{annotate as annotate_listing, annotate_sse as annotate_listing_sse};
+pub(crate) use listing::{
+    annotate as annotate_listing, annotate_sse as annotate_listing_sse, last_event_end,
+};
 
 /// The method a confirmed tool is called with.
 pub(crate) const TOOLS_CALL: &str = "tools/call";
