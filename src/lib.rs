@@ -111,6 +111,7 @@
 //!            message/     strict JSON-RPC reading (scanner + its contract), the forward writer,
 //!                         the tools/list marking
 //!            store/       ReplayStore, memory / Redis / Postgres, the shared conformance suite
+//!            grant/       durable grants for queued work: states, leases, fencing, GrantStore
 //!            protocol.rs  MCP 2026-07-28 wire pieces: error codes, replies, input_required
 //!            principal.rs Principal and how it is extracted
 //!            clock        Clock (system, manual for tests)
@@ -137,6 +138,7 @@ mod confirmed;
 mod driver;
 mod engine;
 mod form;
+pub mod grant;
 pub mod guard;
 mod http;
 mod layer;

@@ -1,0 +1,449 @@
+//! Durable grants: a confirmation that outlives its request, for work that runs later.
+//!
+//! A synchronous confirmation is a property of the request: the call runs inside it, once. When
+//! an approved action is queued instead, the approval must become a record of its own, checked
+//! again when the work actually runs, or job retries run it twice, stale approvals run, and a
+//! crash leaves the outcome unknown. A [`Grant`] is that record; a [`GrantStore`] keeps it.
+//!
+//! A grant moves one way only:
+//!
+//! ```text
+//! Granted ──begin──► Executing(attempt n, lease) ──finish──► Consumed | Failed
+//!    │                    │  lease runs out: the next begin is attempt n+1
+//!    └──revoke / expiry───┴──revoke──► Revoked          (expiry before a begin ► Expired)
+//! ```
+//!
+//! - **Fencing.** Each `begin` hands out a [`Lease`] with a new attempt number; only the holder of
+//!   the current attempt may `finish`. A worker that stalled past its lease and wakes up finds its
+//!   attempt superseded and its `finish` refused.
+//! - **Leases.** A second `begin` while a lease holds is refused ([`Begin::Busy`]); after a worker
+//!   dies, the next `begin` after the lease starts a new attempt, which must re-check the live
+//!   record before acting.
+//! - **Final states are final.** After `Consumed`, `Failed`, `Revoked` or `Expired`, every `begin`
+//!   answers [`Begin::Finished`]: a job retried after success never runs again.
+//!
+//! The transitions are pure functions of the record and the time ([`Grant::begin`],
+//! [`Grant::finish`], [`Grant::revoke`]), so every store applies exactly the same rules;
+//! stores differ only in how they make one transition atomic. Prove a store with
+//! [`grant_store_conformance!`](crate::grant_store_conformance).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use crate::clock::{Clock, SystemClock};
+use crate::store::{BoxFuture, Nonce, PrincipalKey, StoreError};
+
+pub mod conformance;
+
+/// The unguessable id of a grant: 128 random bits. The only thing a queued job needs to carry.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GrantId([u8; 16]);
+
+impl GrantId {
+    /// A fresh id from the operating system's random source.
+    ///
+    /// # Panics
+    /// If the OS random source fails; there is no safe fallback for an unguessable id.
+    pub fn random() -> Self {
+        let mut bytes = [0u8; 16];
+        if let Err(e) = getrandom::fill(&mut bytes) {
+            panic!("the OS random source failed: {e}");
+        }
+        Self(bytes)
+    }
+
+    /// The id's bytes.
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+}
+
+impl fmt::Display for GrantId {
+    /// 32 lowercase hex digits, the form [`FromStr`] reads back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for GrantId {
+    /// The first four bytes only: enough to correlate, not enough to use.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "GrantId({:02x}{:02x}{:02x}{:02x}…)",
+            self.0[0], self.0[1], self.0[2], self.0[3]
+        )
+    }
+}
+
+/// Why a string is not a [`GrantId`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a grant id is 32 lowercase hex digits")]
+pub struct GrantIdError;
+
+impl FromStr for GrantId {
+    type Err = GrantIdError;
+
+    fn from_str(s: &str) -> Result<Self, GrantIdError> {
+        let digits = s.as_bytes();
+        if digits.len() != 32 {
+            return Err(GrantIdError);
+        }
+        let nibble = |c: u8| match c {
+            b'0'..=b'9' => Ok(c - b'0'),
+            b'a'..=b'f' => Ok(c - b'a' + 10),
+            _ => Err(GrantIdError),
+        };
+        let mut bytes = [0u8; 16];
+        for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+            *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+        }
+        Ok(Self(bytes))
+    }
+}
+
+/// Where a grant is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GrantState {
+    /// Approved, not started.
+    Granted,
+    /// A worker holds attempt `attempt` until `lease_until`.
+    Executing {
+        /// The fence: only this attempt may finish.
+        attempt: u32,
+        /// When the lease runs out and another attempt may begin.
+        lease_until: SystemTime,
+    },
+    /// Done, once.
+    Consumed,
+    /// The worker reported a failure it will not retry.
+    Failed,
+    /// Withdrawn before it finished.
+    Revoked,
+    /// Not begun before its expiry.
+    Expired,
+}
+
+impl GrantState {
+    /// Whether no transition leaves this state.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            Self::Consumed | Self::Failed | Self::Revoked | Self::Expired
+        )
+    }
+}
+
+/// A confirmed action, kept until the work runs: who approved what, on which record as shown,
+/// until when, and how far it got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Grant {
+    /// The grant's id.
+    pub id: GrantId,
+    /// The deployment that issued it.
+    pub audience: String,
+    /// Who approved (the keyed digest a state binds).
+    pub principal: PrincipalKey,
+    /// The confirmed tool.
+    pub tool: String,
+    /// The digest of the arguments that were approved.
+    pub arguments: [u8; 32],
+    /// The record the user chose, if the tool offered a choice.
+    pub chosen: Option<String>,
+    /// The version of that record the user saw.
+    pub version: Option<String>,
+    /// The confirmation's nonce, for the audit trail.
+    pub nonce: Nonce,
+    /// When the grant was issued.
+    pub issued_at: SystemTime,
+    /// After this, a grant not yet begun expires.
+    pub expires_at: SystemTime,
+    /// Where it is now.
+    pub state: GrantState,
+}
+
+/// The right to run one attempt of a grant, until `until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// The grant.
+    pub grant: GrantId,
+    /// The fence: this attempt, and no other, may finish the grant.
+    pub attempt: u32,
+    /// When the lease runs out.
+    pub until: SystemTime,
+}
+
+/// What a [`GrantStore::begin`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Begin {
+    /// Run it now, under this lease; re-check the live record first.
+    Started(Lease),
+    /// Another attempt holds a lease until then: do not run; retry after it.
+    Busy {
+        /// When the current lease runs out.
+        until: SystemTime,
+    },
+    /// It is over (consumed, failed, revoked or expired): never run it.
+    Finished(GrantState),
+    /// No such grant (never issued, or forgotten after it ended): never run it.
+    Unknown,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Finish {
+    /// The action happened.
+    Consumed,
+    /// The action will not happen (the live record changed, the principal lost access, …).
+    Failed,
+}
+
+impl Grant {
+    /// Starts an attempt at `now` with a lease of `lease`, if the grant allows one.
+    pub fn begin(&mut self, now: SystemTime, lease: Duration) -> Begin {
+        match self.state {
+            state if state.is_final() => Begin::Finished(state),
+            GrantState::Executing { lease_until, .. } if now < lease_until => {
+                Begin::Busy { until: lease_until }
+            }
+            GrantState::Granted if now >= self.expires_at => {
+                self.state = GrantState::Expired;
+                Begin::Finished(self.state)
+            }
+            GrantState::Executing { .. } if now >= self.expires_at => {
+                // The last attempt's lease ran out and so did the grant: nobody finished it.
+                self.state = GrantState::Expired;
+                Begin::Finished(self.state)
+            }
+            state => {
+                let attempt = match state {
+                    GrantState::Executing { attempt, .. } => attempt.saturating_add(1),
+                    _ => 1,
+                };
+                let until = now + lease;
+                self.state = GrantState::Executing {
+                    attempt,
+                    lease_until: until,
+                };
+                Begin::Started(Lease {
+                    grant: self.id,
+                    attempt,
+                    until,
+                })
+            }
+        }
+    }
+
+    /// Ends the attempt `lease` holds; `false` (and nothing changes) unless it is the current one.
+    pub fn finish(&mut self, lease: &Lease, outcome: Finish) -> bool {
+        match self.state {
+            GrantState::Executing { attempt, .. } if attempt == lease.attempt => {
+                self.state = match outcome {
+                    Finish::Consumed => GrantState::Consumed,
+                    Finish::Failed => GrantState::Failed,
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Withdraws the grant; `false` if it had already ended.
+    pub fn revoke(&mut self) -> bool {
+        if self.state.is_final() {
+            return false;
+        }
+        self.state = GrantState::Revoked;
+        true
+    }
+}
+
+/// Where grants are kept, shared by the instances that issue them and the workers that run them.
+///
+/// Each method is one atomic transition of one record, applying [`Grant::begin`],
+/// [`Grant::finish`] or [`Grant::revoke`]. Errors mean "unknown": a worker that cannot `begin`
+/// must not run, and may retry later.
+pub trait GrantStore: fmt::Debug + Send + Sync + 'static {
+    /// Stores a new grant (state `Granted`). An id that exists is an error.
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Starts an attempt, under a lease of `lease`.
+    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>>;
+
+    /// Ends the attempt `lease` holds; `Ok(false)` if that attempt is no longer current.
+    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// Withdraws a grant; `Ok(false)` if it had already ended or is unknown.
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// The grant as it stands.
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>>;
+}
+
+/// Grants in this process's memory: for one instance, and for tests. A restart forgets them all,
+/// and a forgotten grant never runs ([`Begin::Unknown`]).
+pub struct MemoryGrantStore {
+    grants: Mutex<HashMap<GrantId, Grant>>,
+    capacity: usize,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemoryGrantStore {
+    /// The default number of grants held.
+    pub const DEFAULT_CAPACITY: usize = 100_000;
+
+    /// A store holding up to [`Self::DEFAULT_CAPACITY`] grants.
+    pub fn new() -> Self {
+        Self::with_clock(Self::DEFAULT_CAPACITY, SystemClock)
+    }
+
+    /// A store holding up to `capacity` grants, reading the time from `clock`. Ended grants are
+    /// forgotten first when it is full; live ones never are (a full store refuses new grants).
+    pub fn with_clock(capacity: usize, clock: impl Clock) -> Self {
+        Self {
+            grants: Mutex::new(HashMap::new()),
+            capacity: capacity.max(1),
+            clock: Arc::new(clock),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<GrantId, Grant>) -> T) -> Result<T, StoreError> {
+        let mut grants = self
+            .grants
+            .lock()
+            .map_err(|_| StoreError::Backend("the grant map's lock is poisoned".into()))?;
+        Ok(f(&mut grants))
+    }
+}
+
+impl Default for MemoryGrantStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for MemoryGrantStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryGrantStore")
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GrantStore for MemoryGrantStore {
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+        let now = self.clock.now();
+        let result = self.with(|grants| {
+            if grants.contains_key(&grant.id) {
+                return Err(StoreError::Backend("a grant with this id exists".into()));
+            }
+            if grants.len() >= self.capacity {
+                // Forget what can never run again: ended grants, and unstarted expired ones.
+                grants.retain(|_, g| {
+                    !(g.state.is_final() || g.state == GrantState::Granted && now >= g.expires_at)
+                });
+                if grants.len() >= self.capacity {
+                    return Err(StoreError::Full);
+                }
+            }
+            let mut fresh = grant.clone();
+            fresh.state = GrantState::Granted;
+            grants.insert(grant.id, fresh);
+            Ok(())
+        });
+        Box::pin(std::future::ready(result.and_then(|r| r)))
+    }
+
+    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
+        let now = self.clock.now();
+        let result = self.with(|grants| match grants.get_mut(&id) {
+            Some(grant) => grant.begin(now, lease),
+            None => Begin::Unknown,
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let result = self.with(|grants| {
+            grants
+                .get_mut(&lease.grant)
+                .is_some_and(|grant| grant.finish(&lease, outcome))
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let result = self.with(|grants| grants.get_mut(&id).is_some_and(Grant::revoke));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+        let result = self.with(|grants| grants.get(&id).cloned());
+        Box::pin(std::future::ready(result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    crate::grant_store_conformance!(memory, {
+        let clock = ManualClock::new(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+        (MemoryGrantStore::with_clock(1000, clock.clone()), clock)
+    });
+
+    #[test]
+    fn ids_round_trip_through_text_and_refuse_anything_else() {
+        let id = GrantId::random();
+        let text = id.to_string();
+        assert_eq!(text.len(), 32);
+        assert_eq!(text.parse::<GrantId>(), Ok(id));
+        for bad in [
+            "",
+            "00",
+            &text.to_uppercase(),
+            &format!("{text}0"),
+            &text.replace(|c: char| c.is_ascii_digit(), "g"),
+        ] {
+            if bad != text {
+                assert_eq!(bad.parse::<GrantId>(), Err(GrantIdError), "{bad}");
+            }
+        }
+        assert!(!format!("{id:?}").contains(&text));
+    }
+
+    #[test]
+    fn a_full_store_forgets_ended_grants_first_and_never_live_ones() {
+        let clock = ManualClock::new(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+        let store = MemoryGrantStore::with_clock(2, clock.clone());
+        let a = conformance::grant(&clock, Duration::from_secs(60));
+        let b = conformance::grant(&clock, Duration::from_secs(60));
+        let c = conformance::grant(&clock, Duration::from_secs(60));
+        let ready = |f: BoxFuture<'_, Result<(), StoreError>>| {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let mut f = f;
+            match f.as_mut().poll(&mut cx) {
+                std::task::Poll::Ready(r) => r,
+                std::task::Poll::Pending => panic!("the memory store answers at once"),
+            }
+        };
+        ready(store.issue(&a)).unwrap();
+        ready(store.issue(&b)).unwrap();
+        assert!(matches!(ready(store.issue(&c)), Err(StoreError::Full)));
+        store.with(|g| g.get_mut(&a.id).map(Grant::revoke)).unwrap();
+        ready(store.issue(&c)).unwrap();
+        assert!(
+            store
+                .with(|g| !g.contains_key(&a.id) && g.contains_key(&b.id))
+                .unwrap()
+        );
+    }
+}
