@@ -37,6 +37,13 @@ use crate::clock::{Clock, SystemClock};
 use crate::store::{BoxFuture, Nonce, PrincipalKey, StoreError};
 
 pub mod conformance;
+mod record;
+#[cfg(feature = "redis")]
+mod redis;
+
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use redis::RedisGrantStore;
 
 /// The unguessable id of a grant: 128 random bits. The only thing a queued job needs to carry.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

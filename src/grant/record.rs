@@ -1,0 +1,143 @@
+//! The stored form of a [`Grant`]: one JSON object, read back strictly. Shared by the backends
+//! that keep a grant as one value (Redis) or one column (Postgres), so the record is the same
+//! wherever it lives.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Grant, GrantId, GrantState};
+use crate::store::{Nonce, PrincipalKey};
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Stored {
+    id: String,
+    audience: String,
+    principal: String,
+    tool: String,
+    arguments: String,
+    chosen: Option<String>,
+    version: Option<String>,
+    nonce: String,
+    issued_at_ms: u64,
+    expires_at_ms: u64,
+    state: String,
+    attempt: Option<u32>,
+    lease_until_ms: Option<u64>,
+}
+
+fn millis(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn time(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    if text.len() != N * 2 {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (byte, pair) in out.iter_mut().zip(text.as_bytes().chunks_exact(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The grant as one JSON text.
+pub(crate) fn encode(grant: &Grant) -> String {
+    let (state, attempt, lease_until_ms) = match grant.state {
+        GrantState::Granted => ("granted", None, None),
+        GrantState::Executing {
+            attempt,
+            lease_until,
+        } => ("executing", Some(attempt), Some(millis(lease_until))),
+        GrantState::Consumed => ("consumed", None, None),
+        GrantState::Failed => ("failed", None, None),
+        GrantState::Revoked => ("revoked", None, None),
+        GrantState::Expired => ("expired", None, None),
+    };
+    let stored = Stored {
+        id: grant.id.to_string(),
+        audience: grant.audience.clone(),
+        principal: grant.principal.to_hex(),
+        tool: grant.tool.clone(),
+        arguments: hex(&grant.arguments),
+        chosen: grant.chosen.clone(),
+        version: grant.version.clone(),
+        nonce: grant.nonce.to_hex(),
+        issued_at_ms: millis(grant.issued_at),
+        expires_at_ms: millis(grant.expires_at),
+        state: state.to_owned(),
+        attempt,
+        lease_until_ms,
+    };
+    serde_json::to_string(&stored).unwrap_or_default()
+}
+
+/// A grant read back; `None` for anything but a record [`encode`] wrote.
+pub(crate) fn decode(text: &str) -> Option<Grant> {
+    let s: Stored = serde_json::from_str(text).ok()?;
+    let state = match (s.state.as_str(), s.attempt, s.lease_until_ms) {
+        ("granted", None, None) => GrantState::Granted,
+        ("executing", Some(attempt), Some(until)) => GrantState::Executing {
+            attempt,
+            lease_until: time(until),
+        },
+        ("consumed", None, None) => GrantState::Consumed,
+        ("failed", None, None) => GrantState::Failed,
+        ("revoked", None, None) => GrantState::Revoked,
+        ("expired", None, None) => GrantState::Expired,
+        _ => return None,
+    };
+    Some(Grant {
+        id: s.id.parse::<GrantId>().ok()?,
+        audience: s.audience,
+        principal: PrincipalKey::from_bytes(unhex(&s.principal)?),
+        tool: s.tool,
+        arguments: unhex(&s.arguments)?,
+        chosen: s.chosen,
+        version: s.version,
+        nonce: Nonce::from_bytes(unhex(&s.nonce)?),
+        issued_at: time(s.issued_at_ms),
+        expires_at: time(s.expires_at_ms),
+        state,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_round_trips_and_anything_else_is_refused() {
+        let clock =
+            crate::clock::ManualClock::new(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
+        let mut grant = super::super::conformance::grant(&clock, Duration::from_secs(60));
+        for state in [
+            GrantState::Granted,
+            GrantState::Executing {
+                attempt: 3,
+                lease_until: time(1_700_000_030_456),
+            },
+            GrantState::Consumed,
+            GrantState::Failed,
+            GrantState::Revoked,
+            GrantState::Expired,
+        ] {
+            grant.state = state;
+            assert_eq!(decode(&encode(&grant)), Some(grant.clone()));
+        }
+        let text = encode(&grant);
+        assert_eq!(decode(&text.replace("\"expired\"", "\"paused\"")), None);
+        assert_eq!(decode(&text.replace("}", ",\"extra\":1}")), None);
+        assert_eq!(decode("not json"), None);
+    }
+}

@@ -1,0 +1,245 @@
+//! Grants in Redis: one key per grant holding its record, each transition a compare-and-set.
+//!
+//! The transition itself is [`Grant::begin`], [`Grant::finish`] or [`Grant::revoke`], computed
+//! here in Rust on the record just read, and written back only if the record is still the one
+//! read (a Lua compare-and-set); a lost race re-reads and re-decides. So Redis applies exactly
+//! the rules every other store applies, and two workers racing one grant get one attempt.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use redis::Script;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::{Begin, Finish, Grant, GrantId, GrantStore, Lease, record};
+use crate::clock::{Clock, SystemClock};
+use crate::store::{BoxFuture, StoreError};
+
+/// Sets `KEYS[1]` to `ARGV[2]` (keeping its expiry) only if it still holds `ARGV[1]`.
+const COMPARE_AND_SET: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+return 1
+";
+
+/// How often a transition re-reads after losing a race before it reports the store as busy.
+const ATTEMPTS: usize = 16;
+
+/// A [`GrantStore`] in Redis (7.0 or newer), shared by every instance and worker.
+///
+/// A grant's key lives until its expiry plus [`RedisGrantStore::DEFAULT_RETENTION`] (or
+/// [`retention`](Self::retention)); a grant forgotten after that answers [`Begin::Unknown`], which
+/// never runs. Run Redis with `maxmemory-policy noeviction`.
+#[derive(Clone)]
+pub struct RedisGrantStore {
+    connection: ConnectionManager,
+    prefix: String,
+    timeout: Duration,
+    retention: Duration,
+    clock: Arc<dyn Clock>,
+    cas: Script,
+}
+
+impl fmt::Debug for RedisGrantStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisGrantStore")
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("retention", &self.retention)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisGrantStore {
+    /// The default key prefix.
+    pub const DEFAULT_PREFIX: &str = "mcp-confirm:grant:";
+    /// The default time allowed for one store call.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+    /// How long a grant is kept after its expiry, so late job retries find it ended.
+    pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+    /// A store for the Redis at `url`; the connection is made on first use.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if `url` is not a valid Redis URL.
+    pub fn open(url: &str) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url).map_err(backend)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Self::DEFAULT_TIMEOUT))
+            .set_response_timeout(Some(Self::DEFAULT_TIMEOUT))
+            .set_number_of_retries(1);
+        let connection =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(backend)?;
+        Ok(Self::with_connection(connection))
+    }
+
+    /// A store over an existing connection manager.
+    pub fn with_connection(connection: ConnectionManager) -> Self {
+        Self {
+            connection,
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            timeout: Self::DEFAULT_TIMEOUT,
+            retention: Self::DEFAULT_RETENTION,
+            clock: Arc::new(SystemClock),
+            cas: Script::new(COMPARE_AND_SET),
+        }
+    }
+
+    /// Namespaces the keys.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long one store call may take before it fails (and the worker must not run).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long a grant is kept after its expiry.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// The clock leases and expiries are judged by (default: the system clock). Every instance's
+    /// clock must agree within the leases' margin.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    fn key(&self, id: GrantId) -> String {
+        format!("{}{id}", self.prefix)
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout))
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<(String, Grant)>, StoreError> {
+        let mut connection = self.connection.clone();
+        let text: Option<String> = redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut connection)
+            .await
+            .map_err(backend)?;
+        match text {
+            None => Ok(None),
+            Some(text) => match record::decode(&text) {
+                Some(grant) => Ok(Some((text, grant))),
+                None => Err(StoreError::Backend("a grant record does not decode".into())),
+            },
+        }
+    }
+
+    /// Applies `step` to the grant under `id` and writes the result back if it changed and the
+    /// record is still the one read; `missing` answers for an unknown id.
+    async fn transition<T>(
+        &self,
+        id: GrantId,
+        missing: T,
+        step: impl Fn(&mut Grant) -> T,
+    ) -> Result<T, StoreError> {
+        let key = self.key(id);
+        for _ in 0..ATTEMPTS {
+            let Some((old, mut grant)) = self.read(&key).await? else {
+                return Ok(missing);
+            };
+            let answer = step(&mut grant);
+            let new = record::encode(&grant);
+            if new == old {
+                return Ok(answer);
+            }
+            let mut connection = self.connection.clone();
+            let set: i64 = self
+                .cas
+                .key(&key)
+                .arg(&old)
+                .arg(&new)
+                .invoke_async(&mut connection)
+                .await
+                .map_err(backend)?;
+            if set == 1 {
+                return Ok(answer);
+            }
+        }
+        Err(StoreError::Backend(
+            "the grant kept changing under this transition".into(),
+        ))
+    }
+
+    fn ttl_ms(&self, grant: &Grant) -> u64 {
+        let keep_until = grant.expires_at + self.retention;
+        let left = keep_until
+            .duration_since(self.clock.now())
+            .unwrap_or(Duration::from_millis(1));
+        u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
+    }
+}
+
+impl GrantStore for RedisGrantStore {
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+        let mut fresh = grant.clone();
+        fresh.state = super::GrantState::Granted;
+        let (key, text, ttl) = (
+            self.key(grant.id),
+            record::encode(&fresh),
+            self.ttl_ms(grant),
+        );
+        Box::pin(self.bounded(async move {
+            let mut connection = self.connection.clone();
+            let set: Option<String> = redis::cmd("SET")
+                .arg(&key)
+                .arg(&text)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl)
+                .query_async(&mut connection)
+                .await
+                .map_err(backend)?;
+            match set {
+                Some(_) => Ok(()),
+                None => Err(StoreError::Backend("a grant with this id exists".into())),
+            }
+        }))
+    }
+
+    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
+        Box::pin(self.bounded(async move {
+            let now: SystemTime = self.clock.now();
+            self.transition(id, Begin::Unknown, |g| g.begin(now, lease))
+                .await
+        }))
+    }
+
+    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.bounded(async move {
+            self.transition(lease.grant, false, |g| g.finish(&lease, outcome))
+                .await
+        }))
+    }
+
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.bounded(self.transition(id, false, Grant::revoke)))
+    }
+
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+        Box::pin(
+            self.bounded(
+                async move { Ok(self.read(&self.key(id)).await?.map(|(_, grant)| grant)) },
+            ),
+        )
+    }
+}
+
+fn backend(e: redis::RedisError) -> StoreError {
+    StoreError::Backend(Box::new(e))
+}
