@@ -37,10 +37,15 @@ use crate::clock::{Clock, SystemClock};
 use crate::store::{BoxFuture, Nonce, PrincipalKey, StoreError};
 
 pub mod conformance;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod record;
 #[cfg(feature = "redis")]
 mod redis;
 
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::PostgresGrantStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::RedisGrantStore;

@@ -1,0 +1,261 @@
+//! Grants in PostgreSQL: one row per grant, each transition a row-locked read, decide, write.
+//!
+//! `SELECT … FOR UPDATE` holds the grant's row for the transaction; the transition is
+//! [`Grant::begin`], [`Grant::finish`] or [`Grant::revoke`], decided in Rust on the row just read,
+//! and written back before the lock is released. So PostgreSQL applies exactly the rules every
+//! other store applies, and two workers racing one grant get one attempt.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::{Pool, PoolConfig, Runtime, Timeouts};
+use tokio_postgres::NoTls;
+
+use super::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Lease, record};
+use crate::clock::{Clock, SystemClock};
+use crate::store::{BoxFuture, StoreError};
+
+/// A [`GrantStore`] in PostgreSQL, shared by every instance and worker.
+///
+/// Create the table with [`migrate`](Self::migrate). Rows are kept until their grant's expiry
+/// plus [`PostgresGrantStore::DEFAULT_RETENTION`] (delete older ones with [`prune`](Self::prune));
+/// a grant forgotten after that answers [`Begin::Unknown`], which never runs.
+#[derive(Clone)]
+pub struct PostgresGrantStore {
+    pool: Pool,
+    table: String,
+    timeout: Duration,
+    retention: Duration,
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for PostgresGrantStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresGrantStore")
+            .field("table", &self.table)
+            .field("timeout", &self.timeout)
+            .field("retention", &self.retention)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresGrantStore {
+    /// The default table.
+    pub const DEFAULT_TABLE: &str = "mcp_confirm_grants";
+    /// The default time allowed for one store call (including taking a pooled connection).
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+    /// How long a grant is kept after its expiry, so late job retries find it ended.
+    pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+    /// A store for the database at `url` (`postgres://user@host:port/db`), pooled.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if `url` is not a valid connection string.
+    pub fn connect(url: &str) -> Result<Self, StoreError> {
+        let mut config = deadpool_postgres::Config::new();
+        config.url = Some(url.to_owned());
+        let mut pool = PoolConfig::new(16);
+        pool.timeouts = Timeouts {
+            wait: None,
+            create: Some(Self::DEFAULT_TIMEOUT),
+            recycle: Some(Self::DEFAULT_TIMEOUT),
+        };
+        config.pool = Some(pool);
+        let pool = config
+            .create_pool(Some(Runtime::Tokio1), NoTls)
+            .map_err(backend)?;
+        Ok(Self::with_pool(pool))
+    }
+
+    /// A store over an existing pool.
+    pub fn with_pool(pool: Pool) -> Self {
+        Self {
+            pool,
+            table: Self::DEFAULT_TABLE.to_owned(),
+            timeout: Self::DEFAULT_TIMEOUT,
+            retention: Self::DEFAULT_RETENTION,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Uses `table` (letters, digits and `_`, not starting with a digit, at most 63 bytes).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] for any other name.
+    pub fn table(mut self, table: &str) -> Result<Self, StoreError> {
+        let valid = !table.is_empty()
+            && table.len() <= 63
+            && table.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(StoreError::Backend(
+                format!("invalid table name {table:?}").into(),
+            ));
+        }
+        self.table = table.to_owned();
+        Ok(self)
+    }
+
+    /// How long one store call may take before it fails (and the worker must not run).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long a grant is kept after its expiry.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// The clock leases and expiries are judged by (default: the system clock).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Creates the table if it does not exist.
+    ///
+    /// # Errors
+    /// [`StoreError`] if the database refuses.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let t = &self.table;
+        // Under a lock: instances starting together would otherwise race `CREATE … IF NOT EXISTS`
+        // (PostgreSQL reports the loser as a duplicate type).
+        let sql = format!(
+            "BEGIN;
+             SELECT pg_advisory_xact_lock(hashtext('mcp-confirm:migrate:{t}'));
+             CREATE TABLE IF NOT EXISTS {t} (
+                id text PRIMARY KEY,
+                record text NOT NULL,
+                keep_until timestamptz NOT NULL);
+             CREATE INDEX IF NOT EXISTS {t}_keep_until ON {t} (keep_until);
+             COMMIT;"
+        );
+        self.bounded(async {
+            let client = self.pool.get().await.map_err(backend)?;
+            client.batch_execute(&sql).await.map_err(backend)
+        })
+        .await
+    }
+
+    /// Deletes the rows kept past their retention; how many.
+    ///
+    /// # Errors
+    /// [`StoreError`] if the database refuses.
+    pub async fn prune(&self) -> Result<u64, StoreError> {
+        let sql = format!("DELETE FROM {} WHERE keep_until < $1", self.table);
+        let now: SystemTime = self.clock.now();
+        self.bounded(async {
+            let client = self.pool.get().await.map_err(backend)?;
+            client.execute(&sql, &[&now]).await.map_err(backend)
+        })
+        .await
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout))
+    }
+
+    /// Applies `step` to the grant `id` with its row locked, writing it back if it changed;
+    /// `missing` answers for an unknown id.
+    async fn transition<T>(
+        &self,
+        id: GrantId,
+        missing: T,
+        step: impl FnOnce(&mut Grant) -> T,
+    ) -> Result<T, StoreError> {
+        let select = format!("SELECT record FROM {} WHERE id = $1 FOR UPDATE", self.table);
+        let update = format!("UPDATE {} SET record = $2 WHERE id = $1", self.table);
+        let id = id.to_string();
+        let mut client = self.pool.get().await.map_err(backend)?;
+        let tx = client.transaction().await.map_err(backend)?;
+        let Some(row) = tx.query_opt(&select, &[&id]).await.map_err(backend)? else {
+            return Ok(missing);
+        };
+        let old: String = row.try_get(0).map_err(backend)?;
+        let mut grant = record::decode(&old)
+            .ok_or_else(|| StoreError::Backend("a grant record does not decode".into()))?;
+        let answer = step(&mut grant);
+        let new = record::encode(&grant);
+        if new != old {
+            tx.execute(&update, &[&id, &new]).await.map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(answer)
+    }
+}
+
+impl GrantStore for PostgresGrantStore {
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+        let mut fresh = grant.clone();
+        fresh.state = GrantState::Granted;
+        let (id, text) = (grant.id.to_string(), record::encode(&fresh));
+        let keep_until: SystemTime = grant.expires_at + self.retention;
+        let sql = format!(
+            "INSERT INTO {} (id, record, keep_until) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let inserted = client
+                .execute(&sql, &[&id, &text, &keep_until])
+                .await
+                .map_err(backend)?;
+            if inserted == 1 {
+                Ok(())
+            } else {
+                Err(StoreError::Backend("a grant with this id exists".into()))
+            }
+        }))
+    }
+
+    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
+        Box::pin(self.bounded(async move {
+            // The time is read once the row is locked, so a lease never starts in the past.
+            let clock = Arc::clone(&self.clock);
+            self.transition(id, Begin::Unknown, move |g| g.begin(clock.now(), lease))
+                .await
+        }))
+    }
+
+    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(
+            self.bounded(self.transition(lease.grant, false, move |g| g.finish(&lease, outcome))),
+        )
+    }
+
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.bounded(self.transition(id, false, Grant::revoke)))
+    }
+
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+        let sql = format!("SELECT record FROM {} WHERE id = $1", self.table);
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let row = client
+                .query_opt(&sql, &[&id.to_string()])
+                .await
+                .map_err(backend)?;
+            match row {
+                None => Ok(None),
+                Some(row) => {
+                    let text: String = row.try_get(0).map_err(backend)?;
+                    record::decode(&text)
+                        .map(Some)
+                        .ok_or_else(|| StoreError::Backend("a grant record does not decode".into()))
+                }
+            }
+        }))
+    }
+}
+
+fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Backend(Box::new(e))
+}
