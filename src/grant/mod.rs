@@ -39,6 +39,7 @@ use crate::store::{BoxFuture, Nonce, PrincipalKey, StoreError};
 pub mod conformance;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "redis", feature = "postgres"))]
 mod record;
 #[cfg(feature = "redis")]
 mod redis;

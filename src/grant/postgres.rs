@@ -9,11 +9,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use deadpool_postgres::{Pool, PoolConfig, Runtime, Timeouts};
-use tokio_postgres::NoTls;
+use deadpool_postgres::Pool;
 
 use super::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Lease, record};
 use crate::clock::{Clock, SystemClock};
+use crate::store::backend::{backend, bounded, postgres_pool, table_name};
 use crate::store::{BoxFuture, StoreError};
 
 /// A [`GrantStore`] in PostgreSQL, shared by every instance and worker.
@@ -53,19 +53,7 @@ impl PostgresGrantStore {
     /// # Errors
     /// [`StoreError::Backend`] if `url` is not a valid connection string.
     pub fn connect(url: &str) -> Result<Self, StoreError> {
-        let mut config = deadpool_postgres::Config::new();
-        config.url = Some(url.to_owned());
-        let mut pool = PoolConfig::new(16);
-        pool.timeouts = Timeouts {
-            wait: None,
-            create: Some(Self::DEFAULT_TIMEOUT),
-            recycle: Some(Self::DEFAULT_TIMEOUT),
-        };
-        config.pool = Some(pool);
-        let pool = config
-            .create_pool(Some(Runtime::Tokio1), NoTls)
-            .map_err(backend)?;
-        Ok(Self::with_pool(pool))
+        Ok(Self::with_pool(postgres_pool(url, Self::DEFAULT_TIMEOUT)?))
     }
 
     /// A store over an existing pool.
@@ -84,16 +72,7 @@ impl PostgresGrantStore {
     /// # Errors
     /// [`StoreError::Backend`] for any other name.
     pub fn table(mut self, table: &str) -> Result<Self, StoreError> {
-        let valid = !table.is_empty()
-            && table.len() <= 63
-            && table.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
-            return Err(StoreError::Backend(
-                format!("invalid table name {table:?}").into(),
-            ));
-        }
-        self.table = table.to_owned();
+        self.table = table_name(table)?;
         Ok(self)
     }
 
@@ -133,7 +112,7 @@ impl PostgresGrantStore {
              CREATE INDEX IF NOT EXISTS {t}_keep_until ON {t} (keep_until);
              COMMIT;"
         );
-        self.bounded(async {
+        bounded(self.timeout, async {
             let client = self.pool.get().await.map_err(backend)?;
             client.batch_execute(&sql).await.map_err(backend)
         })
@@ -147,20 +126,11 @@ impl PostgresGrantStore {
     pub async fn prune(&self) -> Result<u64, StoreError> {
         let sql = format!("DELETE FROM {} WHERE keep_until < $1", self.table);
         let now: SystemTime = self.clock.now();
-        self.bounded(async {
+        bounded(self.timeout, async {
             let client = self.pool.get().await.map_err(backend)?;
             client.execute(&sql, &[&now]).await.map_err(backend)
         })
         .await
-    }
-
-    async fn bounded<T>(
-        &self,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        tokio::time::timeout(self.timeout, call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout))
     }
 
     /// Applies `step` to the grant `id` with its row locked, writing it back if it changed;
@@ -202,7 +172,7 @@ impl GrantStore for PostgresGrantStore {
             "INSERT INTO {} (id, record, keep_until) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
             self.table
         );
-        Box::pin(self.bounded(async move {
+        Box::pin(bounded(self.timeout, async move {
             let client = self.pool.get().await.map_err(backend)?;
             let inserted = client
                 .execute(&sql, &[&id, &text, &keep_until])
@@ -217,7 +187,7 @@ impl GrantStore for PostgresGrantStore {
     }
 
     fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
-        Box::pin(self.bounded(async move {
+        Box::pin(bounded(self.timeout, async move {
             // The time is read once the row is locked, so a lease never starts in the past.
             let clock = Arc::clone(&self.clock);
             self.transition(id, Begin::Unknown, move |g| g.begin(clock.now(), lease))
@@ -226,18 +196,22 @@ impl GrantStore for PostgresGrantStore {
     }
 
     fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
-        Box::pin(
-            self.bounded(self.transition(lease.grant, false, move |g| g.finish(&lease, outcome))),
-        )
+        Box::pin(bounded(
+            self.timeout,
+            self.transition(lease.grant, false, move |g| g.finish(&lease, outcome)),
+        ))
     }
 
     fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
-        Box::pin(self.bounded(self.transition(id, false, Grant::revoke)))
+        Box::pin(bounded(
+            self.timeout,
+            self.transition(id, false, Grant::revoke),
+        ))
     }
 
     fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
         let sql = format!("SELECT record FROM {} WHERE id = $1", self.table);
-        Box::pin(self.bounded(async move {
+        Box::pin(bounded(self.timeout, async move {
             let client = self.pool.get().await.map_err(backend)?;
             let row = client
                 .query_opt(&sql, &[&id.to_string()])
@@ -254,8 +228,4 @@ impl GrantStore for PostgresGrantStore {
             }
         }))
     }
-}
-
-fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
-    StoreError::Backend(Box::new(e))
 }

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use redis::Script;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 
 use super::{Begin, Finish, Grant, GrantId, GrantStore, Lease, record};
 use crate::clock::{Clock, SystemClock};
+use crate::store::backend::{backend, bounded, millis_until, redis_connection};
 use crate::store::{BoxFuture, StoreError};
 
 /// Sets `KEYS[1]` to `ARGV[2]` (keeping its expiry) only if it still holds `ARGV[1]`.
@@ -64,14 +65,10 @@ impl RedisGrantStore {
     /// # Errors
     /// [`StoreError::Backend`] if `url` is not a valid Redis URL.
     pub fn open(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(backend)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Self::DEFAULT_TIMEOUT))
-            .set_response_timeout(Some(Self::DEFAULT_TIMEOUT))
-            .set_number_of_retries(1);
-        let connection =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(backend)?;
-        Ok(Self::with_connection(connection))
+        Ok(Self::with_connection(redis_connection(
+            url,
+            Self::DEFAULT_TIMEOUT,
+        )?))
     }
 
     /// A store over an existing connection manager.
@@ -113,15 +110,6 @@ impl RedisGrantStore {
 
     fn key(&self, id: GrantId) -> String {
         format!("{}{id}", self.prefix)
-    }
-
-    async fn bounded<T>(
-        &self,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        tokio::time::timeout(self.timeout, call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout))
     }
 
     async fn read(&self, key: &str) -> Result<Option<(String, Grant)>, StoreError> {
@@ -177,11 +165,7 @@ impl RedisGrantStore {
     }
 
     fn ttl_ms(&self, grant: &Grant) -> u64 {
-        let keep_until = grant.expires_at + self.retention;
-        let left = keep_until
-            .duration_since(self.clock.now())
-            .unwrap_or(Duration::from_millis(1));
-        u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
+        millis_until(self.clock.now(), grant.expires_at + self.retention)
     }
 }
 
@@ -194,7 +178,7 @@ impl GrantStore for RedisGrantStore {
             record::encode(&fresh),
             self.ttl_ms(grant),
         );
-        Box::pin(self.bounded(async move {
+        Box::pin(bounded(self.timeout, async move {
             let mut connection = self.connection.clone();
             let set: Option<String> = redis::cmd("SET")
                 .arg(&key)
@@ -213,7 +197,7 @@ impl GrantStore for RedisGrantStore {
     }
 
     fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
-        Box::pin(self.bounded(async move {
+        Box::pin(bounded(self.timeout, async move {
             let now: SystemTime = self.clock.now();
             self.transition(id, Begin::Unknown, |g| g.begin(now, lease))
                 .await
@@ -221,25 +205,22 @@ impl GrantStore for RedisGrantStore {
     }
 
     fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
-        Box::pin(self.bounded(async move {
+        Box::pin(bounded(self.timeout, async move {
             self.transition(lease.grant, false, |g| g.finish(&lease, outcome))
                 .await
         }))
     }
 
     fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
-        Box::pin(self.bounded(self.transition(id, false, Grant::revoke)))
+        Box::pin(bounded(
+            self.timeout,
+            self.transition(id, false, Grant::revoke),
+        ))
     }
 
     fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
-        Box::pin(
-            self.bounded(
-                async move { Ok(self.read(&self.key(id)).await?.map(|(_, grant)| grant)) },
-            ),
-        )
+        Box::pin(bounded(self.timeout, async move {
+            Ok(self.read(&self.key(id)).await?.map(|(_, grant)| grant))
+        }))
     }
-}
-
-fn backend(e: redis::RedisError) -> StoreError {
-    StoreError::Backend(Box::new(e))
 }

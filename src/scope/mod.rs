@@ -23,7 +23,7 @@
 //! # Ok::<(), ScopeError>(())
 //! ```
 //!
-//! With the `fs` feature, act through [`ScopedDir`]: every operation is relative to a directory
+//! With the `fs` feature, act through `ScopedDir`: every operation is relative to a directory
 //! handle opened once, and no symbolic link is ever followed, so swapping a folder for a link
 //! between the check and the delete cannot send the delete elsewhere.
 //!

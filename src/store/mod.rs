@@ -25,6 +25,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) mod backend;
 pub mod conformance;
 mod memory;
 #[cfg(feature = "postgres")]

@@ -3,9 +3,9 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use deadpool_postgres::{GenericClient, Pool, PoolConfig, Runtime, Timeouts};
-use tokio_postgres::NoTls;
+use deadpool_postgres::{GenericClient, Pool};
 
+use super::backend::{backend, bounded, postgres_pool, table_name};
 use super::{
     BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, PrincipalKey,
     ReplayStore, StoreError,
@@ -56,21 +56,7 @@ impl PostgresReplayStore {
     /// # Errors
     /// [`StoreError::Backend`] if the URL or the pool configuration is invalid.
     pub fn connect(url: &str) -> Result<Self, StoreError> {
-        let mut config = deadpool_postgres::Config::new();
-        config.url = Some(url.to_owned());
-        let mut pool = PoolConfig::new(16);
-        pool.timeouts = Timeouts {
-            // Waiting for a pooled connection is part of the store call, which `timeout` bounds
-            // as a whole: a second, fixed bound here would ignore a longer `timeout`.
-            wait: None,
-            create: Some(Self::DEFAULT_TIMEOUT),
-            recycle: Some(Self::DEFAULT_TIMEOUT),
-        };
-        config.pool = Some(pool);
-        let pool = config
-            .create_pool(Some(Runtime::Tokio1), NoTls)
-            .map_err(backend)?;
-        Ok(Self::with_pool(pool))
+        Ok(Self::with_pool(postgres_pool(url, Self::DEFAULT_TIMEOUT)?))
     }
 
     /// A store over an existing pool.
@@ -94,16 +80,7 @@ impl PostgresReplayStore {
     /// # Errors
     /// [`StoreError::Backend`] for an invalid name.
     pub fn table(mut self, table: &str) -> Result<Self, StoreError> {
-        let valid = !table.is_empty()
-            && table.len() <= 63
-            && table.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
-            return Err(StoreError::Backend(
-                format!("invalid table name {table:?}").into(),
-            ));
-        }
-        self.table = table.to_owned();
+        self.table = table_name(table)?;
         Ok(self)
     }
 
@@ -199,14 +176,8 @@ impl PostgresReplayStore {
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        tokio::time::timeout(self.timeout, call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout))
+        bounded(self.timeout, call).await
     }
-}
-
-fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
-    StoreError::Backend(Box::new(e))
 }
 
 /// The advisory-lock key of a principal's claims: this table's class, the principal's first bytes.

@@ -3,9 +3,10 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 
+use super::backend::{backend, millis_until, redis_connection};
 use super::{
     BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, Owner, PrincipalKey,
     ReplayStore, StoreError,
@@ -124,14 +125,10 @@ impl RedisReplayStore {
     /// # Errors
     /// [`StoreError::Backend`] if `url` is not a valid Redis URL.
     pub fn open(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(backend)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Self::DEFAULT_TIMEOUT))
-            .set_response_timeout(Some(Self::DEFAULT_TIMEOUT))
-            .set_number_of_retries(1);
-        let connection =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(backend)?;
-        Ok(Self::with_connection(connection))
+        Ok(Self::with_connection(redis_connection(
+            url,
+            Self::DEFAULT_TIMEOUT,
+        )?))
     }
 
     /// A store on a Redis Cluster, given some of its nodes (`redis://host:port`).
@@ -212,18 +209,8 @@ impl RedisReplayStore {
     }
 }
 
-fn backend(e: redis::RedisError) -> StoreError {
-    StoreError::Backend(Box::new(e))
-}
-
 fn in_flight(owner: &Owner) -> String {
     format!("inflight:{}", Nonce::from_bytes(*owner.as_bytes()).to_hex())
-}
-
-/// Milliseconds from `now` until `expires_at`, at least one.
-fn ttl_millis(now: SystemTime, expires_at: SystemTime) -> u64 {
-    let left = expires_at.duration_since(now).unwrap_or_default();
-    u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// Milliseconds since the Unix epoch.
@@ -243,7 +230,7 @@ impl ReplayStore for RedisReplayStore {
             invocation
                 .key(self.live_key(&claim.principal))
                 .arg(in_flight(&claim.owner))
-                .arg(ttl_millis(now, claim.expires_at))
+                .arg(millis_until(now, claim.expires_at))
                 .arg(unix_millis(now))
                 .arg(unix_millis(claim.expires_at))
                 .arg(self.budget)
