@@ -280,12 +280,29 @@ where
 
 type Service = mcp_confirm::Confirm<StreamableHttpService<NotesServer, LocalSessionManager>>;
 
+/// A builder with the tests' key and audience, and nothing else.
+fn builder() -> mcp_confirm::ConfirmLayerBuilder {
+    ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap()).audience("notes.example")
+}
+
 /// A layer configured only from the server's attributes and its tool list.
 fn layer(server: &NotesServer) -> mcp_confirm::ConfirmLayerBuilder {
-    ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap())
-        .audience("notes.example")
+    builder()
         .tools(server.confirm_policies())
         .tool_list(NotesServer::tool_router().list_all())
+}
+
+/// rmcp's stateless server behind `confirm`, answering in JSON or, with `json` false, in SSE.
+fn behind(confirm: ConfirmLayer, server: NotesServer, json: bool) -> Service {
+    let rmcp = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_sse_keep_alive(None)
+            .with_json_response(json),
+    );
+    ServiceBuilder::new().layer(confirm).service(rmcp)
 }
 
 /// rmcp's server behind the layer `configure` builds from the defaults of [`layer`].
@@ -293,16 +310,24 @@ fn service_with(
     server: NotesServer,
     configure: impl FnOnce(mcp_confirm::ConfirmLayerBuilder) -> mcp_confirm::ConfirmLayerBuilder,
 ) -> Service {
-    let confirm = configure(layer(&server)).build();
-    let rmcp = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default()
-            .with_legacy_session_mode(false)
-            .with_sse_keep_alive(None)
-            .with_json_response(true),
-    );
-    ServiceBuilder::new().layer(confirm).service(rmcp)
+    behind(configure(layer(&server)).build(), server, true)
+}
+
+/// The retry of `tool` with `arguments` under id `id`, answering the form of `first` with
+/// `responses`.
+fn retry(first: &Value, id: u64, tool: &str, arguments: Value, responses: Value) -> Value {
+    let state = first["result"]["requestState"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no requestState in {first}"));
+    let mut retry = call(id, tool, arguments);
+    retry["params"]["requestState"] = json!(state);
+    retry["params"]["inputResponses"] = responses;
+    retry
+}
+
+/// Accepting the `delete_choice` form with `note_id`.
+fn choose(note_id: &str) -> Value {
+    json!({"delete_choice":{"action":"accept","content":{"note_id":note_id,"confirm":true}}})
 }
 
 fn service(server: NotesServer) -> Service {
@@ -312,7 +337,6 @@ fn service(server: NotesServer) -> Service {
 /// Accepts the single form of `first` (confirm-only) on a retry of `tool` with id `id`.
 async fn accept_confirm_only(svc: &Service, first: &Value, tool: &str, id: u64) -> Value {
     assert_eq!(first["result"]["resultType"], "input_required", "{first}");
-    let state = first["result"]["requestState"].as_str().unwrap();
     let key = first["result"]["inputRequests"]
         .as_object()
         .unwrap()
@@ -320,11 +344,8 @@ async fn accept_confirm_only(svc: &Service, first: &Value, tool: &str, id: u64) 
         .next()
         .unwrap()
         .clone();
-    let mut retry = call(id, tool, json!({}));
-    retry["params"]["requestState"] = json!(state);
-    retry["params"]["inputResponses"] =
-        json!({key: {"action":"accept","content":{"confirm":true}}});
-    answer(svc, &retry).await
+    let responses = json!({key: {"action":"accept","content":{"confirm":true}}});
+    answer(svc, &retry(first, id, tool, json!({}), responses)).await
 }
 
 #[test]
@@ -358,13 +379,10 @@ async fn a_pick_one_tool_declared_by_attribute_is_confirmed_end_to_end() {
         .map(|o| o["const"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["note-3", "note-7"]);
-    let state = first["result"]["requestState"].as_str().unwrap();
 
-    let mut retry = call(2, "notes_delete", json!({"title":"Groceries"}));
-    retry["params"]["requestState"] = json!(state);
-    retry["params"]["inputResponses"] =
-        json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true}}});
-    let done = answer(&svc, &retry).await;
+    let groceries = || json!({"title":"Groceries"});
+    let accept_7 = retry(&first, 2, "notes_delete", groceries(), choose("note-7"));
+    let done = answer(&svc, &accept_7).await;
     assert_eq!(
         done["result"]["content"][0]["text"], "Deleted note-7 (Groceries)",
         "{done}"
@@ -374,13 +392,9 @@ async fn a_pick_one_tool_declared_by_attribute_is_confirmed_end_to_end() {
 
     // The attribute's revalidation hook runs: an edited note is not deleted by an old approval.
     let again = answer(&svc, &call(3, "notes_delete", json!({"title":"Groceries"}))).await;
-    let state = again["result"]["requestState"].as_str().unwrap();
     notes.lock().unwrap().get_mut("note-3").unwrap().1 = "v3-edited".to_owned();
-    let mut retry = call(4, "notes_delete", json!({"title":"Groceries"}));
-    retry["params"]["requestState"] = json!(state);
-    retry["params"]["inputResponses"] =
-        json!({"delete_choice":{"action":"accept","content":{"note_id":"note-3","confirm":true}}});
-    let revoked = answer(&svc, &retry).await;
+    let accept_3 = retry(&again, 4, "notes_delete", groceries(), choose("note-3"));
+    let revoked = answer(&svc, &accept_3).await;
     assert_eq!(
         revoked["result"]["_meta"]["io.github.mcp-confirm/outcome"], "revoked",
         "{revoked}"
@@ -446,9 +460,7 @@ async fn confirm_destructive_confirms_what_the_annotations_say_is_destructive() 
 #[test]
 fn confirm_destructive_and_exempt_are_checked_when_the_layer_is_built() {
     let server = NotesServer::new(seeded());
-    let bare = || {
-        ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap()).audience("notes.example")
-    };
+    let bare = builder;
     let err = bare().confirm_destructive().try_build().unwrap_err();
     assert_eq!(err, mcp_confirm::ConfigError::MissingToolList);
     let err = layer(&server).exempt("notes_nope").try_build().unwrap_err();
@@ -490,18 +502,8 @@ async fn the_param_header_follows_the_tools_x_mcp_header_schema() {
     // Without it (and without select_header) rmcp refuses the rewritten call: -32020.
     let bare = {
         let server = NotesServer::new(seeded());
-        let confirm = ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap())
-            .audience("notes.example")
-            .tools(server.confirm_policies())
-            .build();
-        let rmcp = StreamableHttpService::new(
-            move || Ok(server.clone()),
-            Arc::new(LocalSessionManager::default()),
-            StreamableHttpServerConfig::default()
-                .with_legacy_session_mode(false)
-                .with_json_response(true),
-        );
-        ServiceBuilder::new().layer(confirm).service(rmcp)
+        let confirm = builder().tools(server.confirm_policies()).build();
+        behind(confirm, server, true)
     };
     let refused = delete_groceries(&bare, "note-3").await;
     assert_eq!(refused["error"]["code"], -32020, "{refused}");
@@ -510,8 +512,7 @@ async fn the_param_header_follows_the_tools_x_mcp_header_schema() {
     let server = NotesServer::new(seeded());
     let mut policies = server.confirm_policies();
     policies[0].1 = policies[0].1.clone().select_header("Other");
-    let err = ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap())
-        .audience("notes.example")
+    let err = builder()
         .tools(policies)
         .tool_list(NotesServer::tool_router().list_all())
         .try_build()
@@ -555,28 +556,17 @@ async fn the_layers_own_results_carry_the_server_info() {
 /// Deletes `id` among the "Groceries" notes through both rounds; the final answer.
 async fn delete_groceries(svc: &Service, id: &str) -> Value {
     let first = answer(svc, &call(1, "notes_delete", json!({"title":"Groceries"}))).await;
-    let state = first["result"]["requestState"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{first}"));
-    let mut retry = call(2, "notes_delete", json!({"title":"Groceries"}));
-    retry["params"]["requestState"] = json!(state);
-    retry["params"]["inputResponses"] =
-        json!({"delete_choice":{"action":"accept","content":{"note_id":id,"confirm":true}}});
-    answer(svc, &retry).await
+    let groceries = json!({"title":"Groceries"});
+    answer(
+        svc,
+        &retry(&first, 2, "notes_delete", groceries, choose(id)),
+    )
+    .await
 }
 
 /// The same server with rmcp answering in SSE rather than JSON.
 fn sse_service(server: NotesServer) -> Service {
-    let confirm = layer(&server).build();
-    let rmcp = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default()
-            .with_legacy_session_mode(false)
-            .with_sse_keep_alive(None)
-            .with_json_response(false),
-    );
-    ServiceBuilder::new().layer(confirm).service(rmcp)
+    behind(layer(&server).build(), server, false)
 }
 
 fn list_request() -> Value {
@@ -667,16 +657,13 @@ async fn a_clients_own_param_header_cannot_redirect_the_rewritten_argument() {
     let notes = seeded();
     let svc = service(NotesServer::new(Arc::clone(&notes)));
     let first = answer(&svc, &call(1, "notes_delete", json!({"title":"Groceries"}))).await;
-    let state = first["result"]["requestState"].as_str().unwrap();
-    let mut retry = call(
-        2,
-        "notes_delete",
-        json!({"title":"Groceries","note_id":"note-3"}),
-    );
-    retry["params"]["requestState"] = json!(state);
-    retry["params"]["inputResponses"] =
-        json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true}}});
-    let done = answer_request(&svc, post_with(&retry, &[("mcp-param-note-id", "note-3")])).await;
+    let sneaky = json!({"title":"Groceries","note_id":"note-3"});
+    let accept_7 = retry(&first, 2, "notes_delete", sneaky, choose("note-7"));
+    let done = answer_request(
+        &svc,
+        post_with(&accept_7, &[("mcp-param-note-id", "note-3")]),
+    )
+    .await;
     assert_eq!(
         done["result"]["content"][0]["text"], "Deleted note-7 (Groceries)",
         "{done}"
@@ -753,11 +740,15 @@ async fn resolvers_and_hooks_may_be_plain_functions() {
         .map(|o| o["title"].as_str().unwrap())
         .collect();
     assert_eq!(titles, ["Groceries (first)", "Groceries (second)"]);
-    let mut retry = call(2, "notes_pin", json!({"title":"Groceries"}));
-    retry["params"]["requestState"] = first["result"]["requestState"].clone();
-    retry["params"]["inputResponses"] =
-        json!({key: {"action":"accept","content":{field: "pin-2", "confirm": true}}});
-    let done = answer(&svc, &retry).await;
+    let responses = json!({key: {"action":"accept","content":{field: "pin-2", "confirm": true}}});
+    let accept = retry(
+        &first,
+        2,
+        "notes_pin",
+        json!({"title":"Groceries"}),
+        responses,
+    );
+    let done = answer(&svc, &accept).await;
     assert_eq!(
         done["result"]["content"][0]["text"], "Pinned pin-2",
         "{done}"
