@@ -243,13 +243,7 @@ where
 /// A `tools/list` answer, with the confirmed tools marked in its body when it is a successful JSON
 /// or SSE answer (its length changes, so `Content-Length` goes).
 fn marked<B>(config: &Config, mut response: Response<B>) -> Response<ResponseBody<B>> {
-    let media_type = response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .map(|v| v.trim().to_ascii_lowercase());
-    let sse = match media_type.as_deref() {
+    let sse = match media_type(response.headers()).as_deref() {
         Some("application/json") => false,
         Some("text/event-stream") => true,
         _ => return response.map(|body| ResponseBody::inner(body, None)),
@@ -265,15 +259,18 @@ fn marked<B>(config: &Config, mut response: Response<B>) -> Response<ResponseBod
 
 /// Whether the request says, once, that its body is `application/json` (parameters allowed).
 fn is_json(headers: &http::HeaderMap) -> bool {
+    media_type(headers).as_deref() == Some("application/json")
+}
+
+/// The media type `Content-Type` names, lowercased and without parameters, if the header is
+/// there exactly once and readable.
+fn media_type(headers: &http::HeaderMap) -> Option<String> {
     let mut values = headers.get_all(CONTENT_TYPE).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
-        return false;
+        return None;
     };
-    let Ok(value) = value.to_str() else {
-        return false;
-    };
-    let media_type = value.split(';').next().unwrap_or_default().trim();
-    media_type.eq_ignore_ascii_case("application/json")
+    let media_type = value.to_str().ok()?.split(';').next().unwrap_or_default();
+    Some(media_type.trim().to_ascii_lowercase())
 }
 
 fn own_response<B>(reply: Reply) -> Response<ResponseBody<B>> {
