@@ -5,6 +5,7 @@
 //! specific reason of a refusal, which the wire never shows. They never carry keys, tokens, or the
 //! form's content.
 
+use crate::grant::{Grant, GrantId};
 use crate::principal::Principal;
 use crate::store::Nonce;
 
@@ -61,4 +62,34 @@ pub(crate) fn completed(nonce: &Nonce, consumed: bool) {
         tracing::warn!(target: TARGET, decision = "completed", nonce = %nonce.short(), consumed,
             reason = "claim no longer held; it stays unusable until it expires");
     }
+}
+
+pub(crate) fn grant_issued(grant: &Grant) {
+    tracing::info!(target: TARGET, decision = "grant_issued", tool = grant.tool, principal = grant.subject,
+        grant = %grant.id.short(), nonce = %grant.nonce.short(), chosen = grant.chosen.as_deref().unwrap_or("-"));
+}
+
+pub(crate) fn grant_executing(grant: &Grant, attempt: u32) {
+    tracing::info!(target: TARGET, decision = "grant_executing", tool = grant.tool, principal = grant.subject,
+        grant = %grant.id.short(), nonce = %grant.nonce.short(), attempt);
+}
+
+pub(crate) fn grant_consumed(grant: &Grant, attempt: u32) {
+    tracing::info!(target: TARGET, decision = "grant_consumed", tool = grant.tool, principal = grant.subject,
+        grant = %grant.id.short(), nonce = %grant.nonce.short(), attempt);
+}
+
+pub(crate) fn grant_failed(grant: &Grant, reason: &str) {
+    tracing::warn!(target: TARGET, decision = "grant_failed", tool = grant.tool, principal = grant.subject,
+        grant = %grant.id.short(), nonce = %grant.nonce.short(), reason);
+}
+
+pub(crate) fn grant_revoked(grant: &Grant) {
+    tracing::info!(target: TARGET, decision = "grant_revoked", tool = grant.tool, principal = grant.subject,
+        grant = %grant.id.short(), nonce = %grant.nonce.short());
+}
+
+pub(crate) fn grant_expired(id: &GrantId, nonce: Option<&Nonce>) {
+    tracing::info!(target: TARGET, decision = "grant_expired", grant = %id.short(),
+        nonce = %nonce.map_or_else(|| "-".to_owned(), Nonce::short));
 }

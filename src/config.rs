@@ -7,9 +7,11 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::grant::GrantStore;
 use crate::limit::ChallengeLimiter;
 use crate::message::{TOOLS_CALL, ToolCall};
 use crate::policy::ToolPolicy;
@@ -20,6 +22,8 @@ use crate::token::sealer::{RequestDigests, Sealer, ToolBinding};
 
 /// The configuration shared by every service a layer builds.
 pub(crate) struct Config {
+    /// The deployment's name, recorded in the grants it issues.
+    pub(crate) audience: String,
     pub(crate) sealer: Sealer,
     pub(crate) store: Arc<dyn ReplayStore>,
     pub(crate) tools: HashMap<String, Arc<GuardedTool>>,
@@ -32,6 +36,10 @@ pub(crate) struct Config {
     pub(crate) server_info: Option<Value>,
     /// Tool name → the `_meta` mark `tools/list` answers carry for it (see [`Self::listing_mark`]).
     pub(crate) listing_marks: Arc<HashMap<String, Value>>,
+    /// Where queued tools' grants go.
+    pub(crate) grants: Option<Arc<dyn GrantStore>>,
+    /// How long a new grant may wait for its first attempt.
+    pub(crate) grant_ttl: Duration,
 }
 
 impl Config {
@@ -79,6 +87,8 @@ impl fmt::Debug for Config {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("challenge_limiter", &self.challenge_limiter)
             .field("server_info", &self.server_info)
+            .field("grants", &self.grants)
+            .field("grant_ttl", &self.grant_ttl)
             .finish_non_exhaustive()
     }
 }

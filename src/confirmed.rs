@@ -5,6 +5,7 @@ use std::time::SystemTime;
 
 use http::Extensions;
 
+use crate::grant::GrantId;
 use crate::principal::Principal;
 use crate::store::Nonce;
 
@@ -39,6 +40,10 @@ pub struct Confirmed {
     /// consume [`nonce`](Self::nonce) itself, in the transaction that makes the change, and act
     /// only if that succeeded.
     pub claimed: bool,
+    /// The grant of a [`queued`](crate::ToolPolicy::queued) tool: enqueue this id, and nothing
+    /// the job carries besides it decides what runs. The worker runs it with
+    /// [`Grants`](crate::grant::Grants). `None` for tools that run in the request.
+    pub grant: Option<GrantId>,
 }
 
 impl Confirmed {

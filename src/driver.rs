@@ -17,6 +17,7 @@ use crate::config::{Config, GuardedTool};
 use crate::confirmed::Confirmed;
 use crate::engine::{self, Declared, Refused};
 use crate::form::{self, Answer};
+use crate::grant::{Grant, GrantId, GrantState};
 use crate::message::{self, ToolCall};
 use crate::policy::{Lookup, Revalidation};
 use crate::principal::Principal;
@@ -317,6 +318,16 @@ async fn accept(
             ));
         }
     }
+    let grant = if policy.queued {
+        Some(
+            issue_grant(
+                config, call, &principal, claims, &arguments, &chosen, &version,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
     // Short of a bug the body reads as it was classified; if not, the guard burns the nonce and
     // nothing runs.
     let body = message::forward_body(call, &arguments)
@@ -329,6 +340,7 @@ async fn accept(
         nonce: claims.nonce,
         expires_at: request.expires_at,
         claimed: guard.is_some(),
+        grant,
     };
     audit::forwarded(&confirmed.tool, &confirmed.principal, &claims.nonce);
     Ok(Decision::Forward(Box::new(Approved {
@@ -337,6 +349,46 @@ async fn accept(
         guard,
         tool: Arc::clone(guarded),
     })))
+}
+
+/// Turns a queued tool's claimed confirmation into a grant. The nonce is already claimed, so at
+/// most one retry gets here per confirmation; if the grant cannot be stored the claim stays
+/// burned and the user confirms again: never a grant without a claim, never two.
+async fn issue_grant(
+    config: &Config,
+    call: &ToolCall,
+    principal: &Principal,
+    claims: &Claims,
+    arguments: &Value,
+    chosen: &Option<String>,
+    version: &Option<String>,
+) -> Result<GrantId, Refused> {
+    let store = config
+        .grants
+        .as_ref()
+        .ok_or_else(|| Refused::new(RpcError::internal(), "queued tool without a grant store"))?;
+    let now = config.sealer.now();
+    let grant = Grant {
+        id: GrantId::random(),
+        audience: config.audience.clone(),
+        principal: PrincipalKey::from_bytes(claims.principal),
+        subject: principal.subject().to_owned(),
+        tool: call.tool.as_str().to_owned(),
+        arguments: arguments.clone(),
+        arguments_digest: claims.arguments,
+        chosen: chosen.clone(),
+        version: version.clone(),
+        nonce: claims.nonce,
+        issued_at: now,
+        expires_at: now + config.grant_ttl,
+        state: GrantState::Granted,
+    };
+    store
+        .issue(&grant)
+        .await
+        .map_err(|e| Refused::new(RpcError::store_unavailable(), format!("grant store: {e}")))?;
+    audit::grant_issued(&grant);
+    Ok(grant.id)
 }
 
 /// Marks a nonce used without running anything (best effort: a failure leaves it fresh, and the

@@ -11,6 +11,7 @@ use tower_layer::Layer;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, GuardedTool};
+use crate::grant::{GrantStore, Grants};
 use crate::limit::ChallengeLimiter;
 use crate::policy::ToolPolicy;
 use crate::principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
@@ -29,6 +30,10 @@ pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// The longest confirmation lifetime the builder accepts.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// The default time a queued tool's grant may wait for its first attempt: fifteen minutes.
+pub const DEFAULT_GRANT_TTL: Duration = Duration::from_secs(15 * 60);
+/// The longest grant lifetime the builder accepts.
+pub const MAX_GRANT_TTL: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// The default per-principal challenge rate: 10 forms a second on average…
 pub const DEFAULT_CHALLENGES_PER_SECOND: u32 = 10;
 /// …and up to 30 at once.
@@ -64,6 +69,13 @@ pub enum ConfigError {
     /// The server info is not an object with a string `name` and `version`.
     #[error("server info must be an object with a string name and version")]
     InvalidServerInfo,
+    /// A [`queued`](ToolPolicy::queued) tool without a
+    /// [`grant_store`](ConfirmLayerBuilder::grant_store) to keep its grants in.
+    #[error("queued tools need a grant store (grant_store)")]
+    MissingGrantStore,
+    /// The grant TTL is zero or longer than [`MAX_GRANT_TTL`].
+    #[error("the grant TTL must be between 1 second and 7 days")]
+    InvalidGrantTtl,
 }
 
 /// A tower [`Layer`] that puts a signed, one-time user confirmation in front of destructive tools.
@@ -95,7 +107,30 @@ impl ConfirmLayer {
             confirm_destructive: false,
             exempt: Vec::new(),
             server_info: None,
+            grants: None,
+            grant_ttl: DEFAULT_GRANT_TTL,
         }
+    }
+
+    /// The worker's handle on the grants this layer issues: its
+    /// [grant store](ConfirmLayerBuilder::grant_store) and the revalidation hooks of its
+    /// [queued](ToolPolicy::queued) tools. `None` without a grant store.
+    pub fn grants(&self) -> Option<Grants> {
+        let store = Arc::clone(self.config.grants.as_ref()?);
+        let hooks = self
+            .config
+            .tools
+            .iter()
+            .filter(|(_, tool)| tool.policy.queued)
+            .filter_map(|(name, tool)| {
+                Some((name.clone(), Arc::clone(tool.policy.revalidate.as_ref()?)))
+            })
+            .collect();
+        Some(Grants::with_hooks(
+            store,
+            Grants::<Arc<dyn GrantStore>>::DEFAULT_LEASE,
+            hooks,
+        ))
     }
 }
 
@@ -127,6 +162,8 @@ pub struct ConfirmLayerBuilder {
     confirm_destructive: bool,
     exempt: Vec<String>,
     server_info: Option<Result<Value, String>>,
+    grants: Option<Arc<dyn GrantStore>>,
+    grant_ttl: Duration,
 }
 
 impl fmt::Debug for ConfirmLayerBuilder {
@@ -280,6 +317,23 @@ impl ConfirmLayerBuilder {
         self
     }
 
+    /// Where the grants of [queued](ToolPolicy::queued) tools are kept: a store every instance and
+    /// every worker shares ([`RedisGrantStore`](crate::grant::RedisGrantStore),
+    /// [`PostgresGrantStore`](crate::grant::PostgresGrantStore); a
+    /// [`MemoryGrantStore`](crate::grant::MemoryGrantStore) only when the workers run in this
+    /// process).
+    pub fn grant_store(mut self, store: impl GrantStore) -> Self {
+        self.grants = Some(Arc::new(store));
+        self
+    }
+
+    /// How long a grant may wait for its first attempt (default [`DEFAULT_GRANT_TTL`]); a grant
+    /// not begun by then expires and never runs.
+    pub fn grant_ttl(mut self, ttl: Duration) -> Self {
+        self.grant_ttl = ttl;
+        self
+    }
+
     /// The clock for state issue and expiry (default: the system clock).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
@@ -336,6 +390,12 @@ impl ConfirmLayerBuilder {
         for (name, policy) in &policies {
             policy.validate(name).map_err(ConfigError::InvalidPolicy)?;
         }
+        if policies.values().any(|p| p.queued) && self.grants.is_none() {
+            return Err(ConfigError::MissingGrantStore);
+        }
+        if self.grant_ttl.as_secs() == 0 || self.grant_ttl > MAX_GRANT_TTL {
+            return Err(ConfigError::InvalidGrantTtl);
+        }
         let server_info = match self.server_info {
             None => None,
             Some(info) => {
@@ -373,6 +433,7 @@ impl ConfirmLayerBuilder {
             .collect();
         Ok(ConfirmLayer {
             config: Arc::new(Config {
+                audience: audience.clone(),
                 sealer: Sealer::new(self.keys, self.ttl, self.skew, self.clock),
                 store,
                 tools,
@@ -383,6 +444,8 @@ impl ConfirmLayerBuilder {
                 challenge_limiter,
                 server_info,
                 listing_marks: Arc::new(listing_marks),
+                grants: self.grants,
+                grant_ttl: self.grant_ttl,
             }),
         })
     }

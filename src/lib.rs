@@ -283,8 +283,8 @@ pub use confirmed::Confirmed;
 pub use http::ResponseFuture;
 pub use layer::{
     ConfigError, ConfirmLayer, ConfirmLayerBuilder, DEFAULT_CHALLENGE_BURST,
-    DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CLOCK_SKEW, DEFAULT_MAX_BODY_BYTES, DEFAULT_TTL,
-    MAX_TTL,
+    DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CLOCK_SKEW, DEFAULT_GRANT_TTL, DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_TTL, MAX_GRANT_TTL, MAX_TTL,
 };
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]

@@ -218,6 +218,7 @@ pub struct ToolPolicy {
     pub(crate) no_candidates_text: String,
     pub(crate) claimed_by_handler: bool,
     pub(crate) unversioned: bool,
+    pub(crate) queued: bool,
 }
 
 impl fmt::Debug for ToolPolicy {
@@ -235,6 +236,7 @@ impl fmt::Debug for ToolPolicy {
             .field("max_candidates", &self.max_candidates)
             .field("claimed_by_handler", &self.claimed_by_handler)
             .field("unversioned", &self.unversioned)
+            .field("queued", &self.queued)
             .finish_non_exhaustive()
     }
 }
@@ -258,6 +260,7 @@ impl ToolPolicy {
             no_candidates_text: "Nothing matched this request, so nothing was changed.".to_owned(),
             claimed_by_handler: false,
             unversioned: false,
+            queued: false,
         }
     }
 
@@ -375,7 +378,19 @@ impl ToolPolicy {
         self
     }
 
-    /// The live check run right before the confirmed call is forwarded.
+    /// Runs the tool's work later, as a durable grant: the layer settles the confirmation in the
+    /// request as usual, then records a [`Grant`](crate::grant::Grant) in the layer's
+    /// [grant store](crate::ConfirmLayerBuilder::grant_store) and forwards the call with
+    /// [`Confirmed::grant`](crate::Confirmed::grant) set. The handler enqueues only the grant id;
+    /// the worker runs it with [`Grants`](crate::grant::Grants), which re-checks the live record
+    /// with this policy's [`revalidate`](Self::revalidate) hook (required) before each attempt.
+    pub fn queued(mut self) -> Self {
+        self.queued = true;
+        self
+    }
+
+    /// The live check run right before the confirmed call is forwarded (and, for a
+    /// [`queued`](Self::queued) tool, again before each attempt at its grant).
     pub fn revalidate(mut self, hook: impl Revalidate) -> Self {
         self.revalidate = Some(Arc::new(hook));
         self
@@ -418,6 +433,18 @@ impl ToolPolicy {
             return Err(format!(
                 "tool {tool:?}: invalid select_into argument {arg:?}"
             ));
+        }
+        if self.queued {
+            if self.revalidate.is_none() {
+                return Err(format!(
+                    "tool {tool:?}: a queued tool needs a revalidate hook, run again when the work runs"
+                ));
+            }
+            if self.claimed_by_handler {
+                return Err(format!(
+                    "tool {tool:?}: a queued tool's claim becomes its grant; it cannot be claimed by the handler"
+                ));
+            }
         }
         if let Some(name) = &self.select_header {
             if self.select_into.is_none() {

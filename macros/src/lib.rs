@@ -39,6 +39,7 @@ use syn::{Attribute, Expr, ExprLit, ImplItem, ItemImpl, Lit, LitStr, Meta, Path,
 /// | `max_candidates`, `max_label_chars` | integer, `pick_one` only | the builder method of that name |
 /// | `plain_enum`, `without_versions` | flag, `pick_one` only | the builder method of that name |
 /// | `claimed_by_handler` | flag | `.claimed_by_handler()` |
+/// | `queued` | flag, with `revalidate` | `.queued()`: the work runs later, from a durable grant |
 ///
 /// Methods referred to as `Self::…` are called on a clone of the server taken when
 /// `confirm_policies()` runs, so the server type must be `Clone + Send + Sync + 'static` (rmcp's
@@ -187,7 +188,12 @@ const STRING_KEYS: &[&str] = &[
     "no_candidates_text",
 ];
 const NUMBER_KEYS: &[&str] = &["max_candidates", "max_label_chars"];
-const FLAG_KEYS: &[&str] = &["plain_enum", "without_versions", "claimed_by_handler"];
+const FLAG_KEYS: &[&str] = &[
+    "plain_enum",
+    "without_versions",
+    "claimed_by_handler",
+    "queued",
+];
 const PICK_ONE_ONLY: &[&str] = &[
     "choice_field",
     "choice_title",
@@ -200,7 +206,7 @@ const PICK_ONE_ONLY: &[&str] = &[
 ];
 const ALL_KEYS: &str = "pick_one, revalidate, message, input_key, confirm_field, confirm_title, \
     choice_field, choice_title, select_into, select_header, no_candidates_text, max_candidates, \
-    max_label_chars, plain_enum, without_versions, claimed_by_handler";
+    max_label_chars, plain_enum, without_versions, claimed_by_handler, queued";
 
 fn read_keys(attr: &Attribute) -> syn::Result<Keys> {
     let items = match &attr.meta {
@@ -306,6 +312,14 @@ fn read_keys(attr: &Attribute) -> syn::Result<Keys> {
         return Err(syn::Error::new(
             key.span(),
             format!("`{key}` needs `pick_one = …`: only a pick-one policy offers a choice"),
+        ));
+    }
+    if keys.revalidate.is_none()
+        && let Some(key) = keys.flags.iter().find(|flag| *flag == "queued")
+    {
+        return Err(syn::Error::new(
+            key.span(),
+            "`queued` needs `revalidate = …`: a grant's worker re-checks the live record before it runs",
         ));
     }
     if let Some(key) = &keys.select_header

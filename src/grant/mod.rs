@@ -33,6 +33,8 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use serde_json::Value;
+
 use crate::clock::{Clock, SystemClock};
 use crate::store::{BoxFuture, Nonce, PrincipalKey, StoreError};
 
@@ -43,6 +45,7 @@ mod postgres;
 mod record;
 #[cfg(feature = "redis")]
 mod redis;
+mod worker;
 
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -50,6 +53,7 @@ pub use postgres::PostgresGrantStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::RedisGrantStore;
+pub use worker::{Attempt, GrantError, Grants, RunError};
 
 /// The unguessable id of a grant: 128 random bits. The only thing a queued job needs to carry.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,6 +75,11 @@ impl GrantId {
     /// The id's bytes.
     pub fn as_bytes(&self) -> &[u8; 16] {
         &self.0
+    }
+
+    /// The first four bytes in hex, for logs: enough to correlate, not enough to use.
+    pub(crate) fn short(&self) -> String {
+        self.0[..4].iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 
@@ -160,12 +169,18 @@ pub struct Grant {
     pub id: GrantId,
     /// The deployment that issued it.
     pub audience: String,
-    /// Who approved (the keyed digest a state binds).
+    /// Who approved: the keyed digest of the principal that the confirmation's state bound.
     pub principal: PrincipalKey,
+    /// Who approved, as the authentication layer named them: the worker re-authorizes this
+    /// subject when the work runs.
+    pub subject: String,
     /// The confirmed tool.
     pub tool: String,
-    /// The digest of the arguments that were approved.
-    pub arguments: [u8; 32],
+    /// The arguments the confirmed call carried (with the chosen id written in): what the work
+    /// acts on. A job carries only the grant id; anything else it carries is descriptive.
+    pub arguments: Value,
+    /// The digest of the arguments the confirmation's state bound.
+    pub arguments_digest: [u8; 32],
     /// The record the user chose, if the tool offered a choice.
     pub chosen: Option<String>,
     /// The version of that record the user saw.
@@ -298,6 +313,28 @@ pub trait GrantStore: fmt::Debug + Send + Sync + 'static {
 
     /// The grant as it stands.
     fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>>;
+}
+
+impl<S: GrantStore + ?Sized> GrantStore for Arc<S> {
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+        (**self).issue(grant)
+    }
+
+    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
+        (**self).begin(id, lease)
+    }
+
+    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+        (**self).finish(lease, outcome)
+    }
+
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
+        (**self).revoke(id)
+    }
+
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+        (**self).get(id)
+    }
 }
 
 /// Grants in this process's memory: for one instance, and for tests. A restart forgets them all,

@@ -9,9 +9,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use deadpool_postgres::Pool;
+use deadpool_postgres::{Pool, Transaction};
+use tokio_postgres::error::SqlState;
 
-use super::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Lease, record};
+use super::{
+    Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, Grants, Lease, RunError,
+    record,
+};
+use crate::audit;
 use crate::clock::{Clock, SystemClock};
 use crate::store::backend::{backend, bounded, postgres_pool, table_name};
 use crate::store::{BoxFuture, StoreError};
@@ -133,6 +138,17 @@ impl PostgresGrantStore {
         .await
     }
 
+    /// Writes `grant`'s record in `tx`.
+    async fn write(&self, tx: &Transaction<'_>, grant: &Grant) -> Result<(), StoreError> {
+        let update = format!("UPDATE {} SET record = $2 WHERE id = $1", self.table);
+        let (id, text) = (grant.id.to_string(), record::encode(grant));
+        bounded(self.timeout, async {
+            tx.execute(&update, &[&id, &text]).await.map_err(backend)
+        })
+        .await
+        .map(drop)
+    }
+
     /// Applies `step` to the grant `id` with its row locked, writing it back if it changed;
     /// `missing` answers for an unknown id.
     async fn transition<T>(
@@ -160,6 +176,101 @@ impl PostgresGrantStore {
         tx.commit().await.map_err(backend)?;
         Ok(answer)
     }
+}
+
+impl Grants<PostgresGrantStore> {
+    /// Runs grant `id`'s action in one PostgreSQL transaction with the grant's own transitions:
+    /// the grant's row is locked, begun, re-checked, acted on by `action` (with the same
+    /// transaction, for data in this database) and consumed, and all of it commits together.
+    ///
+    /// So there is no window in which the change happened and the grant does not say so: a
+    /// worker killed mid-action rolls back the change and the grant alike, and the next attempt
+    /// starts clean. An attempt that finds the row locked by another gets [`GrantError::Busy`]
+    /// at once; an `action` error rolls everything back and leaves the grant as it was, so the
+    /// job may retry it. A refused re-check commits the grant as failed.
+    ///
+    /// # Errors
+    /// [`RunError::Grant`] if the action must not run (or the commit failed, which undid it);
+    /// [`RunError::Action`] with the action's error.
+    pub async fn run_in_transaction<T, E, F>(
+        &self,
+        id: GrantId,
+        action: F,
+    ) -> Result<T, RunError<E>>
+    where
+        F: for<'t> FnOnce(&'t Transaction<'t>, &'t Grant) -> BoxFuture<'t, Result<T, E>>,
+    {
+        let store = &self.store;
+        let unavailable = |e: StoreError| RunError::Grant(GrantError::Unavailable(e));
+        let select = format!(
+            "SELECT record FROM {} WHERE id = $1 FOR UPDATE NOWAIT",
+            store.table
+        );
+        let key = id.to_string();
+        let mut client = bounded(store.timeout, async {
+            store.pool.get().await.map_err(backend)
+        })
+        .await
+        .map_err(unavailable)?;
+        let tx = bounded(store.timeout, async {
+            client.transaction().await.map_err(backend)
+        })
+        .await
+        .map_err(unavailable)?;
+        let row = match tokio::time::timeout(store.timeout, tx.query_opt(&select, &[&key])).await {
+            Err(_) => return Err(unavailable(StoreError::Timeout)),
+            Ok(Err(e)) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                return Err(RunError::Grant(GrantError::Busy {
+                    retry_after: store.clock.now() + self.lease,
+                }));
+            }
+            Ok(Err(e)) => return Err(unavailable(backend(e))),
+            Ok(Ok(None)) => return Err(RunError::Grant(GrantError::Unknown)),
+            Ok(Ok(Some(row))) => row,
+        };
+        let text: String = row.try_get(0).map_err(|e| unavailable(backend(e)))?;
+        let mut grant = record::decode(&text).ok_or_else(|| {
+            unavailable(StoreError::Backend("a grant record does not decode".into()))
+        })?;
+        let write = async |tx: &Transaction<'_>, grant: &Grant| {
+            store.write(tx, grant).await.map_err(unavailable)
+        };
+        let lease = match grant.begin(store.clock.now(), self.lease) {
+            Begin::Started(lease) => lease,
+            Begin::Busy { until } => {
+                return Err(RunError::Grant(GrantError::Busy { retry_after: until }));
+            }
+            Begin::Unknown => return Err(RunError::Grant(GrantError::Unknown)),
+            Begin::Finished(state) => {
+                if record::encode(&grant) != text {
+                    // This attempt expired it: record that.
+                    write(&tx, &grant).await?;
+                    commit(store, tx).await.map_err(unavailable)?;
+                    audit::grant_expired(&id, Some(&grant.nonce));
+                }
+                return Err(RunError::Grant(GrantError::Ended(state)));
+            }
+        };
+        audit::grant_executing(&grant, lease.attempt);
+        if let Err(refusal) = self.check(&grant).await {
+            grant.finish(&lease, Finish::Failed);
+            write(&tx, &grant).await?;
+            commit(store, tx).await.map_err(unavailable)?;
+            audit::grant_failed(&grant, refusal.reason());
+            return Err(RunError::Grant(GrantError::Refused(refusal)));
+        }
+        // On an error the transaction is dropped: the change and the grant roll back together.
+        let value = action(&tx, &grant).await.map_err(RunError::Action)?;
+        grant.finish(&lease, Finish::Consumed);
+        write(&tx, &grant).await?;
+        commit(store, tx).await.map_err(unavailable)?;
+        audit::grant_consumed(&grant, lease.attempt);
+        Ok(value)
+    }
+}
+
+async fn commit(store: &PostgresGrantStore, tx: Transaction<'_>) -> Result<(), StoreError> {
+    bounded(store.timeout, async { tx.commit().await.map_err(backend) }).await
 }
 
 impl GrantStore for PostgresGrantStore {

@@ -66,6 +66,11 @@ impl Sealer {
 
     /// The keyed digest of `subject` that the signing key puts in a state: whom a new challenge
     /// is charged to.
+    /// The time by the sealer's clock.
+    pub(crate) fn now(&self) -> SystemTime {
+        self.clock.now()
+    }
+
     pub(crate) fn principal_digest(&self, subject: &str) -> [u8; 16] {
         self.keys.signing().principal_digest(subject)
     }
