@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The official MCP conformance suite, 2026-07-28 requirement set, against
-# tools/src/bin/conformance_server.rs (rmcp behind HostOriginLayer and ConfirmLayer).
+# tools/src/bin/conformance_server/ (rmcp behind HostOriginLayer and ConfirmLayer).
 #
 # Installs Node 22 and the suite from npm into <target>/ci-node (reused when the pinned versions are
 # already there), builds the fixture, starts it on a free port, runs the suite with
