@@ -10,14 +10,18 @@
 //! the first line it prints. Two tools are confirmed by `ConfirmLayer` itself, which answers their
 //! first call with `input_required` and a signed single-use `requestState`, and rejects a tampered
 //! state with a JSON-RPC error; the handler only ever sees the confirmed retry. Everything else the
-//! suite's scenarios name is implemented by the rmcp handler below. It offers no
-//! `subscriptions/listen` and declares no `listChanged`, so the suite skips its subscription checks.
+//! suite's scenarios name is implemented by the rmcp handler below; the tools of the Tasks
+//! extension (SEP-2663), which the not-scored `tasks-*` scenarios exercise, are in `tasks.rs`. It
+//! offers no `subscriptions/listen` and declares no `listChanged`, so the suite skips its
+//! subscription checks.
 
 use std::borrow::Cow;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+mod tasks;
 
 use axum::Router;
 use axum::extract::Request;
@@ -28,16 +32,18 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::InputResponses as ToolInputResponses;
 use rmcp::handler::server::tool::RequestState;
 use rmcp::model::{
-    CacheScope, CallToolResponse, CallToolResult, ClientCapabilities, CompleteRequestParams,
-    CompleteResult, CompletionInfo, ContentBlock, ElicitRequest, ElicitRequestParams,
-    ElicitationSchema, GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation,
-    InputRequest, InputRequests, InputRequiredResult, InputResponses, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, Prompt, PromptArgument, PromptMessage, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, Resource,
-    ResourceContents, ResourceTemplate, Role, ServerCapabilities, ServerConfig,
+    CacheScope, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
+    CompleteRequestParams, CompleteResult, CompletionInfo, ContentBlock, ElicitRequest,
+    ElicitRequestParams, ElicitationSchema, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, GetTaskParams, GetTaskResult, Implementation, InputRequest, InputRequests,
+    InputRequiredResult, InputResponses, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    Prompt, PromptArgument, PromptMessage, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Reference, Resource, ResourceContents,
+    ResourceTemplate, Role, ServerCapabilities, ServerConfig, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
+use rmcp::task_manager::TaskManager;
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
@@ -128,8 +134,11 @@ fn app(audience: String) -> Result<Router, mcp_confirm::ConfigError> {
                 .confirm_title("OK"),
         );
     }
+    // One task store for the whole server: every request gets a fresh handler, and a task started
+    // by one request is polled, answered and cancelled by later ones.
+    let tasks = TaskManager::new();
     let mcp = StreamableHttpService::new(
-        || Ok(Everything::new()),
+        move || Ok(Everything::new(tasks.clone())),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
@@ -160,10 +169,12 @@ struct RegionArgs {
     region: String,
 }
 
-/// The rmcp handler: the tools, prompts, resources and completions the scenarios call.
+/// The rmcp handler: the tools, prompts, resources, completions and tasks the scenarios call.
 #[derive(Clone)]
 struct Everything {
     tool_router: ToolRouter<Self>,
+    /// The server's task store, shared by every request's handler.
+    tasks: TaskManager,
 }
 
 fn text(text: impl Into<String>) -> CallToolResult {
@@ -249,9 +260,10 @@ const CAPABILITIES_STATE: &str = "capabilities";
 
 #[tool_router]
 impl Everything {
-    fn new() -> Self {
+    fn new(tasks: TaskManager) -> Self {
         Self {
-            tool_router: Self::tool_router(),
+            tool_router: Self::tool_router() + Self::task_tools(),
+            tasks,
         }
     }
 
@@ -630,6 +642,7 @@ impl ServerHandler for Everything {
                 .enable_prompts()
                 .enable_resources()
                 .enable_tools()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new(
@@ -642,12 +655,50 @@ impl ServerHandler for Everything {
         Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
     }
 
+    // rmcp answers the three `tasks/*` methods with -32021 itself when the request did not declare
+    // the Tasks extension, so these only ever see requests that did. An unknown task id is -32602.
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        Ok(GetTaskResult::new(self.tasks.get_task(&request.task_id)?))
+    }
+
+    /// Answers the keys still pending; unknown or already answered keys are ignored, as SEP-2663
+    /// asks, and the acknowledgement is the empty `{resultType: "complete"}`.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    /// Records the cancellation and acknowledges at once, also for a task that has already ended;
+    /// the task itself decides how it ends (see `slow_compute`).
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks.cancel_task(&request.task_id)
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tool_router.list_all())
+        // The task fixtures after the other tools, each part sorted by name: the suite's
+        // http-header-validation calls whichever tool comes first with no arguments and no
+        // capabilities and needs an answer, and `confirm_delete`, first by name, needs the Tasks
+        // extension. `self.tool_router` serves the same tools, both routers together.
+        let mut tools = Self::tool_router().list_all();
+        tools.extend(Self::task_tools().list_all());
+        Ok(ListToolsResult::with_all_items(tools)
             .with_ttl_ms(CACHE_TTL_MS)
             .with_cache_scope(CacheScope::Public))
     }
