@@ -8,6 +8,8 @@ mod app;
 #[allow(dead_code)]
 mod notes;
 mod notes_http;
+#[path = "../examples/notes_server/queue.rs"]
+mod queue;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,6 +66,7 @@ impl Server {
             keys: KeyRing::single("k1", [0x5a; 32]).unwrap(),
             audience: "notes-e2e".into(),
             replay_store: None,
+            grant_store: Arc::new(mcp_confirm::grant::MemoryGrantStore::new()),
             challenge_rate: app::ChallengeRate::Default,
             without_confirmation,
         };
@@ -479,7 +482,10 @@ async fn list_and_create_pass_through_the_layer() {
     let tools = alice.list_all_tools().await.unwrap();
     let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
     // rmcp's tool router lists tools by name.
-    assert_eq!(names, ["notes_create", "notes_delete", "notes_list"]);
+    assert_eq!(
+        names,
+        ["notes_create", "notes_delete", "notes_list", "notes_purge"]
+    );
 }
 
 #[tokio::test]
@@ -797,4 +803,171 @@ async fn forms_follow_changes_made_outside_the_server() {
     assert!(text(&done).contains("Deleted note-40"), "{done}");
     let (_, ids) = challenge(&alice, &server, "Groceries").await;
     assert_eq!(ids, ["note-7"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The queued purge: confirmed in the request, run later from a grant by a Tasks-extension task.
+
+/// A client that shows forms and follows tasks.
+async fn task_client(server: &Server, token: &str) -> Client {
+    let capabilities = json!({
+        "elicitation": {"form": {}},
+        "extensions": {"io.modelcontextprotocol/tasks": {}}
+    });
+    connect(server, token, capabilities).await
+}
+
+fn purge_call(server: &Server, title: &str) -> CallToolRequestParams {
+    CallToolRequestParams::new("notes_purge").with_arguments(args(
+        json!({"workspaceUri": server.workspace("personal"), "title": title}),
+    ))
+}
+
+/// The first round of a purge of "Groceries": the form offers the whole set, once.
+async fn purge_challenge(client: &Client, server: &Server) -> (String, Value) {
+    let first = round(client, purge_call(server, "Groceries"))
+        .await
+        .expect("input_required");
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    let offered = first["inputRequests"]["purge_choice"]["params"]["requestedSchema"]["properties"]
+        ["set"]["oneOf"]
+        .clone();
+    assert_eq!(offered.as_array().map(Vec::len), Some(1), "{first}");
+    (first["requestState"].as_str().unwrap().to_owned(), offered)
+}
+
+/// The retry accepting the purge of `state`, as the raw JSON of whatever came back.
+async fn purge_accept(
+    client: &Client,
+    server: &Server,
+    state: &str,
+) -> Result<Value, (i32, Value)> {
+    let responses = serde_json::from_value(
+        json!({"purge_choice": {"action": "accept", "content": {"set": "all", "confirm": true}}}),
+    )
+    .unwrap();
+    let call = purge_call(server, "Groceries")
+        .with_request_state(state)
+        .with_input_responses(responses);
+    match client.call_tool_once(call).await {
+        Ok(CallToolResponse::Complete(result)) => Ok(serde_json::to_value(result).unwrap()),
+        Ok(CallToolResponse::Task(created)) => Ok(serde_json::to_value(created).unwrap()),
+        Ok(other) => panic!("unexpected response {other:?}"),
+        Err(ServiceError::McpError(e)) => Err((e.code.0, e.data.unwrap_or(Value::Null))),
+        Err(e) => panic!("transport error {e}"),
+    }
+}
+
+/// Polls `tasks/get` until the task is no longer working; its final state.
+async fn settled(client: &Client, task_id: &str) -> Value {
+    for _ in 0..200 {
+        let task = client
+            .get_task(rmcp::model::GetTaskParams::new(task_id))
+            .await
+            .expect("tasks/get");
+        let task = serde_json::to_value(task).unwrap();
+        if task["status"] != "working" {
+            return task;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("task {task_id} never settled");
+}
+
+fn task_id(created: &Value) -> String {
+    assert_eq!(created["resultType"], "task", "{created}");
+    created["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task id in {created}"))
+        .to_owned()
+}
+
+const PERSONAL_WITHOUT_GROCERIES: [&str; 2] = ["note-1.md", "note-2.md"];
+
+#[tokio::test]
+async fn a_confirmed_purge_becomes_a_task_that_deletes_the_set_once() {
+    let server = Server::start().await;
+    let alice = task_client(&server, "alice-token").await;
+    let (state, offered) = purge_challenge(&alice, &server).await;
+    let label = offered[0]["title"].as_str().unwrap_or_default();
+    assert!(label.contains("note-3, note-7, note-14"), "{offered}");
+    let created = purge_accept(&alice, &server, &state).await.unwrap();
+    let task = task_id(&created);
+    // Queued, not run: nothing is deleted before the task starts.
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+    let done = settled(&alice, &task).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let result = &done["result"];
+    assert_eq!(result["isError"], false, "{done}");
+    assert!(
+        text(result).contains("Deleted 3 notes titled \"Groceries\""),
+        "{done}"
+    );
+    assert_eq!(server.notes_in("personal"), PERSONAL_WITHOUT_GROCERIES);
+    // The same confirmation again: refused by the replay store, no second task.
+    let (code, data) = purge_accept(&alice, &server, &state).await.unwrap_err();
+    assert_eq!(
+        (code, data["reason"].clone()),
+        (-32602, json!("invalid_request_state"))
+    );
+}
+
+#[tokio::test]
+async fn a_note_edited_between_approval_and_execution_stops_the_purge() {
+    let server = Server::start().await;
+    let alice = task_client(&server, "alice-token").await;
+    let (state, _) = purge_challenge(&alice, &server).await;
+    let created = purge_accept(&alice, &server, &state).await.unwrap();
+    let task = task_id(&created);
+    // Within the queue delay: note-14 gets a new body, so the set is no longer the one approved.
+    let path = server.note_path("personal", "note-14");
+    let edited = std::fs::read_to_string(&path).unwrap() + "\nand coffee";
+    std::fs::write(&path, edited).unwrap();
+    let done = settled(&alice, &task).await;
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    assert!(text(&done["result"]).contains("changed"), "{done}");
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+}
+
+#[tokio::test]
+async fn cancelling_the_task_revokes_the_grant_and_only_its_owner_may() {
+    let server = Server::start().await;
+    let alice = task_client(&server, "alice-token").await;
+    let bob = task_client(&server, "bob-token").await;
+    let (state, _) = purge_challenge(&alice, &server).await;
+    let created = purge_accept(&alice, &server, &state).await.unwrap();
+    let task = task_id(&created);
+    // Bob can neither see nor cancel alice's task: to him it does not exist.
+    for denied in [
+        bob.get_task(rmcp::model::GetTaskParams::new(task.clone()))
+            .await
+            .map(drop),
+        bob.cancel_task(rmcp::model::CancelTaskParams::new(task.clone()))
+            .await,
+    ] {
+        match denied {
+            Err(ServiceError::McpError(e)) => assert_eq!(e.code.0, -32602, "{e:?}"),
+            other => panic!("bob's tasks call answered {other:?}"),
+        }
+    }
+    alice
+        .cancel_task(rmcp::model::CancelTaskParams::new(task.clone()))
+        .await
+        .expect("tasks/cancel");
+    let done = settled(&alice, &task).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+    // Past the queue delay nothing ran, and the grant is revoked, not merely unstarted.
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+}
+
+#[tokio::test]
+async fn a_client_without_tasks_waits_for_the_same_grant_in_the_request() {
+    let server = Server::start().await;
+    let alice = form_client(&server, "alice-token").await;
+    let (state, _) = purge_challenge(&alice, &server).await;
+    let done = purge_accept(&alice, &server, &state).await.unwrap();
+    assert_eq!(done["resultType"], "complete", "{done}");
+    assert!(text(&done).contains("Deleted 3 notes"), "{done}");
+    assert_eq!(server.notes_in("personal"), PERSONAL_WITHOUT_GROCERIES);
 }

@@ -9,6 +9,7 @@ use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
+use mcp_confirm::grant::GrantStore;
 use mcp_confirm::guard::HostOriginLayer;
 use mcp_confirm::store::ReplayStore;
 use mcp_confirm::{
@@ -19,17 +20,20 @@ use rmcp::handler::server::common::Extension;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, ProtocolVersion, ServerCapabilities, ServerConfig,
+    CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, GetTaskParams, GetTaskResult,
+    Implementation, ProtocolVersion, ServerCapabilities, ServerConfig, UpdateTaskParams,
 };
+use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
-use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tower::ServiceBuilder;
 
 use crate::notes::{NotesError, NotesStore};
+use crate::queue::{self, Queue};
 
 /// The demo identity provider: bearer token → principal.
 pub(crate) fn principal_for_token(token: &str) -> Option<&'static str> {
@@ -55,6 +59,8 @@ pub(crate) struct Options {
     pub(crate) audience: String,
     /// `None`: the in-memory store.
     pub(crate) replay_store: Option<Arc<dyn ReplayStore>>,
+    /// Where `notes_purge`'s grants wait for their task.
+    pub(crate) grant_store: Arc<dyn GrantStore>,
     /// How fast one principal may be shown new forms.
     pub(crate) challenge_rate: ChallengeRate,
     /// Serve without `ConfirmLayer` (only for measuring what the layer costs).
@@ -76,6 +82,7 @@ pub(crate) enum ChallengeRate {
 pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
     let server = NotesServer::new(store);
     let policies = server.confirm_policies();
+    let queue = server.queue.clone();
     let rmcp = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(LocalSessionManager::default()),
@@ -97,6 +104,7 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
         .tools(policies)
         .tool_list(NotesServer::tool_router().list_all())
         .confirm_destructive()
+        .grant_store(options.grant_store)
         .server_info(server_info());
     if let Some(replay_store) = options.replay_store {
         confirm = confirm.replay_store(replay_store);
@@ -108,7 +116,10 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
         }
         ChallengeRate::Off => confirm.without_challenge_rate_limit(),
     };
-    Router::new().nest_service("/mcp", guard.layer(confirm.build()).service(rmcp))
+    let confirm = confirm.build();
+    // The worker runs grants with the layer's store and the queued tools' revalidation hooks.
+    queue.start(confirm.grants());
+    Router::new().nest_service("/mcp", guard.layer(confirm).service(rmcp))
 }
 
 /// Runs `f` on the notes store: on the blocking pool when the notes are files (so file I/O never
@@ -187,17 +198,36 @@ pub(crate) struct DeleteArgs {
 #[derive(Clone)]
 pub(crate) struct NotesServer {
     store: Arc<NotesStore>,
+    /// The background work of `notes_purge`: its tasks and the grants they run.
+    queue: Queue,
     tool_router: ToolRouter<Self>,
+}
+
+/// `notes_purge`'s arguments: every note titled `title` in the workspace.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub(crate) struct PurgeArgs {
+    /// file:// URI of the workspace folder
+    #[serde(rename = "workspaceUri")]
+    #[schemars(extend("format" = "uri"))]
+    workspace_uri: String,
+    /// Read by the layer's hooks and the worker from the confirmed arguments; here for the schema.
+    #[allow(dead_code)]
+    title: String,
+    /// Written in by the layer from the user's choice (the only one offered: the whole set).
+    #[serde(default)]
+    #[schemars(skip)]
+    set: Option<String>,
 }
 
 /// The request's HTTP parts, where the principal and the `Confirmed` value travel.
 type HttpParts = Extension<http::request::Parts>;
 
-fn text(result: String) -> CallToolResult {
+pub(crate) fn text(result: String) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(result)])
 }
 
-fn refuse(result: impl Into<String>) -> CallToolResult {
+pub(crate) fn refuse(result: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(result.into())])
 }
 
@@ -218,6 +248,7 @@ fn reply(result: Result<String, NotesError>) -> CallToolResult {
 impl NotesServer {
     pub(crate) fn new(store: Arc<NotesStore>) -> Self {
         Self {
+            queue: Queue::new(Arc::clone(&store)),
             store,
             tool_router: Self::tool_router(),
         }
@@ -365,6 +396,123 @@ impl NotesServer {
         )
     }
 
+    /// Deletes every note with a title, in the background: the user confirms the set as it is,
+    /// the confirmation becomes a durable grant, and a task runs it after re-checking that the
+    /// set is still exactly what the user saw (`same_title_set`).
+    #[tool(
+        description = "Delete every note with a given title, as a background task. The user confirms the whole set first.",
+        annotations(
+            title = "Purge notes by title",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    #[confirm(
+        pick_one = Self::title_set,
+        revalidate = Self::same_title_set,
+        queued,
+        message = "Delete every note with this title? This runs in the background and cannot be undone.",
+        input_key = "purge_choice",
+        choice_field = "set",
+        choice_title = "Notes to delete",
+        confirm_title = "Yes, delete all of them",
+        select_into = "set",
+        max_label_chars = 200,
+        no_candidates_text = "No note with that title in a workspace you can access; nothing was changed."
+    )]
+    async fn notes_purge(
+        &self,
+        Parameters(args): Parameters<PurgeArgs>,
+        Extension(parts): HttpParts,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let (principal, _) = match self.caller(&parts, &args.workspace_uri) {
+            Ok(caller) => caller,
+            Err(refusal) => return Ok(refusal.into()),
+        };
+        let set = args.set.unwrap_or_default();
+        // The grant is the only thing the job gets; the arguments above are descriptive.
+        let grant = match parts.extensions.get::<Confirmed>() {
+            Some(c) if c.covers("notes_purge", Some(&set)) && c.principal == principal => c.grant,
+            _ => None,
+        };
+        let Some(grant) = grant else {
+            return Ok(refuse("Refused: notes_purge runs only after the user confirms.").into());
+        };
+        let tasks = ctx
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks());
+        if tasks {
+            Ok(self.queue.enqueue(grant, &principal).into())
+        } else {
+            // A client that cannot follow a task waits for the same work in the request.
+            Ok(self.queue.run(grant).await.into())
+        }
+    }
+
+    /// The one choice `notes_purge` offers: the whole set of notes titled `title`, versioned by
+    /// the ids and versions of its members, so adding, editing or removing one changes it.
+    async fn title_set(&self, lookup: Lookup) -> Result<Vec<Candidate>, PolicyError> {
+        let notes = self
+            .notes_titled(&lookup.principal, &lookup.arguments)
+            .await;
+        let notes = notes.map_err(PolicyError::new)?;
+        if notes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = notes.iter().map(|n| n.id.as_str()).collect();
+        let label = format!(
+            "All {} notes titled {:?}: {}",
+            notes.len(),
+            notes[0].title,
+            ids.join(", ")
+        );
+        Ok(vec![
+            Candidate::labelled(queue::WHOLE_SET, label).with_version(queue::set_version(&notes)),
+        ])
+    }
+
+    /// Before the purge runs (at approval, and again in the task): the principal may still use
+    /// the workspace, and the notes titled `title` are exactly the set the user saw.
+    async fn same_title_set(&self, check: Revalidation) -> Result<(), Refusal> {
+        let notes = self
+            .notes_titled(&check.principal, &check.arguments)
+            .await
+            .map_err(|e| Refusal::new(e.to_string()))?;
+        if notes.is_empty() {
+            return Err(Refusal::new("the notes are gone since the form was shown"));
+        }
+        if check.seen_version.as_deref() != Some(queue::set_version(&notes).as_str()) {
+            return Err(Refusal::new(
+                "the set of notes changed since the form was shown",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The notes titled `arguments.title` in `arguments.workspaceUri`, if `principal` may use it
+    /// (none otherwise).
+    async fn notes_titled(
+        &self,
+        principal: &Principal,
+        arguments: &serde_json::Value,
+    ) -> Result<Vec<crate::notes::Note>, NotesError> {
+        let title = arguments["title"].as_str().unwrap_or_default().to_owned();
+        let uri = arguments["workspaceUri"].as_str().unwrap_or_default();
+        let Ok(workspace) = self.store.workspace_name(uri) else {
+            return Ok(Vec::new());
+        };
+        if !may_use(principal.subject(), &workspace) {
+            return Ok(Vec::new());
+        }
+        with_notes(&self.store, move |notes| {
+            notes.find_by_title(&workspace, &title)
+        })
+        .await
+    }
+
     /// The notes of `title` in the workspace this principal may use: what the form offers.
     async fn matching_notes(&self, lookup: Lookup) -> Result<Vec<Candidate>, PolicyError> {
         let title = lookup.arguments["title"]
@@ -428,15 +576,49 @@ impl NotesServer {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for NotesServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(server_info())
-            .with_instructions(
-                "Notes in workspaces. notes_delete asks the user to pick and confirm.",
-            )
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(server_info())
+        .with_instructions("Notes in workspaces. notes_delete asks the user to pick and confirm.")
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
+    }
+
+    // A task is its creator's: anyone else asking about it is told it does not exist.
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let principal = queue::principal_of(&context)?;
+        self.queue.get(&request.task_id, &principal)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let principal = queue::principal_of(&context)?;
+        self.queue
+            .update(&request.task_id, &principal, request.input_responses)
+    }
+
+    /// Cancelling a purge revokes its grant: whatever state the task is in, it never runs.
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let principal = queue::principal_of(&context)?;
+        self.queue.cancel(&request.task_id, &principal).await
     }
 }
 

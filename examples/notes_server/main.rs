@@ -25,6 +25,7 @@
 
 mod app;
 mod notes;
+mod queue;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -214,10 +215,12 @@ async fn run() -> Result<(), String> {
              redis://… or postgres://… for that."
         );
     }
+    let grant_store = grant_store(&flags.replay_store).await;
     let options = app::Options {
         keys,
         audience,
         replay_store,
+        grant_store,
         challenge_rate: flags.challenge_rate,
         without_confirmation: flags.without_confirmation,
     };
@@ -297,6 +300,28 @@ async fn serve(listener: tokio::net::TcpListener, router: axum::Router, limits: 
             let _ = connection.await;
         });
     }
+}
+
+/// Where `notes_purge`'s grants are kept: beside the replay store (the same Redis or PostgreSQL),
+/// in memory otherwise.
+async fn grant_store(spec: &str) -> Arc<dyn mcp_confirm::grant::GrantStore> {
+    use mcp_confirm::grant::{MemoryGrantStore, PostgresGrantStore, RedisGrantStore};
+    if (spec.starts_with("redis://") || spec.starts_with("rediss://"))
+        && let Ok(store) = RedisGrantStore::open(spec)
+    {
+        return Arc::new(store);
+    }
+    if (spec.starts_with("postgres://") || spec.starts_with("postgresql://"))
+        && let Ok(store) = PostgresGrantStore::connect(spec)
+    {
+        if let Err(e) = store.migrate().await {
+            eprintln!(
+                "warning: cannot prepare the grant table yet ({e}); purges are refused until it can"
+            );
+        }
+        return Arc::new(store);
+    }
+    Arc::new(MemoryGrantStore::new())
 }
 
 /// The replay store named on the command line. A shared store that is down at start-up does not

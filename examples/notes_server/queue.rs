@@ -1,0 +1,241 @@
+//! `notes_purge`'s background work: a confirmed purge becomes a grant, a Tasks-extension task
+//! (rmcp's `TaskManager`) runs it, and `tasks/cancel` revokes it.
+//!
+//! The task carries only the grant id. When it runs, `Grants::run` begins the grant (one attempt
+//! at a time, fenced), re-checks that the notes are still exactly the set the user confirmed, and
+//! consumes the grant once they are deleted: a retried job, a replayed grant id or a stale
+//! approval never deletes anything.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use mcp_confirm::Principal;
+use mcp_confirm::grant::{GrantError, GrantId, Grants, RunError};
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, CreateTaskResult, GetTaskResult};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
+use sha2::{Digest, Sha256};
+
+use crate::app::{refuse, text};
+use crate::notes::{Note, NotesError, NotesStore};
+
+/// The id of the one choice a purge form offers: every note with the title.
+pub(crate) const WHOLE_SET: &str = "all";
+
+/// How long a queued purge waits before it starts: the window in which `tasks/cancel` stops it
+/// before anything is touched.
+const QUEUE_DELAY: Duration = Duration::from_millis(500);
+
+/// How long a finished task stays readable with `tasks/get`.
+const TASK_TTL_MS: u64 = 10 * 60 * 1000;
+
+/// The version of a set of notes: its members' ids and versions, in id order. Adding, editing or
+/// removing any note of the set changes it.
+pub(crate) fn set_version(notes: &[Note]) -> String {
+    let mut members: Vec<(&str, &str)> = notes
+        .iter()
+        .map(|n| (n.id.as_str(), n.version.as_str()))
+        .collect();
+    members.sort_unstable();
+    let mut hash = Sha256::new();
+    for (id, version) in members {
+        hash.update(id.as_bytes());
+        hash.update(b"\0");
+        hash.update(version.as_bytes());
+        hash.update(b"\n");
+    }
+    hash.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The request's principal (the auth layer put it into the HTTP request's extensions).
+pub(crate) fn principal_of(context: &RequestContext<RoleServer>) -> Result<Principal, ErrorData> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Principal>())
+        .cloned()
+        .ok_or_else(|| ErrorData::invalid_request("not authenticated", None))
+}
+
+/// Whose a task is, and which grant it runs.
+#[derive(Debug, Clone)]
+struct Owner {
+    subject: String,
+    grant: GrantId,
+}
+
+/// The purge queue: tasks, their owners, and the grants they run. Clones share everything.
+#[derive(Clone)]
+pub(crate) struct Queue {
+    notes: Arc<NotesStore>,
+    grants: Arc<OnceLock<Grants>>,
+    tasks: TaskManager,
+    owners: Arc<Mutex<HashMap<String, Owner>>>,
+}
+
+impl Queue {
+    pub(crate) fn new(notes: Arc<NotesStore>) -> Self {
+        Self {
+            notes,
+            grants: Arc::default(),
+            tasks: TaskManager::new(),
+            owners: Arc::default(),
+        }
+    }
+
+    /// Gives the queue the layer's grants (built after the server, whose hooks they use).
+    pub(crate) fn start(&self, grants: Option<Grants>) {
+        if let Some(grants) = grants {
+            let _ = self.grants.set(grants);
+        }
+    }
+
+    /// Starts a task that runs `grant` after the queue delay, owned by `principal`.
+    pub(crate) fn enqueue(&self, grant: GrantId, principal: &Principal) -> CreateTaskResult {
+        let queue = self.clone();
+        let options = TaskOptions::new()
+            .with_ttl_ms(TASK_TTL_MS)
+            .with_poll_interval_ms(250)
+            .with_status_message("queued");
+        let task = self.tasks.spawn(options, move |context| {
+            Box::pin(async move {
+                tokio::select! {
+                    () = context.cancelled() => Err(TaskExit::Cancelled),
+                    () = tokio::time::sleep(QUEUE_DELAY) => Ok(queue.run(grant).await),
+                }
+            })
+        });
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        // Forget the tasks the manager has forgotten, so the map stays as small as the tasks.
+        owners.retain(|id, _| self.tasks.get_task(id).is_ok());
+        owners.insert(
+            task.task_id.clone(),
+            Owner {
+                subject: principal.subject().to_owned(),
+                grant,
+            },
+        );
+        CreateTaskResult::new(task)
+    }
+
+    /// Runs `grant` now: re-checked, then every note of the confirmed set deleted, once.
+    pub(crate) async fn run(&self, grant: GrantId) -> CallToolResult {
+        let Some(grants) = self.grants.get() else {
+            return refuse("Refused: no grant store; nothing was changed.");
+        };
+        let notes = Arc::clone(&self.notes);
+        let outcome = grants
+            .run(grant, |grant| async move {
+                let uri = grant.arguments["workspaceUri"].as_str().unwrap_or_default();
+                let title = grant.arguments["title"].as_str().unwrap_or_default();
+                let (workspace, title) = (notes.workspace_name(uri)?, title.to_owned());
+                let version = grant.version.unwrap_or_default();
+                crate::app::with_notes(&notes, move |notes| {
+                    purge(notes, &workspace, &title, &version)
+                })
+                .await
+            })
+            .await;
+        match outcome {
+            Ok(done) => text(done),
+            Err(RunError::Grant(GrantError::Refused(_))) => {
+                refuse("Refused: the notes changed since they were confirmed; nothing was changed.")
+            }
+            Err(RunError::Grant(e)) if e.is_retryable() => {
+                refuse("Not run yet: the grant store is busy or unavailable; nothing was changed.")
+            }
+            Err(RunError::Grant(_)) => refuse(
+                "Refused: this confirmation was already used, revoked, or has expired; nothing was changed.",
+            ),
+            Err(RunError::Action(e)) => refuse(format!("The purge failed: {e}.")),
+            Err(_) => refuse("Refused; nothing was changed."),
+        }
+    }
+
+    /// `tasks/get`, for the task's owner only.
+    pub(crate) fn get(
+        &self,
+        task_id: &str,
+        principal: &Principal,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.owned(task_id, principal)?;
+        Ok(GetTaskResult::new(self.tasks.get_task(task_id)?))
+    }
+
+    /// `tasks/update`, for the task's owner only.
+    pub(crate) fn update(
+        &self,
+        task_id: &str,
+        principal: &Principal,
+        responses: impl IntoIterator<Item = (String, serde_json::Value)>,
+    ) -> Result<(), ErrorData> {
+        self.owned(task_id, principal)?;
+        self.tasks.update_task(task_id, responses)
+    }
+
+    /// `tasks/cancel`, for the task's owner only: revokes the grant first (so it never runs,
+    /// whatever the task does next), then asks the task to stop.
+    pub(crate) async fn cancel(
+        &self,
+        task_id: &str,
+        principal: &Principal,
+    ) -> Result<(), ErrorData> {
+        let owner = self.owned(task_id, principal)?;
+        if let Some(grants) = self.grants.get() {
+            match grants.revoke(owner.grant, principal).await {
+                Ok(_) | Err(GrantError::Unknown) => {}
+                Err(e) if e.is_retryable() => {
+                    return Err(ErrorData::internal_error(
+                        "the grant store is unavailable; try again",
+                        None,
+                    ));
+                }
+                Err(_) => return Err(unknown_task(task_id)),
+            }
+        }
+        self.tasks.cancel_task(task_id)
+    }
+
+    /// The owner of `task_id` if it is `principal`; anyone else is told it does not exist.
+    fn owned(&self, task_id: &str, principal: &Principal) -> Result<Owner, ErrorData> {
+        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        match owners.get(task_id) {
+            Some(owner) if owner.subject == principal.subject() => Ok(owner.clone()),
+            _ => Err(unknown_task(task_id)),
+        }
+    }
+}
+
+/// The answer rmcp gives for a task it does not know.
+fn unknown_task(task_id: &str) -> ErrorData {
+    ErrorData::invalid_params(format!("unknown task: {task_id}"), None)
+}
+
+/// Deletes every note titled `title` if the set is still the confirmed one, each only at the
+/// version confirmed.
+fn purge(
+    notes: &NotesStore,
+    workspace: &str,
+    title: &str,
+    version: &str,
+) -> Result<String, NotesError> {
+    let set = notes.find_by_title(workspace, title)?;
+    if set.is_empty() || set_version(&set) != version {
+        return Err(NotesError::Changed);
+    }
+    let mut deleted = Vec::new();
+    for note in &set {
+        notes.delete_if_version(workspace, &note.id, &note.version)?;
+        deleted.push(note.id.as_str());
+    }
+    Ok(format!(
+        "Deleted {} notes titled {title:?} from {workspace}: {}.",
+        deleted.len(),
+        deleted.join(", ")
+    ))
+}
