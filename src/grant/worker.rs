@@ -319,3 +319,299 @@ impl<S: GrantStore> Attempt<'_, S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::grant::{MemoryGrantStore, conformance};
+    use crate::store::BoxFuture;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    /// A hook that lets the grant run while `allowed` holds, counting its calls.
+    #[derive(Clone, Default)]
+    struct Live {
+        calls: Arc<AtomicUsize>,
+        changed: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Revalidate for Live {
+        fn revalidate(&self, check: Revalidation) -> BoxFuture<'static, Result<(), Refusal>> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let changed = self.changed.load(Ordering::SeqCst);
+            Box::pin(async move {
+                assert_eq!(check.principal.subject(), "alice");
+                assert_eq!(check.chosen.as_deref(), Some("note-7"));
+                if changed || check.seen_version.as_deref() != Some("v1") {
+                    return Err(Refusal::new("the record changed"));
+                }
+                Ok(())
+            })
+        }
+    }
+
+    fn setup() -> (Grants<Arc<MemoryGrantStore>>, ManualClock, Live) {
+        let clock = ManualClock::new(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+        let store = Arc::new(MemoryGrantStore::with_clock(100, clock.clone()));
+        let live = Live::default();
+        let grants = Grants::new(store)
+            .lease(LEASE)
+            .revalidate("notes_purge", live.clone());
+        (grants, clock, live)
+    }
+
+    async fn issued(grants: &Grants<Arc<MemoryGrantStore>>, clock: &ManualClock) -> Grant {
+        let grant = conformance::grant(clock, Duration::from_secs(600));
+        grants.store().issue(&grant).await.unwrap();
+        grant
+    }
+
+    async fn state(grants: &Grants<Arc<MemoryGrantStore>>, id: GrantId) -> GrantState {
+        grants.store().get(id).await.unwrap().unwrap().state
+    }
+
+    #[tokio::test]
+    async fn a_job_retried_after_success_runs_once() {
+        let (grants, clock, live) = setup();
+        let grant = issued(&grants, &clock).await;
+        let runs = AtomicUsize::new(0);
+        let action = |_: Grant| async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, std::io::Error>("deleted")
+        };
+        assert_eq!(grants.run(grant.id, action).await.unwrap(), "deleted");
+        for _ in 0..3 {
+            let again = grants.run(grant.id, action).await;
+            assert!(
+                matches!(
+                    again,
+                    Err(RunError::Grant(GrantError::Ended(GrantState::Consumed)))
+                ),
+                "{again:?}"
+            );
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(live.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(state(&grants, grant.id).await, GrantState::Consumed);
+    }
+
+    #[tokio::test]
+    async fn the_live_record_is_checked_at_execution_and_a_changed_one_never_runs() {
+        let (grants, clock, live) = setup();
+        let grant = issued(&grants, &clock).await;
+        live.changed.store(true, Ordering::SeqCst);
+        let ran = AtomicUsize::new(0);
+        let result = grants
+            .run(grant.id, |_| async {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(())
+            })
+            .await;
+        assert!(
+            matches!(result, Err(RunError::Grant(GrantError::Refused(_)))),
+            "{result:?}"
+        );
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        assert_eq!(state(&grants, grant.id).await, GrantState::Failed);
+        // Changed back or not, a failed grant never runs.
+        live.changed.store(false, Ordering::SeqCst);
+        assert!(matches!(
+            grants.begin(grant.id).await,
+            Err(GrantError::Ended(GrantState::Failed))
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_expired_grant_never_runs() {
+        let (grants, clock, live) = setup();
+        let grant = issued(&grants, &clock).await;
+        clock.advance(Duration::from_secs(600));
+        assert!(matches!(
+            grants.begin(grant.id).await,
+            Err(GrantError::Ended(GrantState::Expired))
+        ));
+        assert_eq!(live.calls.load(Ordering::SeqCst), 0);
+        assert_eq!(state(&grants, grant.id).await, GrantState::Expired);
+    }
+
+    #[tokio::test]
+    async fn a_tool_without_a_hook_never_runs() {
+        let (grants, clock, _) = setup();
+        let mut grant = conformance::grant(&clock, Duration::from_secs(600));
+        grant.tool = "workspace_wipe".to_owned();
+        grants.store().issue(&grant).await.unwrap();
+        assert!(matches!(
+            grants.begin(grant.id).await,
+            Err(GrantError::Refused(_))
+        ));
+        assert_eq!(state(&grants, grant.id).await, GrantState::Failed);
+    }
+
+    #[tokio::test]
+    async fn a_dead_worker_leaves_the_lease_to_run_out_and_the_next_attempt_rechecks() {
+        let (grants, clock, live) = setup();
+        let grant = issued(&grants, &clock).await;
+        let first = grants.begin(grant.id).await.unwrap();
+        assert_eq!(first.lease().attempt, 1);
+        // The worker "dies": its attempt is never finished.
+        std::mem::forget(first);
+        assert!(matches!(
+            grants.begin(grant.id).await,
+            Err(GrantError::Busy { retry_after }) if retry_after == clock.now() + LEASE
+        ));
+        clock.advance(LEASE);
+        // It had deleted the record before dying: the next attempt's re-check refuses.
+        live.changed.store(true, Ordering::SeqCst);
+        assert!(matches!(
+            grants.begin(grant.id).await,
+            Err(GrantError::Refused(_))
+        ));
+        assert_eq!(live.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(state(&grants, grant.id).await, GrantState::Failed);
+    }
+
+    #[tokio::test]
+    async fn a_superseded_attempt_cannot_record_its_result() {
+        let (grants, clock, _) = setup();
+        let grant = issued(&grants, &clock).await;
+        let stale = grants.begin(grant.id).await.unwrap();
+        clock.advance(LEASE);
+        let current = grants.begin(grant.id).await.unwrap();
+        assert_eq!(current.lease().attempt, 2);
+        assert!(matches!(
+            stale.consumed().await,
+            Err(GrantError::Superseded)
+        ));
+        current.consumed().await.unwrap();
+        assert_eq!(state(&grants, grant.id).await, GrantState::Consumed);
+    }
+
+    #[tokio::test]
+    async fn only_the_grants_principal_may_revoke_it_and_a_revoked_grant_never_runs() {
+        let (grants, clock, _) = setup();
+        let grant = issued(&grants, &clock).await;
+        assert!(matches!(
+            grants.revoke(grant.id, &Principal::new("bob")).await,
+            Err(GrantError::NotOwner)
+        ));
+        assert_eq!(state(&grants, grant.id).await, GrantState::Granted);
+        assert!(
+            grants
+                .revoke(grant.id, &Principal::new("alice"))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !grants
+                .revoke(grant.id, &Principal::new("alice"))
+                .await
+                .unwrap()
+        );
+        assert!(matches!(
+            grants.begin(grant.id).await,
+            Err(GrantError::Ended(GrantState::Revoked))
+        ));
+        assert!(matches!(
+            grants
+                .revoke(GrantId::random(), &Principal::new("alice"))
+                .await,
+            Err(GrantError::Unknown)
+        ));
+    }
+
+    /// A store that is unreachable for its first `down` calls.
+    #[derive(Debug)]
+    struct Flaky {
+        inner: MemoryGrantStore,
+        down: AtomicUsize,
+    }
+
+    impl Flaky {
+        fn up(&self) -> Result<(), StoreError> {
+            let left = self.down.load(Ordering::SeqCst);
+            if left == 0 {
+                return Ok(());
+            }
+            self.down.store(left - 1, Ordering::SeqCst);
+            Err(StoreError::Timeout)
+        }
+    }
+
+    impl GrantStore for Flaky {
+        fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+            self.inner.issue(grant)
+        }
+        fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
+            match self.up() {
+                Ok(()) => self.inner.begin(id, lease),
+                Err(e) => Box::pin(std::future::ready(Err(e))),
+            }
+        }
+        fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+            self.inner.finish(lease, outcome)
+        }
+        fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
+            self.inner.revoke(id)
+        }
+        fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+            self.inner.get(id)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_store_at_begin_fails_closed_and_the_job_can_retry() {
+        let clock = ManualClock::new(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+        let store = Flaky {
+            inner: MemoryGrantStore::with_clock(10, clock.clone()),
+            down: AtomicUsize::new(2),
+        };
+        let live = Live::default();
+        let grants = Grants::new(store).revalidate("notes_purge", live.clone());
+        let grant = conformance::grant(&clock, Duration::from_secs(600));
+        grants.store().issue(&grant).await.unwrap();
+        let runs = AtomicUsize::new(0);
+        let action = |_: Grant| async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(())
+        };
+        for _ in 0..2 {
+            match grants.run(grant.id, action).await {
+                Err(RunError::Grant(e)) => assert!(e.is_retryable(), "{e:?}"),
+                other => panic!("expected a retryable refusal, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            (
+                runs.load(Ordering::SeqCst),
+                live.calls.load(Ordering::SeqCst)
+            ),
+            (0, 0)
+        );
+        grants.run(grant.id, action).await.unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_action_leaves_the_grant_to_its_lease_and_the_retry_rechecks() {
+        let (grants, clock, live) = setup();
+        let grant = issued(&grants, &clock).await;
+        let failed = grants
+            .run(grant.id, |_| async { Err::<(), _>("disk full") })
+            .await;
+        assert!(matches!(failed, Err(RunError::Action("disk full"))));
+        assert!(matches!(
+            state(&grants, grant.id).await,
+            GrantState::Executing { attempt: 1, .. }
+        ));
+        clock.advance(LEASE);
+        grants
+            .run(grant.id, |_| async { Ok::<_, &str>(()) })
+            .await
+            .unwrap();
+        assert_eq!(live.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(state(&grants, grant.id).await, GrantState::Consumed);
+    }
+}
