@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The official TypeScript and Python MCP clients run accept, decline and cancel against the notes
-# server; after each run the note files on disk are checked. Installs both clients under target/.
+# The official TypeScript and Python MCP clients run accept, decline and cancel of notes_delete
+# against the notes server, and the Python client (through its Tasks-extension claim) accepts and
+# cancels the queued notes_purge; after each run the note files on disk are checked. Installs both
+# clients under target/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -21,39 +23,55 @@ cargo build -q --example notes_server
 server_bin="$root/target/debug/examples/notes_server"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-run_client() { # client action -> prints the client's JSON line
+run_client() { # client action url workspace -> prints the client's JSON line
   local client=$1 action=$2 url=$3 ws=$4
   local args="{\"workspaceUri\":\"$ws\",\"title\":\"Groceries\"}"
   case $client in
     ts) node "$work/ts/mrtr-client.mjs" "$url" alice-token notes_delete "$args" "$action" 1 ;;
     py) "$work/venv/bin/python" .ci/clients/mrtr_client.py "$url" alice-token notes_delete "$args" "$action" 1 ;;
+    py-tasks) "$work/venv/bin/python" .ci/clients/tasks_client.py "$url" alice-token notes_purge "$args" "$action" ;;
   esac
 }
 
+runs=0
 failures=0
-for client in ts py; do
-  for action in accept decline cancel; do
-    data=$(mktemp -d)
-    port=$(free_port)
-    "$server_bin" --addr "127.0.0.1:$port" --data-dir "$data/notes" >"$data/server.log" 2>&1 &
-    server=$!
-    for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$port/mcp" && break; sleep 0.1; done
-    ws="file://$(cd "$data/notes" && pwd -P)/personal"
-    before=$(ls "$data/notes/personal" | sort | tr '\n' ' ')
-    out=$(run_client "$client" "$action" "http://127.0.0.1:$port/mcp" "$ws" || true)
-    after=$(ls "$data/notes/personal" | sort | tr '\n' ' ')
-    kill $server 2>/dev/null || true
-    wait $server 2>/dev/null || true
-    verdict=$(python3 - "$action" "$before" "$after" "$out" <<'PY'
+run_case() { # client action: a fresh server and data dir, one client run, the files checked
+  local client=$1 action=$2
+  local data port server ws before after out verdict
+  runs=$((runs + 1))
+  data=$(mktemp -d)
+  port=$(free_port)
+  "$server_bin" --addr "127.0.0.1:$port" --data-dir "$data/notes" >"$data/server.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$port/mcp" && break; sleep 0.1; done
+  ws="file://$(cd "$data/notes" && pwd -P)/personal"
+  before=$(ls "$data/notes/personal" | sort | tr '\n' ' ')
+  out=$(run_client "$client" "$action" "http://127.0.0.1:$port/mcp" "$ws" || true)
+  # A cancelled task must stay cancelled: look again only after its queue delay (500 ms) is over.
+  if [ "$client" = py-tasks ] && [ "$action" = cancel ]; then sleep 1; fi
+  after=$(ls "$data/notes/personal" | sort | tr '\n' ' ')
+  kill $server 2>/dev/null || true
+  wait $server 2>/dev/null || true
+  verdict=$(python3 - "$client" "$action" "$before" "$after" "$out" <<'PY'
 import json, sys
-action, before, after, out = sys.argv[1], set(sys.argv[2].split()), set(sys.argv[3].split()), sys.argv[4]
+client, action, out = sys.argv[1], sys.argv[2], sys.argv[5]
+before, after = set(sys.argv[3].split()), set(sys.argv[4].split())
 try:
     line = json.loads(out.strip().splitlines()[-1])
 except Exception:
     print(f"FAIL no result: {out!r}"); sys.exit()
 if "error" in line:
-    print(f"FAIL client error: {line['error']}"); sys.exit()
+    print(f"FAIL client error: {line['error']} ({line})"); sys.exit()
 gone = before - after
+if client == "py-tasks":
+    # notes_purge as a Tasks-extension task: the whole "Groceries" set, or (cancelled) nothing.
+    if action == "accept":
+        ok = (gone == {"note-3.md", "note-7.md", "note-14.md"} and line["status"] == "completed"
+              and not line["isError"] and "Deleted 3 notes" in line["text"])
+    else:
+        ok = not gone and line["status"] == "cancelled"
+    print(("ok" if ok else "FAIL") + f" gone={sorted(gone)} task={line['status']} result={line['text']!r}")
+    sys.exit()
 if action == "accept":
     ok = gone == {f"{line['chosen']}.md"} and not line["isError"] and "Deleted" in line["text"]
 else:
@@ -61,10 +79,15 @@ else:
 print(("ok" if ok else "FAIL") + f" gone={sorted(gone)} result={line['text']!r}")
 PY
 )
-    echo "$client $action: $verdict"
-    case $verdict in ok*) ;; *) failures=$((failures + 1)); cat "$data/server.log" ;; esac
-    rm -rf "$data"
-  done
+  echo "$client $action: $verdict"
+  case $verdict in ok*) ;; *) failures=$((failures + 1)); cat "$data/server.log" ;; esac
+  rm -rf "$data"
+}
+
+for client in ts py; do
+  for action in accept decline cancel; do run_case "$client" "$action"; done
 done
-[ "$failures" -eq 0 ] || { echo "real clients: $failures failure(s)"; exit 1; }
-echo "real clients: all 6 runs as expected"
+# The queued notes_purge through the Tasks extension (only the Python client can follow a task).
+for action in accept cancel; do run_case py-tasks "$action"; done
+[ "$failures" -eq 0 ] || { echo "real clients: $failures of $runs runs failed"; exit 1; }
+echo "real clients: all $runs runs as expected"

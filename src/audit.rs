@@ -5,7 +5,6 @@
 //! specific reason of a refusal, which the wire never shows. They never carry keys, tokens, or the
 //! form's content.
 
-use crate::grant::{Grant, GrantId};
 use crate::principal::Principal;
 use crate::store::Nonce;
 
@@ -64,32 +63,46 @@ pub(crate) fn completed(nonce: &Nonce, consumed: bool) {
     }
 }
 
-pub(crate) fn grant_issued(grant: &Grant) {
-    tracing::info!(target: TARGET, decision = "grant_issued", tool = grant.tool, principal = grant.subject,
-        grant = %grant.id.short(), nonce = %grant.nonce.short(), chosen = grant.chosen.as_deref().unwrap_or("-"));
+/// What every grant event names: the tool, who approved, the grant (short) and the nonce (short).
+pub(crate) struct GrantFields<'a> {
+    pub(crate) tool: &'a str,
+    pub(crate) subject: &'a str,
+    pub(crate) grant: String,
+    pub(crate) nonce: String,
 }
 
-pub(crate) fn grant_executing(grant: &Grant, attempt: u32) {
-    tracing::info!(target: TARGET, decision = "grant_executing", tool = grant.tool, principal = grant.subject,
-        grant = %grant.id.short(), nonce = %grant.nonce.short(), attempt);
+pub(crate) fn grant_issued(g: &GrantFields<'_>, chosen: Option<&str>) {
+    tracing::info!(target: TARGET, decision = "grant_issued", tool = g.tool, principal = g.subject,
+        grant = %g.grant, nonce = %g.nonce, chosen = chosen.unwrap_or("-"));
 }
 
-pub(crate) fn grant_consumed(grant: &Grant, attempt: u32) {
-    tracing::info!(target: TARGET, decision = "grant_consumed", tool = grant.tool, principal = grant.subject,
-        grant = %grant.id.short(), nonce = %grant.nonce.short(), attempt);
+pub(crate) fn grant_executing(g: &GrantFields<'_>, attempt: u32) {
+    tracing::info!(target: TARGET, decision = "grant_executing", tool = g.tool, principal = g.subject,
+        grant = %g.grant, nonce = %g.nonce, attempt);
 }
 
-pub(crate) fn grant_failed(grant: &Grant, reason: &str) {
-    tracing::warn!(target: TARGET, decision = "grant_failed", tool = grant.tool, principal = grant.subject,
-        grant = %grant.id.short(), nonce = %grant.nonce.short(), reason);
+pub(crate) fn grant_consumed(g: &GrantFields<'_>, attempt: u32) {
+    tracing::info!(target: TARGET, decision = "grant_consumed", tool = g.tool, principal = g.subject,
+        grant = %g.grant, nonce = %g.nonce, attempt);
 }
 
-pub(crate) fn grant_revoked(grant: &Grant) {
-    tracing::info!(target: TARGET, decision = "grant_revoked", tool = grant.tool, principal = grant.subject,
-        grant = %grant.id.short(), nonce = %grant.nonce.short());
+pub(crate) fn grant_failed(g: &GrantFields<'_>, reason: &str) {
+    tracing::warn!(target: TARGET, decision = "grant_failed", tool = g.tool, principal = g.subject,
+        grant = %g.grant, nonce = %g.nonce, reason);
 }
 
-pub(crate) fn grant_expired(id: &GrantId, nonce: Option<&Nonce>) {
-    tracing::info!(target: TARGET, decision = "grant_expired", grant = %id.short(),
+pub(crate) fn grant_revoked(g: &GrantFields<'_>) {
+    tracing::info!(target: TARGET, decision = "grant_revoked", tool = g.tool, principal = g.subject,
+        grant = %g.grant, nonce = %g.nonce);
+}
+
+/// Expiry is found by a `begin`, which may no longer be able to read the grant: `nonce` is `-`
+/// then.
+pub(crate) fn grant_expired(grant: &str, nonce: Option<&Nonce>) {
+    tracing::info!(target: TARGET, decision = "grant_expired", grant,
         nonce = %nonce.map_or_else(|| "-".to_owned(), Nonce::short));
+}
+
+pub(crate) fn grant_finish_lost(grant: &str, reason: &dyn std::fmt::Display) {
+    tracing::warn!(target: TARGET, decision = "grant_finish_lost", grant, %reason);
 }

@@ -387,7 +387,7 @@ async fn issue_grant(
         .issue(&grant)
         .await
         .map_err(|e| Refused::new(RpcError::store_unavailable(), format!("grant store: {e}")))?;
-    audit::grant_issued(&grant);
+    audit::grant_issued(&grant.audit(), grant.chosen.as_deref());
     Ok(grant.id)
 }
 

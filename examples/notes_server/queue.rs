@@ -100,8 +100,7 @@ impl Queue {
         let queue = self.clone();
         let options = TaskOptions::new()
             .with_ttl_ms(TASK_TTL_MS)
-            .with_poll_interval_ms(250)
-            .with_status_message("queued");
+            .with_poll_interval_ms(250);
         let task = self.tasks.spawn(options, move |context| {
             Box::pin(async move {
                 tokio::select! {

@@ -35,6 +35,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
+use crate::audit;
 use crate::clock::{Clock, SystemClock};
 use crate::store::{BoxFuture, Nonce, PrincipalKey, StoreError};
 
@@ -124,6 +125,18 @@ impl FromStr for GrantId {
             *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
         }
         Ok(Self(bytes))
+    }
+}
+
+impl Grant {
+    /// What the audit events of this grant name.
+    pub(crate) fn audit(&self) -> audit::GrantFields<'_> {
+        audit::GrantFields {
+            tool: &self.tool,
+            subject: &self.subject,
+            grant: self.id.short(),
+            nonce: self.nonce.short(),
+        }
     }
 }
 

@@ -246,17 +246,17 @@ impl Grants<PostgresGrantStore> {
                     // This attempt expired it: record that.
                     write(&tx, &grant).await?;
                     commit(store, tx).await.map_err(unavailable)?;
-                    audit::grant_expired(&id, Some(&grant.nonce));
+                    audit::grant_expired(&id.short(), Some(&grant.nonce));
                 }
                 return Err(RunError::Grant(GrantError::Ended(state)));
             }
         };
-        audit::grant_executing(&grant, lease.attempt);
+        audit::grant_executing(&grant.audit(), lease.attempt);
         if let Err(refusal) = self.check(&grant).await {
             grant.finish(&lease, Finish::Failed);
             write(&tx, &grant).await?;
             commit(store, tx).await.map_err(unavailable)?;
-            audit::grant_failed(&grant, refusal.reason());
+            audit::grant_failed(&grant.audit(), refusal.reason());
             return Err(RunError::Grant(GrantError::Refused(refusal)));
         }
         // On an error the transaction is dropped: the change and the grant roll back together.
@@ -264,7 +264,7 @@ impl Grants<PostgresGrantStore> {
         grant.finish(&lease, Finish::Consumed);
         write(&tx, &grant).await?;
         commit(store, tx).await.map_err(unavailable)?;
-        audit::grant_consumed(&grant, lease.attempt);
+        audit::grant_consumed(&grant.audit(), lease.attempt);
         Ok(value)
     }
 }

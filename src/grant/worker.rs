@@ -171,7 +171,7 @@ impl<S: GrantStore> Grants<S> {
                     // This begin may be what expired it: record it, with the nonce if the
                     // store still answers.
                     let nonce = self.store.get(id).await.ok().flatten().map(|g| g.nonce);
-                    audit::grant_expired(&id, nonce.as_ref());
+                    audit::grant_expired(&id.short(), nonce.as_ref());
                 }
                 return Err(GrantError::Ended(state));
             }
@@ -182,9 +182,9 @@ impl<S: GrantStore> Grants<S> {
             Ok(None) => return Err(GrantError::Unknown),
             Err(e) => return Err(GrantError::Unavailable(e)),
         };
-        audit::grant_executing(&grant, lease.attempt);
+        audit::grant_executing(&grant.audit(), lease.attempt);
         if let Err(refusal) = self.check(&grant).await {
-            audit::grant_failed(&grant, refusal.reason());
+            audit::grant_failed(&grant.audit(), refusal.reason());
             // If this write is lost the lease runs out and the next attempt is refused the same way.
             let _ = self.store.finish(lease, Finish::Failed).await;
             return Err(GrantError::Refused(refusal));
@@ -215,8 +215,7 @@ impl<S: GrantStore> Grants<S> {
         if let Err(e) = attempt.consumed().await {
             // The action happened; only its record did not. The lease runs out and the next
             // attempt's re-check finds the record gone (or unchanged, for idempotent work).
-            tracing::warn!(target: audit::TARGET, decision = "grant_finish_lost", grant = %id.short(),
-                reason = %e);
+            audit::grant_finish_lost(&id.short(), &e);
         }
         Ok(value)
     }
@@ -245,7 +244,7 @@ impl<S: GrantStore> Grants<S> {
             .await
             .map_err(GrantError::Unavailable)?;
         if revoked {
-            audit::grant_revoked(&grant);
+            audit::grant_revoked(&grant.audit());
         }
         Ok(revoked)
     }
@@ -297,7 +296,7 @@ impl<S: GrantStore> Attempt<'_, S> {
     /// [`GrantError::Unavailable`] if the store did not answer.
     pub async fn consumed(self) -> Result<(), GrantError> {
         self.finish(Finish::Consumed).await?;
-        audit::grant_consumed(&self.grant, self.lease.attempt);
+        audit::grant_consumed(&self.grant.audit(), self.lease.attempt);
         Ok(())
     }
 
@@ -307,7 +306,7 @@ impl<S: GrantStore> Attempt<'_, S> {
     /// As for [`consumed`](Self::consumed).
     pub async fn failed(self, reason: &str) -> Result<(), GrantError> {
         self.finish(Finish::Failed).await?;
-        audit::grant_failed(&self.grant, reason);
+        audit::grant_failed(&self.grant.audit(), reason);
         Ok(())
     }
 
