@@ -112,6 +112,7 @@
 //!                         the tools/list marking
 //!            store/       ReplayStore, memory / Redis / Postgres, the shared conformance suite
 //!            grant/       durable grants for queued work: states, leases, fencing, GrantStore
+//!                         (memory / Redis / Postgres), the worker API Grants
 //!            protocol.rs  MCP 2026-07-28 wire pieces: error codes, replies, input_required
 //!            principal.rs Principal and how it is extracted
 //!            clock        Clock (system, manual for tests)
