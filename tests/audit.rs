@@ -2,8 +2,11 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::audit_events::Events;
 use common::*;
+use mcp_confirm::grant::GrantId;
 use serde_json::json;
 
 #[tokio::test]
@@ -72,4 +75,45 @@ async fn every_decision_is_an_audit_event_without_secrets() {
     );
     assert!(!all.contains("mcpc1."));
     assert!(!all.contains("17, 17, 17"));
+}
+
+#[tokio::test]
+async fn grants_are_audited_with_their_id_and_nonce() {
+    let (events, _guard) = Events::record();
+    let (f, worker, _) = common::queued::queued();
+    let id = common::queued::approved(&f).await;
+    let nonce = f.seen.last().confirmed.unwrap().nonce;
+    worker
+        .run(id, |_| async { Ok::<_, std::io::Error>(()) })
+        .await
+        .unwrap();
+    let revoked = common::queued::approved(&f).await;
+    worker
+        .revoke(revoked, &mcp_confirm::Principal::new("alice"))
+        .await
+        .unwrap();
+    let expired = common::queued::approved(&f).await;
+    f.clock.advance(Duration::from_secs(120));
+    let _ = worker.begin(expired).await;
+    let short = |id: GrantId| id.to_string()[..8].to_owned();
+    for (decision, grant) in [
+        ("grant_issued", id),
+        ("grant_executing", id),
+        ("grant_consumed", id),
+        ("grant_revoked", revoked),
+        ("grant_expired", expired),
+    ] {
+        let seen = events.with("decision", decision);
+        assert!(
+            seen.iter()
+                .any(|e| e.contains(&("grant".into(), short(grant)))
+                    && e.iter().any(|(k, v)| k == "nonce" && v.len() == 8)),
+            "{decision} for {grant:?}: {seen:?}"
+        );
+    }
+    let issued = events.with("decision", "grant_issued");
+    assert!(issued[0].contains(&("nonce".into(), nonce.to_hex()[..8].to_owned())));
+    // The full id, a handle on the work, is never logged.
+    let all = format!("{:?}", events.0.lock().unwrap());
+    assert!(!all.contains(&id.to_string()));
 }
