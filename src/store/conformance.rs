@@ -21,7 +21,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError};
+use super::{
+    Approval, ApprovalChoice, ApprovalId, Claim, ClaimRequest, Decided, Decision, Nonce, Owner,
+    PrincipalKey, ReplayStore, StoreError,
+};
 
 fn soon() -> SystemTime {
     SystemTime::now() + Duration::from_secs(60)
@@ -235,6 +238,114 @@ pub async fn concurrent_claims_never_exceed_the_budget<S: ReplayStore>(store: Ar
     }
 }
 
+/// A browser approval for `principal`, expiring `ttl` from now, offering note-3 and note-7.
+pub fn approval(principal: PrincipalKey, ttl: Duration) -> Approval {
+    Approval {
+        id: ApprovalId::from_bytes(*Nonce::random().as_bytes()),
+        nonce: Nonce::random(),
+        principal,
+        subject: "alice".into(),
+        tool: "notes_delete".into(),
+        message: "Delete one note?".into(),
+        choices: vec![
+            ApprovalChoice::new("note-3", "Groceries (note-3)", Some("g1".into())),
+            ApprovalChoice::new("note-7", "Groceries (note-7)", Some("g4".into())),
+        ],
+        typed: false,
+        // Whole milliseconds: what every store keeps.
+        expires_at: SystemTime::UNIX_EPOCH
+            + Duration::from_millis(
+                (SystemTime::now() + ttl)
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            ),
+        decision: None,
+    }
+}
+
+/// An approval is stored once, read back whole, decided once by its principal only, for an
+/// offered choice, and an expired one is gone.
+pub async fn approvals_are_decided_once<S: ReplayStore>(store: &S) {
+    let alice = principal();
+    let bob = PrincipalKey::from_bytes(*Nonce::random().as_bytes());
+    let a = approval(alice, Duration::from_secs(60));
+    store.propose(&a).await.expect("propose");
+    assert!(store.propose(&a).await.is_err(), "an id is proposed once");
+    assert_eq!(store.approval(a.id).await.unwrap(), Some(a.clone()));
+    let approve = |id: &str| Decision::Approved { chosen: id.into() };
+    assert_eq!(
+        store.decide(a.id, bob, approve("note-7")).await.unwrap(),
+        Decided::NotYours
+    );
+    assert_eq!(
+        store.decide(a.id, alice, approve("note-9")).await.unwrap(),
+        Decided::InvalidChoice
+    );
+    assert_eq!(store.approval(a.id).await.unwrap().unwrap().decision, None);
+    assert_eq!(
+        store.decide(a.id, alice, approve("note-7")).await.unwrap(),
+        Decided::Recorded
+    );
+    assert_eq!(
+        store.decide(a.id, alice, Decision::Declined).await.unwrap(),
+        Decided::AlreadyDecided
+    );
+    assert_eq!(
+        store.approval(a.id).await.unwrap().unwrap().decision,
+        Some(approve("note-7"))
+    );
+    let unknown = ApprovalId::from_bytes(*Nonce::random().as_bytes());
+    assert_eq!(store.approval(unknown).await.unwrap(), None);
+    assert_eq!(
+        store
+            .decide(unknown, alice, Decision::Declined)
+            .await
+            .unwrap(),
+        Decided::Unknown
+    );
+    let mut gone = approval(alice, Duration::from_millis(300));
+    store.propose(&gone).await.expect("propose");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(store.approval(gone.id).await.unwrap(), None, "expired");
+    gone.decision = None;
+    assert_eq!(
+        store
+            .decide(gone.id, alice, Decision::Declined)
+            .await
+            .unwrap(),
+        Decided::Unknown
+    );
+}
+
+/// Of 16 concurrent decisions on one approval, exactly one is recorded.
+pub async fn one_decision_among_concurrent_deciders<S: ReplayStore>(store: Arc<S>) {
+    let alice = principal();
+    let a = approval(alice, Duration::from_secs(60));
+    store.propose(&a).await.expect("propose");
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let decision = if i % 2 == 0 {
+                    Decision::Declined
+                } else {
+                    Decision::Approved {
+                        chosen: "note-3".into(),
+                    }
+                };
+                store.decide(a.id, alice, decision).await.expect("decide")
+            })
+        })
+        .collect();
+    let mut recorded = 0;
+    for task in tasks {
+        if task.await.expect("task") == Decided::Recorded {
+            recorded += 1;
+        }
+    }
+    assert_eq!(recorded, 1);
+}
+
 /// Generates one `#[tokio::test]` per conformance check.
 ///
 /// `replay_store_conformance!(make(), budgeted = |budget| make_with(budget))`: `make()` builds a
@@ -271,6 +382,11 @@ macro_rules! replay_store_conformance {
                 one_winner_among_concurrent_claimants(::std::sync::Arc::new(store)),
             #[tokio::test]
             conformance_used_nonces_are_reported = used_nonces_are_reported(&store),
+            #[tokio::test]
+            conformance_approvals_are_decided_once = approvals_are_decided_once(&store),
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            conformance_one_decision_among_concurrent_deciders =
+                one_decision_among_concurrent_deciders(::std::sync::Arc::new(store)),
         );
         $crate::replay_store_conformance!(@each store = $budgeted, budget $budget;
             #[tokio::test]

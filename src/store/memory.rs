@@ -10,7 +10,8 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 
 use super::{
-    BootEpoch, BoxFuture, Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
+    Approval, ApprovalId, BootEpoch, BoxFuture, Claim, ClaimRequest, Decided, Decision, Nonce,
+    Owner, PrincipalKey, ReplayStore, StoreError,
 };
 use crate::clock::{Clock, SystemClock};
 
@@ -43,6 +44,8 @@ struct Inner {
     budget: usize,
     epoch: BootEpoch,
     clock: Arc<dyn Clock>,
+    /// Browser approvals, until their expiry; at most `capacity`.
+    approvals: DashMap<ApprovalId, Approval>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -109,6 +112,7 @@ impl MemoryReplayStore {
                 budget: (capacity / 100).max(1),
                 epoch: BootEpoch::random(),
                 clock: Arc::new(clock),
+                approvals: DashMap::new(),
             }),
         }
     }
@@ -309,6 +313,53 @@ impl ReplayStore for MemoryReplayStore {
 
     fn boot_epoch(&self) -> Option<BootEpoch> {
         Some(self.inner.epoch)
+    }
+
+    fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        if inner.approvals.len() >= inner.capacity {
+            inner.approvals.retain(|_, a| now < a.expires_at);
+        }
+        let result = if inner.approvals.len() >= inner.capacity {
+            Err(StoreError::Full)
+        } else {
+            match inner.approvals.entry(approval.id) {
+                MapEntry::Occupied(_) => Err(StoreError::Backend(
+                    "an approval with this id exists".into(),
+                )),
+                MapEntry::Vacant(slot) => {
+                    slot.insert(approval.clone());
+                    Ok(())
+                }
+            }
+        };
+        Box::pin(std::future::ready(result))
+    }
+
+    fn approval(&self, id: ApprovalId) -> BoxFuture<'_, Result<Option<Approval>, StoreError>> {
+        let now = self.inner.clock.now();
+        let found = self
+            .inner
+            .approvals
+            .get(&id)
+            .filter(|a| now < a.expires_at)
+            .map(|a| a.clone());
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn decide(
+        &self,
+        id: ApprovalId,
+        principal: PrincipalKey,
+        decision: Decision,
+    ) -> BoxFuture<'_, Result<Decided, StoreError>> {
+        let now = self.inner.clock.now();
+        let decided = match self.inner.approvals.get_mut(&id) {
+            Some(mut approval) => approval.decide(principal, decision, now),
+            None => Decided::Unknown,
+        };
+        Box::pin(std::future::ready(Ok(decided)))
     }
 }
 

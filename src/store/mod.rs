@@ -25,6 +25,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+mod approval;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) mod backend;
 pub mod conformance;
@@ -34,6 +35,7 @@ mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 
+pub use approval::{Approval, ApprovalChoice, ApprovalId, Decided, Decision};
 pub use memory::MemoryReplayStore;
 
 /// The default cap on one principal's live entries in the Redis and Postgres stores; the memory
@@ -246,6 +248,9 @@ pub enum StoreError {
     /// The backend failed.
     #[error("replay store backend error: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The store does not keep browser approvals.
+    #[error("this replay store does not keep browser approvals")]
+    Unsupported,
 }
 
 /// A store of one-time nonces shared by every instance that verifies the same states.
@@ -351,6 +356,32 @@ pub trait ReplayStore: fmt::Debug + Send + Sync + 'static {
     /// `Some` for a store whose entries do not survive a restart of this process: the epoch of
     /// this life of the store. `None` only if entries outlive the process (Redis, Postgres).
     fn boot_epoch(&self) -> Option<BootEpoch>;
+
+    /// Stores a browser approval awaiting its decision, until its expiry. An id that exists is an
+    /// error. The default keeps none ([`StoreError::Unsupported`]); every store of this crate
+    /// does.
+    fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
+        let _ = approval;
+        Box::pin(std::future::ready(Err(StoreError::Unsupported)))
+    }
+
+    /// The approval `id` with its decision, if any; `None` once it expired or if it never existed.
+    fn approval(&self, id: ApprovalId) -> BoxFuture<'_, Result<Option<Approval>, StoreError>> {
+        let _ = id;
+        Box::pin(std::future::ready(Err(StoreError::Unsupported)))
+    }
+
+    /// Records `decision` by `principal` on approval `id`, atomically and once, by
+    /// [`Approval::decide`].
+    fn decide(
+        &self,
+        id: ApprovalId,
+        principal: PrincipalKey,
+        decision: Decision,
+    ) -> BoxFuture<'_, Result<Decided, StoreError>> {
+        let _ = (id, principal, decision);
+        Box::pin(std::future::ready(Err(StoreError::Unsupported)))
+    }
 }
 
 impl<S: ReplayStore + ?Sized> ReplayStore for Arc<S> {
@@ -372,6 +403,23 @@ impl<S: ReplayStore + ?Sized> ReplayStore for Arc<S> {
 
     fn boot_epoch(&self) -> Option<BootEpoch> {
         (**self).boot_epoch()
+    }
+
+    fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
+        (**self).propose(approval)
+    }
+
+    fn approval(&self, id: ApprovalId) -> BoxFuture<'_, Result<Option<Approval>, StoreError>> {
+        (**self).approval(id)
+    }
+
+    fn decide(
+        &self,
+        id: ApprovalId,
+        principal: PrincipalKey,
+        decision: Decision,
+    ) -> BoxFuture<'_, Result<Decided, StoreError>> {
+        (**self).decide(id, principal, decision)
     }
 }
 

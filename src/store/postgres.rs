@@ -7,8 +7,8 @@ use deadpool_postgres::{GenericClient, Pool};
 
 use super::backend::{backend, bounded, postgres_pool, table_name};
 use super::{
-    BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, PrincipalKey,
-    ReplayStore, StoreError,
+    Approval, ApprovalId, BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET,
+    Decided, Decision, Nonce, PrincipalKey, ReplayStore, StoreError,
 };
 
 /// A [`ReplayStore`] in PostgreSQL, for deployments with more than one instance.
@@ -106,7 +106,12 @@ impl PostgresReplayStore {
                 expires_at timestamptz NOT NULL);
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS principal bytea;
              CREATE INDEX IF NOT EXISTS {t}_expires_at ON {t} (expires_at);
-             CREATE INDEX IF NOT EXISTS {t}_principal ON {t} (principal, expires_at);"
+             CREATE INDEX IF NOT EXISTS {t}_principal ON {t} (principal, expires_at);
+             CREATE TABLE IF NOT EXISTS {t}_approvals (
+                id text PRIMARY KEY,
+                record text NOT NULL,
+                expires_at timestamptz NOT NULL);
+             CREATE INDEX IF NOT EXISTS {t}_approvals_expires_at ON {t}_approvals (expires_at);"
         );
         self.bounded(async {
             let client = self.pool.get().await.map_err(backend)?;
@@ -121,12 +126,16 @@ impl PostgresReplayStore {
     /// [`StoreError`] if the database cannot be reached.
     pub async fn prune_expired(&self) -> Result<u64, StoreError> {
         let sql = format!("DELETE FROM {} WHERE expires_at <= $1", self.table);
+        let approvals = format!(
+            "DELETE FROM {}_approvals WHERE expires_at <= $1",
+            self.table
+        );
         self.bounded(async {
             let client = self.pool.get().await.map_err(backend)?;
-            client
-                .execute(&sql, &[&SystemTime::now()])
-                .await
-                .map_err(backend)
+            let now = SystemTime::now();
+            let nonces = client.execute(&sql, &[&now]).await.map_err(backend)?;
+            let approvals = client.execute(&approvals, &[&now]).await.map_err(backend)?;
+            Ok(nonces + approvals)
         })
         .await
     }
@@ -327,6 +336,84 @@ impl ReplayStore for PostgresReplayStore {
                 .await
                 .map_err(backend)?;
             Ok(row.get(0))
+        }))
+    }
+
+    fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
+        let sql = format!(
+            "INSERT INTO {}_approvals (id, record, expires_at) VALUES ($1, $2, $3)
+             ON CONFLICT (id) DO NOTHING",
+            self.table
+        );
+        let (id, text, expires_at) = (approval.id.to_hex(), approval.encode(), approval.expires_at);
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let inserted = client
+                .execute(&sql, &[&id, &text, &expires_at])
+                .await
+                .map_err(backend)?;
+            if inserted == 1 {
+                Ok(())
+            } else {
+                Err(StoreError::Backend(
+                    "an approval with this id exists".into(),
+                ))
+            }
+        }))
+    }
+
+    fn approval(&self, id: ApprovalId) -> BoxFuture<'_, Result<Option<Approval>, StoreError>> {
+        let sql = format!(
+            "SELECT record FROM {}_approvals WHERE id = $1 AND expires_at > $2",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let row = client
+                .query_opt(&sql, &[&id.to_hex(), &SystemTime::now()])
+                .await
+                .map_err(backend)?;
+            row.map(|row| {
+                let text: String = row.try_get(0).map_err(backend)?;
+                Approval::decode(&text)
+                    .ok_or_else(|| StoreError::Backend("an approval record does not decode".into()))
+            })
+            .transpose()
+        }))
+    }
+
+    fn decide(
+        &self,
+        id: ApprovalId,
+        principal: PrincipalKey,
+        decision: Decision,
+    ) -> BoxFuture<'_, Result<Decided, StoreError>> {
+        let select = format!(
+            "SELECT record FROM {}_approvals WHERE id = $1 FOR UPDATE",
+            self.table
+        );
+        let update = format!(
+            "UPDATE {}_approvals SET record = $2 WHERE id = $1",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            let key = id.to_hex();
+            let mut client = self.pool.get().await.map_err(backend)?;
+            let tx = client.transaction().await.map_err(backend)?;
+            let Some(row) = tx.query_opt(&select, &[&key]).await.map_err(backend)? else {
+                return Ok(Decided::Unknown);
+            };
+            let text: String = row.try_get(0).map_err(backend)?;
+            let mut approval = Approval::decode(&text)
+                .ok_or_else(|| StoreError::Backend("an approval record does not decode".into()))?;
+            let decided = approval.decide(principal, decision, SystemTime::now());
+            if decided == Decided::Recorded {
+                tx.execute(&update, &[&key, &approval.encode()])
+                    .await
+                    .map_err(backend)?;
+                tx.commit().await.map_err(backend)?;
+            }
+            Ok(decided)
         }))
     }
 

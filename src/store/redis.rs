@@ -8,9 +8,16 @@ use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 
 use super::backend::{backend, millis_until, redis_connection};
 use super::{
-    BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, Owner, PrincipalKey,
-    ReplayStore, StoreError,
+    Approval, ApprovalId, BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET,
+    Decided, Decision, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
 };
+
+/// Sets `KEYS[1]` to `ARGV[2]` (keeping its expiry) only if it still holds `ARGV[1]`.
+const COMPARE_AND_SET: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+return 1
+";
 
 /// Claims `KEYS[1]` (a nonce) for the principal whose live entries are the sorted set `KEYS[2]`
 /// (nonce → expiry in ms), in one atomic step: a held nonce is reported as held (1 in flight,
@@ -74,6 +81,7 @@ pub struct RedisReplayStore {
     budget: usize,
     claim: Script,
     complete: Script,
+    cas: Script,
 }
 
 /// A single server (reconnecting) or a cluster.
@@ -164,6 +172,7 @@ impl RedisReplayStore {
             budget: DEFAULT_PRINCIPAL_BUDGET,
             claim: Script::new(CLAIM),
             complete: Script::new(COMPLETE),
+            cas: Script::new(COMPARE_AND_SET),
         }
     }
 
@@ -192,6 +201,24 @@ impl RedisReplayStore {
             principal.to_hex(),
             nonce.to_hex()
         )
+    }
+
+    fn approval_key(&self, id: &ApprovalId) -> String {
+        format!("{}approval:{}", self.prefix, id.to_hex())
+    }
+
+    /// The stored text and the approval under `key`, if it is there and unexpired.
+    async fn read_approval(&self, key: &str) -> Result<Option<(String, Approval)>, StoreError> {
+        let text: Option<String> = self
+            .bounded(self.connection.query(redis::cmd("GET").arg(key)))
+            .await?;
+        let Some(text) = text else { return Ok(None) };
+        let approval = Approval::decode(&text)
+            .ok_or_else(|| StoreError::Backend("an approval record does not decode".into()))?;
+        if SystemTime::now() >= approval.expires_at {
+            return Ok(None);
+        }
+        Ok(Some((text, approval)))
     }
 
     fn live_key(&self, principal: &PrincipalKey) -> String {
@@ -272,7 +299,64 @@ impl ReplayStore for RedisReplayStore {
         })
     }
 
-    fn boot_epoch(&self) -> Option<super::BootEpoch> {
+    fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
+        let (key, text) = (self.approval_key(&approval.id), approval.encode());
+        let ttl = millis_until(SystemTime::now(), approval.expires_at).max(1);
+        Box::pin(async move {
+            let mut set = redis::cmd("SET");
+            set.arg(&key).arg(&text).arg("NX").arg("PX").arg(ttl);
+            let set: Option<String> = self.bounded(self.connection.query(&set)).await?;
+            match set {
+                Some(_) => Ok(()),
+                None => Err(StoreError::Backend(
+                    "an approval with this id exists".into(),
+                )),
+            }
+        })
+    }
+
+    fn approval(&self, id: ApprovalId) -> BoxFuture<'_, Result<Option<Approval>, StoreError>> {
+        Box::pin(async move {
+            let key = self.approval_key(&id);
+            Ok(self
+                .read_approval(&key)
+                .await?
+                .map(|(_, approval)| approval))
+        })
+    }
+
+    fn decide(
+        &self,
+        id: ApprovalId,
+        principal: PrincipalKey,
+        decision: Decision,
+    ) -> BoxFuture<'_, Result<Decided, StoreError>> {
+        Box::pin(async move {
+            let key = self.approval_key(&id);
+            // Read, decide in Rust, write back only if the record is still the one read.
+            for _ in 0..16 {
+                let Some((old, mut approval)) = self.read_approval(&key).await? else {
+                    return Ok(Decided::Unknown);
+                };
+                let decided = approval.decide(principal, decision.clone(), SystemTime::now());
+                if decided != Decided::Recorded {
+                    return Ok(decided);
+                }
+                let new = approval.encode();
+                let mut cas = self.cas.key(&key);
+                cas.arg(&old).arg(&new);
+                let set: i64 = self.bounded(self.connection.invoke(&cas)).await?;
+                if set == 1 {
+                    return Ok(Decided::Recorded);
+                }
+            }
+            Err(StoreError::Backend(
+                "the approval kept changing under this decision".into(),
+            ))
+        })
+    }
+
+    fn boot_epoch(&self) -> Option<BootEpoch> {
         // Entries live in Redis, not in this process.
         None
     }

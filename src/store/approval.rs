@@ -1,0 +1,311 @@
+//! Approvals made in a browser: what the page shows, and the one decision it records.
+//!
+//! A [`ToolPolicy::approve_in_browser`](crate::ToolPolicy::approve_in_browser) tool's first call
+//! stores an [`Approval`] in the replay store, under an id derived from the confirmation's nonce,
+//! and sends the client a URL that carries only that id. The approval page reads it back, and the
+//! signed-in principal it was made for decides, once. The retry reads the decision. The page and
+//! the retry may reach different instances: the record lives where the nonces do.
+
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Nonce, PrincipalKey};
+
+/// The opaque id of an approval, and the last segment of its page's URL: 128 bits derived from
+/// the confirmation's nonce with a key of the layer's ring, so nothing about the request can be
+/// read from it and every instance with the keys finds the same record.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ApprovalId([u8; 16]);
+
+impl ApprovalId {
+    /// An id with the given bytes.
+    pub const fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(bytes)
+    }
+
+    /// The id's bytes.
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+
+    /// Lower-case hex: the URL segment and the store key.
+    pub fn to_hex(&self) -> String {
+        super::hex(&self.0)
+    }
+
+    /// Reads 32 lower-case hex digits; `None` for anything else.
+    pub fn from_hex(text: &str) -> Option<Self> {
+        let digits = text.as_bytes();
+        if digits.len() != 32 {
+            return None;
+        }
+        let nibble = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let mut bytes = [0u8; 16];
+        for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+            *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+        }
+        Some(Self(bytes))
+    }
+}
+
+impl fmt::Debug for ApprovalId {
+    /// The first four bytes only.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ApprovalId({}…)", super::hex(&self.0[..4]))
+    }
+}
+
+/// One record the person may approve, as the page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ApprovalChoice {
+    /// The record's id (what the tool receives).
+    pub id: String,
+    /// How it is shown.
+    pub label: String,
+    /// The version the page shows, and the one the approval binds.
+    pub version: Option<String>,
+}
+
+impl ApprovalChoice {
+    /// A choice.
+    pub fn new(id: impl Into<String>, label: impl Into<String>, version: Option<String>) -> Self {
+        Self {
+            id: id.into(),
+            label: label.into(),
+            version,
+        }
+    }
+}
+
+/// What the person decided on the page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Decision {
+    /// Approved, for this choice (the record's id; empty for a confirm-only tool).
+    Approved {
+        /// The chosen record's id.
+        chosen: String,
+    },
+    /// Declined.
+    Declined,
+}
+
+/// What [`ReplayStore::decide`](super::ReplayStore::decide) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decided {
+    /// The decision is recorded.
+    Recorded,
+    /// A decision was recorded before; this one changed nothing.
+    AlreadyDecided,
+    /// The approval belongs to another principal; nothing changed.
+    NotYours,
+    /// No such approval, or it expired.
+    Unknown,
+    /// The approval names no such choice; nothing changed.
+    InvalidChoice,
+}
+
+/// An approval waiting for (or holding) the decision of the person it was made for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Approval {
+    /// Its id.
+    pub id: ApprovalId,
+    /// The nonce of the confirmation it belongs to.
+    pub nonce: Nonce,
+    /// Who may decide: the keyed digest of the principal the confirmation is bound to.
+    pub principal: PrincipalKey,
+    /// The same principal's subject, shown on the page.
+    pub subject: String,
+    /// The tool that will run.
+    pub tool: String,
+    /// What the tool will do, in the policy's words.
+    pub message: String,
+    /// What may be approved: one of these (none for a confirm-only tool).
+    pub choices: Vec<ApprovalChoice>,
+    /// Whether approving requires typing the chosen record's id.
+    pub typed: bool,
+    /// When the confirmation expires; the approval with it.
+    pub expires_at: SystemTime,
+    /// The decision, once made.
+    pub decision: Option<Decision>,
+}
+
+impl Approval {
+    /// Records `decision` by `principal` at `now`, once; the pure rule every store applies.
+    pub fn decide(
+        &mut self,
+        principal: PrincipalKey,
+        decision: Decision,
+        now: SystemTime,
+    ) -> Decided {
+        if now >= self.expires_at {
+            return Decided::Unknown;
+        }
+        if principal != self.principal {
+            return Decided::NotYours;
+        }
+        if self.decision.is_some() {
+            return Decided::AlreadyDecided;
+        }
+        if let Decision::Approved { chosen } = &decision {
+            let offered = if self.choices.is_empty() {
+                chosen.is_empty()
+            } else {
+                self.choices.iter().any(|c| &c.id == chosen)
+            };
+            if !offered {
+                return Decided::InvalidChoice;
+            }
+        }
+        self.decision = Some(decision);
+        Decided::Recorded
+    }
+
+    /// The approval as one JSON text, for the stores that keep it as a value.
+    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+    pub(crate) fn encode(&self) -> String {
+        let stored = Stored {
+            id: self.id.to_hex(),
+            nonce: self.nonce.to_hex(),
+            principal: self.principal.to_hex(),
+            subject: self.subject.clone(),
+            tool: self.tool.clone(),
+            message: self.message.clone(),
+            choices: self.choices.clone(),
+            typed: self.typed,
+            expires_at_ms: self
+                .expires_at
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            decision: self.decision.clone(),
+        };
+        serde_json::to_string(&stored).unwrap_or_default()
+    }
+
+    /// An approval [`encode`](Self::encode) wrote; `None` for anything else.
+    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+    pub(crate) fn decode(text: &str) -> Option<Self> {
+        let s: Stored = serde_json::from_str(text).ok()?;
+        let bytes = |hex: &str| ApprovalId::from_hex(hex).map(|id| id.0);
+        Some(Self {
+            id: ApprovalId::from_hex(&s.id)?,
+            nonce: Nonce::from_bytes(bytes(&s.nonce)?),
+            principal: PrincipalKey::from_bytes(bytes(&s.principal)?),
+            subject: s.subject,
+            tool: s.tool,
+            message: s.message,
+            choices: s.choices,
+            typed: s.typed,
+            expires_at: UNIX_EPOCH + std::time::Duration::from_millis(s.expires_at_ms),
+            decision: s.decision,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Stored {
+    id: String,
+    nonce: String,
+    principal: String,
+    subject: String,
+    tool: String,
+    message: String,
+    choices: Vec<ApprovalChoice>,
+    typed: bool,
+    expires_at_ms: u64,
+    decision: Option<Decision>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    pub(crate) fn approval(now: SystemTime) -> Approval {
+        Approval {
+            id: ApprovalId::from_bytes(*Nonce::random().as_bytes()),
+            nonce: Nonce::random(),
+            principal: PrincipalKey::from_bytes([1; 16]),
+            subject: "alice".into(),
+            tool: "notes_delete".into(),
+            message: "Delete it?".into(),
+            choices: vec![
+                ApprovalChoice::new("note-3", "Groceries (note-3)", Some("g1".into())),
+                ApprovalChoice::new("note-7", "Groceries (note-7)", Some("g4".into())),
+            ],
+            typed: true,
+            expires_at: now + Duration::from_secs(300),
+            decision: None,
+        }
+    }
+
+    #[test]
+    fn one_decision_by_its_principal_for_an_offered_choice_before_expiry() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let alice = PrincipalKey::from_bytes([1; 16]);
+        let bob = PrincipalKey::from_bytes([2; 16]);
+        let approve = |id: &str| Decision::Approved { chosen: id.into() };
+        let mut a = approval(now);
+        assert_eq!(a.decide(bob, approve("note-7"), now), Decided::NotYours);
+        assert_eq!(
+            a.decide(alice, approve("note-9"), now),
+            Decided::InvalidChoice
+        );
+        assert_eq!(a.decide(alice, approve(""), now), Decided::InvalidChoice);
+        assert_eq!(a.decision, None);
+        assert_eq!(a.decide(alice, approve("note-7"), now), Decided::Recorded);
+        assert_eq!(
+            a.decide(alice, Decision::Declined, now),
+            Decided::AlreadyDecided
+        );
+        assert_eq!(a.decision, Some(approve("note-7")));
+        let mut late = approval(now);
+        assert_eq!(
+            late.decide(alice, Decision::Declined, late.expires_at),
+            Decided::Unknown
+        );
+        let mut confirm_only = approval(now);
+        confirm_only.choices.clear();
+        assert_eq!(
+            confirm_only.decide(alice, approve("x"), now),
+            Decided::InvalidChoice
+        );
+        assert_eq!(
+            confirm_only.decide(alice, approve(""), now),
+            Decided::Recorded
+        );
+    }
+
+    #[test]
+    fn records_round_trip_and_anything_else_is_refused() {
+        let now = UNIX_EPOCH + Duration::from_millis(1_800_000_000_123);
+        let mut a = approval(now);
+        assert_eq!(Approval::decode(&a.encode()), Some(a.clone()));
+        a.decision = Some(Decision::Declined);
+        assert_eq!(Approval::decode(&a.encode()), Some(a.clone()));
+        a.decision = Some(Decision::Approved {
+            chosen: "note-3".into(),
+        });
+        assert_eq!(Approval::decode(&a.encode()), Some(a.clone()));
+        assert_eq!(
+            Approval::decode(&a.encode().replace("}", ",\"x\":1}")),
+            None
+        );
+        assert_eq!(Approval::decode("[]"), None);
+        assert_eq!(ApprovalId::from_hex(&a.id.to_hex()), Some(a.id));
+        assert_eq!(ApprovalId::from_hex(&a.id.to_hex().to_uppercase()), None);
+        assert_eq!(ApprovalId::from_hex("00"), None);
+    }
+}
