@@ -106,3 +106,17 @@ pub(crate) fn grant_expired(grant: &str, nonce: Option<&Nonce>) {
 pub(crate) fn grant_finish_lost(grant: &str, reason: &dyn std::fmt::Display) {
     tracing::warn!(target: TARGET, decision = "grant_finish_lost", grant, %reason);
 }
+
+pub(crate) fn page_decided(
+    tool: &str,
+    principal: &Principal,
+    nonce: &Nonce,
+    decision: &crate::store::Decision,
+) {
+    let (decision, chosen) = match decision {
+        crate::store::Decision::Approved { chosen } => ("page_approved", chosen.as_str()),
+        crate::store::Decision::Declined => ("page_declined", "-"),
+    };
+    tracing::info!(target: TARGET, decision, tool, principal = principal.subject(),
+        nonce = %nonce.short(), chosen);
+}

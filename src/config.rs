@@ -40,6 +40,8 @@ pub(crate) struct Config {
     pub(crate) grants: Option<Arc<dyn GrantStore>>,
     /// How long a new grant may wait for its first attempt.
     pub(crate) grant_ttl: Duration,
+    /// The approval page's URL up to the id (ends with `/`), for browser-approved tools.
+    pub(crate) approval_url: Option<String>,
 }
 
 impl Config {

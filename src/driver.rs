@@ -22,7 +22,10 @@ use crate::message::{self, ToolCall};
 use crate::policy::{Lookup, Revalidation};
 use crate::principal::Principal;
 use crate::protocol::{self, Outcome, Reply, RpcError};
-use crate::store::{Claim, ClaimRequest, Owner, PrincipalKey, StoreError};
+use crate::store::{
+    Approval, ApprovalChoice, ApprovalId, Claim, ClaimRequest, Decision as ApprovalDecision, Owner,
+    PrincipalKey, StoreError,
+};
 use crate::token::StateError;
 use crate::token::candidates::{Candidates, Shown};
 use crate::token::claims::Claims;
@@ -98,12 +101,16 @@ async fn try_decide(
         Some(_) => return Err(Refused::state(StateError::Format)),
     };
     // Whatever an earlier request declared, this one must be able to show (or answer) the form.
-    engine::check_form_capability(call)?;
+    let browser = guarded.policy.browser.is_some();
+    engine::check_elicitation(call, browser)?;
     let Some(claims) = claims else {
         return challenge(config, guarded, call, principal).await;
     };
     let policy = &guarded.policy;
     let responses = call.params.input_responses.as_ref();
+    if browser {
+        return settle_browser(config, guarded, call, principal, &claims).await;
+    }
     match form::read_answer(policy, &claims.candidates, responses) {
         Answer::Missing => challenge(config, guarded, call, principal).await,
         Answer::Invalid(reason) => Err(Refused::new(
@@ -212,6 +219,38 @@ async fn challenge(
         )
         .map_err(|e| Refused::new(RpcError::internal(), format!("seal: {e}")))?;
     audit::challenged(&call.tool, principal, &claims.nonce, candidates.len());
+    if policy.browser.is_some() {
+        let approval = Approval {
+            id: ApprovalId::for_nonce(&claims.nonce),
+            nonce: claims.nonce,
+            principal: PrincipalKey::from_bytes(claims.principal),
+            subject: principal.subject().to_owned(),
+            tool: call.tool.as_str().to_owned(),
+            message: policy.message.clone(),
+            choices: candidates
+                .iter()
+                .map(|c| {
+                    let label = c.label().unwrap_or(c.id());
+                    ApprovalChoice::new(c.id(), label, c.version().map(str::to_owned))
+                })
+                .collect(),
+            typed: policy.browser == Some(true),
+            expires_at: std::time::UNIX_EPOCH + std::time::Duration::from_secs(claims.expires_at),
+            decision: None,
+        };
+        config
+            .store
+            .propose(&approval)
+            .await
+            .map_err(store_failed)?;
+        return Ok(browser_challenge(
+            config,
+            guarded,
+            call,
+            approval.id,
+            &token,
+        ));
+    }
     let result = protocol::InputRequired {
         key: &policy.input_key,
         message: &policy.message,
@@ -220,6 +259,85 @@ async fn challenge(
         server_info: config.server_info.as_ref(),
     };
     Ok(Decision::Reply(Reply::result(&call.id, &result)))
+}
+
+/// The `input_required` that sends the user to approval `id`'s page, with the state `token`.
+fn browser_challenge(
+    config: &Config,
+    guarded: &GuardedTool,
+    call: &ToolCall,
+    id: ApprovalId,
+    token: &str,
+) -> Decision {
+    let id = id.to_hex();
+    let url = format!("{}{id}", config.approval_url.as_deref().unwrap_or_default());
+    let result = protocol::InputRequiredUrl {
+        key: &guarded.policy.input_key,
+        message: &guarded.policy.message,
+        url: &url,
+        elicitation_id: &id,
+        state: token,
+        server_info: config.server_info.as_ref(),
+    };
+    Decision::Reply(Reply::result(&call.id, &result))
+}
+
+/// A retry of a browser-approved tool: the client says whether the user went to the page; the
+/// page's recorded decision says what happens.
+async fn settle_browser(
+    config: &Config,
+    guarded: &Arc<GuardedTool>,
+    call: &ToolCall,
+    principal: &Principal,
+    claims: &Claims,
+) -> Result<Decision, Refused> {
+    let policy = &guarded.policy;
+    match form::read_url_answer(policy, call.params.input_responses.as_ref()) {
+        Answer::Missing => return challenge(config, guarded, call, principal).await,
+        Answer::Invalid(reason) => {
+            return Err(Refused::new(
+                RpcError::invalid_input_responses(),
+                format!("inputResponses: {reason}"),
+            ));
+        }
+        Answer::Cancel => return cancel(config, call, principal, claims).await,
+        Answer::Decline | Answer::Unconfirmed => {
+            return decline(config, call, principal, claims, false).await;
+        }
+        Answer::Accept { .. } => {}
+    }
+    let id = ApprovalId::for_nonce(&claims.nonce);
+    let approval = config.store.approval(id).await.map_err(store_failed)?;
+    // The state verified, so its approval was proposed; gone means a store that lost it.
+    let Some(approval) = approval else {
+        return Err(Refused::state(StateError::Consumed));
+    };
+    match approval.decision {
+        None => {
+            audit::refused(&call.tool, Some(principal), "not decided on the page yet");
+            let token = match &call.params.request_state {
+                Some(Value::String(token)) => token.as_str(),
+                _ => "",
+            };
+            Ok(browser_challenge(config, guarded, call, id, token))
+        }
+        Some(ApprovalDecision::Declined) => decline(config, call, principal, claims, false).await,
+        Some(ApprovalDecision::Approved { chosen }) => {
+            let chosen = if policy.resolver.is_some() {
+                // Only a signed candidate; the page could offer nothing else, and this checks it.
+                if !claims.candidates.iter().any(|c| c.id == chosen) {
+                    return Err(Refused::new(
+                        RpcError::invalid_input_responses(),
+                        "the page's choice is not a signed candidate",
+                    ));
+                }
+                Some(chosen)
+            } else {
+                None
+            };
+            accept(config, guarded, call, principal.clone(), claims, chosen).await
+        }
+    }
 }
 
 /// A cancel: nothing is consumed, so the same state may be answered again, unless it was already

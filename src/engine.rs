@@ -146,6 +146,30 @@ pub(crate) fn check_protocol(
 }
 
 /// Whether this request itself declares form elicitation. Earlier requests never count.
+/// The elicitation mode this request must have declared: form, or URL for a tool approved in a
+/// browser.
+pub(crate) fn check_elicitation(call: &ToolCall, url: bool) -> Result<(), Refused> {
+    if !url {
+        return check_form_capability(call);
+    }
+    let declared = call
+        .params
+        .meta
+        .as_ref()
+        .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+        .and_then(|c| c.get("elicitation"))
+        .and_then(|e| e.get("url"))
+        .is_some_and(Value::is_object);
+    if declared {
+        Ok(())
+    } else {
+        Err(Refused::new(
+            RpcError::missing_url_elicitation(),
+            "client did not declare URL elicitation",
+        ))
+    }
+}
+
 pub(crate) fn check_form_capability(call: &ToolCall) -> Result<(), Refused> {
     let elicitation = call
         .params

@@ -190,6 +190,33 @@ pub(crate) enum Answer {
     Invalid(&'static str),
 }
 
+/// What the client answered to a URL-mode elicitation: only whether the user went to the page
+/// (`accept`, no content), declined or cancelled. The decision itself is on the page.
+pub(crate) fn read_url_answer(policy: &ToolPolicy, responses: Option<&Value>) -> Answer {
+    let Some(responses) = responses else {
+        return Answer::Missing;
+    };
+    let Some(responses) = responses.as_object() else {
+        return Answer::Invalid("inputResponses is not an object");
+    };
+    let Some(response) = responses.get(&policy.input_key) else {
+        return Answer::Missing;
+    };
+    let Some(response) = response.as_object() else {
+        return Answer::Invalid("the response is not an object");
+    };
+    match response.get("action").and_then(Value::as_str) {
+        Some("decline") => Answer::Decline,
+        Some("cancel") => Answer::Cancel,
+        Some("accept") => match response.get("content") {
+            None => Answer::Accept { chosen: None },
+            Some(Value::Object(content)) if content.is_empty() => Answer::Accept { chosen: None },
+            Some(_) => Answer::Invalid("a URL-mode accept carries no content"),
+        },
+        _ => Answer::Invalid("action is not accept, decline or cancel"),
+    }
+}
+
 /// Reads `inputResponses` strictly against the policy and the candidates the state signed.
 pub(crate) fn read_answer(
     policy: &ToolPolicy,

@@ -73,6 +73,11 @@ pub enum ConfigError {
     /// [`grant_store`](ConfirmLayerBuilder::grant_store) to keep its grants in.
     #[error("queued tools need a grant store (grant_store)")]
     MissingGrantStore,
+    /// A tool is [approved in the browser](ToolPolicy::approve_in_browser) but no
+    /// [`approval_url`](ConfirmLayerBuilder::approval_url) says where the page is, or it is not
+    /// an absolute `http(s)` URL.
+    #[error("browser-approved tools need an absolute http(s) approval_url")]
+    InvalidApprovalUrl,
     /// The grant TTL is zero or longer than [`MAX_GRANT_TTL`].
     #[error("the grant TTL must be between 1 second and 7 days")]
     InvalidGrantTtl,
@@ -109,7 +114,16 @@ impl ConfirmLayer {
             server_info: None,
             grants: None,
             grant_ttl: DEFAULT_GRANT_TTL,
+            approval_url: None,
         }
+    }
+
+    /// The approval page of [browser-approved](ToolPolicy::approve_in_browser) tools: a tower
+    /// service to mount at the builder's [`approval_url`](ConfirmLayerBuilder::approval_url)
+    /// (e.g. `/confirm/{id}` in axum), behind the same authentication as the MCP endpoint. It
+    /// shares this layer's keys, store and principal extractor.
+    pub fn approval_page(&self) -> crate::page::ApprovalPage {
+        crate::page::ApprovalPage::new(Arc::clone(&self.config))
     }
 
     /// The worker's handle on the grants this layer issues: its
@@ -164,6 +178,7 @@ pub struct ConfirmLayerBuilder {
     server_info: Option<Result<Value, String>>,
     grants: Option<Arc<dyn GrantStore>>,
     grant_ttl: Duration,
+    approval_url: Option<String>,
 }
 
 impl fmt::Debug for ConfirmLayerBuilder {
@@ -327,6 +342,18 @@ impl ConfirmLayerBuilder {
         self
     }
 
+    /// Where the approval page of [browser-approved](ToolPolicy::approve_in_browser) tools is
+    /// served: an absolute URL the id is appended to, e.g. `https://notes.example/confirm/`. Use
+    /// HTTPS outside development.
+    pub fn approval_url(mut self, url: impl Into<String>) -> Self {
+        let mut url = url.into();
+        if !url.ends_with('/') {
+            url.push('/');
+        }
+        self.approval_url = Some(url);
+        self
+    }
+
     /// How long a grant may wait for its first attempt (default [`DEFAULT_GRANT_TTL`]); a grant
     /// not begun by then expires and never runs.
     pub fn grant_ttl(mut self, ttl: Duration) -> Self {
@@ -396,6 +423,16 @@ impl ConfirmLayerBuilder {
         if self.grant_ttl.as_secs() == 0 || self.grant_ttl > MAX_GRANT_TTL {
             return Err(ConfigError::InvalidGrantTtl);
         }
+        if let Some(url) = &self.approval_url {
+            let absolute = url.parse::<http::Uri>().ok().is_some_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
+            });
+            if !absolute || url.contains(['?', '#']) {
+                return Err(ConfigError::InvalidApprovalUrl);
+            }
+        } else if policies.values().any(|p| p.browser.is_some()) {
+            return Err(ConfigError::InvalidApprovalUrl);
+        }
         let server_info = match self.server_info {
             None => None,
             Some(info) => {
@@ -446,6 +483,7 @@ impl ConfirmLayerBuilder {
                 listing_marks: Arc::new(listing_marks),
                 grants: self.grants,
                 grant_ttl: self.grant_ttl,
+                approval_url: self.approval_url,
             }),
         })
     }

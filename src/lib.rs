@@ -145,6 +145,7 @@ mod http;
 mod layer;
 mod limit;
 mod message;
+mod page;
 mod policy;
 mod principal;
 mod protocol;
@@ -290,6 +291,7 @@ pub use layer::{
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use mcp_confirm_macros::{confirm, confirm_router};
+pub use page::ApprovalPage;
 pub use policy::{
     Candidate, Lookup, PolicyError, Refusal, Resolver, Revalidate, Revalidation, ToolPolicy,
 };

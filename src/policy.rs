@@ -219,6 +219,9 @@ pub struct ToolPolicy {
     pub(crate) claimed_by_handler: bool,
     pub(crate) unversioned: bool,
     pub(crate) queued: bool,
+    /// Approved on the layer's page in a browser (URL-mode elicitation) instead of in a form;
+    /// `Some(true)` when approving requires typing the record's id.
+    pub(crate) browser: Option<bool>,
 }
 
 impl fmt::Debug for ToolPolicy {
@@ -237,6 +240,7 @@ impl fmt::Debug for ToolPolicy {
             .field("claimed_by_handler", &self.claimed_by_handler)
             .field("unversioned", &self.unversioned)
             .field("queued", &self.queued)
+            .field("browser", &self.browser)
             .finish_non_exhaustive()
     }
 }
@@ -261,6 +265,7 @@ impl ToolPolicy {
             claimed_by_handler: false,
             unversioned: false,
             queued: false,
+            browser: None,
         }
     }
 
@@ -375,6 +380,29 @@ impl ToolPolicy {
     /// content-addressed objects). Everything else should give each candidate a version.
     pub fn without_versions(mut self) -> Self {
         self.unversioned = true;
+        self
+    }
+
+    /// Asks for the approval on the layer's approval page, in the user's browser, instead of in a
+    /// form the client shows: for the most dangerous tools, where an `accept` from the client
+    /// (which some clients let a model give) is not enough.
+    ///
+    /// The first call answers with a URL-mode elicitation to the page
+    /// ([`ConfirmLayer::approval_page`](crate::ConfirmLayer::approval_page), at the builder's
+    /// [`approval_url`](crate::ConfirmLayerBuilder::approval_url)); the URL carries only an opaque
+    /// id. There the person, signed in as the same principal, sees the tool, the candidates with
+    /// their versions, who asks and until when, picks one and approves or declines, once. The
+    /// client's retry then runs (approved), is refused (declined), or is asked again with the same
+    /// URL (not decided yet).
+    pub fn approve_in_browser(mut self) -> Self {
+        self.browser = Some(self.browser.unwrap_or(false));
+        self
+    }
+
+    /// With [`approve_in_browser`](Self::approve_in_browser): approving requires typing the
+    /// chosen record's id on the page, so a reflexive click does not delete anything.
+    pub fn require_typed_id(mut self) -> Self {
+        self.browser = Some(true);
         self
     }
 

@@ -152,6 +152,15 @@ impl RpcError {
         .with_data(json!({ "requiredCapabilities": { "elicitation": { "form": {} } } }))
     }
 
+    pub(crate) fn missing_url_elicitation() -> Self {
+        Self::new(
+            code::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "This tool requires URL elicitation to approve the call in a browser",
+            StatusCode::BAD_REQUEST,
+        )
+        .with_data(json!({ "requiredCapabilities": { "elicitation": { "url": {} } } }))
+    }
+
     /// The one answer for every `requestState` that fails verification or was already used.
     pub(crate) fn invalid_state() -> Self {
         Self::new(
@@ -363,6 +372,39 @@ pub(crate) fn outcome_result(outcome: Outcome, text: &str, server_info: Option<&
 
 /// An `InputRequiredResult` embedding one form elicitation under `key`, serialized straight into
 /// the reply.
+/// An `input_required` result asking the user to open `url` (URL mode). `elicitationId` is the
+/// page's id too, for clients that still expect one.
+pub(crate) struct InputRequiredUrl<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) message: &'a str,
+    pub(crate) url: &'a str,
+    pub(crate) elicitation_id: &'a str,
+    pub(crate) state: &'a str,
+    pub(crate) server_info: Option<&'a Value>,
+}
+
+impl Serialize for InputRequiredUrl<'_> {
+    fn serialize<Ser: Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
+        let requests = json!({ self.key: {
+            "method": "elicitation/create",
+            "params": {
+                "mode": "url",
+                "message": self.message,
+                "url": self.url,
+                "elicitationId": self.elicitation_id,
+            },
+        }});
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("resultType", "input_required")?;
+        m.serialize_entry("inputRequests", &requests)?;
+        m.serialize_entry("requestState", self.state)?;
+        if let Some(info) = self.server_info {
+            m.serialize_entry("_meta", &json!({ META_SERVER_INFO: info }))?;
+        }
+        m.end()
+    }
+}
+
 pub(crate) struct InputRequired<'a, S> {
     pub(crate) key: &'a str,
     pub(crate) message: &'a str,

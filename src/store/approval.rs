@@ -20,6 +20,18 @@ use super::{Nonce, PrincipalKey};
 pub struct ApprovalId([u8; 16]);
 
 impl ApprovalId {
+    /// The id of the approval of the confirmation with `nonce`: a digest, so any instance finds
+    /// it from the state alone, and nothing about the request can be read from it.
+    pub fn for_nonce(nonce: &Nonce) -> Self {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        hash.update(b"mcp-confirm/approval-id/v1\0");
+        hash.update(nonce.as_bytes());
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&hash.finalize()[..16]);
+        Self(bytes)
+    }
+
     /// An id with the given bytes.
     pub const fn from_bytes(bytes: [u8; 16]) -> Self {
         Self(bytes)

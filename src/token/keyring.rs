@@ -15,6 +15,7 @@ pub const MAX_KEY_ID_LEN: usize = 32;
 
 const MAC_KEY_INFO: &[u8] = b"mcp-confirm/requestState/v1/mac";
 const PRINCIPAL_KEY_INFO: &[u8] = b"mcp-confirm/requestState/v1/principal";
+const PAGE_KEY_INFO: &[u8] = b"mcp-confirm/approval-page/v1/csrf";
 
 pub(crate) type HmacSha256 = hmac::Hmac<Sha256>;
 
@@ -65,6 +66,7 @@ pub(crate) struct RingKey {
     id: String,
     mac: HmacSha256,
     principal: HmacSha256,
+    page: HmacSha256,
 }
 
 impl KeyRing {
@@ -141,6 +143,19 @@ impl KeyRing {
         self.keys.iter().map(|k| k.id.as_str())
     }
 
+    /// The page's token for `subject` and approval `id`, by the signing key.
+    pub(crate) fn csrf_token(&self, id: &[u8; 16], subject: &str) -> [u8; 32] {
+        self.signing().csrf_token(id, subject)
+    }
+
+    /// Whether `token` is the page's token for `subject` and `id` under any key of the ring,
+    /// compared in constant time.
+    pub(crate) fn csrf_matches(&self, token: &[u8], id: &[u8; 16], subject: &str) -> bool {
+        self.keys
+            .iter()
+            .any(|key| bool::from(key.csrf_token(id, subject)[..].ct_eq(token)))
+    }
+
     pub(crate) fn signing(&self) -> &RingKey {
         &self.keys[0]
     }
@@ -175,13 +190,16 @@ impl RingKey {
         let hk = Hkdf::<Sha256>::new(None, secret);
         let mut mac = Zeroizing::new([0u8; 32]);
         let mut principal = Zeroizing::new([0u8; 32]);
+        let mut page = Zeroizing::new([0u8; 32]);
         // 32 bytes is far below HKDF-SHA256's 8160-byte output limit, so expand cannot fail.
         let _ = hk.expand(MAC_KEY_INFO, &mut mac[..]);
         let _ = hk.expand(PRINCIPAL_KEY_INFO, &mut principal[..]);
+        let _ = hk.expand(PAGE_KEY_INFO, &mut page[..]);
         Self {
             id,
             mac: keyed(&mac[..]),
             principal: keyed(&principal[..]),
+            page: keyed(&page[..]),
         }
     }
 
@@ -205,6 +223,14 @@ impl RingKey {
 
     pub(crate) fn principal_matches(&self, digest: &[u8; 16], subject: &str) -> bool {
         bool::from(self.principal_digest(subject).ct_eq(digest))
+    }
+
+    /// The approval page's anti-forgery token for `subject` deciding approval `id`.
+    pub(crate) fn csrf_token(&self, id: &[u8; 16], subject: &str) -> [u8; 32] {
+        let mut mac = self.page.clone();
+        mac.update(id);
+        mac.update(subject.as_bytes());
+        mac.finalize().into_bytes().into()
     }
 }
 

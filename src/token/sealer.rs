@@ -64,13 +64,18 @@ impl Sealer {
         }
     }
 
-    /// The keyed digest of `subject` that the signing key puts in a state: whom a new challenge
-    /// is charged to.
     /// The time by the sealer's clock.
     pub(crate) fn now(&self) -> SystemTime {
         self.clock.now()
     }
 
+    /// The key ring, for the approval page's anti-forgery tokens.
+    pub(crate) fn keys(&self) -> &KeyRing {
+        &self.keys
+    }
+
+    /// The keyed digest of `subject` that the signing key puts in a state: whom a new challenge
+    /// is charged to.
     pub(crate) fn principal_digest(&self, subject: &str) -> [u8; 16] {
         self.keys.signing().principal_digest(subject)
     }
