@@ -706,7 +706,8 @@ async fn holds_postgres_transaction_mode_against_the_plain_path_on_one_grant() {
     assert_eq!(state_of(&store, second.id).await, GrantState::Consumed);
 }
 
-/// A grant store that counts the grants it stored.
+/// A grant store that counts the grants it stored, and takes 20 ms to store one (so two racing
+/// retries overlap: the second arrives while the first holds its claim).
 #[derive(Debug)]
 struct Counting(Arc<MemoryGrantStore>, Arc<AtomicUsize>);
 
@@ -715,6 +716,7 @@ impl GrantStore for Counting {
         let issued = Arc::clone(&self.1);
         let inner = self.0.issue(grant);
         Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
             let result = inner.await;
             if result.is_ok() {
                 issued.fetch_add(1, Ordering::SeqCst);
