@@ -398,21 +398,46 @@ async fn accept(
 ) -> Result<Decision, Refused> {
     let policy = &guarded.policy;
     let request = claim_request(config, claims);
-    let guard = if policy.claimed_by_handler {
-        // The handler claims inside the transaction that makes the change.
-        None
-    } else {
-        claim(config, claims, &request).await?;
-        // From here on the nonce is burned whatever happens: the guard completes it when dropped.
-        Some(CompletionGuard::new(Arc::clone(&config.store), request))
-    };
     // The version of the record the user chose, exactly as the state signed it.
     let version = chosen
         .as_deref()
         .and_then(|id| claims.candidates.version_of(id))
         .map(str::to_owned);
-    audit::accepted(&call.tool, &principal, &claims.nonce, chosen.as_deref());
     let arguments = guarded.confirmed_arguments(call, chosen.as_deref());
+    // A queued tool's grant is stored before the claim, so a full or unavailable grant store
+    // refuses with the confirmation still unspent. Its id leaves this function only with the
+    // forwarded call; if the claim fails, it is withdrawn.
+    let grant = if policy.queued {
+        let key = PrincipalKey::from_bytes(claims.principal);
+        if config
+            .store
+            .is_used(claims.nonce, key)
+            .await
+            .map_err(store_failed)?
+        {
+            return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
+        }
+        Some(
+            issue_grant(
+                config, call, &principal, claims, &arguments, &chosen, &version,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    let guard = if policy.claimed_by_handler {
+        // The handler claims inside the transaction that makes the change.
+        None
+    } else {
+        if let Err(refused) = claim(config, claims, &request).await {
+            withdraw(config, grant).await;
+            return Err(refused);
+        }
+        // From here on the nonce is burned whatever happens: the guard completes it when dropped.
+        Some(CompletionGuard::new(Arc::clone(&config.store), request))
+    };
+    audit::accepted(&call.tool, &principal, &claims.nonce, chosen.as_deref());
     if let Some(hook) = &policy.revalidate {
         let check = Revalidation {
             principal: principal.clone(),
@@ -423,6 +448,7 @@ async fn accept(
         };
         if let Err(refusal) = hook.revalidate(check).await {
             audit::revoked(&call.tool, &principal, &claims.nonce, refusal.reason());
+            withdraw(config, grant).await;
             if guard.is_none() {
                 // Nothing was claimed yet: burn the state all the same.
                 burn(config, &request).await;
@@ -436,16 +462,6 @@ async fn accept(
             ));
         }
     }
-    let grant = if policy.queued {
-        Some(
-            issue_grant(
-                config, call, &principal, claims, &arguments, &chosen, &version,
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
     // Short of a bug the body reads as it was classified; if not, the guard burns the nonce and
     // nothing runs.
     let body = message::forward_body(call, &arguments)
@@ -469,9 +485,19 @@ async fn accept(
     })))
 }
 
-/// Turns a queued tool's claimed confirmation into a grant. The nonce is already claimed, so at
-/// most one retry gets here per confirmation; if the grant cannot be stored the claim stays
-/// burned and the user confirms again: never a grant without a claim, never two.
+/// The most a queued call's arguments may weigh in its grant, as JSON.
+const MAX_GRANT_ARGUMENTS_BYTES: usize = 64 * 1024;
+
+/// Withdraws a grant that will not be forwarded (best effort: its id never left this process,
+/// so nothing can run it either way).
+async fn withdraw(config: &Config, grant: Option<GrantId>) {
+    if let (Some(store), Some(id)) = (&config.grants, grant) {
+        let _ = store.revoke(id).await;
+    }
+}
+
+/// Stores a queued tool's grant for this confirmation. A grant store that refuses leaves the
+/// confirmation unspent (the claim comes after), so the same answer can be sent again.
 async fn issue_grant(
     config: &Config,
     call: &ToolCall,
@@ -485,6 +511,14 @@ async fn issue_grant(
         .grants
         .as_ref()
         .ok_or_else(|| Refused::new(RpcError::internal(), "queued tool without a grant store"))?;
+    if serde_json::to_vec(arguments).map_or(usize::MAX, |json| json.len())
+        > MAX_GRANT_ARGUMENTS_BYTES
+    {
+        return Err(Refused::new(
+            RpcError::arguments_too_large_to_queue(),
+            "arguments too large to keep in a grant",
+        ));
+    }
     let now = config.sealer.now();
     let grant = Grant {
         id: GrantId::random(),
@@ -501,10 +535,13 @@ async fn issue_grant(
         expires_at: now + config.grant_ttl,
         state: GrantState::Granted,
     };
-    store
-        .issue(&grant)
-        .await
-        .map_err(|e| Refused::new(RpcError::store_unavailable(), format!("grant store: {e}")))?;
+    store.issue(&grant).await.map_err(|e| {
+        let error = match &e {
+            StoreError::OverBudget { retry_after } => RpcError::over_budget(*retry_after),
+            _ => RpcError::store_unavailable(),
+        };
+        Refused::new(error, format!("grant store: {e}"))
+    })?;
     audit::grant_issued(&grant.audit(), grant.chosen.as_deref());
     Ok(grant.id)
 }

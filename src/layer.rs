@@ -128,7 +128,8 @@ impl ConfirmLayer {
 
     /// The worker's handle on the grants this layer issues: its
     /// [grant store](ConfirmLayerBuilder::grant_store) and the revalidation hooks of its
-    /// [queued](ToolPolicy::queued) tools. `None` without a grant store.
+    /// [queued](ToolPolicy::queued) tools, running only this layer's audience's grants. `None`
+    /// without a grant store.
     pub fn grants(&self) -> Option<Grants> {
         let store = Arc::clone(self.config.grants.as_ref()?);
         let hooks = self
@@ -140,11 +141,7 @@ impl ConfirmLayer {
                 Some((name.clone(), Arc::clone(tool.policy.revalidate.as_ref()?)))
             })
             .collect();
-        Some(Grants::with_hooks(
-            store,
-            Grants::<Arc<dyn GrantStore>>::DEFAULT_LEASE,
-            hooks,
-        ))
+        Some(Grants::with_hooks(store, &self.config.audience, hooks))
     }
 }
 

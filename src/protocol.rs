@@ -180,6 +180,15 @@ impl RpcError {
         .with_data(json!({ "reason": "invalid_input_responses" }))
     }
 
+    pub(crate) fn arguments_too_large_to_queue() -> Self {
+        Self::new(
+            code::INVALID_PARAMS,
+            "Invalid params: arguments too large to queue",
+            StatusCode::OK,
+        )
+        .with_data(json!({ "reason": "arguments_too_large" }))
+    }
+
     pub(crate) fn invalid_arguments() -> Self {
         Self::new(
             code::INVALID_PARAMS,

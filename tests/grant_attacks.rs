@@ -19,7 +19,7 @@ use common::*;
 use mcp_confirm::clock::{Clock, ManualClock};
 use mcp_confirm::grant::{
     Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, Grants, MemoryGrantStore,
-    PostgresGrantStore, RedisGrantStore, RunError, conformance,
+    PostgresGrantStore, RedisGrantStore, Revoke, RunError, conformance,
 };
 use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{ConfirmLayer, KeyRing, Principal, Refusal, Revalidation};
@@ -73,12 +73,21 @@ async fn issued<S: GrantStore>(store: &S, clock: &ManualClock, ttl: Duration) ->
 }
 
 async fn state_of<S: GrantStore>(store: &S, id: GrantId) -> GrantState {
-    store.get(id).await.unwrap().expect("the grant exists").state
+    store
+        .get(id)
+        .await
+        .unwrap()
+        .expect("the grant exists")
+        .state
 }
 
 /// A Redis grant store under a prefix of its own, on a manual clock; `None` when Redis is down.
 async fn redis_store(clock: &ManualClock) -> Option<RedisGrantStore> {
-    redis_store_at(clock, &format!("mcp-confirm-attack:grant:{}:", GrantId::random())).await
+    redis_store_at(
+        clock,
+        &format!("mcp-confirm-attack:grant:{}:", GrantId::random()),
+    )
+    .await
 }
 
 async fn redis_store_at(clock: &ManualClock, prefix: &str) -> Option<RedisGrantStore> {
@@ -144,7 +153,7 @@ fn pg_pool() -> deadpool_postgres::Pool {
 /// hook), so the attempt is handed out and `run` performs the action. README: "a revoked grant
 /// never runs"; the demo: "whatever state the task is in, it never runs".
 #[tokio::test]
-async fn finding_a_grant_revoked_during_the_recheck_still_runs() {
+async fn holds_a_grant_revoked_during_the_recheck_never_acts() {
     let clock = manual_clock();
     let store = memory(&clock);
     let (entered, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
@@ -171,15 +180,24 @@ async fn finding_a_grant_revoked_during_the_recheck_still_runs() {
         .revoke(grant.id, &Principal::new("alice"))
         .await
         .unwrap();
-    assert!(stopped, "revoke reports that it stopped the grant");
+    assert!(matches!(stopped, Revoke::Stopping { .. }), "{stopped:?}");
     go.notify_one();
     let outcome = worker.await.unwrap();
-    assert_eq!(state_of(&*store, grant.id).await, GrantState::Revoked);
+    assert!(
+        matches!(
+            outcome,
+            Err(RunError::Grant(GrantError::Ended(GrantState::Revoked)))
+        ),
+        "{outcome:?}"
+    );
     assert_eq!(
         ran.load(Ordering::SeqCst),
         0,
-        "a grant revoked (Ok(true)) before its action started must not run; run answered {outcome:?}"
+        "a grant revoked before its action must not run"
     );
+    clock.advance(LEASE);
+    assert!(grants.begin(grant.id).await.is_err());
+    assert_eq!(state_of(&*store, grant.id).await, GrantState::Revoked);
 }
 
 /// Revocation while the action runs: `revoke` answers `Ok(true)`, the action completes anyway,
@@ -187,7 +205,7 @@ async fn finding_a_grant_revoked_during_the_recheck_still_runs() {
 /// and the audit trail (grant_revoked, no grant_consumed) say the work was stopped when it
 /// happened. The caller of `revoke` (the demo's tasks/cancel) is told it stopped the work.
 #[tokio::test]
-async fn finding_a_grant_revoked_while_its_action_runs_is_recorded_revoked_though_it_ran() {
+async fn holds_a_grant_revoked_while_its_action_runs_records_what_it_did() {
     let (events, _guard) = Events::record();
     let clock = manual_clock();
     let store = memory(&clock);
@@ -221,11 +239,11 @@ async fn finding_a_grant_revoked_while_its_action_runs_is_recorded_revoked_thoug
     let state = state_of(&*store, grant.id).await;
     let consumed_events = events.with("decision", "grant_consumed").len();
     assert_eq!(ran.load(Ordering::SeqCst), 1);
-    assert!(
-        !(stopped && state == GrantState::Revoked),
-        "the action ran (run answered {outcome:?}), yet revoke answered Ok(true) and the grant \
-         ends {state:?} with {consumed_events} grant_consumed events"
-    );
+    // The revoke came too late to stop the work, and says so; the record says it ran.
+    assert!(matches!(stopped, Revoke::Stopping { .. }), "{stopped:?}");
+    assert!(outcome.is_ok(), "{outcome:?}");
+    assert_eq!(state, GrantState::Consumed);
+    assert_eq!(consumed_events, 1);
 }
 
 /// A slow re-check outlives the lease: the attempt is handed out anyway, after a second attempt
@@ -288,10 +306,18 @@ async fn finding_a_grant_issued_for_one_audience_runs_in_another_deployment() {
             .grant_store(Arc::clone(&shared))
             .build()
     };
-    let f = Fixture::new(layer("notes.example"), notes.clone(), clock.clone(), replay.clone());
+    let f = Fixture::new(
+        layer("notes.example"),
+        notes.clone(),
+        clock.clone(),
+        replay.clone(),
+    );
     let other = layer("billing.example").grants().unwrap();
     let id = approved(&f).await;
-    assert_eq!(shared.get(id).await.unwrap().unwrap().audience, "notes.example");
+    assert_eq!(
+        shared.get(id).await.unwrap().unwrap().audience,
+        "notes.example"
+    );
     let result = other.begin(id).await;
     assert!(
         result.is_err(),
@@ -365,16 +391,27 @@ async fn approve_as(f: &Fixture, principal: &str, extra: &Value, n: u64) -> Answ
 /// replay store has per-principal budgets for exactly this; the grant store has none (nor do the
 /// Redis and Postgres grant stores, which keep the same unbounded records).
 #[tokio::test]
-async fn finding_one_principal_fills_the_grant_store_and_burns_everyone_elses_approvals() {
-    let (f, _, grants) = queued_fixture(4);
-    let padding = json!("x".repeat(2 * 1024 * 1024));
-    for n in 0..4 {
-        let done = approve_as(&f, "bob", &padding, 10 * n + 1).await;
-        assert_ran(&done);
-        let id = f.seen.last().confirmed.unwrap().grant.unwrap();
-        let kept = grants.get(id).await.unwrap().unwrap();
-        assert_eq!(kept.arguments["padding"].as_str().map(str::len), Some(2 << 20));
+async fn holds_one_principal_cannot_fill_the_grant_store_for_everyone() {
+    // Capacity 400: each principal may hold 4 grants that can still run.
+    let (f, _, _) = queued_fixture(400);
+    let huge = approve_as(&f, "bob", &json!("x".repeat(2 * 1024 * 1024)), 1).await;
+    assert_eq!(
+        huge.error()["data"]["reason"],
+        "arguments_too_large",
+        "{}",
+        huge.json()
+    );
+    let padding = json!("x".repeat(1024));
+    for n in 1..=4 {
+        assert_ran(&approve_as(&f, "bob", &padding, 10 * n + 1).await);
     }
+    let over = approve_as(&f, "bob", &padding, 100).await;
+    assert_eq!(
+        over.error()["data"]["reason"],
+        "principal_budget_spent",
+        "{}",
+        over.json()
+    );
     // Alice, who never issued a grant, confirms her own deletion.
     let state = f.alice(&delete_call(json!(100), "Groceries")).await.state();
     let refused = f.accept(&state, json!(101), "note-7").await;
@@ -433,7 +470,7 @@ async fn finding_a_zero_lease_lets_two_attempts_run_at_once() {
 /// a stalled attempt's finish is accepted after another attempt started (the fence is gone).
 /// Reachable only after 2^32 attempts or from a corrupted/forged record; hardening.
 #[test]
-fn finding_attempt_numbers_saturate_and_the_fence_stops_fencing() {
+fn holds_attempt_numbers_never_repeat_the_last_attempt_fails_the_grant() {
     let clock = manual_clock();
     let mut grant = conformance::grant(&clock, TTL);
     grant.state = GrantState::Executing {
@@ -443,14 +480,12 @@ fn finding_attempt_numbers_saturate_and_the_fence_stops_fencing() {
     let Begin::Started(stale) = grant.begin(clock.now(), LEASE) else {
         panic!("attempt u32::MAX starts");
     };
+    assert_eq!(stale.attempt, u32::MAX);
     clock.advance(LEASE);
-    let Begin::Started(current) = grant.begin(clock.now(), LEASE) else {
-        panic!("the next attempt starts");
-    };
-    assert_ne!(
-        stale.attempt, current.attempt,
-        "two attempts share the fence {}",
-        current.attempt
+    // No fence number is left: the grant fails rather than hand one out twice.
+    assert_eq!(
+        grant.begin(clock.now(), LEASE),
+        Begin::Finished(GrantState::Failed)
     );
     assert!(!grant.finish(&stale, Finish::Consumed));
 }
@@ -483,7 +518,10 @@ async fn expiry_boundaries<S: GrantStore>(store: &S, clock: &ManualClock) {
         Begin::Finished(GrantState::Expired)
     );
     assert!(!store.finish(lease, Finish::Consumed).await.unwrap());
-    assert!(!store.revoke(before_expiry.id).await.unwrap());
+    assert_eq!(
+        store.revoke(before_expiry.id).await.unwrap(),
+        Revoke::Ended(GrantState::Expired)
+    );
 }
 
 /// A clock on a whole millisecond (the Redis and Postgres records keep milliseconds).
@@ -504,14 +542,18 @@ async fn holds_expiry_boundaries_memory() {
 #[tokio::test]
 async fn holds_expiry_boundaries_redis() {
     let clock = ms_clock();
-    let Some(store) = redis_store(&clock).await else { return };
+    let Some(store) = redis_store(&clock).await else {
+        return;
+    };
     expiry_boundaries(&store, &clock).await;
 }
 
 #[tokio::test]
 async fn holds_expiry_boundaries_postgres() {
     let clock = ms_clock();
-    let Some(store) = postgres_store(&clock).await else { return };
+    let Some(store) = postgres_store(&clock).await else {
+        return;
+    };
     expiry_boundaries(&store, &clock).await;
 }
 
@@ -539,28 +581,36 @@ async fn revoke_and_finish_race<S: GrantStore>(store: Arc<S>, clock: &ManualCloc
                 store.finish(lease, Finish::Consumed).await.unwrap()
             })
         };
+        // Revoking a running attempt lets it record what it did: the finish always wins,
+        // and the revoke reports that it came while the attempt was under way, or after.
         let (revoked, finished) = (revoke.await.unwrap(), finish.await.unwrap());
-        assert!(revoked ^ finished, "revoked {revoked}, finished {finished}");
-        let expected = if revoked {
-            GrantState::Revoked
-        } else {
-            GrantState::Consumed
-        };
-        assert_eq!(state_of(&*store, grant.id).await, expected);
+        assert!(finished, "revoked {revoked:?}, finished {finished}");
+        assert!(
+            matches!(
+                revoked,
+                Revoke::Stopping { .. } | Revoke::Ended(GrantState::Consumed)
+            ),
+            "{revoked:?}"
+        );
+        assert_eq!(state_of(&*store, grant.id).await, GrantState::Consumed);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_revoke_and_finish_race_redis() {
     let clock = manual_clock_now();
-    let Some(store) = redis_store(&clock).await else { return };
+    let Some(store) = redis_store(&clock).await else {
+        return;
+    };
     revoke_and_finish_race(Arc::new(store), &clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_revoke_and_finish_race_postgres() {
     let clock = manual_clock_now();
-    let Some(store) = postgres_store(&clock).await else { return };
+    let Some(store) = postgres_store(&clock).await else {
+        return;
+    };
     revoke_and_finish_race(Arc::new(store), &clock).await;
 }
 
@@ -573,7 +623,9 @@ fn manual_clock_now() -> ManualClock {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_redis_begin_flood_with_a_concurrent_revoke() {
     let clock = manual_clock_now();
-    let Some(store) = redis_store(&clock).await else { return };
+    let Some(store) = redis_store(&clock).await else {
+        return;
+    };
     let store = Arc::new(store);
     for _ in 0..10 {
         let grant = issued(&*store, &clock, TTL).await;
@@ -599,12 +651,22 @@ async fn holds_redis_begin_flood_with_a_concurrent_revoke() {
                 leases.push(lease);
             }
         }
-        assert!(revoke.await.unwrap());
+        let revoked = revoke.await.unwrap();
         assert!(leases.len() <= 1, "{leases:?}");
-        for lease in leases {
-            assert!(!store.finish(lease, Finish::Consumed).await.unwrap());
+        for lease in &leases {
+            // An attempt that began before the revoke may not act any more.
+            assert!(!store.confirm(*lease).await.unwrap());
         }
-        assert_eq!(state_of(&*store, grant.id).await, GrantState::Revoked);
+        match revoked {
+            Revoke::Revoked => {
+                assert_eq!(state_of(&*store, grant.id).await, GrantState::Revoked);
+            }
+            Revoke::Stopping { .. } => assert!(matches!(
+                state_of(&*store, grant.id).await,
+                GrantState::Revoking { .. }
+            )),
+            other => panic!("{other:?}"),
+        }
     }
 }
 
@@ -631,7 +693,9 @@ fn record_hook(present: Arc<std::sync::atomic::AtomicBool>) -> impl mcp_confirm:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_postgres_transaction_mode_against_the_plain_path_on_one_grant() {
     let clock = manual_clock_now();
-    let Some(store) = postgres_store(&clock).await else { return };
+    let Some(store) = postgres_store(&clock).await else {
+        return;
+    };
     let present = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let grants = Grants::new(store.clone())
         .lease(LEASE)
@@ -685,7 +749,10 @@ async fn holds_postgres_transaction_mode_against_the_plain_path_on_one_grant() {
         "{plain:?}"
     );
     let revoked = revoke.await.unwrap();
-    assert!(matches!(revoked, Ok(false)), "{revoked:?}");
+    assert!(
+        matches!(revoked, Ok(Revoke::Ended(GrantState::Consumed))),
+        "{revoked:?}"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(state_of(&store, grant.id).await, GrantState::Consumed);
 
@@ -709,11 +776,19 @@ async fn holds_postgres_transaction_mode_against_the_plain_path_on_one_grant() {
 /// A grant store that counts the grants it stored, and takes 20 ms to store one (so two racing
 /// retries overlap: the second arrives while the first holds its claim).
 #[derive(Debug)]
-struct Counting(Arc<MemoryGrantStore>, Arc<AtomicUsize>);
+struct Counting(
+    Arc<MemoryGrantStore>,
+    Arc<AtomicUsize>,
+    Arc<std::sync::Mutex<Vec<GrantId>>>,
+);
 
 impl GrantStore for Counting {
-    fn issue(&self, grant: &Grant) -> mcp_confirm::store::BoxFuture<'_, Result<(), mcp_confirm::store::StoreError>> {
+    fn issue(
+        &self,
+        grant: &Grant,
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<(), mcp_confirm::store::StoreError>> {
         let issued = Arc::clone(&self.1);
+        self.2.lock().unwrap().push(grant.id);
         let inner = self.0.issue(grant);
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -724,16 +799,37 @@ impl GrantStore for Counting {
             result
         })
     }
-    fn begin(&self, id: GrantId, lease: Duration) -> mcp_confirm::store::BoxFuture<'_, Result<Begin, mcp_confirm::store::StoreError>> {
+    fn begin(
+        &self,
+        id: GrantId,
+        lease: Duration,
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<Begin, mcp_confirm::store::StoreError>> {
         self.0.begin(id, lease)
     }
-    fn finish(&self, lease: mcp_confirm::grant::Lease, outcome: Finish) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::store::StoreError>> {
+    fn finish(
+        &self,
+        lease: mcp_confirm::grant::Lease,
+        outcome: Finish,
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::store::StoreError>> {
         self.0.finish(lease, outcome)
     }
-    fn revoke(&self, id: GrantId) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::store::StoreError>> {
+    fn revoke(
+        &self,
+        id: GrantId,
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<Revoke, mcp_confirm::store::StoreError>> {
         self.0.revoke(id)
     }
-    fn get(&self, id: GrantId) -> mcp_confirm::store::BoxFuture<'_, Result<Option<Grant>, mcp_confirm::store::StoreError>> {
+    fn confirm(
+        &self,
+        lease: mcp_confirm::grant::Lease,
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::store::StoreError>> {
+        self.0.confirm(lease)
+    }
+    fn get(
+        &self,
+        id: GrantId,
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<Option<Grant>, mcp_confirm::store::StoreError>>
+    {
         self.0.get(id)
     }
 }
@@ -747,7 +843,9 @@ async fn holds_one_confirmation_races_into_one_grant() {
     let clock = manual_clock();
     let replay = MemoryReplayStore::with_clock(10_000, clock.clone());
     let issued = Arc::new(AtomicUsize::new(0));
-    let store = Counting(Arc::new(MemoryGrantStore::with_clock(100, clock.clone())), Arc::clone(&issued));
+    let inner = Arc::new(MemoryGrantStore::with_clock(10_000, clock.clone()));
+    let ids = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let store = Counting(Arc::clone(&inner), Arc::clone(&issued), Arc::clone(&ids));
     let layer = base_builder(&notes, &clock, &replay)
         .tool("notes_delete", delete_policy(&notes).queued())
         .grant_store(store)
@@ -759,6 +857,7 @@ async fn holds_one_confirmation_races_into_one_grant() {
             .await
             .state();
         let before = f.seen.count();
+        let earlier = ids.lock().unwrap().len();
         let barrier = Arc::new(tokio::sync::Barrier::new(2));
         let racers: Vec<_> = (1..=2)
             .map(|n| {
@@ -778,7 +877,24 @@ async fn holds_one_confirmation_races_into_one_grant() {
         }
         assert_eq!(forwarded, 1);
         assert_eq!(f.seen.count(), before + 1);
-        assert_eq!(issued.load(Ordering::SeqCst), round as usize + 1);
+        // The grant is stored before the claim; a retry that loses the claim withdraws its
+        // grant, so exactly one grant per confirmation can ever run.
+        let forwarded_grant = f.seen.last().confirmed.unwrap().grant.unwrap();
+        let others: Vec<GrantId> = ids
+            .lock()
+            .unwrap()
+            .iter()
+            .skip(earlier)
+            .copied()
+            .filter(|id| *id != forwarded_grant)
+            .collect();
+        for id in others {
+            let state = inner.get(id).await.unwrap().map(|g| g.state);
+            assert!(
+                matches!(state, Some(GrantState::Revoked) | None),
+                "round {round}: only the forwarded grant can run, another is {state:?}"
+            );
+        }
     }
 }
 
@@ -789,7 +905,7 @@ async fn holds_one_confirmation_races_into_one_grant() {
 #[tokio::test]
 async fn holds_the_grant_records_what_was_forwarded_and_only_for_acceptances() {
     let (events, _guard) = Events::record();
-    let (f, _, grants) = queued_fixture(100);
+    let (f, _, grants) = queued_fixture(10_000);
     let id = approved(&f).await;
     let forwarded = f.seen.last().json()["params"]["arguments"].clone();
     let grant = grants.get(id).await.unwrap().unwrap();
@@ -812,9 +928,12 @@ async fn holds_the_grant_records_what_was_forwarded_and_only_for_acceptances() {
 async fn holds_only_the_exact_subject_may_revoke() {
     let clock = manual_clock();
     let store = memory(&clock);
-    let grants = Grants::new(Arc::clone(&store)).revalidate("notes_purge", passing_hook(Arc::default()));
+    let grants =
+        Grants::new(Arc::clone(&store)).revalidate("notes_purge", passing_hook(Arc::default()));
     let grant = issued(&*store, &clock, TTL).await;
-    for other in ["bob", "Alice", "alice ", " alice", "alice\0", "alic", "alicee", ""] {
+    for other in [
+        "bob", "Alice", "alice ", " alice", "alice\0", "alic", "alicee", "",
+    ] {
         assert!(
             matches!(
                 grants.revoke(grant.id, &Principal::new(other)).await,
@@ -824,7 +943,13 @@ async fn holds_only_the_exact_subject_may_revoke() {
         );
         assert_eq!(state_of(&*store, grant.id).await, GrantState::Granted);
     }
-    assert!(grants.revoke(grant.id, &Principal::new("alice")).await.unwrap());
+    assert_eq!(
+        grants
+            .revoke(grant.id, &Principal::new("alice"))
+            .await
+            .unwrap(),
+        Revoke::Revoked
+    );
 }
 
 /// Corrupted records (garbage, a state without its lease, a negative attempt, an unknown field,
@@ -837,16 +962,30 @@ async fn holds_only_the_exact_subject_may_revoke() {
 async fn holds_corrupted_records_never_run_redis() {
     let clock = manual_clock_now();
     let prefix = format!("mcp-confirm-attack:grant:{}:", GrantId::random());
-    let Some(store) = redis_store_at(&clock, &prefix).await else { return };
+    let Some(store) = redis_store_at(&clock, &prefix).await else {
+        return;
+    };
     let mut redis = redis_connection().await;
     for (n, corrupt) in corruptions().iter().enumerate() {
         let grant = issued(&store, &clock, TTL).await;
         let key = format!("{prefix}{}", grant.id);
-        let stored: String = redis::cmd("GET").arg(&key).query_async(&mut redis).await.unwrap();
+        let stored: String = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
         let text = corrupt(serde_json::from_str(&stored).unwrap());
-        let _: () = redis::cmd("SET").arg(&key).arg(&text).query_async(&mut redis).await.unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&text)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
         if n == 0 {
-            assert!(matches!(store.begin(grant.id, LEASE).await, Ok(Begin::Started(_))));
+            assert!(matches!(
+                store.begin(grant.id, LEASE).await,
+                Ok(Begin::Started(_))
+            ));
         } else {
             expect_fail_closed(&store, grant.id).await;
         }
@@ -856,13 +995,18 @@ async fn holds_corrupted_records_never_run_redis() {
 #[tokio::test]
 async fn holds_corrupted_records_never_run_postgres() {
     let clock = manual_clock_now();
-    let Some(store) = postgres_store(&clock).await else { return };
+    let Some(store) = postgres_store(&clock).await else {
+        return;
+    };
     let client = pg_pool().get().await.unwrap();
     for (n, corrupt) in corruptions().iter().enumerate() {
         let grant = issued(&store, &clock, TTL).await;
         let id = grant.id.to_string();
         let stored: String = client
-            .query_one("SELECT record FROM mcp_confirm_attack_grants WHERE id = $1", &[&id])
+            .query_one(
+                "SELECT record FROM mcp_confirm_attack_grants WHERE id = $1",
+                &[&id],
+            )
             .await
             .unwrap()
             .get(0);
@@ -875,12 +1019,15 @@ async fn holds_corrupted_records_never_run_postgres() {
             .await
             .unwrap();
         if n == 0 {
-            assert!(matches!(store.begin(grant.id, LEASE).await, Ok(Begin::Started(_))));
+            assert!(matches!(
+                store.begin(grant.id, LEASE).await,
+                Ok(Begin::Started(_))
+            ));
             continue;
         }
         expect_fail_closed(&store, grant.id).await;
-        let grants = Grants::new(store.clone())
-            .revalidate("notes_purge", passing_hook(Arc::default()));
+        let grants =
+            Grants::new(store.clone()).revalidate("notes_purge", passing_hook(Arc::default()));
         let ran = grants
             .run_in_transaction(grant.id, |_tx, _g| Box::pin(async { Ok::<_, String>(()) }))
             .await;
@@ -976,12 +1123,15 @@ fn holds_grant_id_parsing_never_panics() {
 #[tokio::test]
 async fn holds_the_full_grant_id_is_never_logged() {
     let (events, _guard) = Events::record();
-    let (f, worker, _) = queued_fixture(100);
+    let (f, worker, _) = queued_fixture(10_000);
     let mut ids = Vec::new();
     // Issued, executing, consumed.
     let id = approved(&f).await;
     ids.push(id);
-    worker.run(id, |_| async { Ok::<_, String>(()) }).await.unwrap();
+    worker
+        .run(id, |_| async { Ok::<_, String>(()) })
+        .await
+        .unwrap();
     // Revoked by another principal (refused), then by its owner.
     let id = approved(&f).await;
     ids.push(id);
@@ -996,7 +1146,8 @@ async fn holds_the_full_grant_id_is_never_logged() {
     let id = approved(&f).await;
     ids.push(id);
     let stale = worker.begin(id).await.unwrap();
-    f.clock.advance(Grants::<Arc<MemoryGrantStore>>::DEFAULT_LEASE);
+    f.clock
+        .advance(Grants::<Arc<MemoryGrantStore>>::DEFAULT_LEASE);
     let current = worker.begin(id).await.unwrap();
     let _ = stale.consumed().await;
     current.consumed().await.unwrap();
@@ -1004,9 +1155,11 @@ async fn holds_the_full_grant_id_is_never_logged() {
     ids.push(id);
     let _ = worker
         .run(id, |_| {
-            let (worker, id) = (worker.clone(), id);
+            let (worker, clock) = (worker.clone(), f.clock.clone());
             async move {
-                worker.revoke(id, &Principal::new("alice")).await.unwrap();
+                // The lease runs out mid-action and another attempt takes over.
+                clock.advance(Grants::<Arc<MemoryGrantStore>>::DEFAULT_LEASE);
+                let _other = worker.begin(id).await;
                 Ok::<_, String>(())
             }
         })

@@ -12,7 +12,7 @@ use common::*;
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::grant::{
     Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, Lease, MemoryGrantStore,
-    RunError,
+    Revoke, RunError,
 };
 use mcp_confirm::store::{BoxFuture, MemoryReplayStore, StoreError};
 use mcp_confirm::{ConfigError, ToolPolicy};
@@ -165,8 +165,11 @@ impl GrantStore for Counting {
     fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
         self.0.finish(lease, outcome)
     }
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
         self.0.revoke(id)
+    }
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+        self.0.confirm(lease)
     }
     fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
         self.0.get(id)
@@ -187,7 +190,10 @@ impl GrantStore for Down {
     fn finish(&self, _: Lease, _: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
         Box::pin(std::future::ready(Err(StoreError::Timeout)))
     }
-    fn revoke(&self, _: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn revoke(&self, _: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+        Box::pin(std::future::ready(Err(StoreError::Timeout)))
+    }
+    fn confirm(&self, _: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
         Box::pin(std::future::ready(Err(StoreError::Timeout)))
     }
     fn get(&self, _: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mcp_confirm::Principal;
 use mcp_confirm::grant::{GrantError, GrantId, Grants, RunError};
@@ -67,6 +67,7 @@ pub(crate) fn principal_of(context: &RequestContext<RoleServer>) -> Result<Princ
 struct Owner {
     subject: String,
     grant: GrantId,
+    created: Instant,
 }
 
 /// The purge queue: tasks, their owners, and the grants they run. Clones share everything.
@@ -110,13 +111,16 @@ impl Queue {
             })
         });
         let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        // Forget the tasks the manager has forgotten, so the map stays as small as the tasks.
-        owners.retain(|id, _| self.tasks.get_task(id).is_ok());
+        // Forget owners of tasks past their time to live (the manager has forgotten them too):
+        // one pass, so the map stays as small as the live tasks.
+        let ttl = Duration::from_millis(TASK_TTL_MS) + QUEUE_DELAY;
+        owners.retain(|_, owner| owner.created.elapsed() < ttl);
         owners.insert(
             task.task_id.clone(),
             Owner {
                 subject: principal.subject().to_owned(),
                 grant,
+                created: Instant::now(),
             },
         );
         CreateTaskResult::new(task)

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Begin, Finish, Grant, GrantId, GrantState, GrantStore};
+use super::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Revoke};
 use crate::clock::{Clock, ManualClock};
 use crate::store::{Nonce, PrincipalKey};
 
@@ -127,30 +127,67 @@ pub async fn expired_grants_never_run<S: GrantStore>(store: &S, clock: &ManualCl
     }
 }
 
-/// Revoking ends a grant, granted or executing; an executing worker's finish is then refused.
+/// Revoking a waiting grant ends it. Revoking a running one stops it from starting anything:
+/// the attempt's `confirm` fails, no other attempt begins, and the attempt may still record
+/// what it did; if it never does, the grant ends revoked once its lease is over.
 pub async fn revoked_grants_never_run<S: GrantStore>(store: &S, clock: &ManualClock) {
     let waiting = issued(store, clock).await;
-    assert!(store.revoke(waiting.id).await.unwrap());
-    assert!(!store.revoke(waiting.id).await.unwrap());
+    assert_eq!(store.revoke(waiting.id).await.unwrap(), Revoke::Revoked);
+    assert_eq!(
+        store.revoke(waiting.id).await.unwrap(),
+        Revoke::Ended(GrantState::Revoked)
+    );
     assert_eq!(
         store.begin(waiting.id, LEASE).await.unwrap(),
         Begin::Finished(GrantState::Revoked)
     );
+    // Revoked while re-checking: the attempt must not act, and it may record only that.
     let running = issued(store, clock).await;
     let lease = started(store.begin(running.id, LEASE).await.unwrap());
-    assert!(store.revoke(running.id).await.unwrap());
-    assert!(!store.finish(lease, Finish::Consumed).await.unwrap());
+    assert!(store.confirm(lease).await.unwrap());
     assert_eq!(
-        store.get(running.id).await.unwrap().map(|g| g.state),
-        Some(GrantState::Revoked)
+        store.revoke(running.id).await.unwrap(),
+        Revoke::Stopping { until: lease.until }
     );
+    assert!(
+        !store.confirm(lease).await.unwrap(),
+        "a revoked attempt must not act"
+    );
+    assert!(matches!(
+        store.begin(running.id, LEASE).await.unwrap(),
+        Begin::Busy { .. }
+    ));
+    clock.advance(LEASE);
+    assert_eq!(
+        store.begin(running.id, LEASE).await.unwrap(),
+        Begin::Finished(GrantState::Revoked)
+    );
+    assert!(!store.finish(lease, Finish::Consumed).await.unwrap());
+    // Revoked while acting: what the attempt did is recorded truthfully.
+    let acting = issued(store, clock).await;
+    let lease = started(store.begin(acting.id, LEASE).await.unwrap());
+    store.revoke(acting.id).await.unwrap();
+    assert!(store.finish(lease, Finish::Consumed).await.unwrap());
+    assert_eq!(
+        store.get(acting.id).await.unwrap().map(|g| g.state),
+        Some(GrantState::Consumed)
+    );
+    // A dead worker's lapsed lease: revoked at once.
+    let abandoned = issued(store, clock).await;
+    let lease = started(store.begin(abandoned.id, LEASE).await.unwrap());
+    clock.advance(LEASE);
+    assert!(
+        !store.confirm(lease).await.unwrap(),
+        "a lapsed lease must not act"
+    );
+    assert_eq!(store.revoke(abandoned.id).await.unwrap(), Revoke::Revoked);
 }
 
 /// Unknown ids never run; an id is issued once; a grant is stored as given, in state `Granted`.
 pub async fn unknown_and_duplicate_ids<S: GrantStore>(store: &S, clock: &ManualClock) {
     let never = GrantId::random();
     assert_eq!(store.begin(never, LEASE).await.unwrap(), Begin::Unknown);
-    assert!(!store.revoke(never).await.unwrap());
+    assert_eq!(store.revoke(never).await.unwrap(), Revoke::Unknown);
     assert_eq!(store.get(never).await.unwrap(), None);
     let mut grant = grant(clock, TTL);
     grant.state = GrantState::Consumed;

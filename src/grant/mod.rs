@@ -10,7 +10,9 @@
 //! ```text
 //! Granted ──begin──► Executing(attempt n, lease) ──finish──► Consumed | Failed
 //!    │                    │  lease runs out: the next begin is attempt n+1
-//!    └──revoke / expiry───┴──revoke──► Revoked          (expiry before a begin ► Expired)
+//!    │                    └──revoke──► Revoking(n, lease) ──finish──► Consumed | Failed
+//!    │                                     └── lease runs out ──► Revoked
+//!    └──revoke──► Revoked                 (expiry before a begin ► Expired)
 //! ```
 //!
 //! - **Fencing.** Each `begin` hands out a [`Lease`] with a new attempt number; only the holder of
@@ -19,6 +21,9 @@
 //! - **Leases.** A second `begin` while a lease holds is refused ([`Begin::Busy`]); after a worker
 //!   dies, the next `begin` after the lease starts a new attempt, which must re-check the live
 //!   record before acting.
+//! - **Revoking a running grant** stops it from starting anything new: the attempt under way
+//!   fails its [`GrantStore::confirm`] (so an attempt still re-checking never acts), no later
+//!   attempt begins, and an attempt that is already acting may still record what it did.
 //! - **Final states are final.** After `Consumed`, `Failed`, `Revoked` or `Expired`, every `begin`
 //!   answers [`Begin::Finished`]: a job retried after success never runs again.
 //!
@@ -129,6 +134,19 @@ impl FromStr for GrantId {
 }
 
 impl Grant {
+    /// Whether no transition from `now` on can run this grant again.
+    fn can_never_run(&self, now: SystemTime) -> bool {
+        match self.state {
+            state if state.is_final() => true,
+            GrantState::Granted => now >= self.expires_at,
+            GrantState::Executing { lease_until, .. }
+            | GrantState::Revoking { lease_until, .. } => {
+                now >= lease_until && now >= self.expires_at
+            }
+            _ => false,
+        }
+    }
+
     /// What the audit events of this grant name.
     pub(crate) fn audit(&self) -> audit::GrantFields<'_> {
         audit::GrantFields {
@@ -151,6 +169,14 @@ pub enum GrantState {
         /// The fence: only this attempt may finish.
         attempt: u32,
         /// When the lease runs out and another attempt may begin.
+        lease_until: SystemTime,
+    },
+    /// Revoked while attempt `attempt` was under way: that attempt may still record what it did
+    /// until `lease_until`; nothing else begins, and then the grant is revoked.
+    Revoking {
+        /// The attempt under way.
+        attempt: u32,
+        /// When its lease runs out.
         lease_until: SystemTime,
     },
     /// Done, once.
@@ -236,6 +262,25 @@ pub enum Begin {
     Unknown,
 }
 
+/// What a [`GrantStore::revoke`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Revoke {
+    /// The grant will never run.
+    Revoked,
+    /// An attempt is under way: it will not start acting if it has not yet (its
+    /// [`GrantStore::confirm`] fails), no later attempt begins, and one already acting may still
+    /// record its outcome until `until`.
+    Stopping {
+        /// When the attempt's lease runs out.
+        until: SystemTime,
+    },
+    /// It had already ended, in this state.
+    Ended(GrantState),
+    /// No such grant.
+    Unknown,
+}
+
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -251,8 +296,23 @@ impl Grant {
     pub fn begin(&mut self, now: SystemTime, lease: Duration) -> Begin {
         match self.state {
             state if state.is_final() => Begin::Finished(state),
-            GrantState::Executing { lease_until, .. } if now < lease_until => {
+            GrantState::Executing { lease_until, .. }
+            | GrantState::Revoking { lease_until, .. }
+                if now < lease_until =>
+            {
                 Begin::Busy { until: lease_until }
+            }
+            GrantState::Revoking { .. } => {
+                // The attempt under way when it was revoked did not finish: revoked for good.
+                self.state = GrantState::Revoked;
+                Begin::Finished(self.state)
+            }
+            GrantState::Executing {
+                attempt: u32::MAX, ..
+            } => {
+                // No fence number left to hand out.
+                self.state = GrantState::Failed;
+                Begin::Finished(self.state)
             }
             GrantState::Granted if now >= self.expires_at => {
                 self.state = GrantState::Expired;
@@ -268,7 +328,10 @@ impl Grant {
                     GrantState::Executing { attempt, .. } => attempt.saturating_add(1),
                     _ => 1,
                 };
-                let until = now + lease;
+                // A lease past the end of time is a configuration error; cap it rather than panic.
+                let until = now
+                    .checked_add(lease)
+                    .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 60 * 60));
                 self.state = GrantState::Executing {
                     attempt,
                     lease_until: until,
@@ -285,7 +348,9 @@ impl Grant {
     /// Ends the attempt `lease` holds; `false` (and nothing changes) unless it is the current one.
     pub fn finish(&mut self, lease: &Lease, outcome: Finish) -> bool {
         match self.state {
-            GrantState::Executing { attempt, .. } if attempt == lease.attempt => {
+            GrantState::Executing { attempt, .. } | GrantState::Revoking { attempt, .. }
+                if attempt == lease.attempt =>
+            {
                 self.state = match outcome {
                     Finish::Consumed => GrantState::Consumed,
                     Finish::Failed => GrantState::Failed,
@@ -296,13 +361,36 @@ impl Grant {
         }
     }
 
-    /// Withdraws the grant; `false` if it had already ended.
-    pub fn revoke(&mut self) -> bool {
-        if self.state.is_final() {
-            return false;
+    /// Withdraws the grant at `now`: at once if no attempt holds a live lease, else once the
+    /// attempt under way ends (see [`Revoke::Stopping`]).
+    pub fn revoke(&mut self, now: SystemTime) -> Revoke {
+        match self.state {
+            state if state.is_final() => Revoke::Ended(state),
+            GrantState::Executing {
+                attempt,
+                lease_until,
+            } if now < lease_until => {
+                self.state = GrantState::Revoking {
+                    attempt,
+                    lease_until,
+                };
+                Revoke::Stopping { until: lease_until }
+            }
+            GrantState::Revoking { lease_until, .. } if now < lease_until => {
+                Revoke::Stopping { until: lease_until }
+            }
+            _ => {
+                self.state = GrantState::Revoked;
+                Revoke::Revoked
+            }
         }
-        self.state = GrantState::Revoked;
-        true
+    }
+
+    /// Whether `lease` is still the live, unrevoked attempt at `now`: the last check before an
+    /// attempt acts.
+    pub fn holds(&self, lease: &Lease, now: SystemTime) -> bool {
+        matches!(self.state, GrantState::Executing { attempt, lease_until }
+            if attempt == lease.attempt && now < lease_until)
     }
 }
 
@@ -321,8 +409,12 @@ pub trait GrantStore: fmt::Debug + Send + Sync + 'static {
     /// Ends the attempt `lease` holds; `Ok(false)` if that attempt is no longer current.
     fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>>;
 
-    /// Withdraws a grant; `Ok(false)` if it had already ended or is unknown.
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>>;
+    /// Withdraws a grant ([`Grant::revoke`]).
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>>;
+
+    /// Whether `lease` is still the live, unrevoked attempt ([`Grant::holds`]), by the store's
+    /// clock: asked right before an attempt acts.
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>>;
 
     /// The grant as it stands.
     fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>>;
@@ -341,8 +433,12 @@ impl<S: GrantStore + ?Sized> GrantStore for Arc<S> {
         (**self).finish(lease, outcome)
     }
 
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
         (**self).revoke(id)
+    }
+
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+        (**self).confirm(lease)
     }
 
     fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
@@ -355,6 +451,7 @@ impl<S: GrantStore + ?Sized> GrantStore for Arc<S> {
 pub struct MemoryGrantStore {
     grants: Mutex<HashMap<GrantId, Grant>>,
     capacity: usize,
+    budget: usize,
     clock: Arc<dyn Clock>,
 }
 
@@ -370,11 +467,21 @@ impl MemoryGrantStore {
     /// A store holding up to `capacity` grants, reading the time from `clock`. Ended grants are
     /// forgotten first when it is full; live ones never are (a full store refuses new grants).
     pub fn with_clock(capacity: usize, clock: impl Clock) -> Self {
+        let capacity = capacity.max(1);
         Self {
             grants: Mutex::new(HashMap::new()),
-            capacity: capacity.max(1),
+            capacity,
+            budget: (capacity / 100).max(1),
             clock: Arc::new(clock),
         }
+    }
+
+    /// Caps each principal's grants that can still run (default: 1 % of the capacity, at least
+    /// one), so one principal cannot fill the store for everyone; over it, `issue` answers
+    /// [`StoreError::OverBudget`].
+    pub fn principal_budget(mut self, budget: usize) -> Self {
+        self.budget = budget.clamp(1, self.capacity);
+        self
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut HashMap<GrantId, Grant>) -> T) -> Result<T, StoreError> {
@@ -396,6 +503,7 @@ impl fmt::Debug for MemoryGrantStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryGrantStore")
             .field("capacity", &self.capacity)
+            .field("budget", &self.budget)
             .finish_non_exhaustive()
     }
 }
@@ -407,11 +515,26 @@ impl GrantStore for MemoryGrantStore {
             if grants.contains_key(&grant.id) {
                 return Err(StoreError::Backend("a grant with this id exists".into()));
             }
-            if grants.len() >= self.capacity {
-                // Forget what can never run again: ended grants, and unstarted expired ones.
-                grants.retain(|_, g| {
-                    !(g.state.is_final() || g.state == GrantState::Granted && now >= g.expires_at)
+            let mut live = grants
+                .values()
+                .filter(|g| g.principal == grant.principal && !g.can_never_run(now))
+                .map(|g| g.expires_at)
+                .peekable();
+            if live.peek().is_some() {
+                let (count, soonest) = live.fold((0usize, None::<SystemTime>), |(n, s), at| {
+                    (n + 1, Some(s.map_or(at, |s| s.min(at))))
                 });
+                if count >= self.budget {
+                    let retry_after = soonest
+                        .and_then(|at| at.duration_since(now).ok())
+                        .unwrap_or_default();
+                    return Err(StoreError::OverBudget { retry_after });
+                }
+            }
+            if grants.len() >= self.capacity {
+                // Forget what can never run again: ended grants, and expired ones no live lease
+                // holds.
+                grants.retain(|_, g| !g.can_never_run(now));
                 if grants.len() >= self.capacity {
                     return Err(StoreError::Full);
                 }
@@ -442,8 +565,22 @@ impl GrantStore for MemoryGrantStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
-        let result = self.with(|grants| grants.get_mut(&id).is_some_and(Grant::revoke));
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+        let now = self.clock.now();
+        let result = self.with(|grants| match grants.get_mut(&id) {
+            Some(grant) => grant.revoke(now),
+            None => Revoke::Unknown,
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let now = self.clock.now();
+        let result = self.with(|grants| {
+            grants
+                .get(&lease.grant)
+                .is_some_and(|grant| grant.holds(&lease, now))
+        });
         Box::pin(std::future::ready(result))
     }
 
@@ -501,7 +638,9 @@ mod tests {
         ready(store.issue(&a)).unwrap();
         ready(store.issue(&b)).unwrap();
         assert!(matches!(ready(store.issue(&c)), Err(StoreError::Full)));
-        store.with(|g| g.get_mut(&a.id).map(Grant::revoke)).unwrap();
+        store
+            .with(|g| g.get_mut(&a.id).map(|g| g.revoke(clock.now())))
+            .unwrap();
         ready(store.issue(&c)).unwrap();
         assert!(
             store

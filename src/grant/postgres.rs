@@ -13,8 +13,8 @@ use deadpool_postgres::{Pool, Transaction};
 use tokio_postgres::error::SqlState;
 
 use super::{
-    Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, Grants, Lease, RunError,
-    record,
+    Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, Grants, Lease, Revoke,
+    RunError, record,
 };
 use crate::audit;
 use crate::clock::{Clock, SystemClock};
@@ -313,11 +313,20 @@ impl GrantStore for PostgresGrantStore {
         ))
     }
 
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
-        Box::pin(bounded(
-            self.timeout,
-            self.transition(id, false, Grant::revoke),
-        ))
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+        Box::pin(bounded(self.timeout, async move {
+            let clock = Arc::clone(&self.clock);
+            self.transition(id, Revoke::Unknown, move |g| g.revoke(clock.now()))
+                .await
+        }))
+    }
+
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let now = self.clock.now();
+        Box::pin(async move {
+            let grant = self.get(lease.grant).await?;
+            Ok(grant.is_some_and(|grant| grant.holds(&lease, now)))
+        })
     }
 
     fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {

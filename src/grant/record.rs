@@ -61,6 +61,10 @@ pub(crate) fn encode(grant: &Grant) -> String {
             attempt,
             lease_until,
         } => ("executing", Some(attempt), Some(millis(lease_until))),
+        GrantState::Revoking {
+            attempt,
+            lease_until,
+        } => ("revoking", Some(attempt), Some(millis(lease_until))),
         GrantState::Consumed => ("consumed", None, None),
         GrantState::Failed => ("failed", None, None),
         GrantState::Revoked => ("revoked", None, None),
@@ -92,6 +96,10 @@ pub(crate) fn decode(text: &str) -> Option<Grant> {
     let state = match (s.state.as_str(), s.attempt, s.lease_until_ms) {
         ("granted", None, None) => GrantState::Granted,
         ("executing", Some(attempt), Some(until)) => GrantState::Executing {
+            attempt,
+            lease_until: time(until),
+        },
+        ("revoking", Some(attempt), Some(until)) => GrantState::Revoking {
             attempt,
             lease_until: time(until),
         },
@@ -132,6 +140,10 @@ mod tests {
             GrantState::Executing {
                 attempt: 3,
                 lease_until: time(1_700_000_030_456),
+            },
+            GrantState::Revoking {
+                attempt: 2,
+                lease_until: time(1_700_000_031_456),
             },
             GrantState::Consumed,
             GrantState::Failed,

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use redis::Script;
 use redis::aio::ConnectionManager;
 
-use super::{Begin, Finish, Grant, GrantId, GrantStore, Lease, record};
+use super::{Begin, Finish, Grant, GrantId, GrantStore, Lease, Revoke, record};
 use crate::clock::{Clock, SystemClock};
 use crate::store::backend::{backend, bounded, millis_until, redis_connection};
 use crate::store::{BoxFuture, StoreError};
@@ -211,11 +211,20 @@ impl GrantStore for RedisGrantStore {
         }))
     }
 
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
-        Box::pin(bounded(
-            self.timeout,
-            self.transition(id, false, Grant::revoke),
-        ))
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+        Box::pin(bounded(self.timeout, async move {
+            let now: SystemTime = self.clock.now();
+            self.transition(id, Revoke::Unknown, |g| g.revoke(now))
+                .await
+        }))
+    }
+
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(bounded(self.timeout, async move {
+            let now: SystemTime = self.clock.now();
+            let grant = self.read(&self.key(lease.grant)).await?;
+            Ok(grant.is_some_and(|(_, grant)| grant.holds(&lease, now)))
+        }))
     }
 
     fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Lease};
+use super::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Lease, Revoke};
 use crate::audit;
 use crate::policy::{Refusal, Revalidate, Revalidation};
 use crate::principal::Principal;
@@ -83,6 +83,7 @@ pub struct Grants<S = Arc<dyn GrantStore>> {
     pub(super) store: S,
     pub(super) lease: Duration,
     hooks: Arc<HashMap<String, Arc<dyn Revalidate>>>,
+    audience: Option<String>,
 }
 
 impl<S: Clone> Clone for Grants<S> {
@@ -91,6 +92,7 @@ impl<S: Clone> Clone for Grants<S> {
             store: self.store.clone(),
             lease: self.lease,
             hooks: Arc::clone(&self.hooks),
+            audience: self.audience.clone(),
         }
     }
 }
@@ -103,6 +105,7 @@ impl<S: fmt::Debug> fmt::Debug for Grants<S> {
             .field("store", &self.store)
             .field("lease", &self.lease)
             .field("tools", &tools)
+            .field("audience", &self.audience)
             .finish()
     }
 }
@@ -110,6 +113,10 @@ impl<S: fmt::Debug> fmt::Debug for Grants<S> {
 impl<S: GrantStore> Grants<S> {
     /// The default lease: how long one attempt may run before another may start.
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+    /// The shortest lease: a zero lease would let attempts overlap.
+    pub const MIN_LEASE: Duration = Duration::from_secs(1);
+    /// The longest lease.
+    pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 
     /// Grants kept in `store`, with no revalidation hook yet.
     pub fn new(store: S) -> Self {
@@ -117,13 +124,23 @@ impl<S: GrantStore> Grants<S> {
             store,
             lease: Self::DEFAULT_LEASE,
             hooks: Arc::default(),
+            audience: None,
         }
     }
 
-    /// How long one attempt may run (default [`Self::DEFAULT_LEASE`]). Keep it well above the
-    /// work's duration: an attempt that outlives its lease can be superseded by another.
+    /// How long one attempt may run (default [`Self::DEFAULT_LEASE`], kept between
+    /// [`Self::MIN_LEASE`] and [`Self::MAX_LEASE`]). Keep it well above the work's duration: an
+    /// attempt that outlives its lease can be superseded by another.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
+        self.lease = lease.clamp(Self::MIN_LEASE, Self::MAX_LEASE);
+        self
+    }
+
+    /// Runs only grants issued for `audience` (the layer's; set by
+    /// [`ConfirmLayer::grants`](crate::ConfirmLayer::grants)). A grant of another deployment
+    /// sharing the store is refused and left alone.
+    pub fn audience(mut self, audience: impl Into<String>) -> Self {
+        self.audience = Some(audience.into());
         self
     }
 
@@ -136,13 +153,14 @@ impl<S: GrantStore> Grants<S> {
 
     pub(crate) fn with_hooks(
         store: S,
-        lease: Duration,
+        audience: &str,
         hooks: HashMap<String, Arc<dyn Revalidate>>,
     ) -> Self {
         Self {
             store,
-            lease,
+            lease: Self::DEFAULT_LEASE,
             hooks: Arc::new(hooks),
+            audience: Some(audience.to_owned()),
         }
     }
 
@@ -182,12 +200,35 @@ impl<S: GrantStore> Grants<S> {
             Ok(None) => return Err(GrantError::Unknown),
             Err(e) => return Err(GrantError::Unavailable(e)),
         };
+        if self.audience.as_ref().is_some_and(|a| *a != grant.audience) {
+            // Another deployment's grant in a shared store: not ours to run or to fail. Its lease
+            // runs out and its own workers begin it again.
+            audit::refused(&grant.tool, None, "grant issued for another audience");
+            return Err(GrantError::Refused(Refusal::new(
+                "the grant was issued for another deployment",
+            )));
+        }
         audit::grant_executing(&grant.audit(), lease.attempt);
         if let Err(refusal) = self.check(&grant).await {
             audit::grant_failed(&grant.audit(), refusal.reason());
             // If this write is lost the lease runs out and the next attempt is refused the same way.
             let _ = self.store.finish(lease, Finish::Failed).await;
             return Err(GrantError::Refused(refusal));
+        }
+        // The re-check took time: the grant may have been revoked, or the lease run out and
+        // another attempt begun. Only a live, unrevoked attempt may act.
+        match self.store.confirm(lease).await {
+            Ok(true) => {}
+            Ok(false) => {
+                let state = self.store.get(id).await.ok().flatten().map(|g| g.state);
+                return Err(match state {
+                    Some(GrantState::Revoking { .. } | GrantState::Revoked) => {
+                        GrantError::Ended(GrantState::Revoked)
+                    }
+                    _ => GrantError::Superseded,
+                });
+            }
+            Err(e) => return Err(GrantError::Unavailable(e)),
         }
         Ok(Attempt {
             store: &self.store,
@@ -220,14 +261,15 @@ impl<S: GrantStore> Grants<S> {
         Ok(value)
     }
 
-    /// Withdraws grant `id` on behalf of `principal` (e.g. its `tasks/cancel`): `Ok(true)` if
-    /// it stopped a grant that had not ended, `Ok(false)` if it had already ended. An attempt
-    /// already running is not interrupted, but its result is no longer recorded.
+    /// Withdraws grant `id` on behalf of `principal` (e.g. its `tasks/cancel`): [`Revoke::Revoked`]
+    /// if it will never run; [`Revoke::Stopping`] if an attempt is under way (it does not start
+    /// acting if it has not yet, nothing else begins, and one already acting records what it
+    /// did); [`Revoke::Ended`] if it had already ended.
     ///
     /// # Errors
     /// [`GrantError::NotOwner`] if the grant was issued to someone else (nothing changes),
     /// [`GrantError::Unknown`], or [`GrantError::Unavailable`].
-    pub async fn revoke(&self, id: GrantId, principal: &Principal) -> Result<bool, GrantError> {
+    pub async fn revoke(&self, id: GrantId, principal: &Principal) -> Result<Revoke, GrantError> {
         let grant = self
             .store
             .get(id)
@@ -243,8 +285,10 @@ impl<S: GrantStore> Grants<S> {
             .revoke(id)
             .await
             .map_err(GrantError::Unavailable)?;
-        if revoked {
-            audit::grant_revoked(&grant.audit());
+        match revoked {
+            Revoke::Revoked | Revoke::Stopping { .. } => audit::grant_revoked(&grant.audit()),
+            Revoke::Unknown => return Err(GrantError::Unknown),
+            _ => {}
         }
         Ok(revoked)
     }
@@ -325,7 +369,7 @@ mod tests {
 
     use super::*;
     use crate::clock::{Clock, ManualClock};
-    use crate::grant::{MemoryGrantStore, conformance};
+    use crate::grant::{MemoryGrantStore, Revoke, conformance};
     use crate::store::BoxFuture;
 
     const LEASE: Duration = Duration::from_secs(30);
@@ -497,17 +541,19 @@ mod tests {
             Err(GrantError::NotOwner)
         ));
         assert_eq!(state(&grants, grant.id).await, GrantState::Granted);
-        assert!(
+        assert_eq!(
             grants
                 .revoke(grant.id, &Principal::new("alice"))
                 .await
-                .unwrap()
+                .unwrap(),
+            Revoke::Revoked
         );
-        assert!(
-            !grants
+        assert_eq!(
+            grants
                 .revoke(grant.id, &Principal::new("alice"))
                 .await
-                .unwrap()
+                .unwrap(),
+            Revoke::Ended(GrantState::Revoked)
         );
         assert!(matches!(
             grants.begin(grant.id).await,
@@ -552,8 +598,11 @@ mod tests {
         fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
             self.inner.finish(lease, outcome)
         }
-        fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<bool, StoreError>> {
+        fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
             self.inner.revoke(id)
+        }
+        fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+            self.inner.confirm(lease)
         }
         fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
             self.inner.get(id)

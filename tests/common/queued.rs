@@ -37,7 +37,7 @@ pub fn queued() -> (Fixture, Grants, Arc<MemoryGrantStore>) {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let grants = Arc::new(MemoryGrantStore::with_clock(100, clock.clone()));
+    let grants = Arc::new(MemoryGrantStore::with_clock(10_000, clock.clone()));
     let layer = queued_layer(&notes, &clock, &store, Arc::clone(&grants));
     let worker = layer.grants().expect("a grant store is configured");
     (Fixture::new(layer, notes, clock, store), worker, grants)
