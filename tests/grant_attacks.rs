@@ -1,8 +1,9 @@
 //! Attacks on queued execution (issue 12): grants, their stores, the worker API and the layer.
 //!
-//! Tests named `finding_*` assert a promise that does NOT hold today: they fail (or panic) and
-//! each is a reported finding. Every other test is an attack that held; it stays as a regression
-//! test, and its comment says which protection it would catch being removed.
+//! Each test is an attack and shows that the promise it attacks holds. Several were findings when
+//! first written (their comments still describe the hole they found, which the grant code now
+//! closes); the others held from the start, and their comments say which protection they would
+//! catch being removed.
 //!
 //! Redis and Postgres come from `REDIS_URL` / `POSTGRES_URL` (defaults 127.0.0.1); a backend that
 //! cannot be reached skips its tests, unless `MCP_CONFIRM_REQUIRE_BACKENDS=1`.
@@ -251,7 +252,7 @@ async fn holds_a_grant_revoked_while_its_action_runs_records_what_it_did() {
 /// after the hook, so "one attempt at a time" fails inside the library's own begin, before any
 /// user code runs. Both hooks pass because both re-checked before either acted.
 #[tokio::test]
-async fn finding_an_attempt_whose_lease_ran_out_during_the_recheck_is_still_handed_out() {
+async fn holds_an_attempt_whose_lease_ran_out_during_the_recheck_never_acts() {
     let clock = manual_clock();
     let store = memory(&clock);
     let (entered, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
@@ -292,7 +293,7 @@ async fn finding_an_attempt_whose_lease_ran_out_during_the_recheck_is_still_hand
 /// another deployment sharing the grant store (e.g. the default Redis prefix) runs a grant that
 /// deployment never issued, for a tool of the same name.
 #[tokio::test]
-async fn finding_a_grant_issued_for_one_audience_runs_in_another_deployment() {
+async fn holds_a_grant_issued_for_one_audience_never_runs_in_another() {
     let notes = Notes::seeded();
     let clock = manual_clock();
     let replay = MemoryReplayStore::with_clock(10_000, clock.clone());
@@ -331,7 +332,7 @@ async fn finding_a_grant_issued_for_one_audience_runs_in_another_deployment() {
 /// next `begin` can only end it (`Expired`). Abandoned attempts (a failing action leaves the grant
 /// executing) thus fill the store for good, and every new approval is refused with `Full`.
 #[tokio::test]
-async fn finding_abandoned_executing_grants_past_their_expiry_are_never_forgotten() {
+async fn holds_abandoned_attempts_past_their_expiry_are_forgotten() {
     let clock = manual_clock();
     let store = MemoryGrantStore::with_clock(1, clock.clone());
     let abandoned = issued(&store, &clock, Duration::from_secs(60)).await;
@@ -430,7 +431,7 @@ async fn holds_one_principal_cannot_fill_the_grant_store_for_everyone() {
 /// poisons the store: from then on every call fails, including the layer's `issue`, so no queued
 /// tool can be approved until a restart.
 #[tokio::test]
-async fn finding_a_huge_lease_panics_and_poisons_the_memory_store() {
+async fn holds_a_huge_lease_neither_panics_nor_poisons_the_store() {
     let clock = manual_clock();
     let store = memory(&clock);
     let grant = issued(&*store, &clock, TTL).await;
@@ -449,7 +450,7 @@ async fn finding_a_huge_lease_panics_and_poisons_the_memory_store() {
 /// A zero lease (also accepted without complaint) lets every `begin` start a new attempt at once:
 /// two workers run the same grant concurrently.
 #[tokio::test]
-async fn finding_a_zero_lease_lets_two_attempts_run_at_once() {
+async fn holds_a_zero_lease_never_lets_two_attempts_run_at_once() {
     let clock = manual_clock();
     let store = memory(&clock);
     let grants = Grants::new(Arc::clone(&store))

@@ -1,7 +1,7 @@
 //! Attacks on the notes demo's queued purge (`notes_purge`, rmcp `TaskManager`), end to end over
 //! real HTTP with the rmcp client, as in `tests/notes_e2e.rs`.
 //!
-//! Tests named `finding_*` assert a promise that does NOT hold today (they fail).
+//! Each test names the promise it attacks and shows that it holds.
 
 #[path = "../examples/notes_server/app.rs"]
 #[allow(dead_code)]
@@ -12,6 +12,8 @@ mod notes;
 #[path = "../examples/notes_server/queue.rs"]
 #[allow(dead_code)]
 mod queue;
+#[path = "../examples/notes_server/signin.rs"]
+mod signin;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -92,17 +94,19 @@ impl Server {
             mcp_confirm::store::Nonce::random().to_hex()
         ));
         let store = Arc::new(notes::NotesStore::open(&dir.join("data")).unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
         let options = app::Options {
             keys: KeyRing::single("k1", [0x5a; 32]).unwrap(),
             audience: "notes-attack".into(),
             replay_store: None,
             grant_store,
+            public_url: format!("http://{addr}"),
             challenge_rate: app::ChallengeRate::Default,
             without_confirmation: false,
         };
         let router = app::app(Arc::clone(&store), options);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let url = format!("http://{addr}/mcp");
         tokio::spawn(async move { axum::serve(listener, router).await });
         Self { url, dir, store }
     }

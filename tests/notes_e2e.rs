@@ -10,6 +10,8 @@ mod notes;
 mod notes_http;
 #[path = "../examples/notes_server/queue.rs"]
 mod queue;
+#[path = "../examples/notes_server/signin.rs"]
+mod signin;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -62,17 +64,19 @@ impl Server {
             mcp_confirm::store::Nonce::random().to_hex()
         ));
         let store = Arc::new(open(&base.join("data")));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
         let options = app::Options {
             keys: KeyRing::single("k1", [0x5a; 32]).unwrap(),
             audience: "notes-e2e".into(),
             replay_store: None,
             grant_store: Arc::new(mcp_confirm::grant::MemoryGrantStore::new()),
+            public_url: format!("http://{addr}"),
             challenge_rate: app::ChallengeRate::Default,
             without_confirmation,
         };
         let router = app::app(Arc::clone(&store), options);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let url = format!("http://{addr}/mcp");
         tokio::spawn(async move { axum::serve(listener, router).await });
         Self {
             url,
@@ -484,7 +488,13 @@ async fn list_and_create_pass_through_the_layer() {
     // rmcp's tool router lists tools by name.
     assert_eq!(
         names,
-        ["notes_create", "notes_delete", "notes_list", "notes_purge"]
+        [
+            "notes_create",
+            "notes_delete",
+            "notes_destroy",
+            "notes_list",
+            "notes_purge"
+        ]
     );
 }
 

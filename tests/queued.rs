@@ -120,12 +120,13 @@ async fn a_grant_not_begun_within_its_ttl_expires_and_never_runs() {
 }
 
 #[tokio::test]
-async fn a_refusal_at_approval_issues_no_grant() {
+async fn a_refusal_at_approval_withdraws_its_grant() {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let issued = Arc::new(AtomicUsize::new(0));
-    let counting = Counting(MemoryGrantStore::new(), Arc::clone(&issued));
+    let issued = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let inner = Arc::new(MemoryGrantStore::new());
+    let counting = Counting(Arc::clone(&inner), Arc::clone(&issued));
     let f = Fixture::new(
         queued_layer(&notes, &clock, &store, counting),
         notes,
@@ -143,20 +144,24 @@ async fn a_refusal_at_approval_issues_no_grant() {
             .contains("nothing was changed")
     );
     assert_eq!(f.seen.count(), 0);
+    // The grant stored before the claim was withdrawn, and its id never left the layer.
+    let ids = issued.lock().unwrap().clone();
+    assert_eq!(ids.len(), 1);
+    let state = inner.get(ids[0]).await.unwrap().map(|g| g.state);
     assert_eq!(
-        issued.load(Ordering::SeqCst),
-        0,
-        "no grant for a worker to find"
+        state,
+        Some(GrantState::Revoked),
+        "no grant for a worker to run"
     );
 }
 
 /// A memory grant store that counts the grants issued.
 #[derive(Debug)]
-struct Counting(MemoryGrantStore, Arc<AtomicUsize>);
+struct Counting(Arc<MemoryGrantStore>, Arc<std::sync::Mutex<Vec<GrantId>>>);
 
 impl GrantStore for Counting {
     fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.1.fetch_add(1, Ordering::SeqCst);
+        self.1.lock().unwrap().push(grant.id);
         self.0.issue(grant)
     }
     fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
@@ -202,7 +207,7 @@ impl GrantStore for Down {
 }
 
 #[tokio::test]
-async fn a_grant_store_down_at_approval_refuses_and_burns_the_confirmation() {
+async fn a_grant_store_down_at_approval_refuses_and_leaves_the_confirmation_unspent() {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
@@ -217,9 +222,10 @@ async fn a_grant_store_down_at_approval_refuses_and_burns_the_confirmation() {
     );
     assert_eq!(unavailable["data"]["retryable"], true);
     assert_eq!(f.seen.count(), 0, "nothing is forwarded without a grant");
-    // The claim stays spent: never a grant without a claim, and never two for one claim.
+    // Nothing was claimed: the same answer is refused the same way (not as a replay), and
+    // would go through once the grant store answers.
     let again = f.accept(&state, json!(3), "note-7").await;
-    assert_eq!(again.error()["data"]["reason"], "invalid_request_state");
+    assert_eq!(again.error()["data"]["reason"], "replay_store_unavailable");
     assert_eq!(f.seen.count(), 0);
 }
 

@@ -34,6 +34,7 @@ use tower::ServiceBuilder;
 
 use crate::notes::{NotesError, NotesStore};
 use crate::queue::{self, Queue};
+use crate::signin;
 
 /// The demo identity provider: bearer token → principal.
 pub(crate) fn principal_for_token(token: &str) -> Option<&'static str> {
@@ -61,6 +62,8 @@ pub(crate) struct Options {
     pub(crate) replay_store: Option<Arc<dyn ReplayStore>>,
     /// Where `notes_purge`'s grants wait for their task.
     pub(crate) grant_store: Arc<dyn GrantStore>,
+    /// The server's own origin (`http://127.0.0.1:3000`): the approval page is under it.
+    pub(crate) public_url: String,
     /// How fast one principal may be shown new forms.
     pub(crate) challenge_rate: ChallengeRate,
     /// Serve without `ConfirmLayer` (only for measuring what the layer costs).
@@ -105,6 +108,7 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
         .tool_list(NotesServer::tool_router().list_all())
         .confirm_destructive()
         .grant_store(options.grant_store)
+        .approval_url(format!("{}/confirm/", options.public_url))
         .server_info(server_info());
     if let Some(replay_store) = options.replay_store {
         confirm = confirm.replay_store(replay_store);
@@ -119,7 +123,18 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
     let confirm = confirm.build();
     // The worker runs grants with the layer's store and the queued tools' revalidation hooks.
     queue.start(confirm.grants());
-    Router::new().nest_service("/mcp", guard.layer(confirm).service(rmcp))
+    // The approval page and its sign-in: a session cookie, read there only (never at /mcp).
+    let page = ServiceBuilder::new()
+        .layer(HostOriginLayer::localhost())
+        .layer(middleware::from_fn(signin::from_cookie))
+        .service(confirm.approval_page().sign_in_url("/signin"));
+    Router::new()
+        .nest_service("/mcp", guard.layer(confirm).service(rmcp))
+        .route_service("/confirm/{id}", page)
+        .route(
+            "/signin",
+            axum::routing::get(signin::form).post(signin::submit),
+        )
 }
 
 /// Runs `f` on the notes store: on the blocking pool when the notes are files (so file I/O never
@@ -366,7 +381,48 @@ impl NotesServer {
         Parameters(args): Parameters<DeleteArgs>,
         Extension(parts): HttpParts,
     ) -> CallToolResult {
-        let (principal, workspace) = match self.caller(&parts, &args.workspace_uri) {
+        self.delete_confirmed("notes_delete", args, &parts).await
+    }
+
+    /// Like `notes_delete`, for good: the approval happens on the server's own page in the
+    /// person's browser (URL-mode elicitation), signed in as the same user, typing the note's id.
+    #[tool(
+        description = "Permanently destroy one note, chosen by title. The user approves it on the server's approval page in a browser.",
+        annotations(
+            title = "Destroy a note",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    #[confirm(
+        pick_one = Self::matching_notes,
+        revalidate = Self::still_the_note_shown,
+        approve_in_browser,
+        require_typed_id,
+        message = "Approve destroying one note with this title. This cannot be undone.",
+        input_key = "destroy_approval",
+        select_into = "note_id",
+        max_label_chars = 112,
+        no_candidates_text = "No note with that title in a workspace you can access; nothing was changed."
+    )]
+    async fn notes_destroy(
+        &self,
+        Parameters(args): Parameters<DeleteArgs>,
+        Extension(parts): HttpParts,
+    ) -> CallToolResult {
+        self.delete_confirmed("notes_destroy", args, &parts).await
+    }
+
+    /// Deletes the note the layer confirmed for `tool`, at the version the user saw.
+    async fn delete_confirmed(
+        &self,
+        tool: &str,
+        args: DeleteArgs,
+        parts: &http::request::Parts,
+    ) -> CallToolResult {
+        let (principal, workspace) = match self.caller(parts, &args.workspace_uri) {
             Ok(caller) => caller,
             Err(refusal) => return refusal,
         };
@@ -374,10 +430,14 @@ impl NotesServer {
         // Refuse to act on anything the confirmation layer did not confirm, for this user, and
         // on any note but the one the user saw: the delete is conditional on its version.
         let version = match parts.extensions.get::<Confirmed>() {
-            Some(c) if c.covers("notes_delete", Some(&note_id)) && c.principal == principal => {
+            Some(c) if c.covers(tool, Some(&note_id)) && c.principal == principal => {
                 c.version.clone()
             }
-            _ => return refuse("Refused: notes_delete runs only after the user confirms."),
+            _ => {
+                return refuse(format!(
+                    "Refused: {tool} runs only after the user confirms."
+                ));
+            }
         };
         let Some(version) = version else {
             return refuse(

@@ -26,6 +26,7 @@
 mod app;
 mod notes;
 mod queue;
+mod signin;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -203,7 +204,14 @@ async fn run() -> Result<(), String> {
         notes::NotesStore::open_with_load(&flags.data_dir, flags.load_titles)
     };
     let store = Arc::new(store.map_err(|e| e.to_string())?);
-    let url = format!("http://{}/mcp", flags.addr);
+    let listener = tokio::net::TcpListener::bind(flags.addr)
+        .await
+        .map_err(|e| format!("bind {}: {e}", flags.addr))?;
+    // The address bound (a port of 0 becomes the one the system chose).
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("bind {}: {e}", flags.addr))?;
+    let url = format!("http://{addr}/mcp");
     // Instances behind one endpoint must share the audience, the key and the replay store.
     let audience = flags.audience.clone().unwrap_or_else(|| url.clone());
     let replay_store = replay_store(&flags.replay_store, flags.principal_budget).await?;
@@ -221,13 +229,11 @@ async fn run() -> Result<(), String> {
         audience,
         replay_store,
         grant_store,
+        public_url: format!("http://{addr}"),
         challenge_rate: flags.challenge_rate,
         without_confirmation: flags.without_confirmation,
     };
     let router = app::app(Arc::clone(&store), options);
-    let listener = tokio::net::TcpListener::bind(flags.addr)
-        .await
-        .map_err(|e| format!("bind {}: {e}", flags.addr))?;
     let personal = store.workspace_uri("personal");
     println!("notes MCP server (2026-07-28) on {url}");
     match flags.principal_budget {

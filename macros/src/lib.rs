@@ -40,6 +40,7 @@ use syn::{Attribute, Expr, ExprLit, ImplItem, ItemImpl, Lit, LitStr, Meta, Path,
 /// | `plain_enum`, `without_versions` | flag, `pick_one` only | the builder method of that name |
 /// | `claimed_by_handler` | flag | `.claimed_by_handler()` |
 /// | `queued` | flag, with `revalidate` | `.queued()`: the work runs later, from a durable grant |
+/// | `approve_in_browser`, `require_typed_id` | flag | the builder method of that name: approval on the layer's page |
 ///
 /// Methods referred to as `Self::…` are called on a clone of the server taken when
 /// `confirm_policies()` runs, so the server type must be `Clone + Send + Sync + 'static` (rmcp's
@@ -193,6 +194,8 @@ const FLAG_KEYS: &[&str] = &[
     "without_versions",
     "claimed_by_handler",
     "queued",
+    "approve_in_browser",
+    "require_typed_id",
 ];
 const PICK_ONE_ONLY: &[&str] = &[
     "choice_field",
@@ -206,7 +209,8 @@ const PICK_ONE_ONLY: &[&str] = &[
 ];
 const ALL_KEYS: &str = "pick_one, revalidate, message, input_key, confirm_field, confirm_title, \
     choice_field, choice_title, select_into, select_header, no_candidates_text, max_candidates, \
-    max_label_chars, plain_enum, without_versions, claimed_by_handler, queued";
+    max_label_chars, plain_enum, without_versions, claimed_by_handler, queued, approve_in_browser, \
+    require_typed_id";
 
 fn read_keys(attr: &Attribute) -> syn::Result<Keys> {
     let items = match &attr.meta {

@@ -1,0 +1,378 @@
+//! Approval in the browser: the URL-mode flow through the layer, and the approval page itself,
+//! over plain HTTP (the real browser drives the same page in `.ci/browser.sh`).
+
+mod common;
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use common::*;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use mcp_confirm::clock::ManualClock;
+use mcp_confirm::store::MemoryReplayStore;
+use mcp_confirm::{ApprovalPage, ConfigError, ConfirmLayer, KeyRing, Principal, ToolPolicy};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const BASE: &str = "http://notes.example/confirm/";
+const ORIGIN: &str = "http://notes.example";
+
+/// The fixture with `notes_destroy` approved in the browser, and its page.
+fn browser(policy: impl FnOnce(ToolPolicy) -> ToolPolicy) -> (Fixture, ApprovalPage) {
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = base_builder(&notes, &clock, &store)
+        .tool(
+            "notes_destroy",
+            policy(
+                delete_policy(&notes)
+                    .input_key("destroy_approval")
+                    .approve_in_browser(),
+            ),
+        )
+        .approval_url(BASE)
+        .build();
+    let page = layer.approval_page();
+    (Fixture::new(layer, notes, clock, store), page)
+}
+
+fn url_meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+           "io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}})
+}
+
+fn destroy_call(id: Value) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+        "_meta": url_meta(), "name":"notes_destroy",
+        "arguments":{"workspaceUri": PERSONAL, "title": "Groceries"}}})
+}
+
+fn went_to_page(state: &str, id: Value) -> Value {
+    let mut call = destroy_call(id);
+    call["params"]["requestState"] = json!(state);
+    call["params"]["inputResponses"] = json!({"destroy_approval": {"action": "accept"}});
+    call
+}
+
+/// The URL-mode elicitation of an `input_required` result: (url, elicitationId, state).
+fn elicitation(answer: &Answer) -> (String, String, String) {
+    let result = answer.result();
+    assert_eq!(result["resultType"], "input_required", "{}", answer.json());
+    let params = &result["inputRequests"]["destroy_approval"]["params"];
+    assert_eq!(params["mode"], "url", "{params}");
+    (
+        params["url"].as_str().unwrap().to_owned(),
+        params["elicitationId"].as_str().unwrap().to_owned(),
+        result["requestState"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// A page request as `principal` (the auth layer in front put it in the extensions).
+async fn visit(
+    page: &ApprovalPage,
+    method: &str,
+    url: &str,
+    principal: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (StatusCode, http::HeaderMap, String) {
+    let mut request = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let mut request = request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    if let Some(p) = principal {
+        request.extensions_mut().insert(Principal::new(p));
+    }
+    let response: Response<Full<Bytes>> = page
+        .clone()
+        .oneshot(request)
+        .await
+        .unwrap_or_else(|e: Infallible| match e {});
+    let (parts, body) = response.into_parts();
+    let text = String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    (parts.status, parts.headers, text)
+}
+
+/// The anti-forgery token the page embedded.
+fn csrf(html: &str) -> String {
+    let at = html.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+    html[at..at + 64].to_owned()
+}
+
+/// POSTs the page's form as `principal` from the page's own origin.
+async fn decide(
+    page: &ApprovalPage,
+    url: &str,
+    principal: &str,
+    form: &str,
+) -> (StatusCode, String) {
+    let headers = [
+        ("content-type", "application/x-www-form-urlencoded"),
+        ("origin", ORIGIN),
+        ("sec-fetch-site", "same-origin"),
+    ];
+    let (status, _, body) = visit(page, "POST", url, Some(principal), &headers, form).await;
+    (status, body)
+}
+
+#[tokio::test]
+async fn approved_in_the_browser_the_retry_deletes_exactly_the_chosen_note() {
+    let (f, page) = browser(|p| p);
+    let first = f.alice(&destroy_call(json!(1))).await;
+    let (url, id, state) = elicitation(&first);
+    assert_eq!(url, format!("{BASE}{id}"));
+    assert_eq!(id.len(), 32, "the URL carries only an opaque id");
+    assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    // Back before deciding: asked again, same page, same state; nothing runs.
+    let early = f.alice(&went_to_page(&state, json!(2))).await;
+    assert_eq!(
+        elicitation(&early),
+        (url.clone(), id.clone(), state.clone())
+    );
+    assert_eq!(f.seen.count(), 0);
+    // The page, as alice: the tool, each note with its version, who asks, until when.
+    let (status, headers, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    for needle in [
+        "notes_destroy",
+        "note-7",
+        "Groceries (note-7)",
+        "alice",
+        "UTC",
+        &format!("version {}", f.notes.version("note-7")),
+    ] {
+        assert!(html.contains(needle), "{needle} missing from {html}");
+    }
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"));
+    assert_eq!(headers["x-frame-options"], "DENY");
+    assert_eq!(headers["cache-control"], "no-store");
+    // Reading the page changed nothing.
+    assert_eq!(
+        elicitation(&f.alice(&went_to_page(&state, json!(3))).await).0,
+        url
+    );
+    let form = format!("csrf={}&choice=note-7&decision=approve", csrf(&html));
+    let (status, body) = decide(&page, &url, "alice", &form).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("Approved"));
+    // Replaying the approve POST is refused; so is changing one's mind.
+    let (status, _) = decide(&page, &url, "alice", &form).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let decline = format!("csrf={}&decision=decline", csrf(&html));
+    assert_eq!(
+        decide(&page, &url, "alice", &decline).await.0,
+        StatusCode::CONFLICT
+    );
+    // The retry runs the approved note, once.
+    let done = f.alice(&went_to_page(&state, json!(4))).await;
+    assert_eq!(
+        done.result()["content"][0]["text"],
+        "done by inner",
+        "{}",
+        done.json()
+    );
+    let seen = f.seen.last();
+    assert_eq!(seen.json()["params"]["arguments"]["note_id"], "note-7");
+    let confirmed = seen.confirmed.unwrap();
+    assert!(confirmed.covers("notes_destroy", Some("note-7")));
+    assert_eq!(confirmed.version, Some(f.notes.version("note-7")));
+    let replay = f.alice(&went_to_page(&state, json!(5))).await;
+    assert_eq!(replay.error()["data"]["reason"], "invalid_request_state");
+    assert_eq!(f.seen.count(), 1);
+}
+
+#[tokio::test]
+async fn declined_in_the_browser_the_retry_is_refused() {
+    let (f, page) = browser(|p| p);
+    let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
+    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let (status, body) = decide(
+        &page,
+        &url,
+        "alice",
+        &format!("csrf={}&decision=decline", csrf(&html)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let refused = f.alice(&went_to_page(&state, json!(2))).await;
+    assert_eq!(
+        refused.result()["_meta"]["io.github.mcp-confirm/outcome"],
+        "declined"
+    );
+    assert_eq!(f.seen.count(), 0);
+    // And the declined state cannot be approved later.
+    let again = f.alice(&went_to_page(&state, json!(3))).await;
+    assert_eq!(again.error()["data"]["reason"], "invalid_request_state");
+}
+
+#[tokio::test]
+async fn only_the_principal_who_asked_may_see_or_decide() {
+    let (f, page) = browser(|p| p);
+    let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
+    let (status, _, html) = visit(&page, "GET", &url, None, &[], "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(!html.contains("note-7"));
+    let (status, _, html) = visit(&page, "GET", &url, Some("bob"), &[], "").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(
+        !html.contains("note-7") && !html.contains("Groceries"),
+        "{html}"
+    );
+    // Bob cannot get a token for alice's approval: the page refuses him before showing one,
+    // and a token is bound to its principal, so alice's is useless to him.
+    let (_, _, alice_html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let stolen = format!("csrf={}&choice=note-7&decision=approve", csrf(&alice_html));
+    assert_eq!(
+        decide(&page, &url, "bob", &stolen).await.0,
+        StatusCode::FORBIDDEN
+    );
+    // Still undecided for alice.
+    assert_eq!(
+        elicitation(&f.alice(&went_to_page(&state, json!(2))).await).0,
+        url
+    );
+    assert_eq!(f.seen.count(), 0);
+}
+
+#[tokio::test]
+async fn forged_and_cross_site_decisions_are_refused() {
+    let (f, page) = browser(|p| p);
+    let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
+    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let form = format!("csrf={}&choice=note-7&decision=approve", csrf(&html));
+    let form_type = ("content-type", "application/x-www-form-urlencoded");
+    for headers in [
+        vec![form_type, ("origin", "http://evil.example")],
+        vec![form_type, ("sec-fetch-site", "cross-site")],
+        vec![("content-type", "text/plain"), ("origin", ORIGIN)],
+    ] {
+        let (status, _, _) = visit(&page, "POST", &url, Some("alice"), &headers, &form).await;
+        assert!(status.is_client_error(), "{headers:?}: {status}");
+    }
+    let (status, _) = decide(&page, &url, "alice", "choice=note-7&decision=approve").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "no token");
+    let forged = format!("csrf={}&choice=note-7&decision=approve", "0".repeat(64));
+    assert_eq!(
+        decide(&page, &url, "alice", &forged).await.0,
+        StatusCode::FORBIDDEN
+    );
+    // A choice the form did not offer.
+    let other = format!("csrf={}&choice=note-20&decision=approve", csrf(&html));
+    let (status, body) = decide(&page, &url, "alice", &other).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("Choose one of the records shown"), "{body}");
+    let (status, _, _) = visit(&page, "PUT", &url, Some("alice"), &[], "").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    let (status, _, _) = visit(
+        &page,
+        "GET",
+        &format!("{BASE}{}", "f".repeat(32)),
+        Some("alice"),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = visit(
+        &page,
+        "GET",
+        &format!("{BASE}../etc"),
+        Some("alice"),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // None of it decided anything.
+    assert_eq!(
+        elicitation(&f.alice(&went_to_page(&state, json!(2))).await).0,
+        url
+    );
+    assert_eq!(f.seen.count(), 0);
+}
+
+#[tokio::test]
+async fn approving_can_require_typing_the_records_id() {
+    let (f, page) = browser(ToolPolicy::require_typed_id);
+    let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
+    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    assert!(html.contains("name=\"typed\""));
+    let token = csrf(&html);
+    for typed in ["", "note-3", "NOTE-7"] {
+        let form = format!("csrf={token}&choice=note-7&decision=approve&typed={typed}");
+        let (status, body) = decide(&page, &url, "alice", &form).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("Type the id"), "{typed}: {body}");
+    }
+    assert_eq!(
+        elicitation(&f.alice(&went_to_page(&state, json!(2))).await).0,
+        url
+    );
+    let form = format!("csrf={token}&choice=note-7&decision=approve&typed=note-7");
+    assert!(
+        decide(&page, &url, "alice", &form)
+            .await
+            .1
+            .contains("Approved")
+    );
+    f.alice(&went_to_page(&state, json!(3))).await;
+    assert_eq!(
+        f.seen.last().json()["params"]["arguments"]["note_id"],
+        "note-7"
+    );
+}
+
+#[tokio::test]
+async fn a_client_without_url_elicitation_gets_32021_and_a_form_answer_is_refused() {
+    let (f, _) = browser(|p| p);
+    let mut form_only = destroy_call(json!(1));
+    form_only["params"]["_meta"] = meta();
+    let refused = f.alice(&form_only).await;
+    assert_eq!(refused.error()["code"], -32021);
+    assert_eq!(
+        refused.error()["data"]["requiredCapabilities"],
+        json!({"elicitation": {"url": {}}})
+    );
+    // A form-style accept with content is not an answer to a URL elicitation.
+    let (_, _, state) = elicitation(&f.alice(&destroy_call(json!(2))).await);
+    let mut forged = went_to_page(&state, json!(3));
+    forged["params"]["inputResponses"] = json!({"destroy_approval": {"action": "accept",
+        "content": {"note_id": "note-7", "confirm": true}}});
+    let answer = f.alice(&forged).await;
+    assert_eq!(answer.error()["code"], -32602, "{}", answer.json());
+    assert_eq!(f.seen.count(), 0);
+}
+
+#[test]
+fn browser_approval_needs_an_absolute_approval_url() {
+    let notes = Notes::seeded();
+    let build = |url: Option<&str>| {
+        let mut b = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+            .audience("notes.example")
+            .tool("notes_destroy", delete_policy(&notes).approve_in_browser());
+        if let Some(url) = url {
+            b = b.approval_url(url);
+        }
+        b.try_build().map(drop)
+    };
+    assert_eq!(build(None), Err(ConfigError::InvalidApprovalUrl));
+    assert_eq!(
+        build(Some("/confirm/")),
+        Err(ConfigError::InvalidApprovalUrl)
+    );
+    assert_eq!(
+        build(Some("ftp://notes.example/confirm/")),
+        Err(ConfigError::InvalidApprovalUrl)
+    );
+    assert_eq!(
+        build(Some("https://notes.example/confirm?x=1")),
+        Err(ConfigError::InvalidApprovalUrl)
+    );
+    assert_eq!(build(Some("https://notes.example/confirm")), Ok(()));
+}
