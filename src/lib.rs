@@ -93,6 +93,7 @@
 //!            rpc.rs       Service<JsonRpcMessage>: the same decision without HTTP
 //!            layer.rs     ConfirmLayer and its builder: validates and freezes a Config
 //!            guard        HostOriginLayer, Host/Origin validation to stack in front
+//!            page.rs      ApprovalPage: the browser approval page (show, decide once, CSRF, CSP)
 //! decision   driver.rs    the async path: gates → verify or challenge → answer → claim →
 //!                         revalidate → forward; every refusal goes through one `Refused`
 //!            service.rs   Confirm<S>, the service both adapters implement
@@ -110,7 +111,8 @@
 //!            audit        the tracing events, one per decision
 //!            message/     strict JSON-RPC reading (scanner + its contract), the forward writer,
 //!                         the tools/list marking
-//!            store/       ReplayStore, memory / Redis / Postgres, the shared conformance suite
+//!            store/       ReplayStore, memory / Redis / Postgres, the shared conformance suite;
+//!                         browser approvals and their one decision (approval.rs)
 //!            grant/       durable grants for queued work: states, leases, fencing, GrantStore
 //!                         (memory / Redis / Postgres), the worker API Grants
 //!            protocol.rs  MCP 2026-07-28 wire pieces: error codes, replies, input_required
