@@ -376,3 +376,77 @@ fn browser_approval_needs_an_absolute_approval_url() {
     );
     assert_eq!(build(Some("https://notes.example/confirm")), Ok(()));
 }
+
+mod backends;
+
+/// Two instances share a Redis or Postgres replay store: the first call reaches one, the page
+/// another, the retry the first again. The decision travels with the store.
+#[tokio::test]
+async fn the_page_and_the_retry_may_reach_different_instances() {
+    use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore, ReplayStore};
+    use std::sync::Arc;
+    use tower::Layer;
+    let mut stores: Vec<(&str, Arc<dyn ReplayStore>)> = Vec::new();
+    if let Some(url) = backends::redis("browser approval across instances (Redis)").await {
+        let prefix = format!(
+            "mcp-confirm-test:browser:{}:",
+            mcp_confirm::store::Nonce::random().to_hex()
+        );
+        stores.push((
+            "redis",
+            Arc::new(RedisReplayStore::open(&url).unwrap().prefix(prefix)),
+        ));
+    }
+    if let Some(url) = backends::postgres("browser approval across instances (Postgres)").await {
+        let store = PostgresReplayStore::connect(&url).unwrap();
+        store.migrate().await.unwrap();
+        stores.push(("postgres", Arc::new(store)));
+    }
+    for (backend, store) in stores {
+        let notes = Notes::seeded();
+        let instance = || {
+            ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+                .audience("notes.example")
+                .replay_store(Arc::clone(&store))
+                .tool(
+                    "notes_destroy",
+                    delete_policy(&notes)
+                        .input_key("destroy_approval")
+                        .approve_in_browser(),
+                )
+                .approval_url(BASE)
+                .build()
+        };
+        let (a, b) = (instance(), instance());
+        let seen = Recorder::default();
+        let svc_a = a.layer(recording_inner(&seen));
+        let page_b = b.approval_page();
+        let first = send(&svc_a, post(&destroy_call(json!(1)), Some("alice"))).await;
+        let (url, _, state) = elicitation(&first);
+        let (status, _, html) = visit(&page_b, "GET", &url, Some("alice"), &[], "").await;
+        assert_eq!(status, StatusCode::OK, "{backend}: {html}");
+        let form = format!("csrf={}&choice=note-7&decision=approve", csrf(&html));
+        let (status, body) = decide(&page_b, &url, "alice", &form).await;
+        assert_eq!(status, StatusCode::OK, "{backend}: {body}");
+        let done = send(&svc_a, post(&went_to_page(&state, json!(2)), Some("alice"))).await;
+        assert_eq!(
+            done.result()["content"][0]["text"],
+            "done by inner",
+            "{backend}: {}",
+            done.json()
+        );
+        assert_eq!(
+            seen.last().json()["params"]["arguments"]["note_id"],
+            "note-7"
+        );
+        // The other instance refuses the replay.
+        let svc_b = b.layer(recording_inner(&seen));
+        let replay = send(&svc_b, post(&went_to_page(&state, json!(3)), Some("alice"))).await;
+        assert_eq!(
+            replay.error()["data"]["reason"],
+            "invalid_request_state",
+            "{backend}"
+        );
+        assert_eq!(seen.count(), 1);
+    }
+}
