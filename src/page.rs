@@ -75,7 +75,9 @@ impl ApprovalPage {
                 "<p>No such approval.</p>",
             );
         };
-        let principal = self.config.principal(request.extensions());
+        // Only who authentication says; never the layer's local principal, which would let
+        // anyone who reaches the page decide as that user.
+        let principal = self.config.principal.extract(request.extensions());
         let method = request.method().clone();
         if method != Method::GET && method != Method::POST {
             let mut response = page(StatusCode::METHOD_NOT_ALLOWED, "Not allowed", "");

@@ -450,3 +450,29 @@ async fn the_page_and_the_retry_may_reach_different_instances() {
         assert_eq!(seen.count(), 1);
     }
 }
+
+/// A layer with a local principal (a single-user deployment) still needs the page's visitor to
+/// be authenticated: the local principal is never lent to whoever reaches the page.
+#[tokio::test]
+async fn the_page_never_falls_back_to_the_local_principal() {
+    let notes = Notes::seeded();
+    let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+        .audience("notes.example")
+        .local_principal(Principal::new("alice"))
+        .tool(
+            "notes_destroy",
+            delete_policy(&notes)
+                .input_key("destroy_approval")
+                .approve_in_browser(),
+        )
+        .approval_url(BASE)
+        .build();
+    let page = layer.approval_page();
+    let seen = Recorder::default();
+    let svc = tower::Layer::layer(&layer, recording_inner(&seen));
+    let first = send(&svc, post(&destroy_call(json!(1)), None)).await;
+    let (url, _, _) = elicitation(&first);
+    let (status, _, html) = visit(&page, "GET", &url, None, &[], "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{html}");
+    assert!(!html.contains("note-7"));
+}
