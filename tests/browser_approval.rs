@@ -152,6 +152,8 @@ async fn approved_in_the_browser_the_retry_deletes_exactly_the_chosen_note() {
     assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"));
     assert_eq!(headers["x-frame-options"], "DENY");
     assert_eq!(headers["cache-control"], "no-store");
+    // Not no-referrer: under it a browser posts the page's own form with `Origin: null`.
+    assert_eq!(headers["referrer-policy"], "same-origin");
     // Reading the page changed nothing.
     assert_eq!(
         elicitation(&f.alice(&went_to_page(&state, json!(3))).await).0,
@@ -249,6 +251,7 @@ async fn forged_and_cross_site_decisions_are_refused() {
     let form_type = ("content-type", "application/x-www-form-urlencoded");
     for headers in [
         vec![form_type, ("origin", "http://evil.example")],
+        vec![form_type, ("origin", "null")],
         vec![form_type, ("sec-fetch-site", "cross-site")],
         vec![("content-type", "text/plain"), ("origin", ORIGIN)],
     ] {
