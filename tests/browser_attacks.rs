@@ -4,11 +4,11 @@
 //! `finding_*` tests show something that is wrong today: they fail until it is fixed.
 //! `holds_*` tests are attacks that were tried and refused; they stay as regression tests.
 
-mod backends;
-mod common;
 #[path = "../examples/notes_server/app.rs"]
 #[allow(dead_code)]
 mod app;
+mod backends;
+mod common;
 #[path = "../examples/notes_server/notes.rs"]
 #[allow(dead_code)]
 mod notes;
@@ -30,8 +30,8 @@ use http_body_util::{BodyExt, Full};
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::store::{MemoryReplayStore, ReplayStore};
 use mcp_confirm::{
-    ApprovalPage, Candidate, Confirm, ConfirmLayer, ConfirmLayerBuilder, KeyRing, Lookup, PolicyError,
-    Principal, ToolPolicy,
+    ApprovalPage, Candidate, Confirm, ConfirmLayer, ConfirmLayerBuilder, KeyRing, Lookup,
+    PolicyError, Principal, ToolPolicy,
 };
 use serde_json::{Value, json};
 use tower::{Layer, ServiceExt};
@@ -167,7 +167,12 @@ const FORM_HEADERS: [(&str, &str); 3] = [
 ];
 
 /// POSTs the page's form as `principal` from the page's own origin.
-async fn decide(page: &ApprovalPage, url: &str, principal: &str, form: &str) -> (StatusCode, String) {
+async fn decide(
+    page: &ApprovalPage,
+    url: &str,
+    principal: &str,
+    form: &str,
+) -> (StatusCode, String) {
     let (status, _, body) = visit(
         page,
         "POST",
@@ -327,7 +332,10 @@ async fn finding_page_approves_a_confirmation_the_client_already_declined() {
 async fn finding_origin_check_refuses_the_browsers_origin_for_equivalent_urls() {
     let mut refused = Vec::new();
     for (configured, browser_origin) in [
-        ("https://notes.example:443/confirm/", "https://notes.example"),
+        (
+            "https://notes.example:443/confirm/",
+            "https://notes.example",
+        ),
         ("https://Notes.Example/confirm/", "https://notes.example"),
     ] {
         let notes = Notes::seeded();
@@ -542,21 +550,32 @@ async fn finding_demo_session_cookie_is_the_mcp_bearer_token() {
 
 /// Principal confusion: subjects that differ from alice's only in ways a sloppy comparison or
 /// encoding might blur (case, whitespace, NUL, a delimiter, a prefix) neither see nor decide
-/// her approval, and her page's token is useless to them. Removing the page's principal check
-/// (`principal_key(principal) != approval.principal`) turns the GETs into 200s; removing the
-/// subject from the token's MAC lets the stolen token reach the store, which then answers
-/// `NotYours` (still 403) — the two checks back each other up.
+/// her approval, and her page's token is useless to them. Checked by mutation: replacing the
+/// page's `principal_key(principal) != approval.principal` checks with `false` fails this test.
 #[tokio::test]
 async fn holds_lookalike_principals_neither_see_nor_decide() {
     let (f, page) = browser();
     let (url, _, state, token) = opened(&f, &page, json!(1)).await;
     for subject in [
-        "bob", "Alice", "ALICE", "alice ", " alice", "alice\0", "alice\n", "alice|x", "alic",
-        "alicee", "", "\u{0430}lice",
+        "bob",
+        "Alice",
+        "ALICE",
+        "alice ",
+        " alice",
+        "alice\0",
+        "alice\n",
+        "alice|x",
+        "alic",
+        "alicee",
+        "",
+        "\u{0430}lice",
     ] {
         let (status, _, html) = visit(&page, "GET", &url, Some(subject), &[], "").await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{subject:?}");
-        assert!(!html.contains("note-7") && !html.contains("csrf"), "{subject:?}: {html}");
+        assert!(
+            !html.contains("note-7") && !html.contains("csrf"),
+            "{subject:?}: {html}"
+        );
         let form = format!("csrf={token}&choice=note-7&decision=approve");
         let (status, _) = decide(&page, &url, subject, &form).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{subject:?}");
@@ -572,8 +591,8 @@ async fn holds_lookalike_principals_neither_see_nor_decide() {
 /// another site's origin, `Sec-Fetch-Site` other than same-origin, and content types a
 /// cross-site form or fetch can send without a preflight besides form-encoding (text/plain,
 /// multipart) or near-misses of it. None decides. Without `Origin` and `Sec-Fetch-Site` (a
-/// non-browser client) the token alone must match. Checked by hand: with `csrf_matches`
-/// returning true the no-token and other-approval cases record a decision.
+/// non-browser client) the token alone must match. Checked by mutation, each failing this
+/// test: `csrf_matches` always true; `same_origin` always `Ok`; the form-encoding check removed.
 #[tokio::test]
 async fn holds_forged_decisions_are_refused() {
     let (f, page) = browser();
@@ -609,9 +628,18 @@ async fn holds_forged_decisions_are_refused() {
         vec![form_type, ("sec-fetch-site", "none")],
         vec![form_type, ("sec-fetch-site", "Same-Origin")],
         vec![("content-type", "text/plain"), ("origin", ORIGIN)],
-        vec![("content-type", "multipart/form-data; boundary=x"), ("origin", ORIGIN)],
-        vec![("content-type", "application/x-www-form-urlencodedx"), ("origin", ORIGIN)],
-        vec![("content-type", "text/plain; application/x-www-form-urlencoded")],
+        vec![
+            ("content-type", "multipart/form-data; boundary=x"),
+            ("origin", ORIGIN),
+        ],
+        vec![
+            ("content-type", "application/x-www-form-urlencodedx"),
+            ("origin", ORIGIN),
+        ],
+        vec![(
+            "content-type",
+            "text/plain; application/x-www-form-urlencoded",
+        )],
         vec![("content-type", "application/json")],
         vec![],
     ] {
@@ -642,7 +670,15 @@ async fn holds_forged_decisions_are_refused() {
         ("content-type", "application/x-www-form-urlencoded"),
         ("x-http-method-override", "POST"),
     ];
-    visit(&page, "GET", &url, Some("alice"), &override_get, form.clone()).await;
+    visit(
+        &page,
+        "GET",
+        &url,
+        Some("alice"),
+        &override_get,
+        form.clone(),
+    )
+    .await;
     still_undecided(&f, &state, &url).await;
     // The real form, with a charset parameter and without fetch metadata (a non-browser
     // client): the token is what counts, and it is accepted exactly once.
@@ -659,8 +695,8 @@ async fn holds_forged_decisions_are_refused() {
 /// Choices the page did not offer: a note of the same user in the other workspace, a note that
 /// exists but was not a candidate, the typed id of another candidate, the first of two `choice`
 /// fields differing from the typed one, an empty choice. With `require_typed_id`, only the
-/// chosen id typed exactly approves. Removing `Approval::decide`'s offered-choice check lets
-/// `note-20` through (the retry would still refuse it as unsigned; see the next test).
+/// chosen id typed exactly approves. Checked by mutation: without `Approval::decide`'s
+/// offered-choice check the page approves `note-20` and this test fails.
 #[tokio::test]
 async fn holds_only_an_offered_choice_typed_exactly_is_approved() {
     let (f, page) = browser_with(ToolPolicy::require_typed_id);
@@ -680,10 +716,7 @@ async fn holds_only_an_offered_choice_typed_exactly_is_approved() {
         let form = format!("csrf={token}&decision=approve&{tail}");
         let (status, body) = decide(&page, &url, "alice", &form).await;
         assert_eq!(status, StatusCode::OK, "{tail}");
-        assert!(
-            !body.contains("Approved."),
-            "{tail} was approved: {body}"
-        );
+        assert!(!body.contains("Approved."), "{tail} was approved: {body}");
     }
     for tail in ["decision=maybe", "decision=", "decision=Approve", ""] {
         let (status, _) = decide(&page, &url, "alice", &format!("csrf={token}&{tail}")).await;
@@ -691,24 +724,35 @@ async fn holds_only_an_offered_choice_typed_exactly_is_approved() {
     }
     still_undecided(&f, &state, &url).await;
     let form = format!("csrf={token}&decision=approve&choice=note-7&typed=+note-7+");
-    assert!(decide(&page, &url, "alice", &form).await.1.contains("Approved."));
+    assert!(
+        decide(&page, &url, "alice", &form)
+            .await
+            .1
+            .contains("Approved.")
+    );
     assert_ran(&f.alice(&went_to_page(&state, json!(3))).await);
-    assert_eq!(f.seen.last().json()["params"]["arguments"]["note_id"], "note-7");
+    assert_eq!(
+        f.seen.last().json()["params"]["arguments"]["note_id"],
+        "note-7"
+    );
 }
 
 /// The retry: the page's decision is read by the approval of *this* state's nonce only. An
 /// approval of another call does not run this one; a state cannot be moved to other arguments
 /// or another principal; a form-style accept with content, a decline or a cancel on the client
 /// after an approve on the page run nothing; the approved call runs once, and replays are
-/// refused. Checked by hand: making `settle_browser` look up a fixed id (the first approval)
-/// runs the second call from the first call's approval.
+/// refused. Checked by mutation: a `settle_browser` that takes an undecided approval as
+/// approved runs call B here, and this test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_the_retry_runs_only_its_own_approved_choice_once() {
     let (f, page) = browser();
     let (url_a, _, state_a, token_a) = opened(&f, &page, json!(1)).await;
     let (url_b, _, state_b, _) = opened(&f, &page, json!(2)).await;
     let form = format!("csrf={token_a}&choice=note-7&decision=approve");
-    assert_eq!(decide(&page, &url_a, "alice", &form).await.0, StatusCode::OK);
+    assert_eq!(
+        decide(&page, &url_a, "alice", &form).await.0,
+        StatusCode::OK
+    );
     // B's state is not approved by A's approval.
     let b = f.alice(&went_to_page(&state_b, json!(3))).await;
     assert_eq!(elicitation(&b).0, url_b);
@@ -758,12 +802,18 @@ async fn holds_the_retry_runs_only_its_own_approved_choice_once() {
     }
     assert_eq!(ran, 1);
     assert_eq!(f.seen.count(), 1);
-    assert_eq!(f.seen.last().json()["params"]["arguments"]["note_id"], "note-7");
+    assert_eq!(
+        f.seen.last().json()["params"]["arguments"]["note_id"],
+        "note-7"
+    );
     assert_frozen_state_error(&f.alice(&went_to_page(&state_a, json!(8))).await);
     // Approve on the page, then decline on the client: the decline wins, nothing runs.
     let (url_c, _, state_c, token_c) = opened(&f, &page, json!(9)).await;
     let form = format!("csrf={token_c}&choice=note-3&decision=approve");
-    assert_eq!(decide(&page, &url_c, "alice", &form).await.0, StatusCode::OK);
+    assert_eq!(
+        decide(&page, &url_c, "alice", &form).await.0,
+        StatusCode::OK
+    );
     let declined = f
         .alice(&with_answer(
             destroy_call(json!(10)),
@@ -777,8 +827,8 @@ async fn holds_the_retry_runs_only_its_own_approved_choice_once() {
 }
 
 /// After expiry the page shows nothing and records nothing, even with a valid token, and the
-/// retry is refused. Checked by hand: removing the expiry filter in the memory store's
-/// `approval` shows the expired form (the `decide` rule still refuses with `Unknown`).
+/// retry is refused. Checked by mutation: without the expiry filter in the memory store's
+/// `approval` the expired form is shown and this test fails.
 #[tokio::test]
 async fn holds_nothing_is_decided_after_expiry() {
     let (f, page) = browser();
@@ -788,7 +838,10 @@ async fn holds_nothing_is_decided_after_expiry() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(!html.contains("note-7"));
     let form = format!("csrf={token}&choice=note-7&decision=approve");
-    assert_eq!(decide(&page, &url, "alice", &form).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(
+        decide(&page, &url, "alice", &form).await.0,
+        StatusCode::NOT_FOUND
+    );
     f.clock.set(now());
     // Back in time (a clock step): still undecided, so the late POST recorded nothing.
     still_undecided(&f, &state, &url).await;
@@ -801,7 +854,7 @@ async fn holds_nothing_is_decided_after_expiry() {
 /// HTML injection through everything the page prints that someone other than the deployer
 /// may influence: record ids, labels and versions (from the resolver, i.e. user data), the
 /// policy message and the subject. All escaped, in text and in attributes; the page carries
-/// its CSP on every answer. Checked by hand: making `escape` the identity fails this test.
+/// its CSP on every answer. Checked by mutation: making `escape` the identity fails this test.
 #[tokio::test]
 async fn holds_the_page_escapes_what_it_shows() {
     const EVIL: &str = "\"'><script>alert(1)</script><img src=x onerror=alert(2)>";
@@ -834,10 +887,12 @@ async fn holds_the_page_escapes_what_it_shows() {
     let (url, _, state) = elicitation(&first);
     let (status, headers, html) = visit(&page, "GET", &url, Some(&subject), &[], "").await;
     assert_eq!(status, StatusCode::OK, "{html}");
-    assert!(headers["content-security-policy"]
-        .to_str()
-        .unwrap()
-        .contains("default-src 'none'"));
+    assert!(
+        headers["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("default-src 'none'")
+    );
     for raw in ["<script", "<img", "\"'>"] {
         assert!(!html.contains(raw), "{raw} unescaped in {html}");
     }
@@ -850,7 +905,11 @@ async fn holds_the_page_escapes_what_it_shows() {
     let form = format!("csrf={}&choice={choice}&decision=approve", csrf(&html));
     let (status, body) = decide(&page, &url, &subject, &form).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let done = send(&f.svc, post(&went_to_page(&state, json!(2)), Some(&subject))).await;
+    let done = send(
+        &f.svc,
+        post(&went_to_page(&state, json!(2)), Some(&subject)),
+    )
+    .await;
     assert_ran(&done);
     assert_eq!(
         f.seen.last().json()["params"]["arguments"]["note_id"],
@@ -861,7 +920,8 @@ async fn holds_the_page_escapes_what_it_shows() {
 /// Path tricks on the id segment: trailing slash, upper case, percent-encoding, an encoded
 /// slash, `..`, a NUL, an over-long id, a prefix or suffix: none reaches the approval (404, and
 /// no existence oracle before authentication: an unauthenticated visitor gets the same 401 for
-/// a live id and a made-up one). A query string is ignored and decides nothing.
+/// a live id and a made-up one). A query string is ignored and decides nothing. Checked by
+/// mutation: `ApprovalId::from_hex` accepting upper-case hex fails this test.
 #[tokio::test]
 async fn holds_only_the_exact_id_segment_names_an_approval() {
     let (f, page) = browser();
@@ -880,13 +940,28 @@ async fn holds_only_the_exact_id_segment_names_an_approval() {
         format!("{BASE}{id};x"),
     ] {
         let (status, _, html) = visit(&page, "GET", &path, Some("alice"), &[], "").await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "{}", &path[..path.len().min(80)]);
+        assert_eq!(
+            status,
+            StatusCode::NOT_FOUND,
+            "{}",
+            &path[..path.len().min(80)]
+        );
         assert!(!html.contains("note-7"));
     }
     let (live, _, _) = visit(&page, "GET", &url, None, &[], "").await;
-    let (made_up, _, _) =
-        visit(&page, "GET", &format!("{BASE}{}", "0".repeat(32)), None, &[], "").await;
-    assert_eq!((live, made_up), (StatusCode::UNAUTHORIZED, StatusCode::UNAUTHORIZED));
+    let (made_up, _, _) = visit(
+        &page,
+        "GET",
+        &format!("{BASE}{}", "0".repeat(32)),
+        None,
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(
+        (live, made_up),
+        (StatusCode::UNAUTHORIZED, StatusCode::UNAUTHORIZED)
+    );
     let (status, _, _) = visit(
         &page,
         "GET",
@@ -902,6 +977,7 @@ async fn holds_only_the_exact_id_segment_names_an_approval() {
 
 /// A form body over 16 KiB is refused before it is parsed, whether or not it declares its
 /// length, and decides nothing; the padding of a real decision up to the limit still works.
+/// Checked by mutation: a 16 MiB `MAX_FORM_BYTES` fails this test.
 #[tokio::test]
 async fn holds_big_form_bodies_are_refused() {
     let (f, page) = browser();
@@ -965,11 +1041,18 @@ fn redis_store(url: &str) -> mcp_confirm::store::RedisReplayStore {
 
 /// A layer on `store` with the system clock, its page, and the recording service.
 fn on_store(store: &Arc<dyn ReplayStore>) -> (Confirm<Inner>, ApprovalPage, Recorder) {
-    let notes = Notes::seeded();
+    on_store_with(store, destroy_policy(&Notes::seeded()))
+}
+
+/// As [`on_store`], with `policy` for `notes_destroy`.
+fn on_store_with(
+    store: &Arc<dyn ReplayStore>,
+    policy: ToolPolicy,
+) -> (Confirm<Inner>, ApprovalPage, Recorder) {
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .audience("notes.example")
         .replay_store(Arc::clone(store))
-        .tool("notes_destroy", destroy_policy(&notes))
+        .tool("notes_destroy", policy)
         .approval_url(BASE)
         .build();
     let seen = Recorder::default();
@@ -979,8 +1062,8 @@ fn on_store(store: &Arc<dyn ReplayStore>) -> (Confirm<Inner>, ApprovalPage, Reco
 
 /// Concurrent decisions on one approval, on every store: sixteen POSTs, approving note-3 or
 /// note-7 or declining, race; exactly one is recorded (200), the others get 409, and the retry
-/// does exactly what the recorded one said. Checked by hand: a memory store whose `decide`
-/// overwrites an existing decision gives several 200s here.
+/// does exactly what the recorded one said. Checked by mutation: `Approval::decide` without its
+/// `AlreadyDecided` rule gives several 200s here (memory first) and fails this test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_concurrent_decisions_record_exactly_one() {
     for (backend, store) in stores("concurrent page decisions").await {
@@ -1020,7 +1103,11 @@ async fn holds_concurrent_decisions_record_exactly_one() {
                 assert_eq!(seen.count(), 0);
             } else {
                 assert_ran(&done);
-                let chosen = if recorded[0].contains("note-3") { "note-3" } else { "note-7" };
+                let chosen = if recorded[0].contains("note-3") {
+                    "note-3"
+                } else {
+                    "note-7"
+                };
                 assert_eq!(seen.last().json()["params"]["arguments"]["note_id"], chosen);
             }
         }
@@ -1030,35 +1117,49 @@ async fn holds_concurrent_decisions_record_exactly_one() {
 /// A corrupted approval record in Redis or Postgres (garbage, the wrong shape, unknown fields,
 /// a decision for a record that was never offered, an absurd expiry, another id): the page and
 /// the retry never panic, the page shows nothing it cannot decode (503), and nothing but a
-/// signed candidate ever runs. Checked by hand: removing the retry's signed-candidate check
-/// runs `note-20` from the forged decision.
+/// signed candidate ever runs (the tool here has no revalidation hook, so the retry's own
+/// check is what refuses). Checked by mutation: without the retry's signed-candidate check in
+/// `settle_browser`, `note-20` runs from the forged decision and this test fails.
 #[tokio::test]
 async fn holds_corrupted_approval_records_fail_closed() {
     use redis::AsyncCommands;
-    let mutations: Vec<(&str, Box<dyn Fn(&Value) -> String>)> = vec![
+    type Mutation = Box<dyn Fn(&Value) -> String>;
+    let mutations: Vec<(&str, Mutation)> = vec![
         ("garbage", Box::new(|_| "not json".to_owned())),
         ("empty object", Box::new(|_| "{}".to_owned())),
         ("array", Box::new(|_| "[1,2]".to_owned())),
-        ("unknown field", Box::new(|r| {
-            let mut r = r.clone();
-            r["extra"] = json!(1);
-            r.to_string()
-        })),
-        ("unoffered decision", Box::new(|r| {
-            let mut r = r.clone();
-            r["decision"] = json!({"decision": "approved", "chosen": "note-20"});
-            r.to_string()
-        })),
-        ("far expiry", Box::new(|r| {
-            let mut r = r.clone();
-            r["expires_at_ms"] = json!(u64::MAX);
-            r.to_string()
-        })),
-        ("bad hex", Box::new(|r| {
-            let mut r = r.clone();
-            r["nonce"] = json!("zz".repeat(16));
-            r.to_string()
-        })),
+        (
+            "unknown field",
+            Box::new(|r| {
+                let mut r = r.clone();
+                r["extra"] = json!(1);
+                r.to_string()
+            }),
+        ),
+        (
+            "unoffered decision",
+            Box::new(|r| {
+                let mut r = r.clone();
+                r["decision"] = json!({"decision": "approved", "chosen": "note-20"});
+                r.to_string()
+            }),
+        ),
+        (
+            "far expiry",
+            Box::new(|r| {
+                let mut r = r.clone();
+                r["expires_at_ms"] = json!(u64::MAX);
+                r.to_string()
+            }),
+        ),
+        (
+            "bad hex",
+            Box::new(|r| {
+                let mut r = r.clone();
+                r["nonce"] = json!("zz".repeat(16));
+                r.to_string()
+            }),
+        ),
     ];
     let redis_url = backends::redis("corrupted approval records (Redis)").await;
     let pg_url = backends::postgres("corrupted approval records (Postgres)").await;
@@ -1075,7 +1176,19 @@ async fn holds_corrupted_approval_records_fail_closed() {
             targets.push(("postgres", Arc::new(pg_store(url).await)));
         }
         for (backend, store) in targets {
-            let (svc, page, seen) = on_store(&store);
+            // No revalidation hook: the retry's own check of the page's choice against the
+            // signed candidates is all that stands between a forged decision and the tool.
+            let policy = ToolPolicy::pick_one(|_: Lookup| async {
+                Ok::<_, PolicyError>(vec![
+                    Candidate::labelled("note-3", "Groceries (note-3)").with_version("1"),
+                    Candidate::labelled("note-7", "Groceries (note-7)").with_version("1"),
+                ])
+            })
+            .input_key("destroy_approval")
+            .choice_field("note_id")
+            .select_into("note_id")
+            .approve_in_browser();
+            let (svc, page, seen) = on_store_with(&store, policy);
             let first = send(&svc, post(&destroy_call(json!(1)), Some("alice"))).await;
             let (url, id, state) = elicitation(&first);
             // Read the record, corrupt it in place.
@@ -1117,8 +1230,12 @@ async fn holds_corrupted_approval_records_fail_closed() {
             }
             let (status, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
             assert!(
-                [StatusCode::OK, StatusCode::FORBIDDEN, StatusCode::SERVICE_UNAVAILABLE]
-                    .contains(&status),
+                [
+                    StatusCode::OK,
+                    StatusCode::FORBIDDEN,
+                    StatusCode::SERVICE_UNAVAILABLE
+                ]
+                .contains(&status),
                 "{backend} {what}: {status} {html}"
             );
             let retry = send(&svc, post(&went_to_page(&state, json!(2)), Some("alice"))).await;
@@ -1148,8 +1265,8 @@ fn pg_pool() -> deadpool_postgres::Pool {
 /// The demo's `next` is not an open redirect, its form does not reflect it unescaped, the
 /// session cookie is `HttpOnly; SameSite=Strict`, an unknown token sets nothing, and the cookie
 /// does not authenticate `/mcp` (which reads `Authorization` only). The page itself refuses a
-/// cross-site POST before the layer's page sees it. Checked by hand: `safe_next` returning its
-/// input makes the first loop fail.
+/// cross-site POST before the layer's page sees it. Checked by mutation: `safe_next` returning
+/// its input fails the first loop.
 #[tokio::test]
 async fn holds_demo_signin_redirects_home_and_its_cookie_stays_on_the_page() {
     let demo = Demo::start().await;
@@ -1166,7 +1283,9 @@ async fn holds_demo_signin_redirects_home_and_its_cookie_stays_on_the_page() {
     ] {
         let body = format!(
             "token=alice-token&next={}",
-            next.bytes().map(|b| format!("%{b:02X}")).collect::<String>()
+            next.bytes()
+                .map(|b| format!("%{b:02X}"))
+                .collect::<String>()
         );
         let (status, location, cookie) = demo.sign_in(&body, &[]).await;
         assert_eq!(status, 303, "{next:?}");
@@ -1177,7 +1296,9 @@ async fn holds_demo_signin_redirects_home_and_its_cookie_stays_on_the_page() {
             .get(format!(
                 "{}/signin?next={}",
                 demo.base,
-                next.bytes().map(|b| format!("%{b:02X}")).collect::<String>()
+                next.bytes()
+                    .map(|b| format!("%{b:02X}"))
+                    .collect::<String>()
             ))
             .send()
             .await
