@@ -309,7 +309,10 @@ async fn settle_browser(
     let id = ApprovalId::for_nonce(&claims.nonce);
     let approval = config.store.approval(id).await.map_err(store_failed)?;
     // The state verified, so its approval was proposed; gone means a store that lost it.
-    let Some(approval) = approval else {
+    // A record that is not this state's (another nonce or principal) decides nothing.
+    let Some(approval) = approval.filter(|a| {
+        a.nonce == claims.nonce && a.principal == PrincipalKey::from_bytes(claims.principal)
+    }) else {
         return Err(Refused::state(StateError::Consumed));
     };
     match approval.decision {

@@ -133,6 +133,25 @@ impl ApprovalPage {
         self.decide(id, &principal, &body).await
     }
 
+    /// Whether `principal` is the one the approval was made for, under any key of the ring (an
+    /// approval made before a key rotation stays its principal's).
+    fn owns(&self, approval: &Approval, principal: &Principal) -> bool {
+        self.config
+            .sealer
+            .keys()
+            .principal_matches_any(approval.principal.as_bytes(), principal.subject())
+    }
+
+    /// Whether the client already spent the confirmation (declined, or a retry claimed it): the
+    /// page then has nothing left to decide. A store that cannot answer counts as answered.
+    async fn answered_by_client(&self, approval: &Approval) -> bool {
+        self.config
+            .store
+            .is_used(approval.nonce, approval.principal)
+            .await
+            .unwrap_or(true)
+    }
+
     /// A decision must come from a page of the approval URL's origin: a cross-site form post is
     /// refused before anything is read.
     fn same_origin<B>(&self, request: &Request<B>) -> Result<(), &'static str> {
@@ -151,10 +170,7 @@ impl ApprovalPage {
             .approval_url
             .as_deref()
             .and_then(|url| url.parse::<http::Uri>().ok())
-            .and_then(|uri| {
-                let authority = uri.authority()?;
-                Some(format!("{}://{}", uri.scheme_str()?, authority.as_str()))
-            });
+            .and_then(|uri| origin_of(&uri));
         match expected {
             Some(expected) if origin.as_bytes() == expected.as_bytes() => Ok(()),
             _ => Err("approval POST from another origin"),
@@ -185,13 +201,21 @@ impl ApprovalPage {
             Ok(None) => return gone(),
             Err(_) => return unavailable(),
         };
-        if self.config.principal_key(principal) != approval.principal {
+        if !self.owns(&approval, principal) {
             audit::refused(
                 &approval.tool,
                 Some(principal),
                 "approval page opened by another principal",
             );
             return not_yours();
+        }
+        if approval.decision.is_none() && self.answered_by_client(&approval).await {
+            return page(
+                StatusCode::OK,
+                "Already answered",
+                "<p>Your client already answered this request (declined, or it was used). \
+                 Nothing here can change it.</p>",
+            );
         }
         if let Some(decision) = &approval.decision {
             let text = match decision {
@@ -247,13 +271,25 @@ impl ApprovalPage {
             Ok(None) => return gone(),
             Err(_) => return unavailable(),
         };
-        if self.config.principal_key(principal) != approval.principal {
+        if !self.owns(&approval, principal) {
             audit::refused(
                 &approval.tool,
                 Some(principal),
                 "approval decided by another principal",
             );
             return not_yours();
+        }
+        if self.answered_by_client(&approval).await {
+            audit::refused(
+                &approval.tool,
+                Some(principal),
+                "approval decided after the client answered",
+            );
+            return page(
+                StatusCode::CONFLICT,
+                "Already answered",
+                "<p>Your client already answered this request; nothing changed.</p>",
+            );
         }
         let decision = match form.get("decision").as_deref() {
             Some("decline") => Decision::Declined,
@@ -285,8 +321,12 @@ impl ApprovalPage {
                 );
             }
         };
-        let key = self.config.principal_key(principal);
-        match self.config.store.decide(id, key, decision.clone()).await {
+        match self
+            .config
+            .store
+            .decide(id, approval.principal, decision.clone())
+            .await
+        {
             Ok(Decided::Recorded) => {
                 audit::page_decided(&approval.tool, principal, &approval.nonce, &decision);
                 let text = match decision {
@@ -336,6 +376,21 @@ where
         let page = self.clone();
         Box::pin(async move { Ok(page.answer(request).await) })
     }
+}
+
+/// The origin a browser sends for pages under `uri`: lower-case scheme and host, and the port
+/// only when it is not the scheme's default.
+fn origin_of(uri: &http::Uri) -> Option<String> {
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let host = uri.host()?.to_ascii_lowercase();
+    let default = match scheme.as_str() {
+        "https" => 443,
+        _ => 80,
+    };
+    Some(match uri.port_u16() {
+        Some(port) if port != default => format!("{scheme}://{host}:{port}"),
+        _ => format!("{scheme}://{host}"),
+    })
 }
 
 fn gone() -> Response<Full<Bytes>> {

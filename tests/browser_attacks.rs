@@ -1,8 +1,9 @@
 //! Attacks on "approval in the browser" (issue 13): the approval page, the URL-mode retry, the
 //! stores' approval records, and the demo's sign-in.
 //!
-//! `finding_*` tests show something that is wrong today: they fail until it is fixed.
-//! `holds_*` tests are attacks that were tried and refused; they stay as regression tests.
+//! Each test is an attack and shows that the promise it attacks holds. Several were findings when
+//! first written (their comments still describe the hole, which is now closed); the others were
+//! refused from the start.
 
 #[path = "../examples/notes_server/app.rs"]
 #[allow(dead_code)]
@@ -212,7 +213,7 @@ async fn still_undecided(f: &Fixture, state: &str, url: &str) {
 /// rolling deploy the same happens whenever the first call and the page reach instances on
 /// different steps.
 #[tokio::test]
-async fn finding_key_rotation_locks_the_owner_out_of_a_pending_approval() {
+async fn holds_key_rotation_keeps_a_pending_approval_its_owners() {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
@@ -240,16 +241,24 @@ async fn finding_key_rotation_locks_the_owner_out_of_a_pending_approval() {
 /// capacity (100,000, budget 1,000) one principal holds 30 + 10/s × 300 s = 3,030 approvals per
 /// instance; 33 principals (or one with a raised rate limit) lock out every other user.
 #[tokio::test]
-async fn finding_one_principal_fills_the_memory_stores_approvals() {
+async fn holds_one_principal_cannot_fill_the_stores_approvals() {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(30, clock.clone());
     assert_eq!(store.budget(), 1, "alice may hold one live entry");
     let layer = builder(KeyRing::single("k1", KEY).unwrap(), &notes, &clock, &store).build();
     let f = Fixture::new(layer, notes, clock, store);
-    for i in 0..30 {
+    for i in 0..mcp_confirm::store::MAX_PENDING_APPROVALS {
         elicitation(&f.alice(&destroy_call(json!(i))).await);
     }
+    // Alice's next one waits for one of hers to expire; nobody else is charged for it.
+    let over = f.alice(&destroy_call(json!("over"))).await;
+    assert_eq!(
+        over.error()["data"]["reason"],
+        "principal_budget_spent",
+        "{}",
+        over.json()
+    );
     let bob = send(
         &f.svc,
         post(&destroy_call_in(json!("b"), TEAM, "Groceries"), Some("bob")),
@@ -267,7 +276,7 @@ async fn finding_one_principal_fills_the_memory_stores_approvals() {
 /// memory: nothing but a full map ever removes them, so the map grows to its capacity and stays
 /// there. (Observed through `Debug`, which prints the whole map.)
 #[tokio::test]
-async fn finding_expired_approvals_stay_in_the_memory_store() {
+async fn holds_expired_approvals_are_pruned_from_the_memory_store() {
     let (f, _page) = browser();
     elicitation(&f.alice(&destroy_call(json!(1))).await);
     f.clock.advance(Duration::from_secs(3600));
@@ -284,7 +293,7 @@ async fn finding_expired_approvals_stay_in_the_memory_store() {
 /// a panic message puts users' names and record titles in the logs, which the crate otherwise
 /// avoids (keys redacted, nonces and grant ids truncated, "never the name" for principals).
 #[tokio::test]
-async fn finding_layer_debug_prints_pending_approvals() {
+async fn holds_layer_debug_keeps_pending_approvals_out_of_logs() {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
@@ -304,7 +313,7 @@ async fn finding_layer_debug_prints_pending_approvals() {
 /// a page approval of a confirmation that was declined. The page never asks the replay store
 /// whether the nonce is still fresh.
 #[tokio::test]
-async fn finding_page_approves_a_confirmation_the_client_already_declined() {
+async fn holds_the_page_refuses_a_confirmation_the_client_already_answered() {
     let (f, page) = browser();
     let (url, _, state, token) = opened(&f, &page, json!(1)).await;
     let declined = f
@@ -329,7 +338,7 @@ async fn finding_page_approves_a_confirmation_the_client_already_declined() {
 /// upper-case host never matches what a browser sends (`https://notes.example`), so every real
 /// decision is refused with 403 and the feature is unusable.
 #[tokio::test]
-async fn finding_origin_check_refuses_the_browsers_origin_for_equivalent_urls() {
+async fn holds_the_origin_check_accepts_the_browsers_origin_for_equivalent_urls() {
     let mut refused = Vec::new();
     for (configured, browser_origin) in [
         (
@@ -373,7 +382,7 @@ async fn finding_origin_check_refuses_the_browsers_origin_for_equivalent_urls() 
 /// runs alice's call; the page itself would have refused to let that principal's decision
 /// count for her. Compare `Grant`s, which the worker re-checks against what it expects.
 #[tokio::test]
-async fn finding_retry_trusts_an_approval_record_of_another_principal() {
+async fn holds_the_retry_ignores_an_approval_record_of_another_principal() {
     use redis::AsyncCommands;
     let Some(url) = backends::redis("approval record of another principal (Redis)").await else {
         return;
@@ -498,7 +507,7 @@ impl Demo {
 /// approval "was requested by someone else"; with a real sign-in the same hole lets the attacker
 /// choose whose session the victim's browser carries.
 #[tokio::test]
-async fn finding_demo_signin_accepts_a_cross_site_post() {
+async fn holds_demo_signin_refuses_a_cross_site_post() {
     let demo = Demo::start().await;
     let cross_site = [
         ("origin", "http://evil.example"),
@@ -521,7 +530,7 @@ async fn finding_demo_signin_accepts_a_cross_site_post() {
 /// whoever reads the cookie jar (an extension, a synced profile, a proxy log of `Cookie`) holds
 /// a credential for `/mcp`. README: the sign-in "is not a way to sign in to the MCP endpoint".
 #[tokio::test]
-async fn finding_demo_session_cookie_is_the_mcp_bearer_token() {
+async fn holds_demo_session_cookie_is_not_the_mcp_bearer_token() {
     let demo = Demo::start().await;
     let (status, _, cookie) = demo.sign_in("token=alice-token&next=", &[]).await;
     assert_eq!(status, 303);

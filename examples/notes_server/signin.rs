@@ -1,11 +1,17 @@
 //! The demo's minimal sign-in for the approval page: a person pastes a demo token once and gets a
 //! session cookie (`HttpOnly`, `SameSite=Strict`) that only the page reads.
 //!
-//! It is deliberately not a way into the MCP endpoint: `/mcp` reads the `Authorization` header and
-//! nothing else, so the cookie authenticates the person at the page and nowhere else.
+//! It is deliberately not a way into the MCP endpoint. The cookie holds a random session id, never
+//! the token, and `/mcp` reads the `Authorization` header and nothing else, so the cookie
+//! authenticates the person at the page and nowhere else. The form is posted from this origin
+//! only (the Host/Origin guard sits in front), so no other site can sign a browser in.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::Form;
-use axum::extract::{Query, Request};
+use axum::extract::{Query, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
@@ -16,6 +22,32 @@ use crate::app::principal_for_token;
 
 /// The session cookie's name.
 const COOKIE: &str = "notes_session";
+
+/// How long a session lasts.
+const SESSION_TTL: Duration = Duration::from_secs(3600);
+
+/// Signed-in sessions: a random id → the principal, until it expires. Clones share the map.
+#[derive(Clone, Default)]
+pub(crate) struct Sessions(Arc<Mutex<HashMap<String, (&'static str, Instant)>>>);
+
+impl Sessions {
+    /// A new session for `principal`; its id goes into the cookie.
+    fn open(&self, principal: &'static str) -> String {
+        let id = mcp_confirm::store::Nonce::random().to_hex();
+        let mut sessions = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.retain(|_, (_, at)| at.elapsed() < SESSION_TTL);
+        sessions.insert(id.clone(), (principal, Instant::now()));
+        id
+    }
+
+    fn principal(&self, id: &str) -> Option<&'static str> {
+        let sessions = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        sessions
+            .get(id)
+            .filter(|(_, at)| at.elapsed() < SESSION_TTL)
+            .map(|(principal, _)| *principal)
+    }
+}
 
 /// Where the sign-in page may send the person afterwards: approval pages only.
 fn safe_next(next: &str) -> &str {
@@ -75,16 +107,17 @@ pub(crate) struct SignIn {
 }
 
 /// `POST /signin`: a valid demo token sets the session cookie and goes back to the page.
-pub(crate) async fn submit(Form(form): Form<SignIn>) -> Response {
-    if principal_for_token(&form.token).is_none() {
+pub(crate) async fn submit(State(sessions): State<Sessions>, Form(form): Form<SignIn>) -> Response {
+    let Some(principal) = principal_for_token(&form.token) else {
         return html(
             StatusCode::UNAUTHORIZED,
             "<!doctype html><title>Sign in</title><p>Unknown token.</p>".to_owned(),
         );
-    }
+    };
     let cookie = format!(
-        "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age=3600",
-        form.token
+        "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        sessions.open(principal),
+        SESSION_TTL.as_secs()
     );
     let mut response = StatusCode::SEE_OTHER.into_response();
     let headers = response.headers_mut();
@@ -99,7 +132,11 @@ pub(crate) async fn submit(Form(form): Form<SignIn>) -> Response {
 }
 
 /// The page's authentication: the session cookie's principal, if any, into the extensions.
-pub(crate) async fn from_cookie(mut request: Request, next: Next) -> Response {
+pub(crate) async fn from_cookie(
+    State(sessions): State<Sessions>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let principal = request
         .headers()
         .get_all(header::COOKIE)
@@ -107,7 +144,7 @@ pub(crate) async fn from_cookie(mut request: Request, next: Next) -> Response {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-        .find_map(principal_for_token);
+        .find_map(|id| sessions.principal(id));
     if let Some(principal) = principal {
         request.extensions_mut().insert(Principal::new(principal));
     }

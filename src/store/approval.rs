@@ -126,8 +126,12 @@ pub enum Decided {
     InvalidChoice,
 }
 
+/// How many unexpired approvals one principal may hold at once, in every store: enough for any
+/// person, too few for one principal to fill a store for everyone.
+pub const MAX_PENDING_APPROVALS: usize = 20;
+
 /// An approval waiting for (or holding) the decision of the person it was made for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Approval {
     /// Its id.
@@ -150,6 +154,21 @@ pub struct Approval {
     pub expires_at: SystemTime,
     /// The decision, once made.
     pub decision: Option<Decision>,
+}
+
+impl fmt::Debug for Approval {
+    /// No subject, message or labels: who asked and about what stays out of logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Approval")
+            .field("id", &self.id)
+            .field("nonce", &self.nonce)
+            .field("tool", &self.tool)
+            .field("choices", &self.choices.len())
+            .field("typed", &self.typed)
+            .field("expires_at", &self.expires_at)
+            .field("decided", &self.decision.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Approval {

@@ -317,6 +317,29 @@ pub async fn approvals_are_decided_once<S: ReplayStore>(store: &S) {
     );
 }
 
+/// One principal holds at most [`MAX_PENDING_APPROVALS`](super::MAX_PENDING_APPROVALS)
+/// unexpired approvals; over it, `propose` answers `OverBudget`, and others are unaffected.
+pub async fn approvals_are_capped_per_principal<S: ReplayStore>(store: &S) {
+    let alice = principal();
+    for _ in 0..super::MAX_PENDING_APPROVALS {
+        store
+            .propose(&approval(alice, Duration::from_secs(60)))
+            .await
+            .expect("within the cap");
+    }
+    let over = store
+        .propose(&approval(alice, Duration::from_secs(60)))
+        .await;
+    assert!(
+        matches!(over, Err(StoreError::OverBudget { retry_after }) if retry_after <= Duration::from_secs(60)),
+        "{over:?}"
+    );
+    store
+        .propose(&approval(principal(), Duration::from_secs(60)))
+        .await
+        .expect("another principal is not charged");
+}
+
 /// Of 16 concurrent decisions on one approval, exactly one is recorded.
 pub async fn one_decision_among_concurrent_deciders<S: ReplayStore>(store: Arc<S>) {
     let alice = principal();
@@ -384,6 +407,9 @@ macro_rules! replay_store_conformance {
             conformance_used_nonces_are_reported = used_nonces_are_reported(&store),
             #[tokio::test]
             conformance_approvals_are_decided_once = approvals_are_decided_once(&store),
+            #[tokio::test]
+            conformance_approvals_are_capped_per_principal =
+                approvals_are_capped_per_principal(&store),
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             conformance_one_decision_among_concurrent_deciders =
                 one_decision_among_concurrent_deciders(::std::sync::Arc::new(store)),

@@ -10,8 +10,8 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 
 use super::{
-    Approval, ApprovalId, BootEpoch, BoxFuture, Claim, ClaimRequest, Decided, Decision, Nonce,
-    Owner, PrincipalKey, ReplayStore, StoreError,
+    Approval, ApprovalId, BootEpoch, BoxFuture, Claim, ClaimRequest, Decided, Decision,
+    MAX_PENDING_APPROVALS, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
 };
 use crate::clock::{Clock, SystemClock};
 
@@ -156,7 +156,11 @@ impl MemoryReplayStore {
     /// Claims prune on their own when the store is full; call this from a timer to give memory back
     /// sooner.
     pub fn prune_expired(&self) -> usize {
-        self.inner.prune(self.inner.clock.now())
+        let now = self.inner.clock.now();
+        let approvals = self.inner.approvals.len();
+        self.inner.approvals.retain(|_, a| now < a.expires_at);
+        let approvals = approvals - self.inner.approvals.len().min(approvals);
+        self.inner.prune(now) + approvals
     }
 
     fn claim_now(&self, claim: &ClaimRequest) -> Result<Claim, StoreError> {
@@ -318,8 +322,22 @@ impl ReplayStore for MemoryReplayStore {
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
         let inner = &self.inner;
         let now = inner.clock.now();
-        if inner.approvals.len() >= inner.capacity {
-            inner.approvals.retain(|_, a| now < a.expires_at);
+        inner.approvals.retain(|_, a| now < a.expires_at);
+        let pending: Vec<SystemTime> = inner
+            .approvals
+            .iter()
+            .filter(|a| a.principal == approval.principal)
+            .map(|a| a.expires_at)
+            .collect();
+        if pending.len() >= MAX_PENDING_APPROVALS {
+            let retry_after = pending
+                .iter()
+                .min()
+                .and_then(|at| at.duration_since(now).ok())
+                .unwrap_or_default();
+            return Box::pin(std::future::ready(Err(StoreError::OverBudget {
+                retry_after,
+            })));
         }
         let result = if inner.approvals.len() >= inner.capacity {
             Err(StoreError::Full)

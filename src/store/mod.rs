@@ -35,7 +35,9 @@ mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 
-pub use approval::{Approval, ApprovalChoice, ApprovalId, Decided, Decision};
+pub use approval::{
+    Approval, ApprovalChoice, ApprovalId, Decided, Decision, MAX_PENDING_APPROVALS,
+};
 pub use memory::MemoryReplayStore;
 
 /// The default cap on one principal's live entries in the Redis and Postgres stores; the memory
@@ -358,7 +360,8 @@ pub trait ReplayStore: fmt::Debug + Send + Sync + 'static {
     fn boot_epoch(&self) -> Option<BootEpoch>;
 
     /// Stores a browser approval awaiting its decision, until its expiry. An id that exists is an
-    /// error. The default keeps none ([`StoreError::Unsupported`]); every store of this crate
+    /// error; a principal with [`MAX_PENDING_APPROVALS`] unexpired approvals gets
+    /// [`StoreError::OverBudget`]. The default keeps none ([`StoreError::Unsupported`]); every store of this crate
     /// does.
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
         let _ = approval;

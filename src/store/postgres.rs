@@ -8,7 +8,7 @@ use deadpool_postgres::{GenericClient, Pool};
 use super::backend::{backend, bounded, postgres_pool, table_name};
 use super::{
     Approval, ApprovalId, BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET,
-    Decided, Decision, Nonce, PrincipalKey, ReplayStore, StoreError,
+    Decided, Decision, MAX_PENDING_APPROVALS, Nonce, PrincipalKey, ReplayStore, StoreError,
 };
 
 /// A [`ReplayStore`] in PostgreSQL, for deployments with more than one instance.
@@ -109,9 +109,12 @@ impl PostgresReplayStore {
              CREATE INDEX IF NOT EXISTS {t}_principal ON {t} (principal, expires_at);
              CREATE TABLE IF NOT EXISTS {t}_approvals (
                 id text PRIMARY KEY,
+                principal bytea NOT NULL,
                 record text NOT NULL,
                 expires_at timestamptz NOT NULL);
-             CREATE INDEX IF NOT EXISTS {t}_approvals_expires_at ON {t}_approvals (expires_at);"
+             CREATE INDEX IF NOT EXISTS {t}_approvals_expires_at ON {t}_approvals (expires_at);
+             ALTER TABLE {t}_approvals ADD COLUMN IF NOT EXISTS principal bytea;
+             CREATE INDEX IF NOT EXISTS {t}_approvals_principal ON {t}_approvals (principal, expires_at);"
         );
         self.bounded(async {
             let client = self.pool.get().await.map_err(backend)?;
@@ -340,18 +343,41 @@ impl ReplayStore for PostgresReplayStore {
     }
 
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
-        let sql = format!(
-            "INSERT INTO {}_approvals (id, record, expires_at) VALUES ($1, $2, $3)
-             ON CONFLICT (id) DO NOTHING",
-            self.table
+        let t = &self.table;
+        let lock = "SELECT pg_advisory_xact_lock(hashtext($1))".to_owned();
+        let count = format!(
+            "SELECT count(*), min(expires_at) FROM {t}_approvals WHERE principal = $1 AND expires_at > $2"
         );
+        let insert = format!(
+            "INSERT INTO {t}_approvals (id, principal, record, expires_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (id) DO NOTHING"
+        );
+        let class = format!("mcp-confirm:approvals:{t}:{}", approval.principal.to_hex());
         let (id, text, expires_at) = (approval.id.to_hex(), approval.encode(), approval.expires_at);
+        let principal = approval.principal.as_bytes().to_vec();
         Box::pin(self.bounded(async move {
-            let client = self.pool.get().await.map_err(backend)?;
-            let inserted = client
-                .execute(&sql, &[&id, &text, &expires_at])
+            let mut client = self.pool.get().await.map_err(backend)?;
+            let tx = client.transaction().await.map_err(backend)?;
+            // One principal's proposals one at a time, so the count is exact.
+            tx.execute(&lock, &[&class]).await.map_err(backend)?;
+            let now = SystemTime::now();
+            let row = tx
+                .query_one(&count, &[&principal, &now])
                 .await
                 .map_err(backend)?;
+            let held: i64 = row.try_get(0).map_err(backend)?;
+            if usize::try_from(held).unwrap_or(usize::MAX) >= MAX_PENDING_APPROVALS {
+                let oldest: Option<SystemTime> = row.try_get(1).map_err(backend)?;
+                let retry_after = oldest
+                    .and_then(|at| at.duration_since(now).ok())
+                    .unwrap_or_default();
+                return Err(StoreError::OverBudget { retry_after });
+            }
+            let inserted = tx
+                .execute(&insert, &[&id, &principal, &text, &expires_at])
+                .await
+                .map_err(backend)?;
+            tx.commit().await.map_err(backend)?;
             if inserted == 1 {
                 Ok(())
             } else {

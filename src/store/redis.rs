@@ -9,7 +9,7 @@ use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 use super::backend::{backend, millis_until, redis_connection};
 use super::{
     Approval, ApprovalId, BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET,
-    Decided, Decision, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
+    Decided, Decision, MAX_PENDING_APPROVALS, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
 };
 
 /// Sets `KEYS[1]` to `ARGV[2]` (keeping its expiry) only if it still holds `ARGV[1]`.
@@ -301,17 +301,50 @@ impl ReplayStore for RedisReplayStore {
 
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
         let (key, text) = (self.approval_key(&approval.id), approval.encode());
-        let ttl = millis_until(SystemTime::now(), approval.expires_at).max(1);
+        let now = SystemTime::now();
+        let ttl = millis_until(now, approval.expires_at).max(1);
+        let pending = format!("{}approvals:{}", self.prefix, approval.principal.to_hex());
+        let (now_ms, until_ms) = (unix_millis(now), unix_millis(approval.expires_at));
+        let member = approval.id.to_hex();
         Box::pin(async move {
+            // The principal's pending approvals, by expiry: at most MAX_PENDING_APPROVALS. Two
+            // keys in different slots, so checked, then added: concurrent calls can pass the cap
+            // by their number, which the challenge rate limit bounds.
+            let mut prune = redis::cmd("ZREMRANGEBYSCORE");
+            prune.arg(&pending).arg("-inf").arg(now_ms);
+            let _: i64 = self.bounded(self.connection.query(&prune)).await?;
+            let mut count = redis::cmd("ZCARD");
+            count.arg(&pending);
+            let held: usize = self.bounded(self.connection.query(&count)).await?;
+            if held >= MAX_PENDING_APPROVALS {
+                let mut oldest = redis::cmd("ZRANGE");
+                oldest.arg(&pending).arg(0).arg(0).arg("WITHSCORES");
+                let first: Vec<(String, u64)> =
+                    self.bounded(self.connection.query(&oldest)).await?;
+                let retry_after = first.first().map_or(0, |(_, at)| at.saturating_sub(now_ms));
+                return Err(StoreError::OverBudget {
+                    retry_after: Duration::from_millis(retry_after),
+                });
+            }
             let mut set = redis::cmd("SET");
             set.arg(&key).arg(&text).arg("NX").arg("PX").arg(ttl);
             let set: Option<String> = self.bounded(self.connection.query(&set)).await?;
-            match set {
-                Some(_) => Ok(()),
-                None => Err(StoreError::Backend(
+            if set.is_none() {
+                return Err(StoreError::Backend(
                     "an approval with this id exists".into(),
-                )),
+                ));
             }
+            let mut add = redis::cmd("ZADD");
+            add.arg(&pending).arg(until_ms).arg(&member);
+            let _: i64 = self.bounded(self.connection.query(&add)).await?;
+            // The set lives as long as its longest-lived member.
+            let mut keep = redis::cmd("PEXPIRE");
+            keep.arg(&pending).arg(ttl).arg("GT");
+            let _: i64 = self.bounded(self.connection.query(&keep)).await?;
+            let mut fresh = redis::cmd("PEXPIRE");
+            fresh.arg(&pending).arg(ttl).arg("NX");
+            let _: i64 = self.bounded(self.connection.query(&fresh)).await?;
+            Ok(())
         })
     }
 

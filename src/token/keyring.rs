@@ -156,6 +156,14 @@ impl KeyRing {
             .any(|key| bool::from(key.csrf_token(id, subject)[..].ct_eq(token)))
     }
 
+    /// Whether `digest` is `subject`'s principal digest under any key of the ring (a record made
+    /// before a rotation still belongs to its principal), compared in constant time.
+    pub(crate) fn principal_matches_any(&self, digest: &[u8; 16], subject: &str) -> bool {
+        self.keys.iter().fold(false, |found, key| {
+            found | key.principal_matches(digest, subject)
+        })
+    }
+
     pub(crate) fn signing(&self) -> &RingKey {
         &self.keys[0]
     }
