@@ -13,9 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{Nonce, PrincipalKey};
 
-/// The opaque id of an approval, and the last segment of its page's URL: 128 bits derived from
-/// the confirmation's nonce with a key of the layer's ring, so nothing about the request can be
-/// read from it and every instance with the keys finds the same record.
+/// The opaque id of an approval, and the last segment of its page's URL: 128 bits of a digest of
+/// the confirmation's nonce, so nothing about the request can be read from it and every instance
+/// finds the same record from the state alone. It is not a secret (the client is sent the URL);
+/// the page admits only the signed-in principal the approval was made for.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ApprovalId([u8; 16]);
 
