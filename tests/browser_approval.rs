@@ -3,126 +3,15 @@
 
 mod common;
 
-use std::convert::Infallible;
-
-use bytes::Bytes;
+use common::browser::*;
 use common::*;
-use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
-use mcp_confirm::clock::ManualClock;
-use mcp_confirm::store::MemoryReplayStore;
-use mcp_confirm::{ApprovalPage, ConfigError, ConfirmLayer, KeyRing, Principal, ToolPolicy};
-use serde_json::{Value, json};
-use tower::ServiceExt;
-
-const BASE: &str = "http://notes.example/confirm/";
-const ORIGIN: &str = "http://notes.example";
-
-/// The fixture with `notes_destroy` approved in the browser, and its page.
-fn browser(policy: impl FnOnce(ToolPolicy) -> ToolPolicy) -> (Fixture, ApprovalPage) {
-    let notes = Notes::seeded();
-    let clock = ManualClock::new(now());
-    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let layer = base_builder(&notes, &clock, &store)
-        .tool(
-            "notes_destroy",
-            policy(
-                delete_policy(&notes)
-                    .input_key("destroy_approval")
-                    .approve_in_browser(),
-            ),
-        )
-        .approval_url(BASE)
-        .build();
-    let page = layer.approval_page();
-    (Fixture::new(layer, notes, clock, store), page)
-}
-
-fn url_meta() -> Value {
-    json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28",
-           "io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}})
-}
-
-fn destroy_call(id: Value) -> Value {
-    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
-        "_meta": url_meta(), "name":"notes_destroy",
-        "arguments":{"workspaceUri": PERSONAL, "title": "Groceries"}}})
-}
-
-fn went_to_page(state: &str, id: Value) -> Value {
-    let mut call = destroy_call(id);
-    call["params"]["requestState"] = json!(state);
-    call["params"]["inputResponses"] = json!({"destroy_approval": {"action": "accept"}});
-    call
-}
-
-/// The URL-mode elicitation of an `input_required` result: (url, elicitationId, state).
-fn elicitation(answer: &Answer) -> (String, String, String) {
-    let result = answer.result();
-    assert_eq!(result["resultType"], "input_required", "{}", answer.json());
-    let params = &result["inputRequests"]["destroy_approval"]["params"];
-    assert_eq!(params["mode"], "url", "{params}");
-    (
-        params["url"].as_str().unwrap().to_owned(),
-        params["elicitationId"].as_str().unwrap().to_owned(),
-        result["requestState"].as_str().unwrap().to_owned(),
-    )
-}
-
-/// A page request as `principal` (the auth layer in front put it in the extensions).
-async fn visit(
-    page: &ApprovalPage,
-    method: &str,
-    url: &str,
-    principal: Option<&str>,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (StatusCode, http::HeaderMap, String) {
-    let mut request = Request::builder().method(method).uri(url);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let mut request = request
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .unwrap();
-    if let Some(p) = principal {
-        request.extensions_mut().insert(Principal::new(p));
-    }
-    let response: Response<Full<Bytes>> = page
-        .clone()
-        .oneshot(request)
-        .await
-        .unwrap_or_else(|e: Infallible| match e {});
-    let (parts, body) = response.into_parts();
-    let text = String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap();
-    (parts.status, parts.headers, text)
-}
-
-/// The anti-forgery token the page embedded.
-fn csrf(html: &str) -> String {
-    let at = html.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
-    html[at..at + 64].to_owned()
-}
-
-/// POSTs the page's form as `principal` from the page's own origin.
-async fn decide(
-    page: &ApprovalPage,
-    url: &str,
-    principal: &str,
-    form: &str,
-) -> (StatusCode, String) {
-    let headers = [
-        ("content-type", "application/x-www-form-urlencoded"),
-        ("origin", ORIGIN),
-        ("sec-fetch-site", "same-origin"),
-    ];
-    let (status, _, body) = visit(page, "POST", url, Some(principal), &headers, form).await;
-    (status, body)
-}
+use http::StatusCode;
+use mcp_confirm::{ConfigError, ConfirmLayer, KeyRing, Principal, ToolPolicy};
+use serde_json::json;
 
 #[tokio::test]
 async fn approved_in_the_browser_the_retry_deletes_exactly_the_chosen_note() {
-    let (f, page) = browser(|p| p);
+    let (f, page) = browser();
     let first = f.alice(&destroy_call(json!(1))).await;
     let (url, id, state) = elicitation(&first);
     assert_eq!(url, format!("{BASE}{id}"));
@@ -191,7 +80,7 @@ async fn approved_in_the_browser_the_retry_deletes_exactly_the_chosen_note() {
 
 #[tokio::test]
 async fn declined_in_the_browser_the_retry_is_refused() {
-    let (f, page) = browser(|p| p);
+    let (f, page) = browser();
     let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
     let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
     let (status, body) = decide(
@@ -215,7 +104,7 @@ async fn declined_in_the_browser_the_retry_is_refused() {
 
 #[tokio::test]
 async fn only_the_principal_who_asked_may_see_or_decide() {
-    let (f, page) = browser(|p| p);
+    let (f, page) = browser();
     let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
     let (status, _, html) = visit(&page, "GET", &url, None, &[], "").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -244,7 +133,7 @@ async fn only_the_principal_who_asked_may_see_or_decide() {
 
 #[tokio::test]
 async fn forged_and_cross_site_decisions_are_refused() {
-    let (f, page) = browser(|p| p);
+    let (f, page) = browser();
     let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
     let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
     let form = format!("csrf={}&choice=note-7&decision=approve", csrf(&html));
@@ -255,7 +144,8 @@ async fn forged_and_cross_site_decisions_are_refused() {
         vec![form_type, ("sec-fetch-site", "cross-site")],
         vec![("content-type", "text/plain"), ("origin", ORIGIN)],
     ] {
-        let (status, _, _) = visit(&page, "POST", &url, Some("alice"), &headers, &form).await;
+        let (status, _, _) =
+            visit(&page, "POST", &url, Some("alice"), &headers, form.clone()).await;
         assert!(status.is_client_error(), "{headers:?}: {status}");
     }
     let (status, _) = decide(&page, &url, "alice", "choice=note-7&decision=approve").await;
@@ -302,7 +192,7 @@ async fn forged_and_cross_site_decisions_are_refused() {
 
 #[tokio::test]
 async fn approving_can_require_typing_the_records_id() {
-    let (f, page) = browser(ToolPolicy::require_typed_id);
+    let (f, page) = browser_with(ToolPolicy::require_typed_id);
     let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
     let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
     assert!(html.contains("name=\"typed\""));
@@ -333,7 +223,7 @@ async fn approving_can_require_typing_the_records_id() {
 
 #[tokio::test]
 async fn a_client_without_url_elicitation_gets_32021_and_a_form_answer_is_refused() {
-    let (f, _) = browser(|p| p);
+    let (f, _) = browser();
     let mut form_only = destroy_call(json!(1));
     form_only["params"]["_meta"] = meta();
     let refused = f.alice(&form_only).await;

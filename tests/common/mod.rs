@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod audit_events;
+pub mod browser;
 pub mod queued;
 
 use std::collections::BTreeMap;
