@@ -6,95 +6,16 @@
 # approve POST replayed is refused with 409; bob, signed in, is refused alice's approval (403, no
 # note shown) and it stays undecided; a declined approval makes the retry's result declined.
 #
-# Installs what it needs itself, the same way and in the same place as .ci/inspector.sh (whose pinned
-# versions it reads, so the two share one install): Debian's chromium (apt-get, when absent), and
-# Node, playwright-core and the Inspector from npm under <target>/ci-inspector. playwright-core
-# downloads no browser: it starts the system Chromium. The screenshot of the approval page
+# Installs what it needs itself through .ci/headless.sh, shared with .ci/inspector.sh (one install:
+# Debian's chromium, and Node, playwright-core and the Inspector from npm under
+# <target>/ci-inspector; playwright-core starts the system Chromium). The screenshot of the approval page
 # (approval-page.png, before any click), approval-failure.png on failure, the server's log and the
 # driver's output go to <target>/browser; with UPDATE_SCREENSHOT=1 the screenshot is also copied to
 # docs/approval-page.png (the README's). Needs cargo, npm, curl and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-repo=$PWD
-
-pin() { # a version pinned in .ci/inspector.sh
-  local value
-  value=$(sed -n "s/^$1=\([0-9][0-9.]*\)\$/\1/p" .ci/inspector.sh | head -n 1)
-  [[ -n $value ]] || { echo "no $1=<version> line in .ci/inspector.sh" >&2; exit 1; }
-  echo "$value"
-}
-node_version=$(pin node_version)
-inspector_version=$(pin inspector_version)
-playwright_version=$(pin playwright_version)
-target_dir=${CARGO_TARGET_DIR:-target}
-case $target_dir in /*) ;; *) target_dir=$repo/$target_dir ;; esac
-node_dir=$target_dir/ci-inspector
-out=$target_dir/browser
-
-installed_version() { # the version of an installed npm package, or nothing
-  local manifest=$node_dir/node_modules/$1/package.json
-  [[ -f $manifest ]] && sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$manifest" | head -n 1
-  return 0
-}
-lap_start=$SECONDS
-lap() { # sets $took to the seconds since the last lap (not in a subshell: it keeps its start)
-  took="$((SECONDS - lap_start))s"
-  lap_start=$SECONDS
-}
-
-echo "== Chromium (Debian's)"
-chromium_bin=
-find_chromium() {
-  # The real binary; /usr/bin/chromium is a shell wrapper around it.
-  for candidate in /usr/lib/chromium/chromium "$(command -v chromium || true)"; do
-    [[ -n $candidate && -x $candidate ]] && { chromium_bin=$candidate; return 0; }
-  done
-  return 1
-}
-if ! find_chromium; then
-  # Installed as root; with stale package lists (a 404) update them once and try again.
-  apt_log=$(mktemp)
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends chromium >"$apt_log" 2>&1 ||
-    { apt-get update -q >>"$apt_log" 2>&1 &&
-      apt-get install -y -q --no-install-recommends chromium >>"$apt_log" 2>&1; } ||
-    { cat "$apt_log" >&2; echo "apt-get could not install chromium" >&2; exit 1; }
-  find_chromium || { cat "$apt_log" >&2; echo "chromium is not installed after apt-get install" >&2; exit 1; }
-  rm -f "$apt_log"
-fi
-lap
-echo "$("$chromium_bin" --version 2>/dev/null | sed 's/ *$//') at $chromium_bin ($took)"
-
-echo "== Node $node_version and playwright-core@$playwright_version in $node_dir (shared with the Inspector step)"
-if [[ $(installed_version node) == "$node_version" && $(installed_version playwright-core) == "$playwright_version" ]]; then
-  echo "already installed"
-else
-  # Exactly the Inspector step's package.json, so that neither step reinstalls after the other.
-  mkdir -p "$node_dir"
-  cat >"$node_dir/package.json" <<EOF
-{
-  "name": "mcp-confirm-ci-inspector",
-  "private": true,
-  "dependencies": {
-    "node": "$node_version",
-    "@modelcontextprotocol/inspector": "$inspector_version",
-    "playwright-core": "$playwright_version"
-  }
-}
-EOF
-  (cd "$node_dir" && npm install --no-audit --no-fund --loglevel=error)
-fi
-node=$node_dir/node_modules/.bin/node
-lap
-echo "node $("$node" --version), playwright-core $(installed_version playwright-core) ($took)"
-
-echo "== build the notes server"
-cargo build -q --example notes_server
-server_bin=$target_dir/debug/examples/notes_server
-lap
-echo "built ($took)"
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Chromium, Node and playwright-core (and the Inspector), and the notes server.
+source .ci/headless.sh
 work=$(mktemp -d)
 mkdir -p "$out"
 rm -f "$out"/approval-*

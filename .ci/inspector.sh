@@ -5,89 +5,15 @@
 # "Groceries", pick the second note the form offers (note-7), tick the confirmation, submit; then
 # exactly personal/note-7.md must be gone from disk and every other note still there.
 #
-# Installs what it needs itself: Debian's chromium (apt-get, when absent), and Node 22 (the Inspector
-# needs >= 22.19), the Inspector and playwright-core from npm under <target>/ci-inspector (reused
-# when the pinned versions are there). playwright-core downloads no browser: it starts the system
-# Chromium. Screenshots (inspector-form.png, inspector-done.png, inspector-failure.png on failure),
+# Installs what it needs itself through .ci/headless.sh (Debian's chromium, and Node 22, which the
+# Inspector needs at >= 22.19, the Inspector and playwright-core from npm under
+# <target>/ci-inspector, reused when the pinned versions are there). Screenshots (inspector-form.png, inspector-done.png, inspector-failure.png on failure),
 # the MCP traffic the UI saw and both servers' logs go to <target>/browser. Needs cargo, npm, curl
 # and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-repo=$PWD
-
-node_version=22.23.3
-inspector_version=2.12.0
-playwright_version=1.65.2
-target_dir=${CARGO_TARGET_DIR:-target}
-case $target_dir in /*) ;; *) target_dir=$repo/$target_dir ;; esac
-node_dir=$target_dir/ci-inspector
-out=$target_dir/browser
-
-installed_version() { # the version of an installed npm package, or nothing
-  local manifest=$node_dir/node_modules/$1/package.json
-  [[ -f $manifest ]] && sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$manifest" | head -n 1
-  return 0
-}
-lap_start=$SECONDS
-lap() { # sets $took to the seconds since the last lap (not in a subshell: it keeps its start)
-  took="$((SECONDS - lap_start))s"
-  lap_start=$SECONDS
-}
-
-echo "== Chromium (Debian's)"
-chromium_bin=
-find_chromium() {
-  # The real binary; /usr/bin/chromium is a shell wrapper around it.
-  for candidate in /usr/lib/chromium/chromium "$(command -v chromium || true)"; do
-    [[ -n $candidate && -x $candidate ]] && { chromium_bin=$candidate; return 0; }
-  done
-  return 1
-}
-if ! find_chromium; then
-  # Installed as root; with stale package lists (a 404) update them once and try again.
-  apt_log=$(mktemp)
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends chromium >"$apt_log" 2>&1 ||
-    { apt-get update -q >>"$apt_log" 2>&1 &&
-      apt-get install -y -q --no-install-recommends chromium >>"$apt_log" 2>&1; } ||
-    { cat "$apt_log" >&2; echo "apt-get could not install chromium" >&2; exit 1; }
-  find_chromium || { cat "$apt_log" >&2; echo "chromium is not installed after apt-get install" >&2; exit 1; }
-  rm -f "$apt_log"
-fi
-lap
-echo "$("$chromium_bin" --version 2>/dev/null | sed 's/ *$//') at $chromium_bin ($took)"
-
-echo "== Node $node_version, @modelcontextprotocol/inspector@$inspector_version and playwright-core@$playwright_version in $node_dir"
-if [[ $(installed_version node) == "$node_version" &&
-      $(installed_version @modelcontextprotocol/inspector) == "$inspector_version" &&
-      $(installed_version playwright-core) == "$playwright_version" ]]; then
-  echo "already installed"
-else
-  mkdir -p "$node_dir"
-  cat >"$node_dir/package.json" <<EOF
-{
-  "name": "mcp-confirm-ci-inspector",
-  "private": true,
-  "dependencies": {
-    "node": "$node_version",
-    "@modelcontextprotocol/inspector": "$inspector_version",
-    "playwright-core": "$playwright_version"
-  }
-}
-EOF
-  (cd "$node_dir" && npm install --no-audit --no-fund --loglevel=error)
-fi
-node=$node_dir/node_modules/.bin/node
-lap
-echo "node $("$node" --version) ($took)"
-
-echo "== build the notes server"
-cargo build -q --example notes_server
-server_bin=$target_dir/debug/examples/notes_server
-lap
-echo "built ($took)"
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Chromium, Node and playwright-core (and the Inspector), and the notes server.
+source .ci/headless.sh
 work=$(mktemp -d)
 mkdir -p "$out"
 rm -f "$out"/inspector-* "$out"/notes-server.log "$out"/driver.out

@@ -1,0 +1,83 @@
+# Sourced by .ci/inspector.sh and .ci/browser.sh: what both need to drive headless Chromium.
+#
+# Installs, when absent: Debian's chromium (apt-get, as root), and under <target>/ci-inspector
+# Node, the MCP Inspector and playwright-core from npm, at the versions pinned here (one install
+# for both steps). playwright-core downloads no browser: it starts the system Chromium. Defines
+# $repo, $target_dir, $node_dir, $out (<target>/browser), $chromium_bin, $node, and lap (sets
+# $took to the seconds since the last lap). Then it builds the notes server ($server_bin).
+
+node_version=22.23.3
+inspector_version=2.12.0
+playwright_version=1.65.2
+
+repo=$PWD
+target_dir=${CARGO_TARGET_DIR:-target}
+case $target_dir in /*) ;; *) target_dir=$repo/$target_dir ;; esac
+node_dir=$target_dir/ci-inspector
+out=$target_dir/browser
+
+installed_version() { # the version of an installed npm package, or nothing
+  local manifest=$node_dir/node_modules/$1/package.json
+  [[ -f $manifest ]] && sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$manifest" | head -n 1
+  return 0
+}
+lap_start=$SECONDS
+lap() { # sets $took to the seconds since the last lap (not in a subshell: it keeps its start)
+  took="$((SECONDS - lap_start))s"
+  lap_start=$SECONDS
+}
+
+echo "== Chromium (Debian's)"
+chromium_bin=
+find_chromium() {
+  # The real binary; /usr/bin/chromium is a shell wrapper around it.
+  for candidate in /usr/lib/chromium/chromium "$(command -v chromium || true)"; do
+    [[ -n $candidate && -x $candidate ]] && { chromium_bin=$candidate; return 0; }
+  done
+  return 1
+}
+if ! find_chromium; then
+  # Installed as root; with stale package lists (a 404) update them once and try again.
+  apt_log=$(mktemp)
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends chromium >"$apt_log" 2>&1 ||
+    { apt-get update -q >>"$apt_log" 2>&1 &&
+      apt-get install -y -q --no-install-recommends chromium >>"$apt_log" 2>&1; } ||
+    { cat "$apt_log" >&2; echo "apt-get could not install chromium" >&2; exit 1; }
+  find_chromium || { cat "$apt_log" >&2; echo "chromium is not installed after apt-get install" >&2; exit 1; }
+  rm -f "$apt_log"
+fi
+lap
+echo "$("$chromium_bin" --version 2>/dev/null | sed 's/ *$//') at $chromium_bin ($took)"
+
+echo "== Node $node_version, @modelcontextprotocol/inspector@$inspector_version and playwright-core@$playwright_version in $node_dir"
+if [[ $(installed_version node) == "$node_version" &&
+      $(installed_version @modelcontextprotocol/inspector) == "$inspector_version" &&
+      $(installed_version playwright-core) == "$playwright_version" ]]; then
+  echo "already installed"
+else
+  mkdir -p "$node_dir"
+  cat >"$node_dir/package.json" <<EOF
+{
+  "name": "mcp-confirm-ci-inspector",
+  "private": true,
+  "dependencies": {
+    "node": "$node_version",
+    "@modelcontextprotocol/inspector": "$inspector_version",
+    "playwright-core": "$playwright_version"
+  }
+}
+EOF
+  (cd "$node_dir" && npm install --no-audit --no-fund --loglevel=error)
+fi
+node=$node_dir/node_modules/.bin/node
+lap
+echo "node $("$node" --version), playwright-core $(installed_version playwright-core) ($took)"
+
+echo "== build the notes server"
+cargo build -q --example notes_server
+server_bin=$target_dir/debug/examples/notes_server
+lap
+echo "built ($took)"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
