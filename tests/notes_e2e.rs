@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mcp_confirm::KeyRing;
+use mcp_confirm::grant::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Lease, Revoke};
+use mcp_confirm::store::{BoxFuture, StoreError};
 use notes_http::{accept, offered_ids, options};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation,
@@ -45,10 +47,10 @@ impl Drop for TempDir {
 
 impl Server {
     async fn start() -> Self {
-        Self::start_with(false).await
+        Self::start_without(false).await
     }
 
-    async fn start_with(without_confirmation: bool) -> Self {
+    async fn start_without(without_confirmation: bool) -> Self {
         Self::start_on(without_confirmation, |data| {
             notes::NotesStore::open(data).unwrap()
         })
@@ -58,6 +60,16 @@ impl Server {
     async fn start_on(
         without_confirmation: bool,
         open: impl FnOnce(&Path) -> notes::NotesStore,
+    ) -> Self {
+        let grants = Arc::new(mcp_confirm::grant::MemoryGrantStore::new());
+        Self::start_with(without_confirmation, open, grants).await
+    }
+
+    /// The server on its own data directory, keeping `notes_purge`'s grants in `grants`.
+    async fn start_with(
+        without_confirmation: bool,
+        open: impl FnOnce(&Path) -> notes::NotesStore,
+        grants: Arc<dyn mcp_confirm::grant::GrantStore>,
     ) -> Self {
         let base = std::env::temp_dir().join(format!(
             "mcp-confirm-e2e-{}",
@@ -70,7 +82,7 @@ impl Server {
             keys: KeyRing::single("k1", [0x5a; 32]).unwrap(),
             audience: "notes-e2e".into(),
             replay_store: None,
-            grant_store: Arc::new(mcp_confirm::grant::MemoryGrantStore::new()),
+            grant_store: grants,
             public_url: format!("http://{addr}"),
             challenge_rate: app::ChallengeRate::Default,
             without_confirmation,
@@ -501,7 +513,7 @@ async fn list_and_create_pass_through_the_layer() {
 #[tokio::test]
 async fn the_delete_handler_refuses_to_act_without_the_layers_confirmation() {
     // The same server with the layer left out: a route that bypasses the layer fails closed.
-    let server = Server::start_with(true).await;
+    let server = Server::start_without(true).await;
     let alice = form_client(&server, "alice-token").await;
     let mut arguments = delete_args(&server, "Groceries");
     arguments.insert("note_id".into(), json!("note-7"));
@@ -980,4 +992,88 @@ async fn a_client_without_tasks_waits_for_the_same_grant_in_the_request() {
     assert_eq!(done["resultType"], "complete", "{done}");
     assert!(text(&done).contains("Deleted 3 notes"), "{done}");
     assert_eq!(server.notes_in("personal"), PERSONAL_WITHOUT_GROCERIES);
+}
+
+/// A memory grant store whose `begin` answers late once it has started an attempt (a slow round
+/// trip, a paused worker): the window in which a `tasks/cancel` lands after the grant was begun
+/// and before the purge acts. It remembers the last grant begun.
+#[derive(Debug)]
+struct SlowAfterBegin {
+    inner: mcp_confirm::grant::MemoryGrantStore,
+    began: Arc<tokio::sync::Notify>,
+    last: std::sync::Mutex<Option<mcp_confirm::grant::GrantId>>,
+}
+
+impl GrantStore for SlowAfterBegin {
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.issue(grant)
+    }
+    fn begin(
+        &self,
+        id: GrantId,
+        lease: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Begin, StoreError>> {
+        Box::pin(async move {
+            let begun = self.inner.begin(id, lease).await;
+            if let Ok(Begin::Started(_)) = begun {
+                *self.last.lock().unwrap() = Some(id);
+                self.began.notify_one();
+                tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+            }
+            begun
+        })
+    }
+    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+        self.inner.finish(lease, outcome)
+    }
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+        self.inner.revoke(id)
+    }
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+        self.inner.confirm(lease)
+    }
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+        self.inner.get(id)
+    }
+}
+
+/// A `tasks/cancel` that lands after the task began its grant and before the purge acts: the
+/// grant is revoked while its attempt re-checks, the attempt's last check before acting fails,
+/// and nothing is deleted. (Found by an attack on the first version: the notes were deleted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_after_the_task_began_its_grant_stops_the_purge() {
+    let grants = Arc::new(SlowAfterBegin {
+        inner: mcp_confirm::grant::MemoryGrantStore::new(),
+        began: Arc::default(),
+        last: std::sync::Mutex::new(None),
+    });
+    let server = Server::start_with(
+        false,
+        |data| notes::NotesStore::open(data).unwrap(),
+        Arc::clone(&grants) as Arc<dyn mcp_confirm::grant::GrantStore>,
+    )
+    .await;
+    let alice = task_client(&server, "alice-token").await;
+    let (state, _) = purge_challenge(&alice, &server).await;
+    let task = task_id(&purge_accept(&alice, &server, &state).await.unwrap());
+    tokio::time::timeout(std::time::Duration::from_secs(5), grants.began.notified())
+        .await
+        .expect("the task begins its grant");
+    assert_eq!(
+        server.notes_in("personal"),
+        ALL_PERSONAL,
+        "nothing deleted yet"
+    );
+    alice
+        .cancel_task(rmcp::model::CancelTaskParams::new(task.clone()))
+        .await
+        .expect("tasks/cancel is acknowledged");
+    let done = settled(&alice, &task).await;
+    let id = grants.last.lock().unwrap().expect("a grant was begun");
+    let state = grants.inner.get(id).await.unwrap().unwrap().state;
+    assert!(
+        matches!(state, GrantState::Revoking { .. } | GrantState::Revoked),
+        "{state:?}"
+    );
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL, "task {done}");
 }
