@@ -98,13 +98,6 @@ lap
 echo "drove the form ($took)"
 
 echo "== the notes on disk"
-notes_after=$(cd "$work/notes" && find . -type f | sort)
-gone=$(comm -23 <(echo "$notes_before") <(echo "$notes_after"))
-added=$(comm -13 <(echo "$notes_before") <(echo "$notes_after"))
-echo "before: $(echo $notes_before)"
-echo "after:  $(echo $notes_after)"
-[[ $gone == "./personal/note-7.md" && -z $added ]] ||
-  die "expected exactly ./personal/note-7.md to be gone; gone: [$(echo $gone)], new: [$(echo $added)]"
-echo "exactly personal/note-7.md is gone, the other notes remain"
+expect_only_note_7_gone "$work/notes" "$notes_before"
 echo "screenshots: $out/inspector-form.png $out/inspector-done.png"
 echo "== MCP Inspector step passed in ${SECONDS}s"
