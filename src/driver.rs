@@ -95,9 +95,12 @@ async fn try_decide(
     call: &ToolCall,
     principal: &Principal,
 ) -> Result<Decision, Refused> {
-    let claims = match &call.params.request_state {
-        None => None,
-        Some(Value::String(token)) => Some(verify(config, guarded, call, principal, token)?),
+    let (claims, token) = match &call.params.request_state {
+        None => (None, ""),
+        Some(Value::String(token)) => (
+            Some(verify(config, guarded, call, principal, token)?),
+            token.as_str(),
+        ),
         Some(_) => return Err(Refused::state(StateError::Format)),
     };
     // Whatever an earlier request declared, this one must be able to show (or answer) the form.
@@ -109,7 +112,7 @@ async fn try_decide(
     let policy = &guarded.policy;
     let responses = call.params.input_responses.as_ref();
     if browser {
-        return settle_browser(config, guarded, call, principal, &claims).await;
+        return settle_browser(config, guarded, call, principal, &claims, token).await;
     }
     match form::read_answer(policy, &claims.candidates, responses) {
         Answer::Missing => challenge(config, guarded, call, principal).await,
@@ -283,13 +286,15 @@ fn browser_challenge(
 }
 
 /// A retry of a browser-approved tool: the client says whether the user went to the page; the
-/// page's recorded decision says what happens.
+/// page's recorded decision says what happens. `token` is the verified state, sent back unchanged
+/// while the page is undecided.
 async fn settle_browser(
     config: &Config,
     guarded: &Arc<GuardedTool>,
     call: &ToolCall,
     principal: &Principal,
     claims: &Claims,
+    token: &str,
 ) -> Result<Decision, Refused> {
     let policy = &guarded.policy;
     match form::read_url_answer(policy, call.params.input_responses.as_ref()) {
@@ -318,10 +323,6 @@ async fn settle_browser(
     match approval.decision {
         None => {
             audit::refused(&call.tool, Some(principal), "not decided on the page yet");
-            let token = match &call.params.request_state {
-                Some(Value::String(token)) => token.as_str(),
-                _ => "",
-            };
             Ok(browser_challenge(config, guarded, call, id, token))
         }
         Some(ApprovalDecision::Declined) => decline(config, call, principal, claims, false).await,

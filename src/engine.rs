@@ -152,15 +152,10 @@ pub(crate) fn check_elicitation(call: &ToolCall, url: bool) -> Result<(), Refuse
     if !url {
         return check_form_capability(call);
     }
-    let declared = call
-        .params
-        .meta
-        .as_ref()
-        .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
-        .and_then(|c| c.get("elicitation"))
+    if declared_elicitation(call)
         .and_then(|e| e.get("url"))
-        .is_some_and(Value::is_object);
-    if declared {
+        .is_some_and(Value::is_object)
+    {
         Ok(())
     } else {
         Err(Refused::new(
@@ -171,13 +166,7 @@ pub(crate) fn check_elicitation(call: &ToolCall, url: bool) -> Result<(), Refuse
 }
 
 pub(crate) fn check_form_capability(call: &ToolCall) -> Result<(), Refused> {
-    let elicitation = call
-        .params
-        .meta
-        .as_ref()
-        .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
-        .and_then(|c| c.get("elicitation"));
-    let form = match elicitation {
+    let form = match declared_elicitation(call) {
         // `{}` predates modes and means form; a mode list means exactly those modes.
         Some(Value::Object(modes)) => match modes.get("form") {
             Some(form) => form.is_object(),
@@ -193,4 +182,13 @@ pub(crate) fn check_form_capability(call: &ToolCall) -> Result<(), Refused> {
             "client did not declare form elicitation",
         ))
     }
+}
+
+/// The `elicitation` capability this request's `_meta` declares, if any.
+fn declared_elicitation(call: &ToolCall) -> Option<&Value> {
+    call.params
+        .meta
+        .as_ref()?
+        .get(META_CLIENT_CAPABILITIES)?
+        .get("elicitation")
 }

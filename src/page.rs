@@ -20,7 +20,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use crate::audit;
 use crate::config::Config;
 use crate::principal::Principal;
-use crate::store::{Approval, ApprovalId, BoxFuture, Decided, Decision};
+use crate::store::{Approval, ApprovalId, BoxFuture, Decided, Decision, hex, unhex};
 
 /// The most a decision's form body may hold.
 const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -133,13 +133,30 @@ impl ApprovalPage {
         self.decide(id, &principal, &body).await
     }
 
-    /// Whether `principal` is the one the approval was made for, under any key of the ring (an
-    /// approval made before a key rotation stays its principal's).
-    fn owns(&self, approval: &Approval, principal: &Principal) -> bool {
-        self.config
+    /// Approval `id`, if it is live and `principal`'s: the one it was made for, under any key of
+    /// the ring (an approval made before a key rotation stays its principal's). Otherwise the
+    /// page to answer, and anyone else's attempt (`why`) in the audit log.
+    async fn owned(
+        &self,
+        id: ApprovalId,
+        principal: &Principal,
+        why: &str,
+    ) -> Result<Approval, Response<Full<Bytes>>> {
+        let approval = match self.config.store.approval(id).await {
+            Ok(Some(approval)) => approval,
+            Ok(None) => return Err(gone()),
+            Err(_) => return Err(unavailable()),
+        };
+        let owns = self
+            .config
             .sealer
             .keys()
-            .principal_matches_any(approval.principal.as_bytes(), principal.subject())
+            .principal_matches_any(approval.principal.as_bytes(), principal.subject());
+        if !owns {
+            audit::refused(&approval.tool, Some(principal), why);
+            return Err(not_yours());
+        }
+        Ok(approval)
     }
 
     /// Whether the client already spent the confirmation (declined, or a retry claimed it): the
@@ -196,19 +213,13 @@ impl ApprovalPage {
         principal: &Principal,
         error: Option<&str>,
     ) -> Response<Full<Bytes>> {
-        let approval = match self.config.store.approval(id).await {
-            Ok(Some(approval)) => approval,
-            Ok(None) => return gone(),
-            Err(_) => return unavailable(),
+        let approval = match self
+            .owned(id, principal, "approval page opened by another principal")
+            .await
+        {
+            Ok(approval) => approval,
+            Err(refusal) => return refusal,
         };
-        if !self.owns(&approval, principal) {
-            audit::refused(
-                &approval.tool,
-                Some(principal),
-                "approval page opened by another principal",
-            );
-            return not_yours();
-        }
         if approval.decision.is_none() && self.answered_by_client(&approval).await {
             return page(
                 StatusCode::OK,
@@ -248,12 +259,16 @@ impl ApprovalPage {
         body: &[u8],
     ) -> Response<Full<Bytes>> {
         let form = Form::parse(body);
-        let token_ok = form.get("csrf").and_then(unhex).is_some_and(|token| {
-            self.config
-                .sealer
-                .keys()
-                .csrf_matches(&token, id.as_bytes(), principal.subject())
-        });
+        let token_ok = form
+            .get("csrf")
+            .as_deref()
+            .and_then(unhex::<32>)
+            .is_some_and(|token| {
+                self.config
+                    .sealer
+                    .keys()
+                    .csrf_matches(&token, id.as_bytes(), principal.subject())
+            });
         if !token_ok {
             audit::refused(
                 "-",
@@ -266,19 +281,13 @@ impl ApprovalPage {
                 "<p>This form has expired or was not issued to you. Reload the page.</p>",
             );
         }
-        let approval = match self.config.store.approval(id).await {
-            Ok(Some(approval)) => approval,
-            Ok(None) => return gone(),
-            Err(_) => return unavailable(),
+        let approval = match self
+            .owned(id, principal, "approval decided by another principal")
+            .await
+        {
+            Ok(approval) => approval,
+            Err(refusal) => return refusal,
         };
-        if !self.owns(&approval, principal) {
-            audit::refused(
-                &approval.tool,
-                Some(principal),
-                "approval decided by another principal",
-            );
-            return not_yours();
-        }
         if self.answered_by_client(&approval).await {
             audit::refused(
                 &approval.tool,
@@ -528,20 +537,6 @@ fn percent_encode(text: &str) -> String {
         .collect()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: String) -> Option<Vec<u8>> {
-    if text.len() != 64 {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 /// `YYYY-MM-DD HH:MM UTC`.
 fn utc(at: SystemTime) -> String {
     let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -632,7 +627,5 @@ mod tests {
             utc(UNIX_EPOCH + std::time::Duration::from_secs(1_796_303_627)),
             "2026-12-03 13:13 UTC"
         );
-        assert_eq!(unhex("00".repeat(32)), Some(vec![0; 32]));
-        assert_eq!(unhex("0g".repeat(32)), None);
     }
 }

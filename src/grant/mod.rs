@@ -42,7 +42,7 @@ use serde_json::Value;
 
 use crate::audit;
 use crate::clock::{Clock, SystemClock};
-use crate::store::{BoxFuture, Nonce, PrincipalKey, StoreError};
+use crate::store::{BoxFuture, Nonce, PrincipalKey, StoreError, hex, unhex};
 
 pub mod conformance;
 #[cfg(feature = "postgres")]
@@ -85,14 +85,14 @@ impl GrantId {
 
     /// The first four bytes in hex, for logs: enough to correlate, not enough to use.
     pub(crate) fn short(&self) -> String {
-        self.0[..4].iter().map(|b| format!("{b:02x}")).collect()
+        hex(&self.0[..4])
     }
 }
 
 impl fmt::Display for GrantId {
     /// 32 lowercase hex digits, the form [`FromStr`] reads back.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        f.write_str(&hex(&self.0))
     }
 }
 
@@ -116,20 +116,7 @@ impl FromStr for GrantId {
     type Err = GrantIdError;
 
     fn from_str(s: &str) -> Result<Self, GrantIdError> {
-        let digits = s.as_bytes();
-        if digits.len() != 32 {
-            return Err(GrantIdError);
-        }
-        let nibble = |c: u8| match c {
-            b'0'..=b'9' => Ok(c - b'0'),
-            b'a'..=b'f' => Ok(c - b'a' + 10),
-            _ => Err(GrantIdError),
-        };
-        let mut bytes = [0u8; 16];
-        for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
-            *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
-        }
-        Ok(Self(bytes))
+        unhex(s).map(Self).ok_or(GrantIdError)
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::{Grant, GrantId, GrantState};
-use crate::store::{Nonce, PrincipalKey};
+use crate::store::{Nonce, PrincipalKey, hex, unhex};
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -36,21 +36,6 @@ fn millis(at: SystemTime) -> u64 {
 
 fn time(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
-    if text.len() != N * 2 {
-        return None;
-    }
-    let mut out = [0u8; N];
-    for (byte, pair) in out.iter_mut().zip(text.as_bytes().chunks_exact(2)) {
-        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
-    }
-    Some(out)
 }
 
 /// The grant as one JSON text.

@@ -14,15 +14,8 @@ use redis::aio::ConnectionManager;
 
 use super::{Begin, Finish, Grant, GrantId, GrantStore, Lease, Revoke, record};
 use crate::clock::{Clock, SystemClock};
-use crate::store::backend::{backend, bounded, millis_until, redis_connection};
+use crate::store::backend::{COMPARE_AND_SET, backend, bounded, millis_until, redis_connection};
 use crate::store::{BoxFuture, StoreError};
-
-/// Sets `KEYS[1]` to `ARGV[2]` (keeping its expiry) only if it still holds `ARGV[1]`.
-const COMPARE_AND_SET: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
-return 1
-";
 
 /// How often a transition re-reads after losing a race before it reports the store as busy.
 const ATTEMPTS: usize = 16;

@@ -50,20 +50,7 @@ impl ApprovalId {
 
     /// Reads 32 lower-case hex digits; `None` for anything else.
     pub fn from_hex(text: &str) -> Option<Self> {
-        let digits = text.as_bytes();
-        if digits.len() != 32 {
-            return None;
-        }
-        let nibble = |c: u8| match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        };
-        let mut bytes = [0u8; 16];
-        for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
-            *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
-        }
-        Some(Self(bytes))
+        super::unhex(text).map(Self)
     }
 }
 
@@ -228,11 +215,10 @@ impl Approval {
     #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
     pub(crate) fn decode(text: &str) -> Option<Self> {
         let s: Stored = serde_json::from_str(text).ok()?;
-        let bytes = |hex: &str| ApprovalId::from_hex(hex).map(|id| id.0);
         Some(Self {
             id: ApprovalId::from_hex(&s.id)?,
-            nonce: Nonce::from_bytes(bytes(&s.nonce)?),
-            principal: PrincipalKey::from_bytes(bytes(&s.principal)?),
+            nonce: Nonce::from_bytes(super::unhex(&s.nonce)?),
+            principal: PrincipalKey::from_bytes(super::unhex(&s.principal)?),
             subject: s.subject,
             tool: s.tool,
             message: s.message,

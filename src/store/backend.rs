@@ -23,6 +23,15 @@ pub(crate) fn backend(e: impl std::error::Error + Send + Sync + 'static) -> Stor
 
 /// A lazily connecting, reconnecting Redis connection for `url`, each connect and answer bounded
 /// by `timeout`.
+/// Sets `KEYS[1]` to `ARGV[2]` (keeping its expiry) only if it still holds `ARGV[1]`: how the
+/// Redis stores write back a record they decided on in Rust (grants, browser approvals).
+#[cfg(feature = "redis")]
+pub(crate) const COMPARE_AND_SET: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+return 1
+";
+
 #[cfg(feature = "redis")]
 pub(crate) fn redis_connection(
     url: &str,

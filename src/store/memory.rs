@@ -159,7 +159,7 @@ impl MemoryReplayStore {
         let now = self.inner.clock.now();
         let approvals = self.inner.approvals.len();
         self.inner.approvals.retain(|_, a| now < a.expires_at);
-        let approvals = approvals - self.inner.approvals.len().min(approvals);
+        let approvals = approvals.saturating_sub(self.inner.approvals.len());
         self.inner.prune(now) + approvals
     }
 

@@ -426,7 +426,8 @@ impl<S: ReplayStore + ?Sized> ReplayStore for Arc<S> {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex: every id and digest this crate writes as text.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -434,4 +435,45 @@ fn hex(bytes: &[u8]) -> String {
         s.push(char::from(DIGITS[usize::from(b & 0xf)]));
     }
     s
+}
+
+/// Exactly `N` bytes as [`hex`] writes them (`2 * N` lower-case digits); `None` for anything
+/// else.
+pub(crate) fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let digits = text.as_bytes();
+    if digits.len() != N * 2 {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut bytes = [0u8; N];
+    for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{hex, unhex};
+
+    #[test]
+    fn hex_round_trips_and_reads_nothing_else() {
+        let bytes: [u8; 4] = [0x00, 0x7f, 0xa0, 0xff];
+        assert_eq!(hex(&bytes), "007fa0ff");
+        assert_eq!(unhex::<4>("007fa0ff"), Some(bytes));
+        for bad in [
+            "007FA0FF",
+            "007fa0f",
+            "007fa0ff0",
+            "+07fa0ff",
+            "0g7fa0ff",
+            "",
+        ] {
+            assert_eq!(unhex::<4>(bad), None, "{bad}");
+        }
+    }
 }

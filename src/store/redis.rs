@@ -6,18 +6,11 @@ use std::time::{Duration, SystemTime};
 use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 
-use super::backend::{backend, millis_until, redis_connection};
+use super::backend::{COMPARE_AND_SET, backend, millis_until, redis_connection};
 use super::{
     Approval, ApprovalId, BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET,
     Decided, Decision, MAX_PENDING_APPROVALS, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
 };
-
-/// Sets `KEYS[1]` to `ARGV[2]` (keeping its expiry) only if it still holds `ARGV[1]`.
-const COMPARE_AND_SET: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
-return 1
-";
 
 /// Claims `KEYS[1]` (a nonce) for the principal whose live entries are the sorted set `KEYS[2]`
 /// (nonce → expiry in ms), in one atomic step: a held nonce is reported as held (1 in flight,
