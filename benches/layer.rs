@@ -68,6 +68,7 @@ fn layer(store: MemoryReplayStore) -> ConfirmLayer {
     .choice_field("note_id")
     .select_into("note_id");
     ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap())
+        .without_tool_list()
         .audience("bench")
         .without_challenge_rate_limit()
         .replay_store(store)

@@ -28,12 +28,12 @@ use axum::response::{IntoResponse, Response};
 use deadpool_postgres::Pool;
 use http::StatusCode;
 use mcp_confirm::guard::HostOriginLayer;
+use mcp_confirm::rmcp::Confirmation;
 use mcp_confirm::store::PostgresReplayStore;
 use mcp_confirm::{
     Candidate, ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal, Refusal,
     Revalidation, confirm_router,
 };
-use rmcp::handler::server::common::Extension;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -193,7 +193,7 @@ impl Db {
 /// database), rmcp.
 pub(crate) fn app(db: Db, keys: KeyRing, audience: &str) -> Router {
     let server = NotesPg::new(db.clone());
-    let policies = server.confirm_policies();
+    let declarations = server.confirm_declarations();
     let rmcp = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(LocalSessionManager::default()),
@@ -205,8 +205,7 @@ pub(crate) fn app(db: Db, keys: KeyRing, audience: &str) -> Router {
     let confirm = ConfirmLayer::builder(keys)
         .audience(audience)
         .replay_store(db.replay.clone())
-        .tools(policies)
-        .tool_list(NotesPg::tool_router().list_all())
+        .declarations(declarations)
         .confirm_destructive()
         .server_info(server_info())
         .build();
@@ -254,10 +253,6 @@ struct DeleteArgs {
     /// Read by the layer's hooks from the raw arguments; here only for the schema.
     #[allow(dead_code)]
     title: String,
-    /// Written in by the layer, from the user's choice.
-    #[serde(default)]
-    #[schemars(skip)]
-    note_id: Option<String>,
 }
 
 #[derive(Clone)]
@@ -301,26 +296,22 @@ impl NotesPg {
         message = "Choose one matching note and confirm deletion. This cannot be undone.",
         input_key = "delete_choice",
         choice_field = "note_id",
-        select_into = "note_id",
         claimed_by_handler
     )]
     async fn notes_delete(
         &self,
+        confirmation: Confirmation,
+        principal: Principal,
         Parameters(args): Parameters<DeleteArgs>,
-        Extension(parts): Extension<http::request::Parts>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let principal = parts.extensions.get::<Principal>();
-        let confirmed = parts.extensions.get::<Confirmed>();
-        let (Some(principal), Some(confirmed)) = (principal, confirmed) else {
+        // The layer confirmed exactly this call (or the guard refused it before it got here).
+        let Some(confirmed) = confirmation.confirmed() else {
             return Ok(text(
                 "Refused: notes_delete runs only after the user confirms.",
                 true,
             ));
         };
-        if !confirmed.covers("notes_delete", args.note_id.as_deref())
-            || confirmed.principal != *principal
-            || !may_use(principal.subject(), &args.workspace)
-        {
+        if confirmed.principal != principal || !may_use(principal.subject(), &args.workspace) {
             return Ok(text(
                 "Refused: this confirmation does not cover this call.",
                 true,

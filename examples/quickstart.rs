@@ -87,6 +87,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "warning: using a random signing key; instances behind one endpoint must share a key"
     );
     let confirm = ConfirmLayer::builder(KeyRing::random())
+        .without_tool_list()
         .audience(format!("http://{addr}/mcp"))
         .tool("notes_delete", policy)
         .build();

@@ -24,6 +24,26 @@ pub(crate) fn refused(tool: &str, principal: Option<&Principal>, reason: &str) {
     tracing::warn!(target: TARGET, decision = "refused", tool, principal = subject(principal), reason);
 }
 
+/// A guarded handler refused to run: no confirmation (or waiver) of the layer came with the call.
+/// An error, not a warning: it means the layer is missing, misconfigured or bypassed.
+#[cfg_attr(not(feature = "rmcp"), allow(dead_code))]
+pub(crate) fn unguarded(tool: &str, reason: &str) {
+    tracing::error!(target: TARGET, decision = "unguarded", tool, reason);
+}
+
+/// A call the layer let through without asking, on purpose (exempt, or a false condition).
+pub(crate) fn waived(tool: &str, principal: Option<&Principal>, reason: &str) {
+    tracing::info!(target: TARGET, decision = "waived", tool, principal = subject(principal), reason);
+}
+
+/// A `tools/list` answer showed a tool that needs a confirmation (destructive, or declared with
+/// `#[confirm]`) and the layer has neither a policy nor an exemption for it: its calls are
+/// refused from now on.
+pub(crate) fn undeclared(tool: &str, declared: Option<&str>) {
+    tracing::error!(target: TARGET, decision = "undeclared", tool, declared = declared.unwrap_or("-"),
+        reason = "listed as needing a confirmation the layer was not configured with; its calls are refused: give it a policy or exempt it");
+}
+
 pub(crate) fn accepted(tool: &str, principal: &Principal, nonce: &Nonce, chosen: Option<&str>) {
     tracing::info!(target: TARGET, decision = "accepted", tool, principal = principal.subject(),
         nonce = %nonce.short(), chosen = chosen.unwrap_or("-"));

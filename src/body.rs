@@ -8,12 +8,10 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use crate::completion::CompletionGuard;
+use crate::config::Config;
 use crate::message;
 
 /// Bytes sent as one data frame, then the end of the body.
@@ -226,7 +224,7 @@ impl<B: Body<Data = Bytes>> Body for Guarded<B> {
 /// How a `tools/list` answer is marked: which tools, in which framing, up to how many bytes held.
 #[derive(Debug)]
 pub(crate) struct Marker {
-    marks: Arc<HashMap<String, Value>>,
+    config: Arc<Config>,
     sse: bool,
     limit: usize,
     held: Vec<u8>,
@@ -250,9 +248,9 @@ enum Marking {
 impl Marker {
     /// `sse`: the answer is `text/event-stream` (marked event by event), else JSON (marked whole).
     /// Never holds more than `limit` bytes; past it the answer goes out unmarked.
-    pub(crate) fn new(marks: Arc<HashMap<String, Value>>, sse: bool, limit: usize) -> Self {
+    pub(crate) fn new(config: Arc<Config>, sse: bool, limit: usize) -> Self {
         Self {
-            marks,
+            config,
             sse,
             limit,
             held: Vec::new(),
@@ -264,7 +262,7 @@ impl Marker {
 
     /// Marks `bytes` (whole events, or the whole answer), or gives them back as they were.
     fn marked(&self, bytes: Vec<u8>) -> Bytes {
-        let mark = |tool: &str| self.marks.get(tool).cloned();
+        let mark = |listed: &message::Listed<'_>| self.config.observe_listed(listed);
         let new = if self.sse {
             message::annotate_listing_sse(&bytes, &mark)
         } else {

@@ -4,16 +4,17 @@
 //! It sits below the layer, the services and the decision path, which all read it; it imports
 //! none of them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dashmap::DashSet;
 use serde_json::Value;
 
 use crate::grant::GrantStore;
 use crate::limit::ChallengeLimiter;
-use crate::message::{TOOLS_CALL, ToolCall};
+use crate::message::{Listed, TOOLS_CALL, ToolCall};
 use crate::policy::ToolPolicy;
 use crate::principal::{Principal, PrincipalExtractor};
 use crate::store::{PrincipalKey, ReplayStore};
@@ -42,17 +43,86 @@ pub(crate) struct Config {
     pub(crate) grant_ttl: Duration,
     /// The approval page's URL up to the id (ends with `/`), for browser-approved tools.
     pub(crate) approval_url: Option<String>,
+    /// Tools let through unconfirmed on purpose ([`exempt`](crate::ConfirmLayerBuilder::exempt)):
+    /// their calls carry a [`Waived`](crate::Waived) so a guarded handler runs them.
+    pub(crate) exempt: HashSet<String>,
+    /// Tools a `tools/list` answer showed as destructive (or declared with `#[confirm]`) that
+    /// the layer has neither a policy nor an exemption for: their calls are refused from then on.
+    pub(crate) undeclared: Undeclared,
+}
+
+/// What the layer does with a `tools/call` of one tool.
+pub(crate) enum Route {
+    /// Confirm it.
+    Confirm(Arc<GuardedTool>),
+    /// Let it through with a [`Waived`](crate::Waived): exempt by configuration.
+    Exempt,
+    /// Refuse it: the server lists it as needing a confirmation the layer was not given.
+    Undeclared,
+}
+
+/// The names of listed tools that need a confirmation the layer does not have, learnt from the
+/// `tools/list` answers it marks. Bounded: the names come from the server, but a server that
+/// lists more than this many undeclared destructive tools is refused on the rest as well.
+#[derive(Debug, Default)]
+pub(crate) struct Undeclared {
+    names: DashSet<String>,
+    /// Set once the set is full: every tool without a policy or exemption is then refused.
+    overflowed: std::sync::atomic::AtomicBool,
+}
+
+impl Undeclared {
+    /// The most names kept.
+    const MAX: usize = 1024;
+
+    /// Records `name`; `true` the first time.
+    pub(crate) fn insert(&self, name: &str) -> bool {
+        if self.names.contains(name) {
+            return false;
+        }
+        if self.names.len() >= Self::MAX {
+            self.overflowed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            return false;
+        }
+        self.names.insert(name.to_owned())
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.overflowed.load(std::sync::atomic::Ordering::Relaxed) || self.names.contains(name)
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.overflowed.load(std::sync::atomic::Ordering::Relaxed) && self.names.is_empty()
+    }
 }
 
 impl Config {
-    /// What `tools/list` says of the tool `name` in its `_meta`, if the layer confirms it.
-    pub(crate) fn listing_mark(&self, name: &str) -> Option<Value> {
-        self.listing_marks.get(name).cloned()
+    /// What happens to a call of the tool `name`; `None`: it is not the layer's business.
+    pub(crate) fn route(&self, name: &str) -> Option<Route> {
+        if let Some(tool) = self.tools.get(name) {
+            return Some(Route::Confirm(Arc::clone(tool)));
+        }
+        if self.exempt.contains(name) {
+            return Some(Route::Exempt);
+        }
+        if !self.undeclared.is_empty() && self.undeclared.contains(name) {
+            return Some(Route::Undeclared);
+        }
+        None
     }
 
-    /// The guarded tool called `name`, if the layer confirms it.
-    pub(crate) fn guarded(&self, name: &str) -> Option<Arc<GuardedTool>> {
-        self.tools.get(name).map(Arc::clone)
+    /// What a `tools/list` answer shows of one tool: records it when it needs a confirmation the
+    /// layer was not given, and returns the mark it carries out (`None`: no mark).
+    pub(crate) fn observe_listed(&self, listed: &Listed<'_>) -> Option<Value> {
+        if let Some(mark) = self.listing_marks.get(listed.name) {
+            return Some(mark.clone());
+        }
+        let needs = listed.declared.is_some() || listed.destructive;
+        if needs && !self.exempt.contains(listed.name) && self.undeclared.insert(listed.name) {
+            crate::audit::undeclared(listed.name, listed.declared);
+        }
+        None
     }
 
     /// The request's principal: from the extensions, else the configured local principal.
@@ -126,6 +196,18 @@ impl GuardedTool {
             binding: ToolBinding::new(audience, TOOLS_CALL, name, &policy.input_key),
             policy,
             param_header,
+        }
+    }
+
+    /// The message of this call's form: the policy's, with the call described when the policy
+    /// is one [`confirm_destructive`](crate::ConfirmLayerBuilder::confirm_destructive) generated.
+    pub(crate) fn message(&self, call: &ToolCall) -> std::borrow::Cow<'_, str> {
+        match self.policy.describe_call {
+            false => std::borrow::Cow::Borrowed(&self.policy.message),
+            true => std::borrow::Cow::Owned(crate::form::describe_call(
+                &self.policy.message,
+                call.params.arguments.as_ref(),
+            )),
         }
     }
 

@@ -1,13 +1,20 @@
-//! What the inner service learns about a confirmed call.
+//! What the inner service learns about a call the layer let through: [`Confirmed`] for a call
+//! the user confirmed, [`Waived`] for one the layer's configuration lets run without asking.
+//!
+//! Both are bound to the call they came with (the tool and a digest of the exact arguments the
+//! handler receives), so a guard in the handler can tell "the layer let *this* call through" from
+//! "no layer was in front" (see [`rmcp::Confirmation`](crate::rmcp)).
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use http::Extensions;
+use subtle::ConstantTimeEq;
 
 use crate::grant::GrantId;
 use crate::principal::Principal;
 use crate::store::Nonce;
+use crate::token::claims::arguments_digest;
 
 /// Proof, in the forwarded request's extensions, that the layer confirmed this call.
 ///
@@ -44,6 +51,10 @@ pub struct Confirmed {
     /// the job carries besides it decides what runs. The worker runs it with
     /// [`Grants`](crate::grant::Grants). `None` for tools that run in the request.
     pub grant: Option<GrantId>,
+    /// The argument the chosen id was written into ([`ToolPolicy::select_into`](crate::ToolPolicy::select_into)), if any.
+    pub selected_into: Option<Arc<str>>,
+    /// A digest of the arguments as forwarded (the chosen id written in).
+    pub(crate) arguments: [u8; 32],
 }
 
 impl Confirmed {
@@ -55,5 +66,69 @@ impl Confirmed {
     /// Whether this confirmation covers `tool` acting on `chosen`.
     pub fn covers(&self, tool: &str, chosen: Option<&str>) -> bool {
         &*self.tool == tool && self.chosen.as_deref() == chosen
+    }
+
+    /// Whether this confirmation was given for a call of `tool` with exactly these `arguments`
+    /// (`None` for a call without arguments): what a handler about to act checks, so that the
+    /// value cannot be carried over to another call.
+    pub fn is_for(&self, tool: &str, arguments: Option<&serde_json::Value>) -> bool {
+        &*self.tool == tool && bool::from(call_digest(arguments).ct_eq(&self.arguments))
+    }
+}
+
+/// The digest a verdict binds: of the call's arguments, where `null` and absent are the same (a
+/// server reads both as no arguments).
+fn call_digest(arguments: Option<&serde_json::Value>) -> [u8; 32] {
+    arguments_digest(arguments.filter(|a| !a.is_null()), None)
+}
+
+/// The layer let this call through **without** asking the user, on purpose: the tool is
+/// [exempt](crate::ConfirmLayerBuilder::exempt), or its policy's
+/// [condition](crate::ToolPolicy::when) said this call needs no confirmation.
+///
+/// Like [`Confirmed`], it is bound to the tool and the exact arguments of the call it came with,
+/// and a handler guard accepts it only for that call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waived {
+    /// The tool called.
+    pub tool: Arc<str>,
+    /// Why no confirmation was asked.
+    pub reason: WaiverReason,
+    /// A digest of the call's arguments.
+    pub(crate) arguments: [u8; 32],
+}
+
+/// Why the layer let a call of a guarded tool through without a confirmation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaiverReason {
+    /// The layer was built with [`exempt`](crate::ConfirmLayerBuilder::exempt) for this tool.
+    Exempt,
+    /// The policy's [`when`](crate::ToolPolicy::when) condition was false for this call.
+    ConditionFalse,
+}
+
+impl Waived {
+    pub(crate) fn new(
+        tool: &str,
+        reason: WaiverReason,
+        arguments: Option<&serde_json::Value>,
+    ) -> Self {
+        Self {
+            tool: Arc::from(tool),
+            reason,
+            arguments: call_digest(arguments),
+        }
+    }
+
+    /// The `Waived` value in `extensions`, if any.
+    pub fn from_extensions(extensions: &Extensions) -> Option<&Self> {
+        extensions.get::<Self>()
+    }
+
+    /// Whether this waiver was given for a call of `tool` with exactly these `arguments`.
+    pub fn is_for(&self, tool: &str, arguments: Option<&serde_json::Value>) -> bool {
+        &*self.tool == tool && bool::from(call_digest(arguments).ct_eq(&self.arguments))
     }
 }

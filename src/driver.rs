@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::audit;
 use crate::completion::CompletionGuard;
 use crate::config::{Config, GuardedTool};
-use crate::confirmed::Confirmed;
+use crate::confirmed::{Confirmed, Waived, WaiverReason};
 use crate::engine::{self, Declared, Refused};
 use crate::form::{self, Answer};
 use crate::grant::{Grant, GrantId, GrantState};
@@ -28,12 +28,15 @@ use crate::store::{
 };
 use crate::token::StateError;
 use crate::token::candidates::{Candidates, Shown};
-use crate::token::claims::Claims;
+use crate::token::claims::{Claims, arguments_digest};
 
 /// What an adapter does with an intercepted call.
 pub(crate) enum Decision {
     /// Answer with this; the inner service never sees the call.
     Reply(Reply),
+    /// Forward the call as received (`body`), with a waiver: its policy's condition says this
+    /// call needs no confirmation.
+    Pass { body: Bytes, waived: Waived },
     /// Forward this confirmed call.
     Forward(Box<Approved>),
 }
@@ -72,6 +75,27 @@ pub(crate) async fn decide(
     }
 }
 
+/// The waiver an exempt tool's call carries to its handler.
+pub(crate) fn exempt(call: &ToolCall, principal: Option<&Principal>) -> Waived {
+    audit::waived(&call.tool, principal, "exempt");
+    Waived::new(
+        &call.tool,
+        WaiverReason::Exempt,
+        call.params.arguments.as_ref(),
+    )
+}
+
+/// The answer to a call of a tool the server lists as needing a confirmation the layer was not
+/// configured with.
+pub(crate) fn undeclared(call: &ToolCall) -> Reply {
+    audit::refused(
+        &call.tool,
+        None,
+        "undeclared: the server lists this tool as needing a confirmation, and the layer has no policy for it",
+    );
+    Reply::error(Some(&call.id), &RpcError::undeclared_tool())
+}
+
 /// The protocol gates, then authentication: who is asking, if the request may be considered.
 fn admit(
     config: &Config,
@@ -95,6 +119,31 @@ async fn try_decide(
     call: &ToolCall,
     principal: &Principal,
 ) -> Result<Decision, Refused> {
+    if call.params.request_state.is_none()
+        && let Some(condition) = &guarded.policy.when
+    {
+        let lookup = Lookup {
+            principal: principal.clone(),
+            tool: call.tool.as_str().into(),
+            arguments: Arc::new(guarded.confirmed_arguments(call, None)),
+        };
+        let needed = condition
+            .needs_confirmation(lookup)
+            .await
+            .map_err(|e| Refused::new(RpcError::internal(), format!("condition failed: {e}")))?;
+        if !needed {
+            audit::waived(&call.tool, Some(principal), "condition false");
+            let waived = Waived::new(
+                &call.tool,
+                WaiverReason::ConditionFalse,
+                call.params.arguments.as_ref(),
+            );
+            return Ok(Decision::Pass {
+                body: call.body.clone(),
+                waived,
+            });
+        }
+    }
     let (claims, token) = match &call.params.request_state {
         None => (None, ""),
         Some(Value::String(token)) => (
@@ -229,7 +278,7 @@ async fn challenge(
             principal: PrincipalKey::from_bytes(claims.principal),
             subject: principal.subject().to_owned(),
             tool: call.tool.as_str().to_owned(),
-            message: policy.message.clone(),
+            message: guarded.message(call).into_owned(),
             choices: candidates
                 .iter()
                 .map(|c| {
@@ -256,7 +305,7 @@ async fn challenge(
     }
     let result = protocol::InputRequired {
         key: &policy.input_key,
-        message: &policy.message,
+        message: &guarded.message(call),
         schema: form::schema(policy, &candidates),
         state: &token,
         server_info: config.server_info.as_ref(),
@@ -479,6 +528,8 @@ async fn accept(
         expires_at: request.expires_at,
         claimed: guard.is_some(),
         grant,
+        selected_into: guarded.policy.select_into.as_deref().map(Arc::from),
+        arguments: arguments_digest(Some(&arguments), None),
     };
     audit::forwarded(&confirmed.tool, &confirmed.principal, &claims.nonce);
     Ok(Decision::Forward(Box::new(Approved {

@@ -162,6 +162,40 @@ pub(crate) fn plain_label(label: &str, max_chars: usize) -> String {
     out
 }
 
+/// The most arguments named in a call's summary, and the longest name and value shown.
+const SUMMARY_ARGUMENTS: usize = 8;
+const SUMMARY_NAME_CHARS: usize = 32;
+const SUMMARY_VALUE_CHARS: usize = 60;
+
+/// The form message of a tool confirmed by its annotations alone: `message`, then one line per
+/// argument (`name: value`, as compact JSON), each cleaned and cut like a label, at most
+/// [`SUMMARY_ARGUMENTS`] of them, so the user sees what the call will do, and no more than a
+/// screenful of it.
+pub(crate) fn describe_call(message: &str, arguments: Option<&Value>) -> String {
+    let mut out = plain_label(message, 200);
+    let entries = match arguments {
+        Some(Value::Object(map)) if !map.is_empty() => map,
+        _ => {
+            out.push_str("\nNo arguments.");
+            return out;
+        }
+    };
+    for (name, value) in entries.iter().take(SUMMARY_ARGUMENTS) {
+        let value = value.to_string();
+        out.push('\n');
+        out.push_str(&plain_label(name, SUMMARY_NAME_CHARS));
+        out.push_str(": ");
+        out.push_str(&plain_label(&value, SUMMARY_VALUE_CHARS));
+    }
+    if entries.len() > SUMMARY_ARGUMENTS {
+        out.push_str(&format!(
+            "\n(and {} more)",
+            entries.len() - SUMMARY_ARGUMENTS
+        ));
+    }
+    out
+}
+
 fn is_invisible(c: char) -> bool {
     c.is_control()
         || matches!(c,
@@ -316,6 +350,28 @@ mod tests {
         let only = serde_json::to_value(schema(&ToolPolicy::confirm_only(), &[])).unwrap();
         assert_eq!(only["required"], json!(["confirm"]));
         assert_eq!(only["properties"].as_object().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_call_is_described_by_bounded_clean_lines() {
+        let arguments = json!({
+            "path": "/srv/\u{202E}txt.exe",
+            "recursive": true,
+            "note": "x".repeat(500),
+        });
+        let text = describe_call("Run Wipe files?", Some(&arguments));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "Run Wipe files?");
+        assert!(lines.contains(&"path: \"/srv/txt.exe\""), "{text}");
+        assert!(lines.contains(&"recursive: true"), "{text}");
+        let note = lines.iter().find(|l| l.starts_with("note: ")).unwrap();
+        assert!(note.chars().count() <= 6 + SUMMARY_VALUE_CHARS && note.ends_with('…'));
+        assert_eq!(describe_call("Run it?", None), "Run it?\nNo arguments.");
+        let many: serde_json::Map<String, Value> =
+            (0..20).map(|i| (format!("a{i:02}"), json!(i))).collect();
+        let text = describe_call("Run it?", Some(&Value::Object(many)));
+        assert_eq!(text.lines().count(), 1 + SUMMARY_ARGUMENTS + 1);
+        assert!(text.ends_with("(and 12 more)"), "{text}");
     }
 
     #[test]

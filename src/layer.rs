@@ -62,10 +62,30 @@ pub enum ConfigError {
     /// `exempt` tool is not in it.
     #[error("invalid tool list: {0}")]
     InvalidToolList(String),
-    /// [`ConfirmLayerBuilder::confirm_destructive`] or [`ConfirmLayerBuilder::exempt`] without a
-    /// [`tool_list`](ConfirmLayerBuilder::tool_list) to read the annotations from.
-    #[error("confirm_destructive and exempt need the server's tool list (tool_list)")]
+    /// No tool list: without the server's tool definitions the layer cannot tell that every
+    /// destructive tool is confirmed (a policy under a misspelt name would leave the real tool
+    /// unconfirmed). Give [`tool_list`](ConfirmLayerBuilder::tool_list) or
+    /// [`declarations`](ConfirmLayerBuilder::declarations), or opt out with
+    /// [`without_tool_list`](ConfirmLayerBuilder::without_tool_list).
+    #[error(
+        "the layer needs the server's tool list to check that every destructive tool is confirmed: \
+         give .tool_list(…) or .declarations(…), or opt out with .without_tool_list()"
+    )]
     MissingToolList,
+    /// A tool declared with `#[confirm]` (its definition carries the mark) has no policy in the
+    /// layer: the declarations were not handed over.
+    #[error(
+        "tool {0:?} is declared with #[confirm] but the layer has no policy for it: \
+         build the layer with .declarations(server.confirm_declarations())"
+    )]
+    DeclaredWithoutPolicy(String),
+    /// A tool whose annotations say destructive has neither a policy nor an exemption.
+    #[error(
+        "tool {0:?} is destructive by its annotations and nothing confirms it: give it a policy \
+         (#[confirm], .tool(…)), confirm every such tool with .confirm_destructive(), exempt it with \
+         .exempt({0:?}), or annotate it read_only_hint / destructive_hint = false"
+    )]
+    UnconfirmedDestructiveTool(String),
     /// The server info is not an object with a string `name` and `version`.
     #[error("server info must be an object with a string name and version")]
     InvalidServerInfo,
@@ -108,8 +128,10 @@ impl ConfirmLayer {
             clock: Arc::new(SystemClock),
             challenge_rate: Some((DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CHALLENGE_BURST)),
             duplicates: Vec::new(),
-            tool_list: None,
+            tool_lists: Vec::new(),
+            without_tool_list: false,
             confirm_destructive: false,
+            destructive_messages: Vec::new(),
             exempt: Vec::new(),
             server_info: None,
             grants: None,
@@ -169,8 +191,10 @@ pub struct ConfirmLayerBuilder {
     clock: Arc<dyn Clock>,
     challenge_rate: Option<(u32, u32)>,
     duplicates: Vec<String>,
-    tool_list: Option<Result<Value, String>>,
+    tool_lists: Vec<Result<Value, String>>,
+    without_tool_list: bool,
     confirm_destructive: bool,
+    destructive_messages: Vec<(String, String)>,
     exempt: Vec<String>,
     server_info: Option<Result<Value, String>>,
     grants: Option<Arc<dyn GrantStore>>,
@@ -253,7 +277,33 @@ impl ConfirmLayerBuilder {
     /// header of the argument it rewrites follows the schema, no `select_header` needed), and
     /// [`confirm_destructive`](Self::confirm_destructive) reads the tools' annotations.
     pub fn tool_list(mut self, tools: impl serde::Serialize) -> Self {
-        self.tool_list = Some(serde_json::to_value(tools).map_err(|e| e.to_string()));
+        self.tool_lists
+            .push(serde_json::to_value(tools).map_err(|e| e.to_string()));
+        self
+    }
+
+    /// What a `#[confirm_router]` impl declares, from its generated `confirm_declarations()`: the
+    /// policies of its `#[confirm]` tools **and** the definitions of its tools, in one call, so
+    /// the layer cannot be given one without the other. Call it once per impl (or add them up);
+    /// a [`tool_list`](Self::tool_list) may list the same tools again.
+    #[cfg(feature = "rmcp")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
+    pub fn declarations(self, declarations: crate::rmcp::Declarations) -> Self {
+        let crate::rmcp::Declarations { policies, tools } = declarations;
+        self.tools(policies).tool_list(tools)
+    }
+
+    /// Builds the layer without the server's tool list. **An explicit opt-out of a check**: the
+    /// layer then confirms exactly the tools named in [`tool`](Self::tool) and
+    /// [`tools`](Self::tools), and cannot tell at build time that a name is misspelt or that a
+    /// destructive tool has no policy.
+    ///
+    /// What remains is a run-time net: each `tools/list` answer the layer marks is read, and a
+    /// listed tool that is destructive by its annotations (or declared with `#[confirm]`) and
+    /// has neither a policy nor an exemption is refused from then on, with an error in the audit
+    /// log. Calls that arrive before this instance saw such an answer are not covered.
+    pub fn without_tool_list(mut self) -> Self {
+        self.without_tool_list = true;
         self
     }
 
@@ -270,8 +320,23 @@ impl ConfirmLayerBuilder {
         self
     }
 
-    /// Leaves the destructive tool `name` unconfirmed by [`confirm_destructive`](Self::confirm_destructive)
-    /// (it must be in the tool list, and must not also be given a policy).
+    /// The message of the form [`confirm_destructive`](Self::confirm_destructive) generates for
+    /// the tool `name` (by default "Allow <title> to run? It may change or delete data."). The
+    /// form still lists the call's arguments under it. The tool must be one that
+    /// `confirm_destructive` confirms.
+    pub fn destructive_message(
+        mut self,
+        name: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        self.destructive_messages
+            .push((name.into(), message.into()));
+        self
+    }
+
+    /// Lets the destructive tool `name` run unconfirmed. It must be in the tool list and must
+    /// not also be given a policy. Its calls carry a [`Waived`](crate::Waived), so a handler
+    /// guarded by `#[confirm_router]` runs them; without this layer in front it still refuses.
     pub fn exempt(mut self, name: impl Into<String>) -> Self {
         self.exempt.push(name.into());
         self
@@ -380,36 +445,48 @@ impl ConfirmLayerBuilder {
         if self.supported_versions.is_empty() {
             return Err(ConfigError::NoSupportedVersions);
         }
-        let listed = match self.tool_list {
-            None => None,
-            Some(list) => {
-                let list = list.map_err(ConfigError::InvalidToolList)?;
-                Some(tools::read(&list).map_err(|e| ConfigError::InvalidToolList(e.to_string()))?)
+        let listed = if self.tool_lists.is_empty() {
+            if !self.without_tool_list {
+                return Err(ConfigError::MissingToolList);
             }
+            None
+        } else {
+            let list = merged_tool_list(self.tool_lists)?;
+            Some(tools::read(&list).map_err(|e| ConfigError::InvalidToolList(e.to_string()))?)
         };
         if let Some(name) = self.duplicates.first() {
             return Err(ConfigError::InvalidPolicy(format!(
                 "tool {name:?} is given two policies"
             )));
         }
-        if let Some(listed) = &listed
-            && let Some(name) = self.tools.keys().find(|name| !listed.contains_key(*name))
-        {
-            // A policy for a name the server does not have: a typo, or a stale list. Either way
-            // the tool it meant would run unconfirmed.
-            return Err(ConfigError::InvalidToolList(format!(
-                "tool {name:?} has a policy but is not in the tool list"
-            )));
-        }
         let mut policies = self.tools;
-        if self.confirm_destructive || !self.exempt.is_empty() {
-            let listed = listed.as_ref().ok_or(ConfigError::MissingToolList)?;
-            confirm_destructive(
-                &mut policies,
-                listed,
-                self.confirm_destructive,
-                &self.exempt,
-            )?;
+        match &listed {
+            Some(listed) => {
+                let mut names: Vec<&String> = policies.keys().collect();
+                names.sort();
+                if let Some(name) = names.into_iter().find(|name| !listed.contains_key(*name)) {
+                    // A policy for a name the server does not have: a typo, or a stale list.
+                    // Either way the tool it meant would run unconfirmed.
+                    return Err(ConfigError::InvalidToolList(format!(
+                        "tool {name:?} has a policy but is not in the tool list"
+                    )));
+                }
+                check_declared(&policies, listed, &self.exempt)?;
+                confirm_destructive(
+                    &mut policies,
+                    listed,
+                    self.confirm_destructive,
+                    &self.exempt,
+                    &self.destructive_messages,
+                )?;
+            }
+            None if self.confirm_destructive
+                || !self.exempt.is_empty()
+                || !self.destructive_messages.is_empty() =>
+            {
+                return Err(ConfigError::MissingToolList);
+            }
+            None => {}
         }
         for (name, policy) in &policies {
             policy.validate(name).map_err(ConfigError::InvalidPolicy)?;
@@ -481,6 +558,8 @@ impl ConfirmLayerBuilder {
                 grants: self.grants,
                 grant_ttl: self.grant_ttl,
                 approval_url: self.approval_url,
+                exempt: self.exempt.into_iter().collect(),
+                undeclared: Default::default(),
             }),
         })
     }
@@ -529,13 +608,137 @@ fn param_header(
     }
 }
 
-/// Gives each destructive tool of `listed` a confirm-only policy when `all_destructive` (unless it
-/// has a policy or is exempt), after checking that each exempt tool is listed and has no policy.
+/// The tool lists given (by [`ConfirmLayerBuilder::tool_list`] and
+/// [`ConfirmLayerBuilder::declarations`]) as one: a tool listed by several with the same
+/// definition counts once; with different definitions, one of them is stale.
+fn merged_tool_list(mut lists: Vec<Result<Value, String>>) -> Result<Value, ConfigError> {
+    if lists.len() == 1
+        && let Some(only) = lists.pop()
+    {
+        return only.map_err(ConfigError::InvalidToolList);
+    }
+    let mut merged: Vec<Value> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for list in lists {
+        let list = list.map_err(ConfigError::InvalidToolList)?;
+        let tools = match list {
+            Value::Array(tools) => tools,
+            Value::Object(mut result) => {
+                if result.get("nextCursor").is_some_and(|c| !c.is_null()) {
+                    return Err(ConfigError::InvalidToolList(
+                        tools::ToolListError::Paginated.to_string(),
+                    ));
+                }
+                match result.remove("tools") {
+                    Some(Value::Array(tools)) => tools,
+                    _ => {
+                        return Err(ConfigError::InvalidToolList(
+                            tools::ToolListError::Shape.to_string(),
+                        ));
+                    }
+                }
+            }
+            _ => {
+                return Err(ConfigError::InvalidToolList(
+                    tools::ToolListError::Shape.to_string(),
+                ));
+            }
+        };
+        for tool in tools {
+            let Some(name) = tool.get("name").and_then(Value::as_str).map(str::to_owned) else {
+                // tools::read names the culprit.
+                merged.push(tool);
+                continue;
+            };
+            match index.get(&name) {
+                Some(&at) if merged[at] == tool => {}
+                Some(_) => {
+                    return Err(ConfigError::InvalidToolList(format!(
+                        "tool {name:?} is listed twice with different definitions"
+                    )));
+                }
+                None => {
+                    index.insert(name, merged.len());
+                    merged.push(tool);
+                }
+            }
+        }
+    }
+    Ok(Value::Array(merged))
+}
+
+/// The checks that tie the policies to the server's own definitions: a tool declared with
+/// `#[confirm]` has a policy of the kind it declared, and a policy's `select_into` names an
+/// argument the tool's schema has (else the chosen id would be written where the handler never
+/// looks, after the user confirmed).
+fn check_declared(
+    policies: &HashMap<String, ToolPolicy>,
+    listed: &HashMap<String, ToolInfo>,
+    exempt: &[String],
+) -> Result<(), ConfigError> {
+    let mut names: Vec<&String> = listed.keys().collect();
+    names.sort();
+    for name in names {
+        let info = &listed[name];
+        let Some(kind) = info.declared.as_deref() else {
+            continue;
+        };
+        if kind == "destructive" {
+            // Guarded for its annotations alone: confirm_destructive, a policy or an exemption
+            // covers it (confirm_destructive checks).
+            continue;
+        }
+        let Some(policy) = policies.get(name) else {
+            return Err(ConfigError::DeclaredWithoutPolicy(name.clone()));
+        };
+        if exempt.contains(name) {
+            return Err(ConfigError::InvalidPolicy(format!(
+                "tool {name:?} is declared with #[confirm] and exempt"
+            )));
+        }
+        let given = if policy.resolver.is_some() {
+            "pick_one"
+        } else {
+            "confirm"
+        };
+        if given != kind {
+            return Err(ConfigError::InvalidPolicy(format!(
+                "tool {name:?} is declared {kind} with #[confirm] but given a {given} policy"
+            )));
+        }
+    }
+    let mut named: Vec<(&String, &ToolPolicy)> = policies.iter().collect();
+    named.sort_by(|a, b| a.0.cmp(b.0));
+    for (name, policy) in named {
+        let (Some(argument), Some(info)) = (&policy.select_into, listed.get(name)) else {
+            continue;
+        };
+        if let Some(arguments) = &info.arguments
+            && !arguments.iter().any(|a| a == argument)
+        {
+            return Err(ConfigError::InvalidPolicy(format!(
+                "tool {name:?}: select_into {argument:?} is not an argument of the tool (its schema has: {})",
+                if arguments.is_empty() {
+                    "none".to_owned()
+                } else {
+                    arguments.join(", ")
+                }
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Gives each destructive tool of `listed` a confirm-only policy that names the tool and
+/// describes the call when `all_destructive` (unless it has a policy or is exempt), after
+/// checking that each exempt tool is listed and has no policy; without `all_destructive`, a
+/// destructive tool with neither is an error.
 fn confirm_destructive(
     policies: &mut HashMap<String, ToolPolicy>,
     listed: &HashMap<String, ToolInfo>,
     all_destructive: bool,
     exempt: &[String],
+    messages: &[(String, String)],
 ) -> Result<(), ConfigError> {
     for name in exempt {
         if !listed.contains_key(name) {
@@ -549,13 +752,35 @@ fn confirm_destructive(
             )));
         }
     }
-    if all_destructive {
-        for (name, info) in listed {
-            if info.destructive && !exempt.contains(name) {
-                policies
-                    .entry(name.clone())
-                    .or_insert_with(ToolPolicy::confirm_only);
-            }
+    let mut names: Vec<&String> = listed.keys().collect();
+    names.sort();
+    for name in names {
+        let info = &listed[name];
+        let needs = info.destructive || info.declared.is_some();
+        if !needs || exempt.contains(name) || policies.contains_key(name) {
+            continue;
+        }
+        if !all_destructive {
+            return Err(ConfigError::UnconfirmedDestructiveTool(name.clone()));
+        }
+        let title = crate::form::plain_label(info.title.as_deref().unwrap_or(name), 80);
+        let message = messages.iter().rev().find(|(n, _)| n == name).map_or_else(
+            || format!("Allow {title} to run? It may change or delete data."),
+            |(_, m)| m.clone(),
+        );
+        let mut policy = ToolPolicy::confirm_only()
+            .message(message)
+            .confirm_title(format!("Yes, run {title}"));
+        policy.describe_call = true;
+        policies.insert(name.clone(), policy);
+    }
+    for (name, _) in messages {
+        let generated = policies.get(name).is_some_and(|p| p.describe_call);
+        if !generated {
+            return Err(ConfigError::InvalidPolicy(format!(
+                "destructive_message for {name:?}: confirm_destructive does not confirm that tool \
+                 (not listed, not destructive, exempt, or given its own policy)"
+            )));
         }
     }
     Ok(())

@@ -42,6 +42,13 @@
 //! let keys = KeyRing::new([("k2", [7u8; 32]), ("k1", [9u8; 32])])?; // first key signs, all verify
 //! let confirm = ConfirmLayer::builder(keys)
 //!     .audience("notes.example")
+//!     // The server's tools, as tools/list returns them: every destructive one must be
+//!     // confirmed or exempt, and every policy must name one of them.
+//!     .tool_list(serde_json::json!([
+//!         {"name": "notes_list", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+//!         {"name": "notes_delete", "inputSchema": {"type": "object", "properties": {
+//!             "title": {"type": "string"}, "note_id": {"type": "string"}}}},
+//!     ]))
 //!     .replay_store(MemoryReplayStore::with_capacity(100_000))
 //!     .tool(
 //!         "notes_delete",
@@ -151,10 +158,16 @@ mod page;
 mod policy;
 mod principal;
 mod protocol;
+#[cfg(feature = "rmcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
+pub mod rmcp;
 mod rpc;
 pub mod scope;
 mod service;
 pub mod store;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 pub mod token;
 mod tools;
 
@@ -183,6 +196,16 @@ pub mod __bench {
     pub fn open(ring: &KeyRing, token: &str) -> bool {
         codec::open(ring, token).is_ok()
     }
+}
+
+/// Support for the code `#[confirm_router]` generates. Not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::policy::PolicyShape;
+    #[cfg(feature = "rmcp")]
+    pub use crate::rmcp::__private::*;
+    #[cfg(feature = "rmcp")]
+    pub use ::rmcp::model::Tool;
 }
 
 /// Entry points for the project's fuzz targets (`fuzz/`) and their stable-toolchain fallback.
@@ -283,7 +306,7 @@ pub mod __fuzz {
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-pub use confirmed::Confirmed;
+pub use confirmed::{Confirmed, Waived, WaiverReason};
 pub use http::ResponseFuture;
 pub use layer::{
     ConfigError, ConfirmLayer, ConfirmLayerBuilder, DEFAULT_CHALLENGE_BURST,
@@ -295,12 +318,13 @@ pub use layer::{
 pub use mcp_confirm_macros::{confirm, confirm_router};
 pub use page::ApprovalPage;
 pub use policy::{
-    Candidate, Lookup, PolicyError, Refusal, Resolver, Revalidate, Revalidation, ToolPolicy,
+    Candidate, Condition, Lookup, PolicyError, Refusal, Resolver, Revalidate, Revalidation,
+    ToolPolicy,
 };
 pub use principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 pub use protocol::{
-    META_CLIENT_CAPABILITIES, META_CONFIRMATION, META_OUTCOME, META_PROTOCOL_VERSION,
-    PROTOCOL_VERSION, code,
+    META_CLIENT_CAPABILITIES, META_CONFIRMATION, META_DECLARED, META_OUTCOME,
+    META_PROTOCOL_VERSION, PROTOCOL_VERSION, code,
 };
 pub use rpc::{JsonRpcMessage, JsonRpcReply};
 pub use service::Confirm;

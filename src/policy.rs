@@ -174,6 +174,29 @@ where
     }
 }
 
+/// Decides, call by call, whether a call needs a confirmation at all: e.g. only deletes in shared
+/// workspaces, or only bulk deletes above a limit.
+///
+/// Run by the layer on every first call of the tool, over the exact arguments and the
+/// authenticated principal. `Ok(false)`: the call goes through with a [`Waived`](crate::Waived)
+/// bound to exactly these arguments; `Ok(true)`: the usual confirmation; `Err`: refused.
+///
+/// Implemented for async closures `Fn(Lookup) -> impl Future<Output = Result<bool, PolicyError>>`.
+pub trait Condition: Send + Sync + 'static {
+    /// Whether this call must be confirmed.
+    fn needs_confirmation(&self, lookup: Lookup) -> BoxFuture<'static, Result<bool, PolicyError>>;
+}
+
+impl<F, Fut> Condition for F
+where
+    F: Fn(Lookup) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<bool, PolicyError>> + Send + 'static,
+{
+    fn needs_confirmation(&self, lookup: Lookup) -> BoxFuture<'static, Result<bool, PolicyError>> {
+        Box::pin(self(lookup))
+    }
+}
+
 /// How the choice among candidates is rendered in the form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ChoiceStyle {
@@ -204,7 +227,11 @@ pub(crate) enum ChoiceStyle {
 pub struct ToolPolicy {
     pub(crate) resolver: Option<Arc<dyn Resolver>>,
     pub(crate) revalidate: Option<Arc<dyn Revalidate>>,
+    pub(crate) when: Option<Arc<dyn Condition>>,
     pub(crate) message: String,
+    /// The form's message also names the tool and summarises the call's arguments (the
+    /// generated policies of [`confirm_destructive`](crate::ConfirmLayerBuilder::confirm_destructive)).
+    pub(crate) describe_call: bool,
     pub(crate) input_key: String,
     pub(crate) choice_field: String,
     pub(crate) choice_title: String,
@@ -219,6 +246,9 @@ pub struct ToolPolicy {
     pub(crate) claimed_by_handler: bool,
     pub(crate) unversioned: bool,
     pub(crate) queued: bool,
+    /// A setting that only a pick-one policy uses was given (the choice's field, title, style,
+    /// limits, versions or the no-candidates text).
+    pub(crate) choice_settings: bool,
     /// Approved on the layer's page in a browser (URL-mode elicitation) instead of in a form;
     /// `Some(true)` when approving requires typing the record's id.
     pub(crate) browser: Option<bool>,
@@ -229,6 +259,7 @@ impl fmt::Debug for ToolPolicy {
         f.debug_struct("ToolPolicy")
             .field("pick_one", &self.resolver.is_some())
             .field("revalidate", &self.revalidate.is_some())
+            .field("when", &self.when.is_some())
             .field("message", &self.message)
             .field("input_key", &self.input_key)
             .field("choice_field", &self.choice_field)
@@ -250,7 +281,9 @@ impl ToolPolicy {
         Self {
             resolver,
             revalidate: None,
+            when: None,
             message: message.to_owned(),
+            describe_call: false,
             input_key: "confirmation".to_owned(),
             choice_field: "choice".to_owned(),
             choice_title: "Which one?".to_owned(),
@@ -265,6 +298,7 @@ impl ToolPolicy {
             claimed_by_handler: false,
             unversioned: false,
             queued: false,
+            choice_settings: false,
             browser: None,
         }
     }
@@ -298,12 +332,14 @@ impl ToolPolicy {
     /// The form field holding the chosen id (default `"choice"`), and its title.
     pub fn choice_field(mut self, field: impl Into<String>) -> Self {
         self.choice_field = field.into();
+        self.choice_settings = true;
         self
     }
 
     /// The title shown for the choice field.
     pub fn choice_title(mut self, title: impl Into<String>) -> Self {
         self.choice_title = title.into();
+        self.choice_settings = true;
         self
     }
 
@@ -336,6 +372,7 @@ impl ToolPolicy {
     /// Show the choice as a plain `enum` of ids instead of a titled single-select.
     pub fn plain_enum(mut self) -> Self {
         self.style = ChoiceStyle::Plain;
+        self.choice_settings = true;
         self
     }
 
@@ -343,18 +380,21 @@ impl ToolPolicy {
     /// message asking to narrow the request.
     pub fn max_candidates(mut self, max: usize) -> Self {
         self.max_candidates = max.clamp(1, MAX_CANDIDATES);
+        self.choice_settings = true;
         self
     }
 
     /// The longest label shown, in characters (default 80).
     pub fn max_label_chars(mut self, max: usize) -> Self {
         self.max_label_chars = max.max(8);
+        self.choice_settings = true;
         self
     }
 
     /// The text of the result when nothing matches.
     pub fn no_candidates_text(mut self, text: impl Into<String>) -> Self {
         self.no_candidates_text = text.into();
+        self.choice_settings = true;
         self
     }
 
@@ -380,6 +420,7 @@ impl ToolPolicy {
     /// content-addressed objects). Everything else should give each candidate a version.
     pub fn without_versions(mut self) -> Self {
         self.unversioned = true;
+        self.choice_settings = true;
         self
     }
 
@@ -417,6 +458,19 @@ impl ToolPolicy {
         self
     }
 
+    /// Asks for a confirmation only when `condition` says this call needs one (like Vercel AI's
+    /// `needsApproval(input)`): e.g. only in shared workspaces, or only above a number of records.
+    ///
+    /// The layer runs it on every first call, over the exact arguments and the authenticated
+    /// principal. False: the call goes through unconfirmed, with a [`Waived`](crate::Waived)
+    /// bound to this tool and these arguments (so a guarded handler accepts it for this call and
+    /// no other); true: the usual confirmation; an error: the call is refused. A retry carrying a
+    /// `requestState` is settled as usual, whatever the condition says by then.
+    pub fn when(mut self, condition: impl Condition) -> Self {
+        self.when = Some(Arc::new(condition));
+        self
+    }
+
     /// The live check run right before the confirmed call is forwarded (and, for a
     /// [`queued`](Self::queued) tool, again before each attempt at its grant).
     pub fn revalidate(mut self, hook: impl Revalidate) -> Self {
@@ -424,7 +478,23 @@ impl ToolPolicy {
         self
     }
 
+    /// Which keys this policy was given, for the rules in [`PolicyShape::check`].
+    fn shape(&self) -> PolicyShape {
+        PolicyShape {
+            pick_one: self.resolver.is_some(),
+            revalidate: self.revalidate.is_some(),
+            choice_settings: self.choice_settings,
+            select_into: self.select_into.is_some(),
+            select_header: self.select_header.is_some(),
+            queued: self.queued,
+            claimed_by_handler: self.claimed_by_handler,
+        }
+    }
+
     pub(crate) fn validate(&self, tool: &str) -> Result<(), String> {
+        self.shape()
+            .check()
+            .map_err(|rule| format!("tool {tool:?}: {rule}"))?;
         let field_ok = |s: &str| !s.is_empty() && s.len() <= 64 && !s.chars().any(char::is_control);
         if !field_ok(&self.input_key) {
             return Err(format!(
@@ -450,10 +520,6 @@ impl ToolPolicy {
                     "tool {tool:?}: choice and confirm fields must differ"
                 ));
             }
-        } else if self.select_into.is_some() {
-            return Err(format!(
-                "tool {tool:?}: select_into needs a pick_one policy"
-            ));
         }
         if let Some(arg) = &self.select_into
             && !field_ok(arg)
@@ -462,26 +528,80 @@ impl ToolPolicy {
                 "tool {tool:?}: invalid select_into argument {arg:?}"
             ));
         }
-        if self.queued {
-            if self.revalidate.is_none() {
-                return Err(format!(
-                    "tool {tool:?}: a queued tool needs a revalidate hook, run again when the work runs"
-                ));
-            }
-            if self.claimed_by_handler {
-                return Err(format!(
-                    "tool {tool:?}: a queued tool's claim becomes its grant; it cannot be claimed by the handler"
-                ));
-            }
-        }
-        if let Some(name) = &self.select_header {
-            if self.select_into.is_none() {
-                return Err(format!("tool {tool:?}: select_header needs select_into"));
-            }
-            if name.is_empty() || http::HeaderName::try_from(format!("mcp-param-{name}")).is_err() {
-                return Err(format!("tool {tool:?}: invalid header name {name:?}"));
-            }
+        if let Some(name) = &self.select_header
+            && (name.is_empty() || http::HeaderName::try_from(format!("mcp-param-{name}")).is_err())
+        {
+            return Err(format!("tool {tool:?}: invalid header name {name:?}"));
         }
         Ok(())
+    }
+}
+
+/// Which keys a policy was given: the input of the rules every policy must follow, written once
+/// and checked twice — by [`ConfirmLayerBuilder::try_build`](crate::ConfirmLayerBuilder::try_build)
+/// for policies built in code, and at compile time (a `const` the attribute emits) for
+/// `#[confirm(…)]`. Not part of the API.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(clippy::struct_excessive_bools)]
+pub struct PolicyShape {
+    /// `pick_one` is given.
+    pub pick_one: bool,
+    /// `revalidate` is given.
+    pub revalidate: bool,
+    /// A setting only a pick-one policy uses is given.
+    pub choice_settings: bool,
+    /// `select_into` is given.
+    pub select_into: bool,
+    /// `select_header` is given.
+    pub select_header: bool,
+    /// `queued` is given.
+    pub queued: bool,
+    /// `claimed_by_handler` is given.
+    pub claimed_by_handler: bool,
+}
+
+impl PolicyShape {
+    /// The first rule these keys break.
+    ///
+    /// # Errors
+    /// The rule, in words.
+    pub const fn check(&self) -> Result<(), &'static str> {
+        if self.select_into && !self.pick_one {
+            return Err(
+                "`select_into` needs `pick_one`: only a pick-one policy has a chosen id to write in",
+            );
+        }
+        if self.choice_settings && !self.pick_one {
+            return Err(
+                "the choice's settings (choice_field, choice_title, plain_enum, max_candidates, \
+                 max_label_chars, no_candidates_text, without_versions) need `pick_one`: only a \
+                 pick-one policy offers a choice",
+            );
+        }
+        if self.select_header && !self.select_into {
+            return Err(
+                "`select_header` needs `select_into`: it names the header of the rewritten argument",
+            );
+        }
+        if self.queued && !self.revalidate {
+            return Err(
+                "a `queued` tool needs `revalidate`: the worker re-checks the live record before it runs",
+            );
+        }
+        if self.queued && self.claimed_by_handler {
+            return Err(
+                "a `queued` tool's claim becomes its grant; it cannot be `claimed_by_handler`",
+            );
+        }
+        Ok(())
+    }
+
+    /// [`check`](Self::check) at compile time: a broken rule fails the `const` evaluation with
+    /// its words.
+    pub const fn assert_valid(self) {
+        if let Err(rule) = self.check() {
+            panic!("{}", rule);
+        }
     }
 }

@@ -25,6 +25,10 @@ pub const META_OUTCOME: &str = "io.github.mcp-confirm/outcome";
 /// `{"kind": "pick_one"}` or `{"kind": "confirm"}`: the server asks the user itself before the
 /// tool runs, so a host that prompts on `destructiveHint` may skip its own dialog for this tool.
 pub const META_CONFIRMATION: &str = "io.github.mcp-confirm/confirmation";
+/// The `_meta` key `#[confirm_router]` writes into the definition of each tool whose handler it
+/// guards (`{"kind": "pick_one" | "confirm" | "destructive"}`). The layer refuses to build without
+/// a policy or an exemption for such a tool, and takes the key out of `tools/list` answers.
+pub const META_DECLARED: &str = "io.github.mcp-confirm/declared";
 
 /// The JSON-RPC error codes the layer emits.
 pub mod code {
@@ -252,6 +256,17 @@ impl RpcError {
             .with_data(json!({ "reason": reason, "retryAfter": seconds, "retryable": true }));
         error.retry_after = Some(seconds);
         error
+    }
+
+    /// A call of a tool the server lists as needing a confirmation (destructive, or declared
+    /// with `#[confirm]`) that the layer was not configured to confirm or exempt.
+    pub(crate) fn undeclared_tool() -> Self {
+        Self::new(
+            code::INTERNAL_ERROR,
+            "This tool needs a confirmation the server is not configured to ask for; nothing was changed.",
+            StatusCode::OK,
+        )
+        .with_data(json!({ "reason": "confirmation_not_configured" }))
     }
 
     pub(crate) fn internal() -> Self {

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::Extensions;
 use tower_service::Service;
 
+use crate::config::Route;
 use crate::driver::{self, Decision};
 use crate::message::{self, Parsed};
 use crate::protocol::{Reply, RpcError};
@@ -94,7 +95,7 @@ where
             let reply = Reply::error(Some("null"), &RpcError::body_too_large());
             return Box::pin(std::future::ready(Ok(reply.into())));
         }
-        let (call, guarded) = match message::classify(&msg.body, |tool| config.guarded(tool)) {
+        let (call, guarded) = match message::classify(&msg.body, |tool| config.route(tool)) {
             Parsed::Forward => return Box::pin(inner.call(msg)),
             Parsed::Listing => {
                 let future = inner.call(msg);
@@ -102,7 +103,9 @@ where
                     let mut reply = future.await?;
                     if let Some(body) = &reply.body
                         && let Some(marked) =
-                            message::annotate_listing(body, &|tool| config.listing_mark(tool))
+                            message::annotate_listing(body, &|listed: &message::Listed<'_>| {
+                                config.observe_listed(listed)
+                            })
                     {
                         reply.body = Some(marked);
                     }
@@ -113,12 +116,27 @@ where
                 let reply = Reply::error(id.as_deref(), &error);
                 return Box::pin(std::future::ready(Ok(reply.into())));
             }
-            Parsed::Intercept(call, guarded) => (call, guarded),
+            Parsed::Intercept(call, Route::Exempt) => {
+                let principal = config.principal(&msg.extensions);
+                msg.extensions
+                    .insert(driver::exempt(&call, principal.as_ref()));
+                return Box::pin(inner.call(msg));
+            }
+            Parsed::Intercept(call, Route::Undeclared) => {
+                let reply = driver::undeclared(&call);
+                return Box::pin(std::future::ready(Ok(reply.into())));
+            }
+            Parsed::Intercept(call, Route::Confirm(guarded)) => (call, guarded),
         };
         Box::pin(async move {
             let principal = config.principal(&msg.extensions);
             match driver::decide(Arc::clone(&config), guarded, call, principal, None).await {
                 Decision::Reply(reply) => Ok(reply.into()),
+                Decision::Pass { body, waived } => {
+                    msg.body = body;
+                    msg.extensions.insert(waived);
+                    inner.call(msg).await
+                }
                 Decision::Forward(approved) => {
                     msg.body = approved.body;
                     msg.extensions.insert(approved.confirmed);

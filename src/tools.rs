@@ -9,6 +9,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use crate::protocol::META_DECLARED;
+
 /// One tool of the server's list, as far as the layer cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ToolInfo {
@@ -17,6 +19,13 @@ pub(crate) struct ToolInfo {
     pub(crate) destructive: bool,
     /// Top-level argument name → the header name its `x-mcp-header` annotation gives.
     pub(crate) param_headers: HashMap<String, String>,
+    /// What the tool is called for people: its `title`, else its annotations' `title`.
+    pub(crate) title: Option<String>,
+    /// The kind `#[confirm_router]` marked it with (`_meta[META_DECLARED].kind`), if any.
+    pub(crate) declared: Option<String>,
+    /// The top-level arguments its input schema names (`properties`), sorted; `None` when the
+    /// schema names none (a free-form tool).
+    pub(crate) arguments: Option<Vec<String>>,
 }
 
 /// Why a tool list could not be read.
@@ -63,15 +72,41 @@ pub(crate) fn read(list: &Value) -> Result<HashMap<String, ToolInfo>, ToolListEr
         let Some(name) = tool.get("name").and_then(Value::as_str) else {
             return Err(ToolListError::Name(i));
         };
+        let title = tool
+            .get("title")
+            .or_else(|| tool.get("annotations")?.get("title"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let declared = tool
+            .get("_meta")
+            .and_then(|meta| meta.get(META_DECLARED)?.get("kind")?.as_str())
+            .map(str::to_owned);
+        let arguments = tool
+            .get("inputSchema")
+            .and_then(|schema| schema.get("properties")?.as_object())
+            .map(|properties| {
+                let mut names: Vec<String> = properties.keys().cloned().collect();
+                names.sort();
+                names
+            });
         let info = ToolInfo {
             destructive: destructive(name, tool.get("annotations"))?,
             param_headers: param_headers(name, tool.get("inputSchema"))?,
+            title,
+            declared,
+            arguments,
         };
         if out.insert(name.to_owned(), info).is_some() {
             return Err(ToolListError::Duplicate(name.to_owned()));
         }
     }
     Ok(out)
+}
+
+/// Whether annotations (a tool's `annotations` member, if any) make a tool destructive; malformed
+/// annotations do (fail closed), unlike [`read`], which refuses them.
+pub(crate) fn is_destructive(annotations: Option<&Value>) -> bool {
+    destructive("", annotations).unwrap_or(true)
 }
 
 fn destructive(name: &str, annotations: Option<&Value>) -> Result<bool, ToolListError> {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use mcp_confirm::rmcp::Confirmation;
 use mcp_confirm::{
     Candidate, ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal, Refusal,
     Revalidation, confirm_router,
@@ -74,20 +75,21 @@ impl NotesServer {
     )]
     async fn notes_delete(
         &self,
+        confirmation: Confirmation,
         Parameters(args): Parameters<DeleteArgs>,
-        rmcp::handler::server::common::Extension(parts): rmcp::handler::server::common::Extension<
-            http::request::Parts,
-        >,
-    ) -> String {
-        let Some(id) = args.note_id else {
-            return "no note_id".to_owned();
-        };
-        match confirmed(&parts) {
-            Some(c) if c.covers("notes_delete", Some(&id)) => {
-                self.notes.lock().unwrap().remove(&id);
-                format!("Deleted {id} ({})", args.title)
+    ) -> Result<String, rmcp::ErrorData> {
+        // The typed confirmation: the chosen id and the version the user saw, no `http`, no
+        // tool name repeated. The layer also wrote the id into `note_id` (select_into).
+        let (id, version) = confirmation.chosen_with_version()?;
+        assert_eq!(args.note_id.as_deref(), Some(id));
+        assert_eq!(confirmation.tool(), "notes_delete");
+        let mut notes = self.notes.lock().unwrap();
+        match notes.get(id) {
+            Some((_, live)) if Some(live.as_str()) == version => {
+                notes.remove(id);
+                Ok(format!("Deleted {id} ({})", args.title))
             }
-            _ => "Refused: not confirmed".to_owned(),
+            _ => Ok("Refused: changed".to_owned()),
         }
     }
 
@@ -285,11 +287,17 @@ fn builder() -> mcp_confirm::ConfirmLayerBuilder {
     ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap()).audience("notes.example")
 }
 
-/// A layer configured only from the server's attributes and its tool list.
+/// A layer configured only from the server's attributes: its policies and tool definitions.
+fn declared(server: &NotesServer) -> mcp_confirm::ConfirmLayerBuilder {
+    builder().declarations(server.confirm_declarations())
+}
+
+/// [`declared`], with the two destructive tools that have no `#[confirm]` exempt (the layer
+/// does not build until each destructive tool is confirmed or exempt).
 fn layer(server: &NotesServer) -> mcp_confirm::ConfirmLayerBuilder {
-    builder()
-        .tools(server.confirm_policies())
-        .tool_list(NotesServer::tool_router().list_all())
+    declared(server)
+        .exempt("notes_archive")
+        .exempt("notes_drop_cache")
 }
 
 /// rmcp's stateless server behind `confirm`, answering in JSON or, with `json` false, in SSE.
@@ -311,6 +319,14 @@ fn service_with(
     configure: impl FnOnce(mcp_confirm::ConfirmLayerBuilder) -> mcp_confirm::ConfirmLayerBuilder,
 ) -> Service {
     behind(configure(layer(&server)).build(), server, true)
+}
+
+/// rmcp's server behind the layer `configure` builds from [`declared`] (nothing exempt).
+fn service_declared(
+    server: NotesServer,
+    configure: impl FnOnce(mcp_confirm::ConfirmLayerBuilder) -> mcp_confirm::ConfirmLayerBuilder,
+) -> Service {
+    behind(configure(declared(&server)).build(), server, true)
 }
 
 /// The retry of `tool` with `arguments` under id `id`, answering the form of `first` with
@@ -423,7 +439,7 @@ async fn a_tool_added_with_the_attribute_alone_is_confirmed() {
 
 #[tokio::test]
 async fn confirm_destructive_confirms_what_the_annotations_say_is_destructive() {
-    let svc = service_with(NotesServer::new(seeded()), |b| {
+    let svc = service_declared(NotesServer::new(seeded()), |b| {
         b.confirm_destructive().exempt("notes_drop_cache")
     });
     // No annotations, no attribute: destructive by default, so confirmed.
@@ -448,7 +464,7 @@ async fn confirm_destructive_confirms_what_the_annotations_say_is_destructive() 
         "{delete}"
     );
 
-    // Without confirm_destructive the same tool runs unconfirmed: the test above is not vacuous.
+    // Exempt instead, the same tool runs unconfirmed: the test above is not vacuous.
     let plain = service(NotesServer::new(seeded()));
     let archived = answer(&plain, &call(1, "notes_archive", json!({}))).await;
     assert_eq!(
@@ -502,7 +518,10 @@ async fn the_param_header_follows_the_tools_x_mcp_header_schema() {
     // Without it (and without select_header) rmcp refuses the rewritten call: -32020.
     let bare = {
         let server = NotesServer::new(seeded());
-        let confirm = builder().tools(server.confirm_policies()).build();
+        let confirm = builder()
+            .tools(server.confirm_policies())
+            .without_tool_list()
+            .build();
         behind(confirm, server, true)
     };
     let refused = delete_groceries(&bare, "note-3").await;
@@ -515,6 +534,8 @@ async fn the_param_header_follows_the_tools_x_mcp_header_schema() {
     let err = builder()
         .tools(policies)
         .tool_list(NotesServer::tool_router().list_all())
+        .exempt("notes_archive")
+        .exempt("notes_drop_cache")
         .try_build()
         .unwrap_err();
     assert!(
@@ -622,7 +643,7 @@ async fn tools_list_marks_the_tools_the_layer_confirms_in_json_and_sse() {
         );
     }
     // With confirm_destructive, the tools it confirms are marked too.
-    let svc = service_with(NotesServer::new(seeded()), |b| {
+    let svc = service_declared(NotesServer::new(seeded()), |b| {
         b.confirm_destructive().exempt("notes_drop_cache")
     });
     let marks = marks(&answer(&svc, &list_request()).await);

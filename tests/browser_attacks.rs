@@ -199,6 +199,7 @@ async fn holds_the_origin_check_accepts_the_browsers_origin_for_equivalent_urls(
         let clock = ManualClock::new(now());
         let store = MemoryReplayStore::with_clock(10_000, clock.clone());
         let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+            .without_tool_list()
             .audience("notes.example")
             .clock(clock.clone())
             .replay_store(store.clone())
@@ -731,6 +732,7 @@ async fn holds_the_page_escapes_what_it_shows() {
     .select_into("note_id")
     .approve_in_browser();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+        .without_tool_list()
         .audience("notes.example")
         .clock(clock.clone())
         .replay_store(store.clone())
@@ -907,6 +909,7 @@ fn on_store_with(
     policy: ToolPolicy,
 ) -> (Confirm<Inner>, ApprovalPage, Recorder) {
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+        .without_tool_list()
         .audience("notes.example")
         .replay_store(Arc::clone(store))
         .tool("notes_destroy", policy)

@@ -19,6 +19,7 @@ fn service(
 + Clone {
     let notes = Notes::seeded();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+        .without_tool_list()
         .audience("notes.example")
         .tool("notes_delete", delete_policy(&notes))
         .build();

@@ -511,21 +511,40 @@ async fn list_and_create_pass_through_the_layer() {
 }
 
 #[tokio::test]
-async fn the_delete_handler_refuses_to_act_without_the_layers_confirmation() {
-    // The same server with the layer left out: a route that bypasses the layer fails closed.
+async fn the_confirmed_handlers_refuse_to_run_without_the_layer() {
+    // The same server with the layer left out (or a route around it): every tool declared with
+    // #[confirm] refuses by itself, with a JSON-RPC error, and nothing changes.
     let server = Server::start_without(true).await;
     let alice = form_client(&server, "alice-token").await;
-    let mut arguments = delete_args(&server, "Groceries");
-    arguments.insert("note_id".into(), json!("note-7"));
-    let result = round(
+    let mut sneaky = delete_args(&server, "Groceries");
+    sneaky.insert("note_id".into(), json!("note-7"));
+    for (tool, arguments) in [
+        ("notes_delete", sneaky.clone()),
+        ("notes_destroy", sneaky),
+        ("notes_purge", delete_args(&server, "Groceries")),
+    ] {
+        let refused = round(
+            &alice,
+            CallToolRequestParams::new(tool).with_arguments(arguments),
+        )
+        .await
+        .expect_err(tool);
+        assert_eq!(
+            refused,
+            (-32603, json!({"reason": "confirmation_missing"})),
+            "{tool}"
+        );
+    }
+    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+    // What needs no confirmation still works.
+    let listed = round(
         &alice,
-        CallToolRequestParams::new("notes_delete").with_arguments(arguments),
+        CallToolRequestParams::new("notes_list")
+            .with_arguments(args(json!({"workspaceUri": server.workspace("personal")}))),
     )
     .await
     .unwrap();
-    assert_eq!(result["isError"], true, "{result}");
-    assert!(text(&result).contains("only after the user confirms"));
-    assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+    assert_eq!(listed["isError"], false, "{listed}");
 }
 
 // ---------------------------------------------------------------------------------------------

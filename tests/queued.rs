@@ -253,7 +253,7 @@ fn queued_tools_are_checked_when_the_layer_is_built() {
     ));
     assert!(matches!(
         build(delete_policy(&notes).queued().claimed_by_handler(), true, 60),
-        Err(ConfigError::InvalidPolicy(reason)) if reason.contains("claimed by the handler")
+        Err(ConfigError::InvalidPolicy(reason)) if reason.contains("claimed_by_handler")
     ));
     assert_eq!(
         build(delete_policy(&notes).queued(), true, 0),

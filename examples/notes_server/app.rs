@@ -11,12 +11,12 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use mcp_confirm::grant::GrantStore;
 use mcp_confirm::guard::HostOriginLayer;
+use mcp_confirm::rmcp::Confirmation;
 use mcp_confirm::store::ReplayStore;
 use mcp_confirm::{
-    Candidate, ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal, Refusal,
-    Revalidation, confirm_router,
+    Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, Principal, Refusal, Revalidation,
+    confirm_router,
 };
-use rmcp::handler::server::common::Extension;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -84,7 +84,7 @@ pub(crate) enum ChallengeRate {
 /// The axum app serving the MCP endpoint at `/mcp`.
 pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
     let server = NotesServer::new(store);
-    let policies = server.confirm_policies();
+    let declarations = server.confirm_declarations();
     let queue = server.queue.clone();
     let rmcp = StreamableHttpService::new(
         move || Ok(server.clone()),
@@ -100,12 +100,12 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
     if options.without_confirmation {
         return Router::new().nest_service("/mcp", guard.service(rmcp));
     }
-    // What is confirmed comes from the tools themselves: the `#[confirm]` attributes, and every
-    // other tool whose annotations say destructive (none today; a later one is covered).
+    // What is confirmed comes from the tools themselves, in one call: the `#[confirm]` policies
+    // with the tools' definitions; and every other tool whose annotations say destructive (none
+    // today; a later one is covered) gets the generic form naming it.
     let mut confirm = ConfirmLayer::builder(options.keys)
         .audience(options.audience)
-        .tools(policies)
-        .tool_list(NotesServer::tool_router().list_all())
+        .declarations(declarations)
         .confirm_destructive()
         .grant_store(options.grant_store)
         .approval_url(format!("{}/confirm/", options.public_url))
@@ -198,7 +198,8 @@ pub(crate) struct CreateArgs {
     body: String,
 }
 
-/// `note_id` is not in the schema: the layer writes it in, from the user's choice.
+/// Which note is deleted is not an argument: the user's choice reaches the handler in its
+/// [`Confirmation`].
 #[derive(Debug, Deserialize, JsonSchema)]
 pub(crate) struct DeleteArgs {
     /// file:// URI of the workspace folder
@@ -208,9 +209,6 @@ pub(crate) struct DeleteArgs {
     /// Read by the layer's hooks from the raw arguments; here only for the schema.
     #[allow(dead_code)]
     title: String,
-    #[serde(default)]
-    #[schemars(skip)]
-    note_id: Option<String>,
 }
 
 /// The MCP server: three tools over the notes store. Which of them is confirmed, and how, is
@@ -234,14 +232,7 @@ pub(crate) struct PurgeArgs {
     /// Read by the layer's hooks and the worker from the confirmed arguments; here for the schema.
     #[allow(dead_code)]
     title: String,
-    /// Written in by the layer from the user's choice (the only one offered: the whole set).
-    #[serde(default)]
-    #[schemars(skip)]
-    set: Option<String>,
 }
-
-/// The request's HTTP parts, where the principal and the `Confirmed` value travel.
-type HttpParts = Extension<http::request::Parts>;
 
 pub(crate) fn text(result: String) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(result)])
@@ -274,17 +265,10 @@ impl NotesServer {
         }
     }
 
-    /// The principal, and the workspace it may use, or the refusal to answer with.
-    fn caller(
-        &self,
-        parts: &http::request::Parts,
-        uri: &str,
-    ) -> Result<(Principal, String), CallToolResult> {
-        let Some(principal) = parts.extensions.get::<Principal>() else {
-            return Err(refuse("Not authenticated."));
-        };
+    /// The workspace `principal` may use, or the refusal to answer with.
+    fn workspace(&self, principal: &Principal, uri: &str) -> Result<String, CallToolResult> {
         match self.store.workspace_name(uri) {
-            Ok(ws) if may_use(principal.subject(), &ws) => Ok((principal.clone(), ws)),
+            Ok(ws) if may_use(principal.subject(), &ws) => Ok(ws),
             _ => Err(refuse("Unknown workspace, or not yours.")),
         }
     }
@@ -301,11 +285,11 @@ impl NotesServer {
     )]
     async fn notes_list(
         &self,
+        principal: Principal,
         Parameters(args): Parameters<ListArgs>,
-        Extension(parts): HttpParts,
     ) -> CallToolResult {
-        let workspace = match self.caller(&parts, &args.workspace_uri) {
-            Ok((_, workspace)) => workspace,
+        let workspace = match self.workspace(&principal, &args.workspace_uri) {
+            Ok(workspace) => workspace,
             Err(refusal) => return refusal,
         };
         reply(
@@ -337,11 +321,11 @@ impl NotesServer {
     )]
     async fn notes_create(
         &self,
+        principal: Principal,
         Parameters(args): Parameters<CreateArgs>,
-        Extension(parts): HttpParts,
     ) -> CallToolResult {
-        let (principal, workspace) = match self.caller(&parts, &args.workspace_uri) {
-            Ok(caller) => caller,
+        let workspace = match self.workspace(&principal, &args.workspace_uri) {
+            Ok(workspace) => workspace,
             Err(refusal) => return refusal,
         };
         let creator = principal.subject().to_owned();
@@ -355,7 +339,7 @@ impl NotesServer {
     }
 
     /// Candidates are the notes titled `title` in the workspace, each with its version (a hash of
-    /// the file); the chosen id goes into `note_id`; right before the delete the principal, the
+    /// the file); the chosen id reaches the handler in its `Confirmation`; right before the delete the principal, the
     /// note, its place in the workspace and its version are checked again against the live files
     /// (`still_the_note_shown`), and the handler deletes only if the version still matches.
     #[tool(
@@ -376,17 +360,17 @@ impl NotesServer {
         choice_field = "note_id",
         choice_title = "Note to delete",
         confirm_title = "Yes, delete this note",
-        select_into = "note_id",
         // Room for the server's facts, a title and an excerpt (each capped in `Note::label`).
         max_label_chars = 112,
         no_candidates_text = "No note with that title in a workspace you can access; nothing was changed."
     )]
     async fn notes_delete(
         &self,
+        confirmation: Confirmation,
+        principal: Principal,
         Parameters(args): Parameters<DeleteArgs>,
-        Extension(parts): HttpParts,
-    ) -> CallToolResult {
-        self.delete_confirmed("notes_delete", args, &parts).await
+    ) -> Result<CallToolResult, ErrorData> {
+        self.delete_confirmed(&confirmation, &principal, args).await
     }
 
     /// Like `notes_delete`, for good: the approval happens on the server's own page in the
@@ -408,48 +392,37 @@ impl NotesServer {
         require_typed_id,
         message = "Approve destroying one note with this title. This cannot be undone.",
         input_key = "destroy_approval",
-        select_into = "note_id",
         max_label_chars = 112,
         no_candidates_text = "No note with that title in a workspace you can access; nothing was changed."
     )]
     async fn notes_destroy(
         &self,
+        confirmation: Confirmation,
+        principal: Principal,
         Parameters(args): Parameters<DeleteArgs>,
-        Extension(parts): HttpParts,
-    ) -> CallToolResult {
-        self.delete_confirmed("notes_destroy", args, &parts).await
+    ) -> Result<CallToolResult, ErrorData> {
+        self.delete_confirmed(&confirmation, &principal, args).await
     }
 
-    /// Deletes the note the layer confirmed for `tool`, at the version the user saw.
+    /// Deletes the note the user chose, at the version the user saw. The `Confirmation` exists
+    /// only if the layer confirmed exactly this call (else the call never got here).
     async fn delete_confirmed(
         &self,
-        tool: &str,
+        confirmation: &Confirmation,
+        principal: &Principal,
         args: DeleteArgs,
-        parts: &http::request::Parts,
-    ) -> CallToolResult {
-        let (principal, workspace) = match self.caller(parts, &args.workspace_uri) {
-            Ok(caller) => caller,
-            Err(refusal) => return refusal,
+    ) -> Result<CallToolResult, ErrorData> {
+        let workspace = match self.workspace(principal, &args.workspace_uri) {
+            Ok(workspace) => workspace,
+            Err(refusal) => return Ok(refusal),
         };
-        let note_id = args.note_id.unwrap_or_default();
-        // Refuse to act on anything the confirmation layer did not confirm, for this user, and
-        // on any note but the one the user saw: the delete is conditional on its version.
-        let version = match parts.extensions.get::<Confirmed>() {
-            Some(c) if c.covers(tool, Some(&note_id)) && c.principal == principal => {
-                c.version.clone()
-            }
-            _ => {
-                return refuse(format!(
-                    "Refused: {tool} runs only after the user confirms."
-                ));
-            }
-        };
-        let Some(version) = version else {
-            return refuse(
+        let (note_id, version) = confirmation.chosen_with_version()?;
+        let (note_id, Some(version)) = (note_id.to_owned(), version.map(str::to_owned)) else {
+            return Ok(refuse(
                 "Refused: the confirmation names no version of the note; nothing was changed.",
-            );
+            ));
         };
-        reply(
+        Ok(reply(
             with_notes(&self.store, move |notes| {
                 let note = notes.delete_if_version(&workspace, &note_id, &version)?;
                 Ok(format!(
@@ -458,7 +431,7 @@ impl NotesServer {
                 ))
             })
             .await,
-        )
+        ))
     }
 
     /// Deletes every note with a title, in the background: the user confirms the set as it is,
@@ -483,28 +456,22 @@ impl NotesServer {
         choice_field = "set",
         choice_title = "Notes to delete",
         confirm_title = "Yes, delete all of them",
-        select_into = "set",
         max_label_chars = 200,
         no_candidates_text = "No note with that title in a workspace you can access; nothing was changed."
     )]
     async fn notes_purge(
         &self,
+        confirmation: Confirmation,
+        principal: Principal,
         Parameters(args): Parameters<PurgeArgs>,
-        Extension(parts): HttpParts,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let (principal, _) = match self.caller(&parts, &args.workspace_uri) {
-            Ok(caller) => caller,
-            Err(refusal) => return Ok(refusal.into()),
-        };
-        let set = args.set.unwrap_or_default();
+        if let Err(refusal) = self.workspace(&principal, &args.workspace_uri) {
+            return Ok(refusal.into());
+        }
         // The grant is the only thing the job gets; the arguments above are descriptive.
-        let grant = match parts.extensions.get::<Confirmed>() {
-            Some(c) if c.covers("notes_purge", Some(&set)) && c.principal == principal => c.grant,
-            _ => None,
-        };
-        let Some(grant) = grant else {
-            return Ok(refuse("Refused: notes_purge runs only after the user confirms.").into());
+        let Some(grant) = confirmation.grant().copied() else {
+            return Ok(refuse("Refused: notes_purge runs only from a confirmed grant.").into());
         };
         let tasks = ctx
             .client_capabilities()

@@ -122,6 +122,7 @@ impl Harness {
             .expect("a current-thread runtime");
         let keys = KeyRing::single(KEY_ID, SECRET).expect("a valid ring");
         let layer = ConfirmLayer::builder(keys)
+            .without_tool_list()
             .audience("fuzz.example")
             .replay_store(MemoryReplayStore::with_capacity(10_000))
             .local_principal(Principal::new("alice"))

@@ -20,7 +20,7 @@ use tower_service::Service;
 use super::headers;
 use crate::body::{Marker, RequestBody, ResponseBody};
 use crate::completion::CompletionGuard;
-use crate::config::Config;
+use crate::config::{Config, Route};
 use crate::driver::{self, Decision};
 use crate::message::{self, Parsed};
 use crate::protocol::{Reply, RpcError};
@@ -143,6 +143,16 @@ where
                     };
                     match decision {
                         Decision::Reply(reply) => State::Replying { reply: Some(reply) },
+                        Decision::Pass { body, waived } => {
+                            let mut parts = parts;
+                            parts.extensions.insert(waived);
+                            let request = Request::from_parts(parts, RequestBody::buffered(body));
+                            State::Inner {
+                                future: inner.call(request),
+                                guard: None,
+                                listing: false,
+                            }
+                        }
                         Decision::Forward(approved) => {
                             let mut parts = parts;
                             parts.headers.remove(TRANSFER_ENCODING);
@@ -200,7 +210,7 @@ where
     B: Body,
     B::Error: Into<BoxError>,
 {
-    match message::classify(&body, |tool| config.guarded(tool)) {
+    match message::classify(&body, |tool| config.route(tool)) {
         parsed @ (Parsed::Forward | Parsed::Listing) => {
             // Not ours: the same bytes, the same headers.
             let request = Request::from_parts(parts, RequestBody::buffered(body));
@@ -213,15 +223,32 @@ where
         Parsed::Reject { id, error } => State::Replying {
             reply: Some(Reply::error(id.as_deref(), &error)),
         },
+        Parsed::Intercept(call, Route::Exempt) => {
+            // Exempt by configuration: the same bytes, with the waiver a guarded handler needs.
+            let mut parts = parts;
+            let principal = config.principal(&parts.extensions);
+            parts
+                .extensions
+                .insert(driver::exempt(&call, principal.as_ref()));
+            let request = Request::from_parts(parts, RequestBody::buffered(body));
+            State::Inner {
+                future: inner.call(request),
+                guard: None,
+                listing: false,
+            }
+        }
+        Parsed::Intercept(call, Route::Undeclared) => State::Replying {
+            reply: Some(driver::undeclared(&call)),
+        },
         // A form is never shown for (nor answered by) a body a browser could send cross-site
         // without a preflight: confirmed calls must say they are JSON.
-        Parsed::Intercept(call, _) if !is_json(&parts.headers) => State::Replying {
+        Parsed::Intercept(call, Route::Confirm(_)) if !is_json(&parts.headers) => State::Replying {
             reply: Some(Reply::error(
                 Some(&call.id),
                 &RpcError::unsupported_media_type(),
             )),
         },
-        Parsed::Intercept(call, guarded) => {
+        Parsed::Intercept(call, Route::Confirm(guarded)) => {
             let principal = config.principal(&parts.extensions);
             let declared = headers::declared(&parts.headers);
             let decision = Box::pin(driver::decide(
@@ -242,7 +269,7 @@ where
 
 /// A `tools/list` answer, with the confirmed tools marked in its body when it is a successful JSON
 /// or SSE answer (its length changes, so `Content-Length` goes).
-fn marked<B>(config: &Config, mut response: Response<B>) -> Response<ResponseBody<B>> {
+fn marked<B>(config: &Arc<Config>, mut response: Response<B>) -> Response<ResponseBody<B>> {
     let sse = match media_type(response.headers()).as_deref() {
         Some("application/json") => false,
         Some("text/event-stream") => true,
@@ -252,9 +279,9 @@ fn marked<B>(config: &Config, mut response: Response<B>) -> Response<ResponseBod
         return response.map(|body| ResponseBody::inner(body, None));
     }
     response.headers_mut().remove(CONTENT_LENGTH);
-    let marks = Arc::clone(&config.listing_marks);
     let limit = config.max_body_bytes;
-    response.map(|body| ResponseBody::listing(body, Marker::new(marks, sse, limit)))
+    let config = Arc::clone(config);
+    response.map(|body| ResponseBody::listing(body, Marker::new(config, sse, limit)))
 }
 
 /// Whether the request says, once, that its body is `application/json` (parameters allowed).

@@ -13,15 +13,28 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::forward::Object;
-use crate::protocol::META_CONFIRMATION;
+use crate::protocol::{META_CONFIRMATION, META_DECLARED};
+use crate::tools;
 
 type Members<'a> = BTreeMap<String, &'a RawValue>;
+
+/// What a `tools/list` answer says of one tool, as far as the layer's rules go.
+#[derive(Debug)]
+pub(crate) struct Listed<'a> {
+    /// The tool's name.
+    pub(crate) name: &'a str,
+    /// Whether its annotations make it destructive (the spec's defaults; unreadable ones do).
+    pub(crate) destructive: bool,
+    /// The kind `#[confirm_router]` declared for it (`_meta[META_DECLARED].kind`), if any.
+    pub(crate) declared: Option<&'a str>,
+}
 
 /// The answer with each confirmed tool marked; `None` when nothing changed (or the body is not a
 /// `tools/list` result), so the original bytes go out.
 ///
-/// `mark` gives the `_meta` value for a tool name, or `None` for a tool the layer does not confirm.
-pub(crate) fn annotate(body: &[u8], mark: &impl Fn(&str) -> Option<Value>) -> Option<Bytes> {
+/// `mark` gives the `_meta` value for a listed tool, or `None` for a tool the layer does not
+/// confirm; it sees every tool of the answer.
+pub(crate) fn annotate(body: &[u8], mark: &impl Fn(&Listed<'_>) -> Option<Value>) -> Option<Bytes> {
     let message: Members<'_> = serde_json::from_slice(body).ok()?;
     let result: Members<'_> = serde_json::from_str(message.get("result")?.get()).ok()?;
     let tools: Vec<&RawValue> = serde_json::from_str(result.get("tools")?.get()).ok()?;
@@ -69,23 +82,45 @@ pub(crate) fn annotate(body: &[u8], mark: &impl Fn(&str) -> Option<Value>) -> Op
 }
 
 /// One tool with the layer's mark in its `_meta` (and, on a tool the layer does not confirm, a
-/// mark the server wrote itself taken out: only the layer may say it asks), or `None` to keep the
-/// tool as it was.
-fn mark_tool(tool: &RawValue, mark: &impl Fn(&str) -> Option<Value>) -> Option<Vec<u8>> {
+/// mark the server wrote itself taken out: only the layer may say it asks; the declaration mark
+/// of `#[confirm_router]` is the layer's business and always goes), or `None` to keep the tool as
+/// it was.
+fn mark_tool(tool: &RawValue, mark: &impl Fn(&Listed<'_>) -> Option<Value>) -> Option<Vec<u8>> {
     let members: Members<'_> = serde_json::from_str(tool.get()).ok()?;
     let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
-    let value = mark(&name);
-    let mut meta: Map<String, Value> = match members.get("_meta") {
-        None if value.is_none() => return None,
-        None => Map::new(),
-        Some(raw) => serde_json::from_str(raw.get()).ok()?,
+    // Unreadable annotations read as something that is not an object: destructive.
+    let annotations: Option<Value> = members
+        .get("annotations")
+        .map(|raw| serde_json::from_str(raw.get()).unwrap_or(Value::Bool(false)));
+    let mut meta: Option<Map<String, Value>> = match members.get("_meta") {
+        None => None,
+        // A `_meta` that is not an object: the tool is kept as it is (and seen without a mark).
+        Some(raw) => serde_json::from_str(raw.get()).ok(),
     };
+    let declared = meta
+        .as_ref()
+        .and_then(|m| m.get(META_DECLARED)?.get("kind")?.as_str());
+    let listed = Listed {
+        name: &name,
+        destructive: tools::is_destructive(annotations.as_ref()),
+        declared,
+    };
+    let value = mark(&listed);
+    let mut meta = match meta.take() {
+        None if value.is_none() => return None,
+        None if members.contains_key("_meta") => return None,
+        None => Map::new(),
+        Some(meta) => meta,
+    };
+    let declared = meta.remove(META_DECLARED).is_some();
     match value {
         Some(value) => {
             meta.insert(META_CONFIRMATION.to_owned(), value);
         }
         None => {
-            meta.remove(META_CONFIRMATION)?;
+            if meta.remove(META_CONFIRMATION).is_none() && !declared {
+                return None;
+            }
         }
     }
     let mut out = Vec::with_capacity(tool.get().len() + 64);
@@ -105,7 +140,10 @@ fn mark_tool(tool: &RawValue, mark: &impl Fn(&str) -> Option<Value>) -> Option<V
 /// result is rewritten as one `data:` line; every other line, terminator and event is kept as it
 /// was. Lines may end in LF or CRLF (an event ends at a blank line); a stream that ends inside an
 /// event keeps that event as it was.
-pub(crate) fn annotate_sse(body: &[u8], mark: &impl Fn(&str) -> Option<Value>) -> Option<Bytes> {
+pub(crate) fn annotate_sse(
+    body: &[u8],
+    mark: &impl Fn(&Listed<'_>) -> Option<Value>,
+) -> Option<Bytes> {
     let text = std::str::from_utf8(body).ok()?;
     let mut out = String::with_capacity(text.len() + 256);
     let mut changed = false;
@@ -153,7 +191,7 @@ pub(crate) fn last_event_end(bytes: &[u8], from: usize) -> Option<usize> {
 }
 
 /// One event (its lines and the blank line ending it, if any) with its data marked.
-fn annotate_event(event: &str, mark: &impl Fn(&str) -> Option<Value>) -> Option<String> {
+fn annotate_event(event: &str, mark: &impl Fn(&Listed<'_>) -> Option<Value>) -> Option<String> {
     let lines: Vec<(&str, &str)> = lines_with_ends(event).collect();
     // Only a complete event is rewritten: one that ends with its blank line.
     if !matches!(lines.last(), Some(("", end)) if !end.is_empty()) {
@@ -206,8 +244,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn mark(name: &str) -> Option<Value> {
-        (name == "notes_delete").then(|| json!({"kind":"pick_one"}))
+    fn mark(listed: &Listed<'_>) -> Option<Value> {
+        (listed.name == "notes_delete").then(|| json!({"kind":"pick_one"}))
     }
 
     #[test]

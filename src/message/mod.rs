@@ -54,7 +54,7 @@ mod scan;
 
 pub(crate) use forward::forward_body;
 pub(crate) use listing::{
-    annotate as annotate_listing, annotate_sse as annotate_listing_sse, last_event_end,
+    Listed, annotate as annotate_listing, annotate_sse as annotate_listing_sse, last_event_end,
 };
 
 /// The method a confirmed tool is called with.

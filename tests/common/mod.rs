@@ -274,6 +274,7 @@ fn keyed_builder(
     store: &MemoryReplayStore,
 ) -> ConfirmLayerBuilder {
     ConfirmLayer::builder(keys)
+        .without_tool_list()
         .audience("notes.example")
         .ttl(Duration::from_secs(300))
         .clock(clock.clone())

@@ -123,7 +123,18 @@ fn addr_flag() -> Result<SocketAddr, String> {
 
 /// The axum app: `/mcp` behind Host/Origin validation, a fixed principal and `ConfirmLayer`.
 fn app(audience: String) -> Result<Router, mcp_confirm::ConfigError> {
-    let mut confirm = ConfirmLayer::builder(KeyRing::random()).audience(audience);
+    // The whole tool list: the layer checks every destructive tool is confirmed or exempt. The
+    // suite's fixtures carry no annotations (destructive by the spec's default); all but the
+    // confirmed two are exempt, by name.
+    let listed = (Everything::tool_router() + Everything::task_tools()).list_all();
+    let mut confirm = ConfirmLayer::builder(KeyRing::random())
+        .audience(audience)
+        .tool_list(&listed);
+    for tool in &listed {
+        if !CONFIRMED_TOOLS.contains(&tool.name.as_ref()) {
+            confirm = confirm.exempt(tool.name.to_string());
+        }
+    }
     for tool in CONFIRMED_TOOLS {
         confirm = confirm.tool(
             tool,

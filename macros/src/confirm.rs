@@ -1,0 +1,290 @@
+//! `#[confirm(…)]`: what one tool's confirmation is, parsed with darling, and the `ToolPolicy`
+//! builder expression it becomes.
+//!
+//! The rules between keys (`select_into` needs `pick_one`, `queued` needs `revalidate`, …) are
+//! not repeated here: the expansion hands the keys it saw to `mcp_confirm`'s own `PolicyShape`
+//! in a `const`, so the one copy of the rules rejects a bad combination at compile time.
+
+use darling::FromMeta;
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Attribute, LitStr, Meta, Path};
+
+/// A key written alone (`queued`), with a clearer error than darling's own for `queued = true`.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Flag(Option<Span>);
+
+impl Flag {
+    fn is_present(&self) -> bool {
+        self.0.is_some()
+    }
+
+    fn span(&self) -> Span {
+        self.0.unwrap_or_else(Span::call_site)
+    }
+}
+
+impl FromMeta for Flag {
+    fn from_meta(item: &Meta) -> darling::Result<Self> {
+        match item {
+            Meta::Path(path) => Ok(Self(Some(path.span()))),
+            other => Err(darling::Error::custom(
+                "this key is a flag: write it alone, without a value",
+            )
+            .with_span(other)),
+        }
+    }
+}
+
+/// The keys of one `#[confirm(…)]`.
+#[derive(Debug, Default, FromMeta)]
+#[darling(default)]
+pub(crate) struct ConfirmArgs {
+    pick_one: Option<Path>,
+    revalidate: Option<Path>,
+    when: Option<Path>,
+    message: Option<LitStr>,
+    input_key: Option<LitStr>,
+    confirm_field: Option<LitStr>,
+    confirm_title: Option<LitStr>,
+    choice_field: Option<LitStr>,
+    choice_title: Option<LitStr>,
+    select_into: Option<LitStr>,
+    select_header: Option<LitStr>,
+    no_candidates_text: Option<LitStr>,
+    max_candidates: Option<usize>,
+    max_label_chars: Option<usize>,
+    plain_enum: Flag,
+    without_versions: Flag,
+    claimed_by_handler: Flag,
+    queued: Flag,
+    approve_in_browser: Flag,
+    require_typed_id: Flag,
+}
+
+impl ConfirmArgs {
+    /// Reads `#[confirm]` or `#[confirm(key = value, …)]`.
+    pub(crate) fn from_attribute(attr: &Attribute) -> darling::Result<Self> {
+        match &attr.meta {
+            Meta::Path(_) => Ok(Self::default()),
+            meta => Self::from_meta(meta),
+        }
+    }
+
+    /// The kind the tool's definition is marked with: what the layer must confirm it as.
+    pub(crate) fn kind(&self) -> &'static str {
+        if self.pick_one.is_some() {
+            "pick_one"
+        } else {
+            "confirm"
+        }
+    }
+
+    /// A `const` that fails compilation, with the rule's words, if these keys break a rule of
+    /// `mcp_confirm`'s policies.
+    pub(crate) fn shape_check(&self, span: Span) -> TokenStream {
+        let pick_one = self.pick_one.is_some();
+        let revalidate = self.revalidate.is_some();
+        let choice_settings = self.choice_field.is_some()
+            || self.choice_title.is_some()
+            || self.no_candidates_text.is_some()
+            || self.max_candidates.is_some()
+            || self.max_label_chars.is_some()
+            || self.plain_enum.is_present()
+            || self.without_versions.is_present();
+        let select_into = self.select_into.is_some();
+        let select_header = self.select_header.is_some();
+        let queued = self.queued.is_present();
+        let claimed_by_handler = self.claimed_by_handler.is_present();
+        quote_spanned! {span=>
+            const _: () = ::mcp_confirm::__private::PolicyShape {
+                pick_one: #pick_one,
+                revalidate: #revalidate,
+                choice_settings: #choice_settings,
+                select_into: #select_into,
+                select_header: #select_header,
+                queued: #queued,
+                claimed_by_handler: #claimed_by_handler,
+            }
+            .assert_valid();
+        }
+    }
+
+    /// The `ToolPolicy` builder expression, evaluated in a `&self` method of the server.
+    pub(crate) fn policy(&self) -> TokenStream {
+        let mut policy = match &self.pick_one {
+            None => quote!(::mcp_confirm::ToolPolicy::confirm_only()),
+            Some(path) => {
+                let hook = hook(
+                    path,
+                    quote!(lookup: ::mcp_confirm::Lookup),
+                    quote!(lookup),
+                    quote!(
+                        ::std::vec::Vec<::mcp_confirm::Candidate>,
+                        ::mcp_confirm::PolicyError
+                    ),
+                );
+                quote!(::mcp_confirm::ToolPolicy::pick_one(#hook))
+            }
+        };
+        if let Some(path) = &self.revalidate {
+            let hook = hook(
+                path,
+                quote!(check: ::mcp_confirm::Revalidation),
+                quote!(check),
+                quote!((), ::mcp_confirm::Refusal),
+            );
+            policy = quote!(#policy.revalidate(#hook));
+        }
+        if let Some(path) = &self.when {
+            let hook = hook(
+                path,
+                quote!(lookup: ::mcp_confirm::Lookup),
+                quote!(lookup),
+                quote!(bool, ::mcp_confirm::PolicyError),
+            );
+            policy = quote!(#policy.when(#hook));
+        }
+        let strings = [
+            ("message", &self.message),
+            ("input_key", &self.input_key),
+            ("confirm_field", &self.confirm_field),
+            ("confirm_title", &self.confirm_title),
+            ("choice_field", &self.choice_field),
+            ("choice_title", &self.choice_title),
+            ("select_into", &self.select_into),
+            ("select_header", &self.select_header),
+            ("no_candidates_text", &self.no_candidates_text),
+        ];
+        for (key, value) in strings {
+            if let Some(value) = value {
+                let key = syn::Ident::new(key, value.span());
+                policy = quote!(#policy.#key(#value));
+            }
+        }
+        for (key, value) in [
+            ("max_candidates", self.max_candidates),
+            ("max_label_chars", self.max_label_chars),
+        ] {
+            if let Some(value) = value {
+                let key = syn::Ident::new(key, Span::call_site());
+                policy = quote!(#policy.#key(#value));
+            }
+        }
+        let flags = [
+            ("plain_enum", &self.plain_enum),
+            ("without_versions", &self.without_versions),
+            ("claimed_by_handler", &self.claimed_by_handler),
+            ("queued", &self.queued),
+            ("approve_in_browser", &self.approve_in_browser),
+            ("require_typed_id", &self.require_typed_id),
+        ];
+        for (key, flag) in flags {
+            if flag.is_present() {
+                let key = syn::Ident::new(key, flag.span());
+                policy = quote!(#policy.#key());
+            }
+        }
+        policy
+    }
+}
+
+/// Whether `path` names a method of the impl (`Self::…`), called on a clone of the server.
+fn is_method(path: &Path) -> bool {
+    path.segments.first().is_some_and(|s| s.ident == "Self") && path.segments.len() > 1
+}
+
+/// A hook closure calling `path` (a `Self::` method on a clone of the server, or a free
+/// function), with the result typed at the path's span so a wrong signature is reported there.
+fn hook(path: &Path, param: TokenStream, arg: TokenStream, result: TokenStream) -> TokenStream {
+    let call = if is_method(path) {
+        quote_spanned!(path.span()=> #path(&this, #arg))
+    } else {
+        quote_spanned!(path.span()=> #path(#arg))
+    };
+    let typed = quote_spanned! {path.span()=>
+        let out: ::std::result::Result<#result> = #call.await;
+    };
+    quote! {{
+        let this = ::std::clone::Clone::clone(self);
+        move |#param| {
+            let this = ::std::clone::Clone::clone(&this);
+            async move {
+                let _ = &this;
+                #typed
+                out
+            }
+        }
+    }}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(attr: TokenStream) -> darling::Result<ConfirmArgs> {
+        let attr: Attribute = syn::parse_quote!(#attr);
+        ConfirmArgs::from_attribute(&attr)
+    }
+
+    fn text(tokens: TokenStream) -> String {
+        tokens.to_string().replace(' ', "")
+    }
+
+    #[test]
+    fn a_bare_confirm_is_a_confirm_only_policy() {
+        let args = args(quote!(#[confirm])).unwrap();
+        assert_eq!(args.kind(), "confirm");
+        assert_eq!(
+            text(args.policy()),
+            "::mcp_confirm::ToolPolicy::confirm_only()"
+        );
+    }
+
+    #[test]
+    fn keys_become_builder_calls_and_hooks_call_the_server() {
+        let args = args(quote!(#[confirm(
+            pick_one = Self::matching, revalidate = check, when = Self::needed,
+            message = "Pick one.", select_into = "note_id", max_candidates = 5, queued
+        )]))
+        .unwrap();
+        assert_eq!(args.kind(), "pick_one");
+        let policy = text(args.policy());
+        assert!(
+            policy.starts_with("::mcp_confirm::ToolPolicy::pick_one("),
+            "{policy}"
+        );
+        assert!(policy.contains("Self::matching(&this,lookup)"), "{policy}");
+        assert!(policy.contains("check(check)"), "{policy}");
+        assert!(policy.contains(".when("), "{policy}");
+        assert!(policy.contains("Self::needed(&this,lookup)"), "{policy}");
+        assert!(policy.contains(".message(\"Pickone.\")"), "{policy}");
+        assert!(policy.contains(".select_into(\"note_id\")"), "{policy}");
+        assert!(policy.contains(".max_candidates(5usize)"), "{policy}");
+        assert!(policy.ends_with(".queued()"), "{policy}");
+    }
+
+    #[test]
+    fn the_shape_check_reports_exactly_the_keys_given() {
+        let args = args(quote!(#[confirm(select_into = "x", queued)])).unwrap();
+        let check = text(args.shape_check(Span::call_site()));
+        assert!(check.contains("pick_one:false"), "{check}");
+        assert!(check.contains("select_into:true"), "{check}");
+        assert!(check.contains("queued:true"), "{check}");
+        assert!(check.contains("revalidate:false"), "{check}");
+        assert!(check.ends_with(".assert_valid();"), "{check}");
+    }
+
+    #[test]
+    fn unknown_keys_and_wrong_shapes_are_errors_with_suggestions() {
+        let error = args(quote!(#[confirm(selec_into = "x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("selec_into"), "{error}");
+        assert!(error.contains("select_into"), "{error}");
+        assert!(args(quote!(#[confirm(queued = "yes")])).is_err());
+        assert!(args(quote!(#[confirm(message = 7)])).is_err());
+        assert!(args(quote!(#[confirm = "x"])).is_err());
+    }
+}
