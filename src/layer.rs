@@ -321,7 +321,7 @@ impl ConfirmLayerBuilder {
     }
 
     /// The message of the form [`confirm_destructive`](Self::confirm_destructive) generates for
-    /// the tool `name` (by default "Allow <title> to run? It may change or delete data."). The
+    /// the tool `name` (by default `"Allow <title> to run? It may change or delete data."`). The
     /// form still lists the call's arguments under it. The tool must be one that
     /// `confirm_destructive` confirms.
     pub fn destructive_message(

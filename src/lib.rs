@@ -100,6 +100,9 @@
 //!            rpc.rs       Service<JsonRpcMessage>: the same decision without HTTP
 //!            layer.rs     ConfirmLayer and its builder: validates and freezes a Config
 //!            guard        HostOriginLayer, Host/Origin validation to stack in front
+//!            rmcp.rs      (feature rmcp) the handler side: the Confirmation extractor that fails
+//!                         closed without the layer's verdict on exactly this call; Declarations
+//!            testing.rs   (feature testing) TestClient: both rounds against any service
 //!            page.rs      ApprovalPage: the browser approval page (show, decide once, CSRF, CSP)
 //! decision   driver.rs    the async path: gates → verify or challenge → answer → claim →
 //!                         revalidate → forward; every refusal goes through one `Refused`
@@ -110,11 +113,12 @@
 //!            form.rs      the flat form's schema, and the strict reading of the answer
 //! sans-IO    engine.rs    protocol gates (_meta, version, declared headers, form capability)
 //!            policy.rs    ToolPolicy, Candidate, the Resolver and Revalidate hooks
-//!            tools.rs     the server's tool list: which tools are destructive, x-mcp-header names
+//!            tools.rs     the server's tool list: which tools are destructive or declared, their
+//!                         arguments and x-mcp-header names
 //!            completion.rs  the guard that marks a claimed nonce Consumed when the call ends
 //!            token/       the requestState: candidate set, claims layout, codec, keys, Sealer
 //!            limit.rs     per-principal challenge rate limit
-//!            confirmed.rs Confirmed, what the inner service learns
+//!            confirmed.rs Confirmed and Waived: what the inner service learns, bound to the call
 //!            audit        the tracing events, one per decision
 //!            message/     strict JSON-RPC reading (scanner + its contract), the forward writer,
 //!                         the tools/list marking
@@ -126,7 +130,8 @@
 //!            principal.rs Principal and how it is extracted
 //!            clock        Clock (system, manual for tests)
 //! apart      scope        workspace URIs, containment by components, ScopedDir (feature fs)
-//! macros/    (crate)      #[confirm_router] and #[confirm] (feature macros)
+//! macros/    (crate)      #[confirm_router] and #[confirm] (feature macros): guards the handlers,
+//!                         marks their definitions; the key rules are policy.rs's PolicyShape
 //! ```
 //!
 //! # What a confirmation does not prove
