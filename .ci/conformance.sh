@@ -147,4 +147,24 @@ print(f"tasks-*: {scenarios_ok} of {len(expected)} scenarios and {checks_ok} of 
 if bad:
     sys.exit("\n".join(bad))
 PY
+
+# Scored or not, no check of any scenario may fail or warn: the fixture serves every tool and
+# feature the suite calls (json-schema-2020-12 included). SKIPPED (what the suite cannot observe)
+# and INFO (a note, no verdict) are the suite's own, and stay allowed.
+echo "== every scenario: no FAILURE and no WARNING"
+python3 - "$out" <<'PY' || status=1
+import glob, json, sys
+runs = glob.glob(f"{sys.argv[1]}/server-*/checks.json")
+if not runs:
+    sys.exit("no results")
+counts, bad = {}, []
+for run in runs:
+    for c in json.load(open(run)):
+        counts[c["status"]] = counts.get(c["status"], 0) + 1
+        if c["status"] not in ("SUCCESS", "SKIPPED", "INFO"):
+            bad.append(f"{run.split('/')[-2]} {c['id']}: {c['status']} {c.get('errorMessage', '')}")
+print(f"{len(runs)} scenarios: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+if bad:
+    sys.exit("\n".join(bad))
+PY
 exit "$status"

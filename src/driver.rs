@@ -371,6 +371,20 @@ async fn settle_browser(
     };
     match approval.decision {
         None => {
+            // Undecided on the page, but the client may have spent the state already (declined
+            // it): a used state gets the one answer every replay gets, never the page again.
+            let used = config
+                .store
+                .is_used(claims.nonce, PrincipalKey::from_bytes(claims.principal))
+                .await
+                .map_err(store_failed)?;
+            if used {
+                return Err(Refused::replay(
+                    claims.nonce,
+                    "consumed",
+                    StateError::Consumed,
+                ));
+            }
             audit::refused(&call.tool, Some(principal), "not decided on the page yet");
             Ok(browser_challenge(config, guarded, call, id, token))
         }

@@ -372,3 +372,32 @@ async fn the_page_never_falls_back_to_the_local_principal() {
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{html}");
     assert!(!html.contains("note-7"));
 }
+
+#[tokio::test]
+async fn a_state_the_client_declined_is_never_challenged_again() {
+    // Declined in the client (the nonce is spent), never decided on the page: the same state
+    // with `accept` gets the one answer every used state gets, not the page again.
+    let (f, page) = browser();
+    let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
+    let declined = f
+        .alice(&with_answer(
+            destroy_call(json!(2)),
+            &state,
+            json!({"action": "decline"}),
+        ))
+        .await;
+    assert_eq!(outcome(&declined), "declined", "{}", declined.json());
+    for id in 3..5 {
+        let again = f.alice(&went_to_page(&state, json!(id))).await;
+        assert_eq!(
+            again.error()["data"]["reason"],
+            "invalid_request_state",
+            "{}",
+            again.json()
+        );
+    }
+    // The page agrees: nothing left to decide.
+    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    assert!(html.contains("Already answered"), "{html}");
+    assert_eq!(f.seen.count(), 0);
+}

@@ -1198,3 +1198,84 @@ async fn holds_demo_signin_redirects_home_and_its_cookie_stays_on_the_page() {
         .unwrap();
     assert_eq!(response.status().as_u16(), 403);
 }
+
+/// Login CSRF from a sibling loopback origin: any page on another local port could sign a
+/// browser in as someone else, because the sign-in only checked "some localhost origin". Now the
+/// origin must be exactly the server's own, and `Sec-Fetch-Site` same-origin when sent; the same
+/// for signing out. The sign-in page says `nosniff`.
+#[tokio::test]
+async fn holds_demo_signin_takes_posts_from_its_exact_origin_only() {
+    let demo = Demo::start().await;
+    let port: u16 = demo.base.rsplit(':').next().unwrap().parse().unwrap();
+    let other = port.wrapping_add(1).max(1);
+    let sibling_localhost = format!("http://localhost:{other}");
+    let sibling_loopback = format!("http://127.0.0.1:{other}");
+    let body = "token=bob-token&next=/confirm/00000000000000000000000000000000";
+    for headers in [
+        vec![
+            ("origin", sibling_localhost.as_str()),
+            ("sec-fetch-site", "cross-site"),
+        ],
+        vec![("origin", sibling_loopback.as_str())],
+        vec![
+            ("origin", demo.base.as_str()),
+            ("sec-fetch-site", "cross-site"),
+        ],
+        vec![("origin", "null")],
+    ] {
+        let (status, _, cookie) = demo.sign_in(body, &headers).await;
+        assert!(
+            status == 403 && cookie.is_none(),
+            "{headers:?} signed the browser in: {status}, Set-Cookie {cookie:?}"
+        );
+    }
+    let own = [
+        ("origin", demo.base.as_str()),
+        ("sec-fetch-site", "same-origin"),
+    ];
+    let (status, _, cookie) = demo.sign_in(body, &own).await;
+    assert_eq!(status, 303);
+    let cookie = cookie.expect("a session cookie");
+    let session = cookie.split(';').next().unwrap().to_owned();
+
+    // Signing out: from another site refused; from the page it ends the session.
+    let sign_out = |headers: Vec<(&'static str, String)>| {
+        let mut request = Demo::http()
+            .post(format!("{}/signout", demo.base))
+            .header("cookie", session.clone());
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        request.send()
+    };
+    let refused = sign_out(vec![("origin", sibling_loopback.clone())])
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+    let done = sign_out(vec![
+        ("origin", demo.base.clone()),
+        ("sec-fetch-site", "same-origin".to_owned()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(done.status(), 200);
+    let cleared = done.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cleared.contains("Max-Age=0"), "{cleared}");
+    let page = Demo::http()
+        .get(format!(
+            "{}/confirm/00000000000000000000000000000000",
+            demo.base
+        ))
+        .header("cookie", session.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 401, "the old session is gone");
+
+    let form = Demo::http()
+        .get(format!("{}/signin", demo.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(form.headers()["x-content-type-options"], "nosniff");
+}

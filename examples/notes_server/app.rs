@@ -124,7 +124,7 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
     // The worker runs grants with the layer's store and the queued tools' revalidation hooks.
     queue.start(confirm.grants());
     // The approval page and its sign-in: a session cookie, read there only (never at /mcp).
-    let sessions = signin::Sessions::default();
+    let sessions = signin::Sessions::new(&options.public_url);
     let page = ServiceBuilder::new()
         .layer(HostOriginLayer::localhost())
         .layer(middleware::from_fn_with_state(
@@ -134,12 +134,16 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
         .service(confirm.approval_page().sign_in_url("/signin"));
     let sign_in = axum::routing::get(signin::form)
         .post(signin::submit)
+        .with_state(sessions.clone())
+        .layer(HostOriginLayer::localhost());
+    let sign_out = axum::routing::post(signin::sign_out)
         .with_state(sessions)
         .layer(HostOriginLayer::localhost());
     Router::new()
         .nest_service("/mcp", guard.layer(confirm).service(rmcp))
         .route_service("/confirm/{id}", page)
         .route("/signin", sign_in)
+        .route("/signout", sign_out)
 }
 
 /// Runs `f` on the notes store: on the blocking pool when the notes are files (so file I/O never

@@ -4,7 +4,9 @@
 //! It is deliberately not a way into the MCP endpoint. The cookie holds a random session id, never
 //! the token, and `/mcp` reads the `Authorization` header and nothing else, so the cookie
 //! authenticates the person at the page and nowhere else. The form is posted from this origin
-//! only (the Host/Origin guard sits in front), so no other site can sign a browser in.
+//! only: a post whose `Origin` is not exactly the server's own (another port of the same host
+//! included), or whose `Sec-Fetch-Site` is not `same-origin`, is refused, so no other site —
+//! not even another local one — can sign a browser in, or out.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,22 +28,57 @@ const COOKIE: &str = "notes_session";
 /// How long a session lasts.
 const SESSION_TTL: Duration = Duration::from_secs(3600);
 
-/// Signed-in sessions: a random id → the principal, until it expires. Clones share the map.
-#[derive(Clone, Default)]
-pub(crate) struct Sessions(Arc<Mutex<HashMap<String, (&'static str, Instant)>>>);
+/// Signed-in sessions: a random id → the principal, until it expires; and the server's own
+/// origin, the only one the sign-in forms may be posted from. Clones share the map.
+#[derive(Clone)]
+pub(crate) struct Sessions {
+    map: Arc<Mutex<HashMap<String, (&'static str, Instant)>>>,
+    origin: Arc<str>,
+}
 
 impl Sessions {
+    /// No sessions yet; forms are accepted from `origin` (`http://127.0.0.1:3000`) only.
+    pub(crate) fn new(origin: &str) -> Self {
+        Self {
+            map: Arc::default(),
+            origin: Arc::from(origin.trim_end_matches('/')),
+        }
+    }
+
+    /// Whether a form post comes from the server's own pages: `Sec-Fetch-Site`, when the
+    /// browser sends it, says same-origin, and `Origin`, when present, is exactly ours. (A
+    /// browser always sends one of them on a cross-site post; a client that is not a browser
+    /// cannot be used to forge a sign-in for someone else.)
+    fn same_origin(&self, headers: &http::HeaderMap) -> bool {
+        let site_ok = headers
+            .get("sec-fetch-site")
+            .is_none_or(|site| site.as_bytes() == b"same-origin");
+        let mut origins = headers.get_all(header::ORIGIN).iter();
+        let origin_ok = match (origins.next(), origins.next()) {
+            (None, _) => true,
+            (Some(origin), None) => origin.as_bytes() == self.origin.as_bytes(),
+            (Some(_), Some(_)) => false,
+        };
+        site_ok && origin_ok
+    }
+
+    /// Ends the session `id`.
+    fn close(&self, id: &str) {
+        let mut sessions = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.remove(id);
+    }
+
     /// A new session for `principal`; its id goes into the cookie.
     fn open(&self, principal: &'static str) -> String {
         let id = mcp_confirm::store::Nonce::random().to_hex();
-        let mut sessions = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sessions = self.map.lock().unwrap_or_else(|e| e.into_inner());
         sessions.retain(|_, (_, at)| at.elapsed() < SESSION_TTL);
         sessions.insert(id.clone(), (principal, Instant::now()));
         id
     }
 
     fn principal(&self, id: &str) -> Option<&'static str> {
-        let sessions = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let sessions = self.map.lock().unwrap_or_else(|e| e.into_inner());
         sessions
             .get(id)
             .filter(|(_, at)| at.elapsed() < SESSION_TTL)
@@ -72,6 +109,7 @@ fn html(status: StatusCode, body: String) -> Response {
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
     ] {
         headers.insert(name, HeaderValue::from_static(value));
     }
@@ -106,8 +144,24 @@ pub(crate) struct SignIn {
     next: String,
 }
 
+/// The answer to a form posted from anywhere but the server's own pages.
+fn cross_site() -> Response {
+    html(
+        StatusCode::FORBIDDEN,
+        "<!doctype html><title>Sign in</title><p>Sign in from this server's own page.</p>"
+            .to_owned(),
+    )
+}
+
 /// `POST /signin`: a valid demo token sets the session cookie and goes back to the page.
-pub(crate) async fn submit(State(sessions): State<Sessions>, Form(form): Form<SignIn>) -> Response {
+pub(crate) async fn submit(
+    State(sessions): State<Sessions>,
+    headers: http::HeaderMap,
+    Form(form): Form<SignIn>,
+) -> Response {
+    if !sessions.same_origin(&headers) {
+        return cross_site();
+    }
     let Some(principal) = principal_for_token(&form.token) else {
         return html(
             StatusCode::UNAUTHORIZED,
@@ -131,20 +185,46 @@ pub(crate) async fn submit(State(sessions): State<Sessions>, Form(form): Form<Si
     response
 }
 
+/// `POST /signout`: ends this browser's session and clears its cookie (from our own pages only,
+/// so no other site can sign a person out either).
+pub(crate) async fn sign_out(
+    State(sessions): State<Sessions>,
+    headers: http::HeaderMap,
+) -> Response {
+    if !sessions.same_origin(&headers) {
+        return cross_site();
+    }
+    for id in session_ids(&headers) {
+        sessions.close(id);
+    }
+    let mut response = html(
+        StatusCode::OK,
+        "<!doctype html><title>Signed out</title><p>Signed out.</p>".to_owned(),
+    );
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("notes_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+    );
+    response
+}
+
+/// The session ids the request's cookies carry.
+fn session_ids(headers: &http::HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+}
+
 /// The page's authentication: the session cookie's principal, if any, into the extensions.
 pub(crate) async fn from_cookie(
     State(sessions): State<Sessions>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let principal = request
-        .headers()
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-        .find_map(|id| sessions.principal(id));
+    let principal = session_ids(request.headers()).find_map(|id| sessions.principal(id));
     if let Some(principal) = principal {
         request.extensions_mut().insert(Principal::new(principal));
     }

@@ -36,11 +36,11 @@ use rmcp::model::{
     CompleteRequestParams, CompleteResult, CompletionInfo, ContentBlock, ElicitRequest,
     ElicitRequestParams, ElicitationSchema, GetPromptRequestParams, GetPromptResponse,
     GetPromptResult, GetTaskParams, GetTaskResult, Implementation, InputRequest, InputRequests,
-    InputRequiredResult, InputResponses, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    Prompt, PromptArgument, PromptMessage, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Reference, Resource, ResourceContents,
-    ResourceTemplate, Role, ServerCapabilities, ServerConfig, UpdateTaskParams,
+    InputRequiredResult, InputResponses, JsonObject, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, Prompt, PromptArgument, PromptMessage, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, Resource,
+    ResourceContents, ResourceTemplate, Role, ServerCapabilities, ServerConfig, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::task_manager::TaskManager;
@@ -269,6 +269,32 @@ const ROUND_1_STATE: &str = "multi-round/1";
 const ROUND_2_STATE: &str = "multi-round/2";
 const CAPABILITIES_STATE: &str = "capabilities";
 
+/// The input schema the `json-schema-2020-12` scenario expects back from `tools/list`.
+fn json_schema_2020_12() -> Arc<JsonObject> {
+    let schema = serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "$defs": {"address": {"$anchor": "addressDef", "type": "object",
+            "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+        "properties": {
+            "name": {"type": "string"},
+            "address": {"$ref": "#/$defs/address"},
+            "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+            "phone": {"type": "string"},
+            "email": {"type": "string"}
+        },
+        "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+        "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+        "then": {"required": ["phone"]},
+        "else": {"required": ["email"]},
+        "additionalProperties": false
+    });
+    match schema {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
 #[tool_router]
 impl Everything {
     fn new(tasks: TaskManager) -> Self {
@@ -276,6 +302,17 @@ impl Everything {
             tool_router: Self::tool_router() + Self::task_tools(),
             tasks,
         }
+    }
+
+    /// The suite's `json-schema-2020-12` scenario: an input schema with `$schema`, `$defs`,
+    /// `$anchor`, composition and conditional keywords, listed exactly as written.
+    #[tool(
+        description = "Takes a contact, described in JSON Schema 2020-12.",
+        input_schema = json_schema_2020_12(),
+        annotations(read_only_hint = true)
+    )]
+    async fn json_schema_2020_12_tool(&self) -> CallToolResult {
+        text("ok")
     }
 
     #[tool(description = "Returns one text block.")]
