@@ -206,6 +206,10 @@ async fn challenge(
     principal: &Principal,
 ) -> Result<Decision, Refused> {
     let policy = &guarded.policy;
+    if policy.queued {
+        // A grant keeps the arguments: too many to keep is refused now, before anyone confirms.
+        check_grant_arguments(&guarded.confirmed_arguments(call, None))?;
+    }
     if let Some(limiter) = &config.challenge_limiter
         && let Err(wait) = limiter.check(&config.principal_key(principal))
     {
@@ -282,8 +286,10 @@ async fn challenge(
             choices: candidates
                 .iter()
                 .map(|c| {
-                    let label = c.label().unwrap_or(c.id());
-                    ApprovalChoice::new(c.id(), label, c.version().map(str::to_owned))
+                    // The same cleaning as the form's labels: one for every channel.
+                    let label =
+                        form::plain_label(c.label().unwrap_or(c.id()), policy.max_label_chars);
+                    ApprovalChoice::new(c.id(), &label, c.version().map(str::to_owned))
                 })
                 .collect(),
             typed: policy.browser == Some(true),
@@ -557,6 +563,19 @@ async fn accept(
 /// The most a queued call's arguments may weigh in its grant, as JSON.
 const MAX_GRANT_ARGUMENTS_BYTES: usize = 64 * 1024;
 
+/// Refuses arguments too large to keep in a grant.
+fn check_grant_arguments(arguments: &Value) -> Result<(), Refused> {
+    if serde_json::to_vec(arguments).map_or(usize::MAX, |json| json.len())
+        > MAX_GRANT_ARGUMENTS_BYTES
+    {
+        return Err(Refused::new(
+            RpcError::arguments_too_large_to_queue(),
+            "arguments too large to keep in a grant",
+        ));
+    }
+    Ok(())
+}
+
 /// Withdraws a grant that will not be forwarded (best effort: its id never left this process,
 /// so nothing can run it either way).
 async fn withdraw(config: &Config, grant: Option<GrantId>) {
@@ -580,14 +599,7 @@ async fn issue_grant(
         .grants
         .as_ref()
         .ok_or_else(|| Refused::new(RpcError::internal(), "queued tool without a grant store"))?;
-    if serde_json::to_vec(arguments).map_or(usize::MAX, |json| json.len())
-        > MAX_GRANT_ARGUMENTS_BYTES
-    {
-        return Err(Refused::new(
-            RpcError::arguments_too_large_to_queue(),
-            "arguments too large to keep in a grant",
-        ));
-    }
+    check_grant_arguments(arguments)?;
     let now = config.sealer.now();
     let grant = Grant {
         id: GrantId::random(),

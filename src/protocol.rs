@@ -112,6 +112,16 @@ impl RpcError {
         )
     }
 
+    /// A confirmed tool call whose `Accept` does not list both JSON and SSE: the server would
+    /// refuse it after the confirmation was spent.
+    pub(crate) fn not_acceptable() -> Self {
+        Self::new(
+            code::INVALID_REQUEST,
+            "Not Acceptable: the client must accept both application/json and text/event-stream",
+            StatusCode::NOT_ACCEPTABLE,
+        )
+    }
+
     /// A confirmed tool call posted with a `Content-Type` other than `application/json`.
     pub(crate) fn unsupported_media_type() -> Self {
         Self::new(

@@ -401,3 +401,20 @@ async fn a_state_the_client_declined_is_never_challenged_again() {
     assert!(html.contains("Already answered"), "{html}");
     assert_eq!(f.seen.count(), 0);
 }
+
+#[tokio::test]
+async fn the_page_shows_labels_cleaned_as_the_form_does() {
+    // Bidirectional overrides and zero-width characters in a title reach neither channel.
+    let (f, page) = browser();
+    let title = "Tax\u{202E}es\u{200B} 2026";
+    f.notes.replace("note-50", PERSONAL, title);
+    let first = f.alice(&destroy_call_in(json!(1), PERSONAL, title)).await;
+    let (url, _, _) = elicitation(&first);
+    let (status, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("Taxes 2026 (note-50)"), "{html}");
+    assert!(
+        !html.contains('\u{202E}') && !html.contains('\u{200B}'),
+        "{html}"
+    );
+}

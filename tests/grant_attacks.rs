@@ -396,13 +396,20 @@ async fn approve_as(f: &Fixture, principal: &str, extra: &Value, n: u64) -> Answ
 async fn holds_one_principal_cannot_fill_the_grant_store_for_everyone() {
     // Capacity 400: each principal may hold 4 grants that can still run.
     let (f, _, _) = queued_fixture(400);
-    let huge = approve_as(&f, "bob", &json!("x".repeat(2 * 1024 * 1024)), 1).await;
+    // Too large to keep in a grant: refused on the first call, before any form is offered, so
+    // no user confirms something that cannot be queued.
+    let huge = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{
+        "_meta": meta(), "name":"notes_delete",
+        "arguments":{"workspaceUri": TEAM, "title": "Groceries",
+                     "padding": "x".repeat(2 * 1024 * 1024)}}});
+    let huge = send(&f.svc, post(&huge, Some("bob"))).await;
     assert_eq!(
         huge.error()["data"]["reason"],
         "arguments_too_large",
         "{}",
         huge.json()
     );
+    assert!(huge.json()["result"].is_null(), "no form was offered");
     let padding = json!("x".repeat(1024));
     for n in 1..=4 {
         assert_ran(&approve_as(&f, "bob", &padding, 10 * n + 1).await);

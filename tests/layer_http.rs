@@ -1110,3 +1110,33 @@ async fn members_present_as_null_are_refused_not_taken_as_absent() {
     assert_eq!(ok.status, 200);
     assert_eq!(f.seen.count(), 1);
 }
+
+/// A confirmed call whose `Accept` a Streamable HTTP server refuses (406) is refused before any
+/// form is offered or any state is claimed: the confirmation is not spent on a call the server
+/// would not take. (Before, the layer offered the form, claimed the accepted retry, rmcp answered
+/// 406, and the next correct retry got `-32602`.)
+#[tokio::test]
+async fn a_call_the_server_would_not_accept_spends_no_confirmation() {
+    let json_only = |request: &mut http::Request<_>| {
+        request
+            .headers_mut()
+            .insert("accept", http::HeaderValue::from_static("application/json"));
+    };
+    let f = fixture();
+    let mut first = post(&delete_call(json!(1), "Groceries"), Some("alice"));
+    json_only(&mut first);
+    let refused = send(&f.svc, first).await;
+    assert_eq!(refused.status, StatusCode::NOT_ACCEPTABLE);
+    assert_eq!(refused.error()["code"], -32600, "{:?}", refused.bytes);
+    assert!(refused.result().is_null());
+
+    let state = challenge(&f).await;
+    let mut retry = post(&accepted(&state, json!(2), "note-7"), Some("alice"));
+    json_only(&mut retry);
+    let refused = send(&f.svc, retry).await;
+    assert_eq!(refused.status, StatusCode::NOT_ACCEPTABLE);
+    assert_eq!(f.seen.count(), 0);
+    // The same answer, sent as the protocol asks, still runs: nothing was spent.
+    assert_ran(&f.accept(&state, json!(3), "note-7").await);
+    assert_eq!(f.seen.count(), 1);
+}

@@ -248,6 +248,15 @@ where
                 &RpcError::unsupported_media_type(),
             )),
         },
+        // Streamable HTTP requires both in `Accept`; a server that enforces it would refuse the
+        // confirmed call after the claim, so the form is never offered for such a request.
+        Parsed::Intercept(call, Route::Confirm(_))
+            if !headers::accepts_json_and_sse(&parts.headers) =>
+        {
+            State::Replying {
+                reply: Some(Reply::error(Some(&call.id), &RpcError::not_acceptable())),
+            }
+        }
         Parsed::Intercept(call, Route::Confirm(guarded)) => {
             let principal = config.principal(&parts.extensions);
             let declared = headers::declared(&parts.headers);

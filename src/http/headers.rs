@@ -16,6 +16,41 @@ pub(super) fn declared(headers: &HeaderMap) -> Declared {
     }
 }
 
+/// Whether `Accept` lists both `application/json` and `text/event-stream`, as Streamable HTTP
+/// requires of every POST (a range weighted `q=0` does not count). The layer checks it before it
+/// offers a form, so that no confirmation is spent on a call the server will then refuse as
+/// not acceptable.
+pub(super) fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
+    let (mut json, mut sse) = (false, false);
+    let ranges = headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','));
+    for range in ranges {
+        let mut parts = range.split(';');
+        let essence = parts.next().unwrap_or_default().trim();
+        let excluded = parts.any(|parameter| {
+            parameter.split_once('=').is_some_and(|(name, value)| {
+                name.trim().eq_ignore_ascii_case("q") && zero_weight(value)
+            })
+        });
+        if excluded {
+            continue;
+        }
+        json |= essence.eq_ignore_ascii_case("application/json");
+        sse |= essence.eq_ignore_ascii_case("text/event-stream");
+    }
+    json && sse
+}
+
+/// Whether a `q` value is zero (`0`, `0.0`, `0.000`): that range is not acceptable.
+fn zero_weight(value: &str) -> bool {
+    let value = value.trim();
+    let (whole, fraction) = value.split_once('.').unwrap_or((value, ""));
+    whole == "0" && fraction.bytes().all(|b| b == b'0')
+}
+
 /// Reads `name` from `headers`: present exactly once, as text, decoding the `=?base64?…?=` form
 /// MCP uses for non-ASCII values. A repeated, non-text or badly encoded header is
 /// [`Field::Invalid`].
