@@ -178,9 +178,20 @@ fn forbidden<B>() -> Response<ResponseBody<B>> {
     // One body for every refusal; the audit log has the reason.
     let mut response = Response::new(ResponseBody::own(Some(body)));
     *response.status_mut() = StatusCode::FORBIDDEN;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    // In front of a page as well as an endpoint: the refusal is never framed, sniffed or kept.
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (CONTENT_TYPE, "application/json"),
+        (
+            http::header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; frame-ancestors 'none'",
+        ),
+        (http::header::X_FRAME_OPTIONS, "DENY"),
+        (http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (http::header::CACHE_CONTROL, "no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
     response
 }
 

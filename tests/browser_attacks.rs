@@ -1279,3 +1279,41 @@ async fn holds_demo_signin_takes_posts_from_its_exact_origin_only() {
         .unwrap();
     assert_eq!(form.headers()["x-content-type-options"], "nosniff");
 }
+
+/// The guard's 403 and every 404 under `/confirm/` carry the page's framing and sniffing rules,
+/// not only the page's own answers.
+#[tokio::test]
+async fn holds_demo_refusals_under_confirm_carry_the_page_headers() {
+    let demo = Demo::start().await;
+    for path in ["/confirm/", "/confirm/nope", "/confirm/a/b/c"] {
+        let response = Demo::http()
+            .get(format!("{}{path}", demo.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+        let headers = response.headers();
+        assert_eq!(headers["x-frame-options"], "DENY", "{path}");
+        let csp = headers["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+    }
+    let forbidden = Demo::http()
+        .get(format!(
+            "{}/confirm/00000000000000000000000000000000",
+            demo.base
+        ))
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forbidden.status(), 403);
+    let headers = forbidden.headers();
+    assert_eq!(headers["x-frame-options"], "DENY");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert!(
+        headers["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("frame-ancestors 'none'")
+    );
+}

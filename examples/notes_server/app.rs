@@ -144,6 +144,8 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
         .route_service("/confirm/{id}", page)
         .route("/signin", sign_in)
         .route("/signout", sign_out)
+        // Anything else (`/confirm/`, `/confirm/a/b`) is a 404 with the pages' headers.
+        .fallback(signin::not_found)
 }
 
 /// Runs `f` on the notes store: on the blocking pool when the notes are files (so file I/O never

@@ -116,6 +116,14 @@ fn html(status: StatusCode, body: String) -> Response {
     response
 }
 
+/// Any path the demo does not serve: a 404 with the same headers as its pages.
+pub(crate) async fn not_found() -> Response {
+    html(
+        StatusCode::NOT_FOUND,
+        "<!doctype html><title>Not found</title><p>Not found.</p>".to_owned(),
+    )
+}
+
 #[derive(Deserialize)]
 pub(crate) struct Next_ {
     #[serde(default)]
