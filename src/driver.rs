@@ -165,6 +165,15 @@ async fn try_decide(
     }
     match form::read_answer(policy, &claims.candidates, responses) {
         Answer::Missing => challenge(config, guarded, call, principal).await,
+        Answer::AskAgain(reason) => {
+            // A fresh form; the old state stays unspent (and as answerable as before).
+            audit::refused(
+                &call.tool,
+                Some(principal),
+                &format!("asked again: {reason}"),
+            );
+            challenge(config, guarded, call, principal).await
+        }
         Answer::Invalid(reason) => Err(Refused::new(
             RpcError::invalid_input_responses(),
             format!("inputResponses: {reason}"),
@@ -278,6 +287,7 @@ async fn challenge(
     if policy.browser.is_some() {
         let approval = Approval {
             id: ApprovalId::for_nonce(&claims.nonce),
+            audience: config.audience.clone(),
             nonce: claims.nonce,
             principal: PrincipalKey::from_bytes(claims.principal),
             subject: principal.subject().to_owned(),
@@ -353,7 +363,9 @@ async fn settle_browser(
 ) -> Result<Decision, Refused> {
     let policy = &guarded.policy;
     match form::read_url_answer(policy, call.params.input_responses.as_ref()) {
-        Answer::Missing => return challenge(config, guarded, call, principal).await,
+        Answer::Missing | Answer::AskAgain(_) => {
+            return challenge(config, guarded, call, principal).await;
+        }
         Answer::Invalid(reason) => {
             return Err(Refused::new(
                 RpcError::invalid_input_responses(),
@@ -371,7 +383,9 @@ async fn settle_browser(
     // The state verified, so its approval was proposed; gone means a store that lost it.
     // A record that is not this state's (another nonce or principal) decides nothing.
     let Some(approval) = approval.filter(|a| {
-        a.nonce == claims.nonce && a.principal == PrincipalKey::from_bytes(claims.principal)
+        a.nonce == claims.nonce
+            && a.principal == PrincipalKey::from_bytes(claims.principal)
+            && a.audience == config.audience
     }) else {
         return Err(Refused::state(StateError::Consumed));
     };

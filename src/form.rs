@@ -212,6 +212,9 @@ fn is_invisible(c: char) -> bool {
 pub(crate) enum Answer {
     /// Our key is not among the responses: ask again.
     Missing,
+    /// A well-formed answer that does not answer the form (content missing, a field left out,
+    /// a choice that was not offered): ask again, as MRTR asks of servers, spending nothing.
+    AskAgain(&'static str),
     /// Accepted with `confirm: true`; `chosen` is a signed candidate (pick-one policies).
     Accept { chosen: Option<String> },
     /// Accepted with `confirm: false`: a refusal.
@@ -242,10 +245,10 @@ pub(crate) fn read_url_answer(policy: &ToolPolicy, responses: Option<&Value>) ->
     match response.get("action").and_then(Value::as_str) {
         Some("decline") => Answer::Decline,
         Some("cancel") => Answer::Cancel,
+        // Only "the user went to the page": whatever content came with it is not read.
         Some("accept") => match response.get("content") {
-            None => Answer::Accept { chosen: None },
-            Some(Value::Object(content)) if content.is_empty() => Answer::Accept { chosen: None },
-            Some(_) => Answer::Invalid("a URL-mode accept carries no content"),
+            None | Some(Value::Null | Value::Object(_)) => Answer::Accept { chosen: None },
+            Some(_) => Answer::Invalid("content is not an object"),
         },
         _ => Answer::Invalid("action is not accept, decline or cancel"),
     }
@@ -275,24 +278,28 @@ pub(crate) fn read_answer(
         Some("accept") => {}
         _ => return Answer::Invalid("action is not accept, decline or cancel"),
     }
-    let Some(content) = response.get("content").and_then(Value::as_object) else {
-        return Answer::Invalid("accept without content");
+    // Protocol errors (a value of the wrong type) are errors; an answer that is well formed but
+    // does not answer the form is asked again; members the form did not ask for are ignored.
+    let content = match response.get("content") {
+        None | Some(Value::Null) => return Answer::AskAgain("accept without content"),
+        Some(Value::Object(content)) => content,
+        Some(_) => return Answer::Invalid("content is not an object"),
     };
-    let expected_fields = if policy.resolver.is_some() { 2 } else { 1 };
-    if content.len() != expected_fields {
-        return Answer::Invalid("content does not match the form's fields");
-    }
-    let Some(confirm) = content.get(&policy.confirm_field).and_then(Value::as_bool) else {
-        return Answer::Invalid("confirm field missing or not a boolean");
+    let confirm = match content.get(&policy.confirm_field) {
+        None => return Answer::AskAgain("the confirm field is missing"),
+        Some(Value::Bool(confirm)) => *confirm,
+        Some(_) => return Answer::Invalid("the confirm field is not a boolean"),
     };
     let chosen = if policy.resolver.is_some() {
-        let Some(choice) = content.get(&policy.choice_field).and_then(Value::as_str) else {
-            return Answer::Invalid("choice field missing or not a string");
+        let choice = match content.get(&policy.choice_field) {
+            None => return Answer::AskAgain("the choice field is missing"),
+            Some(Value::String(choice)) => choice,
+            Some(_) => return Answer::Invalid("the choice field is not a string"),
         };
-        if !signed.iter().any(|shown| shown.id == choice) {
-            return Answer::Invalid("choice is not one of the signed candidates");
+        if !signed.iter().any(|shown| shown.id == *choice) {
+            return Answer::AskAgain("the choice is not one of the signed candidates");
         }
-        Some(choice.to_owned())
+        Some(choice.clone())
     } else {
         None
     };
@@ -405,16 +412,36 @@ mod tests {
             ),
             Answer::Unconfirmed
         );
-        for bad in [
+        // Members the form did not ask for are ignored.
+        assert_eq!(
+            read(
+                &p,
+                json!({"delete_choice":{"action":"accept","extra":[],"content":{"note_id":"note-7","confirm":true,"extra":1}},"other":7})
+            ),
+            Answer::Accept {
+                chosen: Some("note-7".into())
+            }
+        );
+        // Well formed, but not an answer to the form: asked again.
+        for again in [
             json!({"delete_choice":{"action":"accept"}}),
             json!({"delete_choice":{"action":"accept","content":null}}),
             json!({"delete_choice":{"action":"accept","content":{}}}),
             json!({"delete_choice":{"action":"accept","content":{"note_id":"note-99","confirm":true}}}),
+            json!({"delete_choice":{"action":"accept","content":{"confirm":true}}}),
+            json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7"}}}),
+        ] {
+            assert!(
+                matches!(read(&p, again.clone()), Answer::AskAgain(_)),
+                "{again}"
+            );
+        }
+        // Malformed: an error.
+        for bad in [
             json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":"true"}}}),
             json!({"delete_choice":{"action":"accept","content":{"note_id":7,"confirm":true}}}),
             json!({"delete_choice":{"action":"accept","content":{"note_id":["note-7"],"confirm":true}}}),
-            json!({"delete_choice":{"action":"accept","content":{"confirm":true}}}),
-            json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true,"extra":1}}}),
+            json!({"delete_choice":{"action":"accept","content":"yes"}}),
             json!({"delete_choice":{"action":"ACCEPT","content":{"note_id":"note-7","confirm":true}}}),
             json!({"delete_choice":{"content":{"note_id":"note-7","confirm":true}}}),
             json!({"delete_choice":null}),
@@ -456,12 +483,13 @@ mod tests {
             ),
             Answer::Accept { chosen: None }
         );
-        assert!(matches!(
+        assert_eq!(
             read(
                 &p,
                 json!({"confirm":{"action":"accept","content":{"ok":true,"choice":"note-3"}}})
             ),
-            Answer::Invalid(_)
-        ));
+            Answer::Accept { chosen: None },
+            "a member the form did not ask for is ignored"
+        );
     }
 }

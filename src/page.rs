@@ -143,7 +143,16 @@ impl ApprovalPage {
         why: &str,
     ) -> Result<Approval, Response<Full<Bytes>>> {
         let approval = match self.config.store.approval(id).await {
-            Ok(Some(approval)) => approval,
+            // Another deployment's approval (sharing this store) is none of this page's business.
+            Ok(Some(approval)) if approval.audience == self.config.audience => approval,
+            Ok(Some(approval)) => {
+                audit::refused(
+                    &approval.tool,
+                    Some(principal),
+                    "approval of another audience",
+                );
+                return Err(gone());
+            }
             Ok(None) => return Err(gone()),
             Err(_) => return Err(unavailable()),
         };

@@ -47,6 +47,8 @@ async fn every_decision_is_an_audit_event_without_secrets() {
             "challenged",
             "cancelled",
             "refused",
+            // A choice that was not offered is asked again: a fresh form.
+            "challenged",
             "refused",
             "accepted",
             "forwarded",
@@ -60,7 +62,7 @@ async fn every_decision_is_an_audit_event_without_secrets() {
     assert!(
         reasons
             .iter()
-            .any(|r| r.contains("inputResponses: choice is not one of the signed candidates")),
+            .any(|r| r.contains("asked again: the choice is not one of the signed candidates")),
         "{reasons:?}"
     );
     assert!(

@@ -222,7 +222,7 @@ async fn approving_can_require_typing_the_records_id() {
 }
 
 #[tokio::test]
-async fn a_client_without_url_elicitation_gets_32021_and_a_form_answer_is_refused() {
+async fn a_client_without_url_elicitation_gets_32021_and_a_form_answer_decides_nothing() {
     let (f, _) = browser();
     let mut form_only = destroy_call(json!(1));
     form_only["params"]["_meta"] = meta();
@@ -232,13 +232,18 @@ async fn a_client_without_url_elicitation_gets_32021_and_a_form_answer_is_refuse
         refused.error()["data"]["requiredCapabilities"],
         json!({"elicitation": {"url": {}}})
     );
-    // A form-style accept with content is not an answer to a URL elicitation.
-    let (_, _, state) = elicitation(&f.alice(&destroy_call(json!(2))).await);
+    // A form-style accept with content decides nothing in URL mode: the content is not read,
+    // and the undecided approval is asked for again.
+    let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(2))).await);
     let mut forged = went_to_page(&state, json!(3));
     forged["params"]["inputResponses"] = json!({"destroy_approval": {"action": "accept",
         "content": {"note_id": "note-7", "confirm": true}}});
     let answer = f.alice(&forged).await;
-    assert_eq!(answer.error()["code"], -32602, "{}", answer.json());
+    assert_eq!(elicitation(&answer).0, url, "{}", answer.json());
+    // Content that is not even an object is malformed: an error.
+    forged["params"]["inputResponses"] =
+        json!({"destroy_approval": {"action": "accept", "content": "note-7"}});
+    assert_eq!(f.alice(&forged).await.error()["code"], -32602);
     assert_eq!(f.seen.count(), 0);
 }
 
@@ -417,4 +422,30 @@ async fn the_page_shows_labels_cleaned_as_the_form_does() {
         !html.contains('\u{202E}') && !html.contains('\u{200B}'),
         "{html}"
     );
+}
+
+#[tokio::test]
+async fn another_deployments_page_neither_shows_nor_decides_an_approval() {
+    // Two deployments share a store and a key but not an audience: B's page cannot show or
+    // decide A's approval, and A's retry is not moved by anything B does.
+    let (f, page_a) = browser();
+    let layer_b = builder(
+        KeyRing::single("k1", KEY).unwrap(),
+        &f.notes,
+        &f.clock,
+        &f.store,
+    )
+    .audience("other.example")
+    .build();
+    let page_b = layer_b.approval_page();
+    let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
+    let (status, _, html) = visit(&page_b, "GET", &url, Some("alice"), &[], "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{html}");
+    let (_, _, html_a) = visit(&page_a, "GET", &url, Some("alice"), &[], "").await;
+    let form = format!("csrf={}&choice=note-7&decision=approve", csrf(&html_a));
+    let (status, body) = decide(&page_b, &url, "alice", &form).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let again = f.alice(&went_to_page(&state, json!(2))).await;
+    assert_eq!(elicitation(&again).0, url, "still undecided");
+    assert_eq!(f.seen.count(), 0);
 }

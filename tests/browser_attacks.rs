@@ -96,10 +96,10 @@ async fn holds_one_principal_cannot_fill_the_stores_approvals() {
     assert_eq!(store.budget(), 1, "alice may hold one live entry");
     let layer = builder(KeyRing::single("k1", KEY).unwrap(), &notes, &clock, &store).build();
     let f = Fixture::new(layer, notes, clock, store);
-    for i in 0..mcp_confirm::store::MAX_PENDING_APPROVALS {
-        elicitation(&f.alice(&destroy_call(json!(i))).await);
-    }
-    // Alice's next one waits for one of hers to expire; nobody else is charged for it.
+    // Budgeted like nonces: her share of a 30-entry store is one pending approval (not 20,
+    // which filled a `memory:20` store for everyone).
+    elicitation(&f.alice(&destroy_call(json!(0))).await);
+    // Alice's next one waits for hers to expire; nobody else is charged for it.
     let over = f.alice(&destroy_call(json!("over"))).await;
     assert_eq!(
         over.error()["data"]["reason"],
@@ -597,8 +597,8 @@ async fn holds_only_an_offered_choice_typed_exactly_is_approved() {
 
 /// The retry: the page's decision is read by the approval of *this* state's nonce only. An
 /// approval of another call does not run this one; a state cannot be moved to other arguments
-/// or another principal; a form-style accept with content, a decline or a cancel on the client
-/// after an approve on the page run nothing; the approved call runs once, and replays are
+/// or another principal; a form-style accept with content decides nothing, a decline or a cancel
+/// on the client after an approve on the page run nothing; the approved call runs once, and replays are
 /// refused. Checked by mutation: a `settle_browser` that takes an undecided approval as
 /// approved runs call B here, and this test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -627,13 +627,14 @@ async fn holds_the_retry_runs_only_its_own_approved_choice_once() {
         json!({"action": "accept"}),
     );
     assert_frozen_state_error(&send(&f.svc, post(&team, Some("bob"))).await);
-    // A URL accept carrying content (a smuggled choice) is not an answer.
+    // A URL accept carrying content (a smuggled choice) decides nothing: the content is not
+    // read (MRTR: unrequested members are ignored), and B, undecided, is asked again.
     let smuggled = with_answer(
         destroy_call(json!(6)),
-        &state_a,
-        json!({"action": "accept", "content": {"note_id": "note-3"}}),
+        &state_b,
+        json!({"action": "accept", "content": {"note_id": "note-3", "confirm": true}}),
     );
-    assert_eq!(f.alice(&smuggled).await.error()["code"], -32602);
+    assert_eq!(elicitation(&f.alice(&smuggled).await).0, url_b);
     // Cancel on the client after the approve: nothing runs, nothing is spent.
     let cancelled = f
         .alice(&with_answer(

@@ -709,12 +709,9 @@ async fn malformed_answers_are_errors_never_completions() {
         json!([]),
         json!({"delete_choice":null}),
         json!({"delete_choice":{"action":"yes"}}),
-        json!({"delete_choice":{"action":"accept"}}),
-        json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7"}}}),
+        json!({"delete_choice":{"action":"accept","content":"note-7"}}),
         json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":"yes"}}}),
-        json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true,"also":"x"}}}),
-        json!({"delete_choice":{"action":"accept","content":{"note_id":"note-20","confirm":true}}}),
-        json!({"delete_choice":{"action":"accept","content":{"note_id":"note-30","confirm":true}}}),
+        json!({"delete_choice":{"action":"accept","content":{"note_id":7,"confirm":true}}}),
     ] {
         let call = answered(&state, json!(2), bad.clone());
         let answer = f.alice(&call).await;
@@ -728,6 +725,44 @@ async fn malformed_answers_are_errors_never_completions() {
     assert_eq!(f.seen.count(), 0);
     // Nothing was claimed along the way.
     assert_ran(&f.accept(&state, json!(3), "note-14").await);
+}
+
+/// MRTR's SHOULDs: an answer that is well formed but does not answer the form (no content, a
+/// field left out, a choice that was not offered) is asked again with a fresh form, not
+/// refused, and spends nothing; members the form did not ask for are ignored.
+#[tokio::test]
+async fn answers_that_do_not_answer_the_form_are_asked_again() {
+    let (f, state) = challenged().await;
+    for unanswered in [
+        json!({"delete_choice":{"action":"accept"}}),
+        json!({"delete_choice":{"action":"accept","content":{}}}),
+        json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7"}}}),
+        json!({"delete_choice":{"action":"accept","content":{"confirm":true}}}),
+        // Signed for nobody: another workspace's note, and one that matched no title.
+        json!({"delete_choice":{"action":"accept","content":{"note_id":"note-30","confirm":true}}}),
+        json!({"delete_choice":{"action":"accept","content":{"note_id":"note-20","confirm":true}}}),
+    ] {
+        let answer = f
+            .alice(&answered(&state, json!(2), unanswered.clone()))
+            .await;
+        assert_asks(&answer);
+        assert_ne!(answer.state(), state, "{unanswered}: a fresh form");
+        // The new form offers the same (current) candidates as a first call would: no oracle.
+        let ids: Vec<String> = answer.result()["inputRequests"]["delete_choice"]["params"]
+            ["requestedSchema"]["properties"]["note_id"]["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["const"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(ids, ["note-14", "note-3", "note-7"], "{unanswered}");
+    }
+    assert_eq!(f.seen.count(), 0);
+    // Unasked-for members anywhere are ignored; the original state was never spent.
+    let extra = json!({"delete_choice":{"action":"accept","also":1,
+        "content":{"note_id":"note-7","confirm":true,"also":"x"}},"other_key":{"action":"decline"}});
+    assert_ran(&f.alice(&answered(&state, json!(3), extra)).await);
+    assert_eq!(f.seen.count(), 1);
 }
 
 #[tokio::test]

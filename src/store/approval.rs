@@ -115,7 +115,8 @@ pub enum Decided {
 }
 
 /// How many unexpired approvals one principal may hold at once, in every store: enough for any
-/// person, too few for one principal to fill a store for everyone.
+/// person, too few for one principal to fill a store for everyone. The memory store allows no
+/// more than its per-principal budget either (1 % of its capacity by default), as for nonces.
 pub const MAX_PENDING_APPROVALS: usize = 20;
 
 /// An approval waiting for (or holding) the decision of the person it was made for.
@@ -124,6 +125,9 @@ pub const MAX_PENDING_APPROVALS: usize = 20;
 pub struct Approval {
     /// Its id.
     pub id: ApprovalId,
+    /// The deployment that asked (the layer's audience): only that deployment's page shows or
+    /// decides it, and only its retry reads it, even where deployments share a store and a key.
+    pub audience: String,
     /// The nonce of the confirmation it belongs to.
     pub nonce: Nonce,
     /// Who may decide: the keyed digest of the principal the confirmation is bound to.
@@ -195,6 +199,7 @@ impl Approval {
     pub(crate) fn encode(&self) -> String {
         let stored = Stored {
             id: self.id.to_hex(),
+            audience: self.audience.clone(),
             nonce: self.nonce.to_hex(),
             principal: self.principal.to_hex(),
             subject: self.subject.clone(),
@@ -217,6 +222,7 @@ impl Approval {
         let s: Stored = serde_json::from_str(text).ok()?;
         Some(Self {
             id: ApprovalId::from_hex(&s.id)?,
+            audience: s.audience,
             nonce: Nonce::from_bytes(super::unhex(&s.nonce)?),
             principal: PrincipalKey::from_bytes(super::unhex(&s.principal)?),
             subject: s.subject,
@@ -234,6 +240,7 @@ impl Approval {
 #[serde(deny_unknown_fields)]
 struct Stored {
     id: String,
+    audience: String,
     nonce: String,
     principal: String,
     subject: String,
@@ -254,6 +261,7 @@ mod tests {
     pub(crate) fn approval(now: SystemTime) -> Approval {
         Approval {
             id: ApprovalId::from_bytes(*Nonce::random().as_bytes()),
+            audience: "notes.example".into(),
             nonce: Nonce::random(),
             principal: PrincipalKey::from_bytes([1; 16]),
             subject: "alice".into(),

@@ -242,6 +242,7 @@ pub async fn concurrent_claims_never_exceed_the_budget<S: ReplayStore>(store: Ar
 pub fn approval(principal: PrincipalKey, ttl: Duration) -> Approval {
     Approval {
         id: ApprovalId::from_bytes(*Nonce::random().as_bytes()),
+        audience: "notes.example".into(),
         nonce: Nonce::random(),
         principal,
         subject: "alice".into(),

@@ -329,7 +329,9 @@ impl ReplayStore for MemoryReplayStore {
             .filter(|a| a.principal == approval.principal)
             .map(|a| a.expires_at)
             .collect();
-        if pending.len() >= MAX_PENDING_APPROVALS {
+        // Budgeted like nonces: never more than the principal's share of this store's capacity,
+        // so one principal's pending approvals cannot fill a small store for everyone.
+        if pending.len() >= MAX_PENDING_APPROVALS.min(inner.budget) {
             let retry_after = pending
                 .iter()
                 .min()
@@ -597,5 +599,22 @@ mod tests {
         assert!(store.is_used(nonce(1), ALICE).await.unwrap());
         clock.advance(Duration::from_secs(6));
         assert!(!store.is_used(nonce(1), ALICE).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn pending_approvals_are_budgeted_like_nonces() {
+        use crate::store::conformance::approval;
+        // A store of 20: each principal may hold 1 % of it (at least one), approvals included.
+        let store = MemoryReplayStore::with_capacity(20);
+        let alice = PrincipalKey::from_bytes([1; 16]);
+        let bob = PrincipalKey::from_bytes([2; 16]);
+        let ttl = Duration::from_secs(300);
+        store.propose(&approval(alice, ttl)).await.unwrap();
+        assert!(matches!(
+            store.propose(&approval(alice, ttl)).await,
+            Err(StoreError::OverBudget { .. })
+        ));
+        // Everyone else still gets theirs.
+        store.propose(&approval(bob, ttl)).await.unwrap();
     }
 }
