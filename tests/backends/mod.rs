@@ -29,7 +29,21 @@ pub fn unavailable<T>(what: &str, backend: &str, why: impl std::fmt::Display) ->
         std::io::stderr().lock(),
         "SKIPPED {what}: {backend} unavailable ({why}); set MCP_CONFIRM_REQUIRE_BACKENDS=1 to make this a failure"
     );
+    // And into the run's list of skips, which `tests/zz_backend_skips.rs` (the last test binary
+    // of a `cargo test`) prints as one loud summary.
+    if let Ok(mut log) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(skip_log())
+    {
+        let _ = writeln!(log, "{backend}\t{what}");
+    }
     None
+}
+
+/// Where the skips of this run are listed until the summary reads them.
+pub fn skip_log() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-backend-tests")
 }
 
 /// `Ok` if the Redis at `url` answers a read-only probe.
