@@ -44,6 +44,13 @@ pub(crate) fn undeclared(tool: &str, declared: Option<&str>) {
         reason = "listed as needing a confirmation the layer was not configured with; its calls are refused: give it a policy or exempt it");
 }
 
+/// A `tools/list` answer the layer could not read: every tool without a policy or exemption is
+/// refused from now on.
+pub(crate) fn listing_unread(why: &str) {
+    tracing::error!(target: TARGET, decision = "listing_unread", reason = why,
+        effect = "every tool without a policy or exemption is refused from now on");
+}
+
 pub(crate) fn accepted(tool: &str, principal: &Principal, nonce: &Nonce, chosen: Option<&str>) {
     tracing::info!(target: TARGET, decision = "accepted", tool, principal = principal.subject(),
         nonce = %nonce.short(), chosen = chosen.unwrap_or("-"));

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use crate::completion::CompletionGuard;
 use crate::config::Config;
 use crate::message;
+use crate::protocol::{Reply, RpcError};
 
 /// Bytes sent as one data frame, then the end of the body.
 #[derive(Debug)]
@@ -227,6 +228,8 @@ pub(crate) struct Marker {
     config: Arc<Config>,
     sse: bool,
     limit: usize,
+    /// The raw id of the `tools/list` request, for the error that replaces an unreadable answer.
+    id: String,
     held: Vec<u8>,
     /// How much of `held` was already searched for the end of an event (SSE).
     scanned: usize,
@@ -239,7 +242,7 @@ pub(crate) struct Marker {
 enum Marking {
     /// Holding bytes until they can be rewritten: the whole answer (JSON), or whole events (SSE).
     Holding,
-    /// Past the limit, or past a trailer: the rest goes through untouched.
+    /// Past a trailer: the rest goes through untouched.
     Passing,
     /// The inner body ended and everything held went out.
     Done,
@@ -247,12 +250,15 @@ enum Marking {
 
 impl Marker {
     /// `sse`: the answer is `text/event-stream` (marked event by event), else JSON (marked whole).
-    /// Never holds more than `limit` bytes; past it the answer goes out unmarked.
-    pub(crate) fn new(config: Arc<Config>, sse: bool, limit: usize) -> Self {
+    /// Never holds more than `limit` bytes: an answer (SSE: an event) larger than that is
+    /// replaced by a JSON-RPC error for the request `id`, and the layer stops trusting what it
+    /// learnt of the listed tools ([`Config::listing_unread`]).
+    pub(crate) fn new(config: Arc<Config>, sse: bool, limit: usize, id: String) -> Self {
         Self {
             config,
             sse,
             limit,
+            id,
             held: Vec::new(),
             scanned: 0,
             pending: None,
@@ -269,6 +275,23 @@ impl Marker {
             message::annotate_listing(&bytes, &mark)
         };
         new.unwrap_or_else(|| Bytes::from(bytes))
+    }
+
+    /// What goes out instead of an answer too large to read.
+    fn unreadable(&self) -> Bytes {
+        self.config
+            .listing_unread("a tools/list answer larger than max_listing_bytes");
+        let error = Reply::error(Some(&self.id), &RpcError::listing_unreadable())
+            .body
+            .unwrap_or_default();
+        if !self.sse {
+            return error;
+        }
+        let mut event = Vec::with_capacity(error.len() + 24);
+        event.extend_from_slice(b"event: message\ndata: ");
+        event.extend_from_slice(&error);
+        event.extend_from_slice(b"\n\n");
+        Bytes::from(event)
     }
 
     /// For SSE, the held bytes up to the end of the last complete event. Only bytes not looked
@@ -342,11 +365,11 @@ impl<B: Body<Data = Bytes>> Body for Marked<B> {
                 }
             };
             if marker.held.len() + data.len() > marker.limit {
-                // Too large to hold: send it on as it is, and the rest after it.
-                marker.state = Marking::Passing;
-                let mut held = std::mem::take(&mut marker.held);
-                held.extend_from_slice(&data);
-                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))));
+                // Too large to read: it would go out unmarked, with the declaration marks in and
+                // its tools unseen. It does not go out; the error does, and nothing more.
+                marker.state = Marking::Done;
+                marker.held = Vec::new();
+                return Poll::Ready(Some(Ok(Frame::data(marker.unreadable()))));
             }
             marker.held.extend_from_slice(&data);
             if marker.sse

@@ -32,6 +32,8 @@ pub(crate) struct Config {
     pub(crate) principal: Arc<dyn PrincipalExtractor>,
     pub(crate) local_principal: Option<Principal>,
     pub(crate) max_body_bytes: usize,
+    /// The largest `tools/list` answer read.
+    pub(crate) max_listing_bytes: usize,
     pub(crate) challenge_limiter: Option<ChallengeLimiter>,
     /// The server's `Implementation`, put in the `_meta` of the layer's own results.
     pub(crate) server_info: Option<Value>,
@@ -49,6 +51,10 @@ pub(crate) struct Config {
     /// Tools a `tools/list` answer showed as destructive (or declared with `#[confirm]`) that
     /// the layer has neither a policy nor an exemption for: their calls are refused from then on.
     pub(crate) undeclared: Undeclared,
+    /// The names in the tool list the layer was built with; `None` when it was built
+    /// [`without_tool_list`](crate::ConfirmLayerBuilder::without_tool_list). A call of any other
+    /// name is refused ([`Route::Unlisted`]).
+    pub(crate) known_tools: Option<HashSet<String>>,
 }
 
 /// What the layer does with a `tools/call` of one tool.
@@ -59,6 +65,10 @@ pub(crate) enum Route {
     Exempt,
     /// Refuse it: the server lists it as needing a confirmation the layer was not given.
     Undeclared,
+    /// Refuse it: the layer was built with the server's tool list and this name is not in it.
+    /// The list was partial (a second router left out) or stale; either way the layer cannot
+    /// know whether the tool is destructive, so it does not guess.
+    Unlisted,
 }
 
 /// The names of listed tools that need a confirmation the layer does not have, learnt from the
@@ -92,6 +102,13 @@ impl Undeclared {
         self.overflowed.load(std::sync::atomic::Ordering::Relaxed) || self.names.contains(name)
     }
 
+    /// Refuses every tool without a policy or exemption from now on: a listing the layer could
+    /// not read may have shown any tool.
+    pub(crate) fn close(&self) {
+        self.overflowed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn is_empty(&self) -> bool {
         !self.overflowed.load(std::sync::atomic::Ordering::Relaxed) && self.names.is_empty()
     }
@@ -109,6 +126,11 @@ impl Config {
         if !self.undeclared.is_empty() && self.undeclared.contains(name) {
             return Some(Route::Undeclared);
         }
+        if let Some(known) = &self.known_tools
+            && !known.contains(name)
+        {
+            return Some(Route::Unlisted);
+        }
         None
     }
 
@@ -123,6 +145,13 @@ impl Config {
             crate::audit::undeclared(listed.name, listed.declared);
         }
         None
+    }
+
+    /// A `tools/list` answer went out (or was replaced) unread: the layer does not know which
+    /// tools it showed, so it refuses every tool it has no policy or exemption for.
+    pub(crate) fn listing_unread(&self, why: &'static str) {
+        self.undeclared.close();
+        crate::audit::listing_unread(why);
     }
 
     /// The request's principal: from the extensions, else the configured local principal.

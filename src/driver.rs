@@ -96,6 +96,17 @@ pub(crate) fn undeclared(call: &ToolCall) -> Reply {
     Reply::error(Some(&call.id), &RpcError::undeclared_tool())
 }
 
+/// The answer to a call of a tool that is not in the tool list the layer was built with.
+pub(crate) fn unlisted(call: &ToolCall) -> Reply {
+    audit::refused(
+        &call.tool,
+        None,
+        "unlisted: the tool is in no tool list the layer was built with (a router left out of \
+         .declarations/.tool_list, or a stale list); give the server's whole list",
+    );
+    Reply::error(Some(&call.id), &RpcError::unlisted_tool())
+}
+
 /// The protocol gates, then authentication: who is asking, if the request may be considered.
 fn admit(
     config: &Config,

@@ -28,6 +28,10 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
 pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(30);
 /// The default cap on a buffered request body: 4 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// The largest `tools/list` answer the layer reads by default; see
+/// [`ConfirmLayerBuilder::max_listing_bytes`].
+pub const DEFAULT_MAX_LISTING_BYTES: usize = 16 * 1024 * 1024;
 /// The longest confirmation lifetime the builder accepts.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// The default time a queued tool's grant may wait for its first attempt: fifteen minutes.
@@ -125,6 +129,7 @@ impl ConfirmLayer {
             principal: Arc::new(PrincipalFromExtension),
             local_principal: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_listing_bytes: DEFAULT_MAX_LISTING_BYTES,
             clock: Arc::new(SystemClock),
             challenge_rate: Some((DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CHALLENGE_BURST)),
             duplicates: Vec::new(),
@@ -188,6 +193,7 @@ pub struct ConfirmLayerBuilder {
     principal: Arc<dyn PrincipalExtractor>,
     local_principal: Option<Principal>,
     max_body_bytes: usize,
+    max_listing_bytes: usize,
     clock: Arc<dyn Clock>,
     challenge_rate: Option<(u32, u32)>,
     duplicates: Vec<String>,
@@ -380,6 +386,16 @@ impl ConfirmLayerBuilder {
         self
     }
 
+    /// The largest `tools/list` answer the layer reads to mark its confirmed tools and to learn
+    /// which listed tools need a confirmation it was not given (default 16 MiB). The layer reads
+    /// every listing it forwards: one it cannot (larger than this, or in a media type it does not
+    /// know) is replaced by a JSON-RPC error, and from then on every call of a tool without a
+    /// policy or exemption is refused, as when the quarantine overflows.
+    pub fn max_listing_bytes(mut self, max: usize) -> Self {
+        self.max_listing_bytes = max;
+        self
+    }
+
     /// Limits how fast one principal is shown new forms: `per_second` on average, up to `burst` at
     /// once (default 10 and 30). Past it, the call is refused with `-31003` and a retry-after (HTTP
     /// 429 with `Retry-After`). The limit is per instance.
@@ -538,6 +554,7 @@ impl ConfirmLayerBuilder {
             let guarded = GuardedTool::new(&audience, &name, policy, header);
             tools.insert(name, Arc::new(guarded));
         }
+        let known_tools = listed.map(|listed| listed.into_keys().collect());
         let listing_marks = tools
             .iter()
             .map(|(name, tool)| (name.clone(), tool.listing_mark()))
@@ -552,6 +569,7 @@ impl ConfirmLayerBuilder {
                 principal: self.principal,
                 local_principal: self.local_principal,
                 max_body_bytes: self.max_body_bytes,
+                max_listing_bytes: self.max_listing_bytes,
                 challenge_limiter,
                 server_info,
                 listing_marks: Arc::new(listing_marks),
@@ -560,6 +578,7 @@ impl ConfirmLayerBuilder {
                 approval_url: self.approval_url,
                 exempt: self.exempt.into_iter().collect(),
                 undeclared: Default::default(),
+                known_tools,
             }),
         })
     }

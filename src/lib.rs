@@ -270,7 +270,7 @@ pub mod __fuzz {
                 let id: Value = serde_json::from_str(&call.id).expect("the id is JSON");
                 assert_eq!(value["id"], id);
             }
-            Parsed::Forward | Parsed::Listing => {
+            Parsed::Forward | Parsed::Listing { .. } => {
                 if let Ok(value) = serde_json::from_slice::<Value>(bytes) {
                     assert!(
                         !(value["method"] == "tools/call"
@@ -316,7 +316,7 @@ pub use http::ResponseFuture;
 pub use layer::{
     ConfigError, ConfirmLayer, ConfirmLayerBuilder, DEFAULT_CHALLENGE_BURST,
     DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CLOCK_SKEW, DEFAULT_GRANT_TTL, DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_TTL, MAX_GRANT_TTL, MAX_TTL,
+    DEFAULT_MAX_LISTING_BYTES, DEFAULT_TTL, MAX_GRANT_TTL, MAX_TTL,
 };
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]

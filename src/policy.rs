@@ -488,6 +488,7 @@ impl ToolPolicy {
             select_header: self.select_header.is_some(),
             queued: self.queued,
             claimed_by_handler: self.claimed_by_handler,
+            when: self.when.is_some(),
         }
     }
 
@@ -559,6 +560,8 @@ pub struct PolicyShape {
     pub queued: bool,
     /// `claimed_by_handler` is given.
     pub claimed_by_handler: bool,
+    /// `when` is given.
+    pub when: bool,
 }
 
 impl PolicyShape {
@@ -587,6 +590,13 @@ impl PolicyShape {
         if self.queued && !self.revalidate {
             return Err(
                 "a `queued` tool needs `revalidate`: the worker re-checks the live record before it runs",
+            );
+        }
+        if self.when && self.select_into {
+            return Err(
+                "`when` cannot go with `select_into`: a call the condition lets through unasked \
+                 would reach the handler with the client's own value in the argument the handler \
+                 trusts as the user's choice",
             );
         }
         if self.queued && self.claimed_by_handler {

@@ -279,6 +279,26 @@ impl RpcError {
         .with_data(json!({ "reason": "confirmation_not_configured" }))
     }
 
+    /// A `tools/list` answer the layer could not read (too large): it does not go out.
+    pub(crate) fn listing_unreadable() -> Self {
+        Self::new(
+            code::INTERNAL_ERROR,
+            "The tool list could not be checked by the confirmation layer.",
+            StatusCode::OK,
+        )
+        .with_data(json!({ "reason": "listing_unreadable" }))
+    }
+
+    /// A call of a tool that is not in the tool list the layer was built with.
+    pub(crate) fn unlisted_tool() -> Self {
+        Self::new(
+            code::INTERNAL_ERROR,
+            "This tool is not in the list the confirmation layer was built with; nothing was changed.",
+            StatusCode::OK,
+        )
+        .with_data(json!({ "reason": "tool_not_listed" }))
+    }
+
     pub(crate) fn internal() -> Self {
         Self::new(
             code::INTERNAL_ERROR,

@@ -123,6 +123,14 @@ impl Confirmation {
         }
     }
 
+    /// Whether this verdict covers `tool` called with `arguments`.
+    fn is_for(&self, tool: &str, arguments: Option<&Value>) -> bool {
+        match &self.verdict {
+            Verdict::Confirmed(confirmed) => confirmed.is_for(tool, arguments),
+            Verdict::Waived(waived) => waived.is_for(tool, arguments),
+        }
+    }
+
     /// Checks the request of a tool call: the layer's verdict must be in its extensions and be
     /// for `tool` called with exactly `arguments`. The reason of a refusal is logged, never sent.
     fn check(
@@ -174,12 +182,19 @@ fn arguments_of(arguments: Option<&::rmcp::model::JsonObject>) -> Option<Value> 
 
 impl<S> FromContextPart<ToolCallContext<'_, S>> for Confirmation {
     fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, ErrorData> {
-        // A second extraction in the same call (the guard, then the handler's own parameter)
-        // reuses the first verdict: the arguments may be gone by then.
-        if let Some(verified) = context.request_context.extensions.get::<Confirmation>() {
-            return Ok(verified.clone());
-        }
         let arguments = arguments_of(context.arguments.as_ref());
+        // A second extraction in the same call (the guard, then the handler's own parameter)
+        // reuses the first verdict, the arguments may be gone by then; but only for the same
+        // tool and, while they are still there, the same arguments: a handler that dispatches
+        // to another tool in the same request context must not lend it its verdict.
+        if let Some(verified) = context.request_context.extensions.get::<Confirmation>() {
+            let same_tool = verified.tool() == context.name.as_ref();
+            let same_arguments =
+                context.arguments.is_none() || verified.is_for(&context.name, arguments.as_ref());
+            if same_tool && same_arguments {
+                return Ok(verified.clone());
+            }
+        }
         let parts = context
             .request_context
             .extensions

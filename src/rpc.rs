@@ -97,7 +97,7 @@ where
         }
         let (call, guarded) = match message::classify(&msg.body, |tool| config.route(tool)) {
             Parsed::Forward => return Box::pin(inner.call(msg)),
-            Parsed::Listing => {
+            Parsed::Listing { .. } => {
                 let future = inner.call(msg);
                 return Box::pin(async move {
                     let mut reply = future.await?;
@@ -124,6 +124,10 @@ where
             }
             Parsed::Intercept(call, Route::Undeclared) => {
                 let reply = driver::undeclared(&call);
+                return Box::pin(std::future::ready(Ok(reply.into())));
+            }
+            Parsed::Intercept(call, Route::Unlisted) => {
+                let reply = driver::unlisted(&call);
                 return Box::pin(std::future::ready(Ok(reply.into())));
             }
             Parsed::Intercept(call, Route::Confirm(guarded)) => (call, guarded),

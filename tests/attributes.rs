@@ -694,21 +694,22 @@ async fn a_clients_own_param_header_cannot_redirect_the_rewritten_argument() {
 }
 
 #[tokio::test]
-async fn tools_list_answers_too_large_or_malformed_pass_through_untouched() {
+async fn tools_list_answers_malformed_pass_through_untouched_and_too_large_do_not_pass() {
     use http_body_util::Full;
     let server = NotesServer::new(seeded());
-    // An answer over the cap, one that is not JSON, and one that lists a confirmed tool but whose
-    // `_meta` is not an object: each comes back byte for byte. (Under a larger cap the first one
-    // would be marked; see `tools_list_marks_the_tools_the_layer_confirms_in_json_and_sse`.)
+    // One that is not JSON, and one that lists a confirmed tool but whose `_meta` is not an
+    // object: each comes back byte for byte. An answer over `max_listing_bytes` does not come
+    // back at all: a JSON-RPC error for the request does. (Under a larger cap it would be
+    // marked; see `tools_list_marks_the_tools_the_layer_confirms_in_json_and_sse`.)
     let big = json!({"jsonrpc":"2.0","id":"l","result":{"tools":[
         {"name":"notes_delete","description": "x".repeat(2048)}]}})
     .to_string();
     let odd =
         r#"{"jsonrpc":"2.0","id":"l","result":{"tools":[{"name":"notes_delete","_meta":[1]}]}}"#;
-    for (body, cap) in [
-        (big.as_str(), 1024),
-        ("not json at all", 1 << 20),
-        (odd, 1 << 20),
+    for (body, cap, untouched) in [
+        (big.as_str(), 1024, false),
+        ("not json at all", 1 << 20, true),
+        (odd, 1 << 20, true),
     ] {
         let sent = body.to_owned();
         let body = body.to_owned();
@@ -727,11 +728,21 @@ async fn tools_list_answers_too_large_or_malformed_pass_through_untouched() {
             },
         );
         let svc = ServiceBuilder::new()
-            .layer(layer(&server).max_body_bytes(cap).build())
+            .layer(layer(&server).max_listing_bytes(cap).build())
             .service(inner);
         let response = svc.oneshot(post(&list_request())).await.unwrap();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(String::from_utf8(bytes.to_vec()).unwrap(), sent);
+        let got = String::from_utf8(bytes.to_vec()).unwrap();
+        if untouched {
+            assert_eq!(got, sent);
+        } else {
+            let got: Value = serde_json::from_str(&got).unwrap();
+            assert_eq!(got["id"], "l", "{got}");
+            assert_eq!(
+                got["error"]["data"]["reason"], "listing_unreadable",
+                "{got}"
+            );
+        }
     }
 }
 

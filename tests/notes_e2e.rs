@@ -76,6 +76,23 @@ impl Server {
             mcp_confirm::store::Nonce::random().to_hex()
         ));
         let store = Arc::new(open(&base.join("data")));
+        Self::serve(store, TempDir(base), without_confirmation, grants).await
+    }
+
+    /// A second instance of `self`'s deployment: the same notes and grant store, its own process
+    /// state (replay store, rmcp's task manager).
+    async fn beside(&self, grants: Arc<dyn mcp_confirm::grant::GrantStore>) -> Self {
+        // The first instance owns the directory; this one removes nothing.
+        let dir = TempDir(std::env::temp_dir().join("mcp-confirm-e2e-not-owned"));
+        Self::serve(Arc::clone(&self.store), dir, false, grants).await
+    }
+
+    async fn serve(
+        store: Arc<notes::NotesStore>,
+        dir: TempDir,
+        without_confirmation: bool,
+        grants: Arc<dyn mcp_confirm::grant::GrantStore>,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let options = app::Options {
@@ -90,11 +107,7 @@ impl Server {
         let router = app::app(Arc::clone(&store), options);
         let url = format!("http://{addr}/mcp");
         tokio::spawn(async move { axum::serve(listener, router).await });
-        Self {
-            url,
-            dir: TempDir(base),
-            store,
-        }
+        Self { url, dir, store }
     }
 
     fn workspace(&self, name: &str) -> String {
@@ -1000,6 +1013,63 @@ async fn cancelling_the_task_revokes_the_grant_and_only_its_owner_may() {
     // Past the queue delay nothing ran, and the grant is revoked, not merely unstarted.
     tokio::time::sleep(std::time::Duration::from_millis(800)).await;
     assert_eq!(server.notes_in("personal"), ALL_PERSONAL);
+}
+
+/// Two instances sharing the grant store: the task runs on the first, rmcp's task manager on the
+/// second has never heard of it. `tasks/get` and `tasks/cancel` work there too, for the task's
+/// owner only, and a cancel there revokes the grant, so the purge never runs.
+#[tokio::test]
+async fn a_task_is_cancelled_from_another_instance_and_never_runs() {
+    let grants: Arc<dyn mcp_confirm::grant::GrantStore> =
+        Arc::new(mcp_confirm::grant::MemoryGrantStore::new());
+    let first = Server::start_with(
+        false,
+        |data| notes::NotesStore::open(data).unwrap(),
+        Arc::clone(&grants),
+    )
+    .await;
+    let second = first.beside(grants).await;
+    let alice = task_client(&first, "alice-token").await;
+    let alice_there = task_client(&second, "alice-token").await;
+    let bob_there = task_client(&second, "bob-token").await;
+    let (state, _) = purge_challenge(&alice, &first).await;
+    let created = purge_accept(&alice, &first, &state).await.unwrap();
+    let task = task_id(&created);
+    for denied in [
+        bob_there
+            .get_task(rmcp::model::GetTaskParams::new(task.clone()))
+            .await
+            .map(drop),
+        bob_there
+            .cancel_task(rmcp::model::CancelTaskParams::new(task.clone()))
+            .await,
+    ] {
+        match denied {
+            Err(ServiceError::McpError(e)) => assert_eq!(e.code.0, -32602, "{e:?}"),
+            other => panic!("bob's tasks call answered {other:?}"),
+        }
+    }
+    let seen = alice_there
+        .get_task(rmcp::model::GetTaskParams::new(task.clone()))
+        .await
+        .expect("tasks/get on the other instance");
+    let seen = serde_json::to_value(seen).unwrap();
+    assert_eq!(
+        (&seen["taskId"], &seen["status"]),
+        (&json!(task), &json!("working")),
+        "{seen}"
+    );
+    alice_there
+        .cancel_task(rmcp::model::CancelTaskParams::new(task.clone()))
+        .await
+        .expect("tasks/cancel on the other instance");
+    let there = settled(&alice_there, &task).await;
+    assert_eq!(there["status"], "cancelled", "{there}");
+    // On the instance that holds the task, the purge finds its grant revoked.
+    let here = settled(&alice, &task).await;
+    assert_eq!(here["result"]["isError"], true, "{here}");
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    assert_eq!(first.notes_in("personal"), ALL_PERSONAL);
 }
 
 #[tokio::test]

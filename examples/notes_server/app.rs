@@ -636,7 +636,7 @@ impl ServerHandler for NotesServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         let principal = queue::principal_of(&context)?;
-        self.queue.get(&request.task_id, &principal)
+        self.queue.get(&request.task_id, &principal).await
     }
 
     async fn update_task(

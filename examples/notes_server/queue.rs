@@ -1,6 +1,11 @@
 //! `notes_purge`'s background work: a confirmed purge becomes a grant, a Tasks-extension task
 //! (rmcp's `TaskManager`) runs it, and `tasks/cancel` revokes it.
 //!
+//! rmcp's tasks live in the process that started them, but the grant lives in the shared store.
+//! So a task's id names its grant too (`<grant id>.<rmcp task id>`): on another instance,
+//! `tasks/cancel` revokes the grant (the purge then never runs, wherever its task is) and
+//! `tasks/get` answers from the grant's state; both for the grant's principal only.
+//!
 //! The task carries only the grant id. When it runs, `Grants::run` begins the grant (one attempt
 //! at a time, fenced), re-checks that the notes are still exactly the set the user confirmed, and
 //! consumes the grant once they are deleted: a retried job, a replayed grant id or a stale
@@ -11,11 +16,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use mcp_confirm::Principal;
-use mcp_confirm::grant::{GrantError, GrantId, Grants, RunError};
+use mcp_confirm::grant::{GrantError, GrantId, GrantState, Grants, RunError};
 use rmcp::ErrorData;
-use rmcp::model::{CallToolResult, CreateTaskResult, GetTaskResult};
+use rmcp::model::{
+    CallToolResult, CreateTaskResult, DetailedTask, GetTaskResult, Task, TaskPayload, TaskStatus,
+};
 use rmcp::service::{RequestContext, RoleServer};
-use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions, current_timestamp};
 use sha2::{Digest, Sha256};
 
 use crate::app::{refuse, text};
@@ -62,11 +69,12 @@ pub(crate) fn principal_of(context: &RequestContext<RoleServer>) -> Result<Princ
         .ok_or_else(|| ErrorData::invalid_request("not authenticated", None))
 }
 
-/// Whose a task is, and which grant it runs.
+/// Whose a task is, which grant it runs, and its id in rmcp's task manager.
 #[derive(Debug, Clone)]
 struct Owner {
     subject: String,
     grant: GrantId,
+    local: String,
     created: Instant,
 }
 
@@ -115,11 +123,15 @@ impl Queue {
         // one pass, so the map stays as small as the live tasks.
         let ttl = Duration::from_millis(TASK_TTL_MS) + QUEUE_DELAY;
         owners.retain(|_, owner| owner.created.elapsed() < ttl);
+        let mut task = task;
+        let external = format!("{grant}.{}", task.task_id);
+        let local = std::mem::replace(&mut task.task_id, external);
         owners.insert(
             task.task_id.clone(),
             Owner {
                 subject: principal.subject().to_owned(),
                 grant,
+                local,
                 created: Instant::now(),
             },
         );
@@ -160,14 +172,25 @@ impl Queue {
         }
     }
 
-    /// `tasks/get`, for the task's owner only.
-    pub(crate) fn get(
+    /// `tasks/get`, for the task's owner only: from rmcp's task manager when the task runs here,
+    /// else from its grant's state in the shared store.
+    pub(crate) async fn get(
         &self,
         task_id: &str,
         principal: &Principal,
     ) -> Result<GetTaskResult, ErrorData> {
-        self.owned(task_id, principal)?;
-        Ok(GetTaskResult::new(self.tasks.get_task(task_id)?))
+        if let Some(owner) = self.owned(task_id, principal)? {
+            let mut task = self.tasks.get_task(&owner.local)?;
+            task_id.clone_into(&mut task.task.task_id);
+            return Ok(GetTaskResult::new(task));
+        }
+        let (grants, grant) = self.remote(task_id)?;
+        let state = match grants.state(grant, principal).await {
+            Ok(state) => state,
+            Err(e) if e.is_retryable() => return Err(store_unavailable()),
+            Err(_) => return Err(unknown_task(task_id)),
+        };
+        Ok(GetTaskResult::new(remote_task(task_id, state)))
     }
 
     /// `tasks/update`, for the task's owner only.
@@ -177,8 +200,11 @@ impl Queue {
         principal: &Principal,
         responses: impl IntoIterator<Item = (String, serde_json::Value)>,
     ) -> Result<(), ErrorData> {
-        self.owned(task_id, principal)?;
-        self.tasks.update_task(task_id, responses)
+        match self.owned(task_id, principal)? {
+            Some(owner) => self.tasks.update_task(&owner.local, responses),
+            // A purge never asks for input: nothing to answer on another instance.
+            None => Err(unknown_task(task_id)),
+        }
     }
 
     /// `tasks/cancel`, for the task's owner only: revokes the grant first (so it never runs,
@@ -189,29 +215,80 @@ impl Queue {
         principal: &Principal,
     ) -> Result<(), ErrorData> {
         let owner = self.owned(task_id, principal)?;
+        let grant = match &owner {
+            Some(owner) => owner.grant,
+            None => self.remote(task_id)?.1,
+        };
         if let Some(grants) = self.grants.get() {
-            match grants.revoke(owner.grant, principal).await {
-                Ok(_) | Err(GrantError::Unknown) => {}
-                Err(e) if e.is_retryable() => {
-                    return Err(ErrorData::internal_error(
-                        "the grant store is unavailable; try again",
-                        None,
-                    ));
-                }
+            match grants.revoke(grant, principal).await {
+                Ok(_) => {}
+                // Ended and forgotten: nothing left to stop.
+                Err(GrantError::Unknown) if owner.is_some() => {}
+                Err(e) if e.is_retryable() => return Err(store_unavailable()),
                 Err(_) => return Err(unknown_task(task_id)),
             }
         }
-        self.tasks.cancel_task(task_id)
+        match owner {
+            Some(owner) => self.tasks.cancel_task(&owner.local),
+            // The task runs on another instance: its grant is revoked, so it never purges.
+            None => Ok(()),
+        }
     }
 
-    /// The owner of `task_id` if it is `principal`; anyone else is told it does not exist.
-    fn owned(&self, task_id: &str, principal: &Principal) -> Result<Owner, ErrorData> {
+    /// The owner of `task_id` if the task runs here: `Some` if it is `principal`'s, `None` if
+    /// this instance does not know it, and "unknown task" to anyone else.
+    fn owned(&self, task_id: &str, principal: &Principal) -> Result<Option<Owner>, ErrorData> {
         let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
         match owners.get(task_id) {
-            Some(owner) if owner.subject == principal.subject() => Ok(owner.clone()),
+            Some(owner) if owner.subject == principal.subject() => Ok(Some(owner.clone())),
+            Some(_) => Err(unknown_task(task_id)),
+            None => Ok(None),
+        }
+    }
+
+    /// The grants, and the grant a task id names, for a task that runs on another instance.
+    fn remote(&self, task_id: &str) -> Result<(&Grants, GrantId), ErrorData> {
+        let grant = task_id
+            .split_once('.')
+            .and_then(|(grant, _)| grant.parse::<GrantId>().ok());
+        match (self.grants.get(), grant) {
+            (Some(grants), Some(grant)) => Ok((grants, grant)),
             _ => Err(unknown_task(task_id)),
         }
     }
+}
+
+/// A task running on another instance, as its grant's state tells: working until the grant
+/// ends, then completed, failed or cancelled. (Its result stays with the instance that ran it.)
+fn remote_task(task_id: &str, state: GrantState) -> DetailedTask {
+    let payload = match state {
+        GrantState::Consumed => TaskPayload::Completed {
+            result: serde_json::json!({"content": [{"type": "text",
+                "text": "The purge ran on another instance of this server."}]})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        },
+        GrantState::Revoked => TaskPayload::Cancelled,
+        GrantState::Failed | GrantState::Expired => TaskPayload::Failed {
+            error: serde_json::json!({"code": -32603,
+                "message": "The purge did not run; nothing was changed."})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        },
+        _ => TaskPayload::Working,
+    };
+    let now = current_timestamp();
+    let mut task = Task::new(task_id, TaskStatus::Working, now.clone(), now);
+    task.ttl_ms = Some(TASK_TTL_MS);
+    task.poll_interval_ms = Some(250);
+    DetailedTask::new(task, payload)
+}
+
+/// The grant store did not answer: the client may try again.
+fn store_unavailable() -> ErrorData {
+    ErrorData::internal_error("the grant store is unavailable; try again", None)
 }
 
 /// The answer rmcp gives for a task it does not know.

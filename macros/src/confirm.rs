@@ -97,6 +97,7 @@ impl ConfirmArgs {
         let select_header = self.select_header.is_some();
         let queued = self.queued.is_present();
         let claimed_by_handler = self.claimed_by_handler.is_present();
+        let when = self.when.is_some();
         quote_spanned! {span=>
             const _: () = ::mcp_confirm::__private::PolicyShape {
                 pick_one: #pick_one,
@@ -106,6 +107,7 @@ impl ConfirmArgs {
                 select_header: #select_header,
                 queued: #queued,
                 claimed_by_handler: #claimed_by_handler,
+                when: #when,
             }
             .assert_valid();
         }

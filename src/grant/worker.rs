@@ -276,6 +276,10 @@ impl<S: GrantStore> Grants<S> {
             .await
             .map_err(GrantError::Unavailable)?
             .ok_or(GrantError::Unknown)?;
+        if self.audience.as_ref().is_some_and(|a| *a != grant.audience) {
+            // Another deployment's grant: as if it did not exist here.
+            return Err(GrantError::Unknown);
+        }
         if grant.subject != principal.subject() {
             audit::refused(&grant.tool, Some(principal), "revoke by another principal");
             return Err(GrantError::NotOwner);
@@ -291,6 +295,34 @@ impl<S: GrantStore> Grants<S> {
             _ => {}
         }
         Ok(revoked)
+    }
+
+    /// Where grant `id` is, for the principal it was issued to: how a task's status is answered
+    /// on an instance other than the one running it. The state as stored: a grant still
+    /// [`Granted`](GrantState::Granted) past its expiry is marked expired by the next attempt
+    /// to begin it, and never runs.
+    ///
+    /// # Errors
+    /// [`GrantError::NotOwner`] if the grant was issued to someone else, [`GrantError::Unknown`]
+    /// (also for another audience's grant), or [`GrantError::Unavailable`].
+    pub async fn state(
+        &self,
+        id: GrantId,
+        principal: &Principal,
+    ) -> Result<GrantState, GrantError> {
+        let grant = self
+            .store
+            .get(id)
+            .await
+            .map_err(GrantError::Unavailable)?
+            .ok_or(GrantError::Unknown)?;
+        if self.audience.as_ref().is_some_and(|a| *a != grant.audience) {
+            return Err(GrantError::Unknown);
+        }
+        if grant.subject != principal.subject() {
+            return Err(GrantError::NotOwner);
+        }
+        Ok(grant.state)
     }
 
     /// The tool's revalidation hook on what the grant recorded; no hook is a refusal.
@@ -414,6 +446,44 @@ mod tests {
 
     async fn state(grants: &Grants<Arc<MemoryGrantStore>>, id: GrantId) -> GrantState {
         grants.store().get(id).await.unwrap().unwrap().state
+    }
+
+    #[tokio::test]
+    async fn state_and_revoke_answer_the_owner_of_this_audience_only() {
+        let (grants, clock, _) = setup();
+        let grant = issued(&grants, &clock).await;
+        let alice = Principal::new("alice");
+        let bob = Principal::new("bob");
+        assert_eq!(
+            grants.state(grant.id, &alice).await.unwrap(),
+            GrantState::Granted
+        );
+        assert!(matches!(
+            grants.state(grant.id, &bob).await,
+            Err(GrantError::NotOwner)
+        ));
+        let elsewhere = grants.clone().audience("another-deployment");
+        assert!(matches!(
+            elsewhere.state(grant.id, &alice).await,
+            Err(GrantError::Unknown)
+        ));
+        assert!(matches!(
+            elsewhere.revoke(grant.id, &alice).await,
+            Err(GrantError::Unknown)
+        ));
+        assert_eq!(state(&grants, grant.id).await, GrantState::Granted);
+        assert!(matches!(
+            grants.revoke(grant.id, &alice).await,
+            Ok(Revoke::Revoked)
+        ));
+        assert_eq!(
+            grants.state(grant.id, &alice).await.unwrap(),
+            GrantState::Revoked
+        );
+        assert!(matches!(
+            grants.state(GrantId::random(), &alice).await,
+            Err(GrantError::Unknown)
+        ));
     }
 
     #[tokio::test]

@@ -56,7 +56,7 @@ pin_project! {
         Deciding { decision: BoxFuture<'static, Decision>, parts: Option<Parts>, inner: Option<S> },
         // The inner service has the request.
         // The inner service has the request; `listing`: it is a `tools/list` whose answer is marked.
-        Inner { #[pin] future: S::Future, guard: Option<CompletionGuard>, listing: bool },
+        Inner { #[pin] future: S::Future, guard: Option<CompletionGuard>, listing: Option<String> },
         // The layer answers on its own.
         Replying { reply: Option<Reply> },
     }
@@ -83,7 +83,7 @@ where
             state: State::Inner {
                 future,
                 guard: None,
-                listing: false,
+                listing: None,
             },
             config,
         }
@@ -150,7 +150,7 @@ where
                             State::Inner {
                                 future: inner.call(request),
                                 guard: None,
-                                listing: false,
+                                listing: None,
                             }
                         }
                         Decision::Forward(approved) => {
@@ -171,7 +171,7 @@ where
                             State::Inner {
                                 future: inner.call(request),
                                 guard: approved.guard,
-                                listing: false,
+                                listing: None,
                             }
                         }
                     }
@@ -182,8 +182,10 @@ where
                     listing,
                 } => {
                     let result = ready!(future.poll(cx));
-                    if *listing {
-                        return Poll::Ready(result.map(|response| marked(this.config, response)));
+                    if let Some(id) = listing.take() {
+                        return Poll::Ready(
+                            result.map(|response| marked(this.config, id, response)),
+                        );
                     }
                     let guard = guard.take();
                     return Poll::Ready(
@@ -211,13 +213,16 @@ where
     B::Error: Into<BoxError>,
 {
     match message::classify(&body, |tool| config.route(tool)) {
-        parsed @ (Parsed::Forward | Parsed::Listing) => {
+        parsed @ (Parsed::Forward | Parsed::Listing { .. }) => {
             // Not ours: the same bytes, the same headers.
             let request = Request::from_parts(parts, RequestBody::buffered(body));
             State::Inner {
                 future: inner.call(request),
                 guard: None,
-                listing: matches!(parsed, Parsed::Listing),
+                listing: match parsed {
+                    Parsed::Listing { id } => Some(id),
+                    _ => None,
+                },
             }
         }
         Parsed::Reject { id, error } => State::Replying {
@@ -234,11 +239,14 @@ where
             State::Inner {
                 future: inner.call(request),
                 guard: None,
-                listing: false,
+                listing: None,
             }
         }
         Parsed::Intercept(call, Route::Undeclared) => State::Replying {
             reply: Some(driver::undeclared(&call)),
+        },
+        Parsed::Intercept(call, Route::Unlisted) => State::Replying {
+            reply: Some(driver::unlisted(&call)),
         },
         // A form is never shown for (nor answered by) a body a browser could send cross-site
         // without a preflight: confirmed calls must say they are JSON.
@@ -276,21 +284,30 @@ where
     }
 }
 
-/// A `tools/list` answer, with the confirmed tools marked in its body when it is a successful JSON
-/// or SSE answer (its length changes, so `Content-Length` goes).
-fn marked<B>(config: &Arc<Config>, mut response: Response<B>) -> Response<ResponseBody<B>> {
-    let sse = match media_type(response.headers()).as_deref() {
-        Some("application/json") => false,
-        Some("text/event-stream") => true,
-        _ => return response.map(|body| ResponseBody::inner(body, None)),
-    };
+/// A `tools/list` answer (to the request `id`), with the confirmed tools marked in its body when
+/// it is a successful JSON or SSE answer (its length changes, so `Content-Length` goes). A
+/// successful answer in another media type cannot be read: the layer then refuses every tool it
+/// has no policy or exemption for.
+fn marked<B>(
+    config: &Arc<Config>,
+    id: String,
+    mut response: Response<B>,
+) -> Response<ResponseBody<B>> {
     if !response.status().is_success() {
         return response.map(|body| ResponseBody::inner(body, None));
     }
+    let sse = match media_type(response.headers()).as_deref() {
+        Some("application/json") => false,
+        Some("text/event-stream") => true,
+        _ => {
+            config.listing_unread("a tools/list answer in a media type the layer does not read");
+            return response.map(|body| ResponseBody::inner(body, None));
+        }
+    };
     response.headers_mut().remove(CONTENT_LENGTH);
-    let limit = config.max_body_bytes;
+    let limit = config.max_listing_bytes;
     let config = Arc::clone(config);
-    response.map(|body| ResponseBody::listing(body, Marker::new(config, sse, limit)))
+    response.map(|body| ResponseBody::listing(body, Marker::new(config, sse, limit, id)))
 }
 
 /// Whether the request says, once, that its body is `application/json` (parameters allowed).

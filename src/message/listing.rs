@@ -164,16 +164,29 @@ pub(crate) fn annotate_sse(
 }
 
 /// Where the first event of `bytes` ends (just past its blank line), searching from `from`: the
-/// end of the first `\n\n` or `\n\r\n` at or after `from` (LF and CRLF line ends, mixed or not).
+/// end of the first empty line at or after `from`. Lines end in LF, CRLF or a lone CR, as the
+/// SSE spec allows, mixed or not. A CR that is the last byte may be the first half of a CRLF
+/// still on its way, so it ends nothing yet.
 pub(crate) fn event_end(bytes: &[u8], from: usize) -> Option<usize> {
+    // Where the line terminator at `at` ends, if `at` starts one that is complete.
+    let terminator = |at: usize| match bytes.get(at..)? {
+        [b'\n', ..] => Some(at + 1),
+        [b'\r', b'\n', ..] => Some(at + 2),
+        [b'\r', _, ..] => Some(at + 1),
+        _ => None,
+    };
     let mut i = from;
-    while let Some(at) = bytes.get(i..)?.iter().position(|&b| b == b'\n') {
-        let lf = i + at;
-        match bytes.get(lf + 1..) {
-            Some([b'\n', ..]) => return Some(lf + 2),
-            Some([b'\r', b'\n', ..]) => return Some(lf + 3),
-            _ => i = lf + 1,
+    while let Some(at) = bytes
+        .get(i..)?
+        .iter()
+        .position(|&b| b == b'\n' || b == b'\r')
+    {
+        let end = terminator(i + at)?;
+        // A line ended at `end`; an empty line right after it ends the event.
+        if let Some(blank) = terminator(end) {
+            return Some(blank);
         }
+        i = end;
     }
     None
 }
@@ -225,17 +238,23 @@ fn annotate_event(event: &str, mark: &impl Fn(&Listed<'_>) -> Option<Value>) -> 
     Some(out)
 }
 
-/// The lines of `text`, each with its terminator (`"\n"`, `"\r\n"`, or `""` for a last line
-/// without one).
+/// The lines of `text`, each with its terminator (`"\n"`, `"\r\n"`, `"\r"`, or `""` for a last
+/// line without one).
 fn lines_with_ends(text: &str) -> impl Iterator<Item = (&str, &str)> {
-    text.split_inclusive('\n').map(|line| {
-        if let Some(content) = line.strip_suffix("\r\n") {
-            (content, "\r\n")
-        } else if let Some(content) = line.strip_suffix('\n') {
-            (content, "\n")
-        } else {
-            (line, "")
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
         }
+        let line = match rest.find(['\n', '\r']) {
+            None => (rest, ""),
+            Some(at) => {
+                let len = if rest[at..].starts_with("\r\n") { 2 } else { 1 };
+                (&rest[..at], &rest[at..at + len])
+            }
+        };
+        rest = &rest[line.0.len() + line.1.len()..];
+        Some(line)
     })
 }
 
@@ -308,5 +327,38 @@ mod tests {
             json!({"kind":"pick_one"})
         );
         assert_eq!(annotate_sse(b"data: {}\n\n", &mark), None);
+    }
+
+    #[test]
+    fn events_end_at_a_blank_line_whatever_the_line_ends() {
+        for (text, end) in [
+            ("data: x\n\nmore", Some(9)),
+            ("data: x\r\n\r\nmore", Some(11)),
+            ("data: x\r\rmore", Some(9)),
+            ("data: x\r\n\rmore", Some(10)),
+            ("data: x\r\r\nmore", Some(10)),
+            ("data: x\n\r\nmore", Some(10)),
+            // A CR at the end may be half of a CRLF: nothing ends yet.
+            ("data: x\r\r", None),
+            ("data: x\r", None),
+            ("data: x\n", None),
+            ("data: x", None),
+        ] {
+            assert_eq!(event_end(text.as_bytes(), 0), end, "{text:?}");
+        }
+        let lines: Vec<_> = lines_with_ends("a\rb\r\nc\nd").collect();
+        assert_eq!(lines, [("a", "\r"), ("b", "\r\n"), ("c", "\n"), ("d", "")]);
+    }
+
+    #[test]
+    fn cr_framed_events_are_marked() {
+        let body = "event: message\rdata: {\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"tools\":[{\"name\":\"notes_delete\"}]}}\r\r";
+        let out = annotate_sse(body.as_bytes(), &mark).unwrap();
+        let text = std::str::from_utf8(&out).unwrap();
+        assert!(
+            text.starts_with("event: message\rdata: {") && text.ends_with("}}\r\r"),
+            "{text}"
+        );
+        assert!(text.contains(META_CONFIRMATION), "{text}");
     }
 }

@@ -68,7 +68,8 @@ pub(crate) enum Parsed<G> {
     /// Not ours: forward the original bytes untouched.
     Forward,
     /// A `tools/list` request: forward it untouched, and mark the confirmed tools in the answer.
-    Listing,
+    /// `id` is its raw request id, for the error that replaces an answer too large to read.
+    Listing { id: String },
     /// A `tools/call` of a tool the layer confirms, with what the lookup found for it.
     Intercept(ToolCall, G),
     /// Answer with this error; never forward. `id` is the raw request id, `None` for a notification.
@@ -137,7 +138,7 @@ pub(crate) fn classify<G>(body: &Bytes, guarded: impl Fn(&str) -> Option<G>) -> 
     };
     if method != TOOLS_CALL {
         return match (method.as_ref(), id) {
-            (TOOLS_LIST, Some(_)) => Parsed::Listing,
+            (TOOLS_LIST, Some(id)) => Parsed::Listing { id: id.to_owned() },
             _ => Parsed::Forward,
         };
     }
@@ -276,7 +277,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":"a","method":"tools/list","params":{"name":"notes_delete"}}"#;
         assert!(matches!(
             classify(&Bytes::copy_from_slice(other.as_bytes()), guarded),
-            Parsed::Listing
+            Parsed::Listing { .. }
         ));
         let other = r#"{"jsonrpc":"2.0","method":"tools/list","params":{"name":"notes_delete"}}"#;
         assert!(matches!(

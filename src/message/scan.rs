@@ -310,9 +310,9 @@ impl<'a> Scanner<'a> {
             self.digits1()?;
             plain = false;
         }
-        // serde_json refuses a number whose value overflows an f64, as *it* computes the value:
-        // without its `float_roundtrip` feature it rounds differently from `str::parse` near
-        // `f64::MAX` (it refuses `1.7976931348623158e308`, which rounds to `f64::MAX`), so ask it.
+        // serde_json refuses a number whose value overflows an f64, as *it* computes the value
+        // (which depends on its `float_roundtrip` feature, on here but unified with whatever the
+        // application turns on), so ask it rather than `str::parse`.
         if !plain && serde_json::from_str::<f64>(&self.text[start..self.pos]).is_err() {
             return Err(ScanError::Syntax);
         }
