@@ -24,6 +24,12 @@ pub(crate) fn refused(tool: &str, principal: Option<&Principal>, reason: &str) {
     tracing::warn!(target: TARGET, decision = "refused", tool, principal = subject(principal), reason);
 }
 
+/// The approval page refused a post before reading the approval it names (so no tool yet).
+pub(crate) fn page_refused(principal: &Principal, reason: &str) {
+    tracing::warn!(target: TARGET, decision = "refused", channel = "approval_page",
+        principal = principal.subject(), reason);
+}
+
 /// A guarded handler refused to run: no confirmation (or waiver) of the layer came with the call.
 /// An error, not a warning: it means the layer is missing, misconfigured or bypassed.
 #[cfg_attr(not(feature = "rmcp"), allow(dead_code))]

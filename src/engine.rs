@@ -1,7 +1,7 @@
 //! The gates every intercepted call passes before anything stateful, without I/O: the request's
-//! own protocol declarations and capabilities, and what a refusal says on the wire and in the
-//! audit log. The async [`driver`](crate::driver) strings these together with the sealer, the
-//! resolver, the replay store and the revalidation hook.
+//! own protocol declarations and capabilities, and [`Refused`], a refusal's frozen wire answer
+//! beside the real reason for the audit log. The async [`driver`](crate::driver) runs these
+//! first, then the sealer, the resolver, the replay store and the revalidation hook.
 
 use serde_json::Value;
 

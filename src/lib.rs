@@ -193,8 +193,14 @@ pub mod __bench {
     }
 
     /// Seals the sample state.
+    ///
+    /// # Panics
+    /// If the sample does not seal: a benchmark must not time an empty string.
     pub fn seal_sample(ring: &KeyRing) -> String {
-        codec::seal(ring, &sample()).unwrap_or_default()
+        match codec::seal(ring, &sample()) {
+            Ok(token) => token,
+            Err(e) => panic!("the sample state does not seal: {e:?}"),
+        }
     }
 
     /// Opens a state; `true` if it verifies.
@@ -313,11 +319,16 @@ struct ReadmeDoctests;
 
 pub use confirmed::{Confirmed, Waived, WaiverReason};
 pub use http::ResponseFuture;
-pub use layer::{
-    ConfigError, ConfirmLayer, ConfirmLayerBuilder, DEFAULT_CHALLENGE_BURST,
-    DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CLOCK_SKEW, DEFAULT_GRANT_TTL, DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_LISTING_BYTES, DEFAULT_TTL, MAX_GRANT_TTL, MAX_TTL,
-};
+pub use layer::{ConfigError, ConfirmLayer, ConfirmLayerBuilder};
+
+/// The builder's defaults and bounds, for code that wants to say "the default" by name.
+pub mod defaults {
+    pub use crate::layer::{
+        DEFAULT_CHALLENGE_BURST, DEFAULT_CHALLENGES_PER_SECOND, DEFAULT_CLOCK_SKEW,
+        DEFAULT_GRANT_TTL, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LISTING_BYTES, DEFAULT_TTL,
+        MAX_GRANT_TTL, MAX_TTL,
+    };
+}
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use mcp_confirm_macros::{confirm, confirm_router};

@@ -93,7 +93,7 @@ impl ApprovalPage {
             return self.show(id, &principal, None).await;
         }
         if let Err(refusal) = self.same_origin(&request) {
-            audit::refused("-", Some(&principal), refusal);
+            audit::page_refused(&principal, refusal);
             return page(
                 StatusCode::FORBIDDEN,
                 "Refused",

@@ -30,7 +30,7 @@
 //! The transitions are pure functions of the record and the time ([`Grant::begin`],
 //! [`Grant::finish`], [`Grant::revoke`]), so every store applies exactly the same rules;
 //! stores differ only in how they make one transition atomic. Prove a store with
-//! [`grant_store_conformance!`](crate::grant_store_conformance).
+//! `grant_store_conformance!` (feature `test-support`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -44,6 +44,8 @@ use crate::audit;
 use crate::clock::{Clock, SystemClock};
 use crate::store::{BoxFuture, Nonce, PrincipalKey, StoreError, hex, unhex};
 
+#[cfg(any(test, feature = "test-support"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-support")))]
 pub mod conformance;
 #[cfg(feature = "postgres")]
 mod postgres;

@@ -54,7 +54,6 @@ pin_project! {
         Buffering { #[pin] collect: Collect<Limited<B>>, parts: Option<Parts>, inner: Option<S> },
         // Waiting on the resolver, the replay store or the revalidation hook.
         Deciding { decision: BoxFuture<'static, Decision>, parts: Option<Parts>, inner: Option<S> },
-        // The inner service has the request.
         // The inner service has the request; `listing`: it is a `tools/list` whose answer is marked.
         Inner { #[pin] future: S::Future, guard: Option<CompletionGuard>, listing: Option<String> },
         // The layer answers on its own.

@@ -21,8 +21,6 @@ pub(crate) fn backend(e: impl std::error::Error + Send + Sync + 'static) -> Stor
     StoreError::Backend(Box::new(e))
 }
 
-/// A lazily connecting, reconnecting Redis connection for `url`, each connect and answer bounded
-/// by `timeout`.
 /// Sets `KEYS[1]` to `ARGV[2]` (keeping its expiry) only if it still holds `ARGV[1]`: how the
 /// Redis stores write back a record they decided on in Rust (grants, browser approvals).
 #[cfg(feature = "redis")]
@@ -32,6 +30,8 @@ redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 return 1
 ";
 
+/// A lazily connecting, reconnecting Redis connection for `url`, each connect and answer bounded
+/// by `timeout`.
 #[cfg(feature = "redis")]
 pub(crate) fn redis_connection(
     url: &str,

@@ -4,7 +4,7 @@
 //!
 //! ```ignore
 //! mod memory {
-//!     use mcp_confirm::MemoryReplayStore;
+//!     use mcp_confirm::store::MemoryReplayStore;
 //!     mcp_confirm::replay_store_conformance!(
 //!         MemoryReplayStore::new(),
 //!         budgeted = |budget| MemoryReplayStore::new().principal_budget(budget)

@@ -17,7 +17,8 @@
 //!   [`BootEpoch`]; the layer binds it into every state it issues and refuses states from an
 //!   earlier epoch, because whether they were used before the restart is unknown.
 //!
-//! Backends implement [`ReplayStore`] and prove it with the shared [`conformance`] suite.
+//! Backends implement [`ReplayStore`] and prove it with the shared `conformance` suite (feature
+//! `test-support`).
 
 use std::fmt;
 use std::future::Future;
@@ -28,6 +29,8 @@ use std::time::{Duration, SystemTime};
 mod approval;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) mod backend;
+#[cfg(any(test, feature = "test-support"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-support")))]
 pub mod conformance;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -260,7 +263,7 @@ pub enum StoreError {
 /// Implementations must make [`claim`](ReplayStore::claim) a single atomic compare-and-set (never
 /// read-then-write), keep each entry until its expiry, never evict an unexpired entry, and cap each
 /// principal's live entries. Errors make the layer refuse the call, so a store that cannot answer
-/// fails closed. Prove an implementation with [`replay_store_conformance!`](crate::replay_store_conformance).
+/// fails closed. Prove an implementation with `replay_store_conformance!` (feature `test-support`).
 ///
 /// # Write your own
 ///
