@@ -5,8 +5,8 @@
 //! specific reason of a refusal, which the wire never shows. They never carry keys, tokens, or the
 //! form's content.
 
+use crate::kernel::Nonce;
 use crate::principal::Principal;
-use crate::store::Nonce;
 
 /// The `tracing` target of every audit event.
 pub const TARGET: &str = "mcp_confirm::audit";

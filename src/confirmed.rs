@@ -12,8 +12,8 @@ use http::Extensions;
 use subtle::ConstantTimeEq;
 
 use crate::grant::GrantId;
+use crate::kernel::Nonce;
 use crate::principal::Principal;
-use crate::store::Nonce;
 use crate::token::claims::arguments_digest;
 
 /// Proof, in the forwarded request's extensions, that the layer confirmed this call.

@@ -18,13 +18,14 @@ use crate::confirmed::{Confirmed, Waived, WaiverReason};
 use crate::engine::{self, Declared, Refused};
 use crate::form::{self, Answer};
 use crate::grant::{Grant, GrantId, GrantState};
+use crate::kernel::PrincipalKey;
 use crate::message::{self, ToolCall};
 use crate::policy::{Lookup, Revalidation};
 use crate::principal::Principal;
 use crate::protocol::{self, Outcome, Reply, RpcError};
 use crate::store::{
     Approval, ApprovalChoice, ApprovalId, Claim, ClaimRequest, Decision as ApprovalDecision, Owner,
-    PrincipalKey, StoreError,
+    StoreError,
 };
 use crate::token::StateError;
 use crate::token::candidates::{Candidates, Shown};

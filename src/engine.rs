@@ -6,10 +6,10 @@
 use serde_json::Value;
 
 use crate::audit;
+use crate::kernel::Nonce;
 use crate::message::{TOOLS_CALL, ToolCall};
 use crate::principal::Principal;
 use crate::protocol::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, Reply, RpcError};
-use crate::store::Nonce;
 use crate::token::StateError;
 
 /// What the transport declared about a call outside its body. Over HTTP these are the MCP

@@ -126,6 +126,7 @@
 //!                         browser approvals and their one decision (approval.rs)
 //!            grant/       durable grants for queued work: states, leases, fencing, GrantStore
 //!                         (memory / Redis / Postgres), the worker API Grants
+//!            kernel.rs    what every part shares: Nonce, PrincipalKey, BoxFuture, hex
 //!            protocol.rs  MCP 2026-07-28 wire pieces: error codes, replies, input_required
 //!            principal.rs Principal and how it is extracted
 //!            clock        Clock (system, manual for tests)
@@ -156,6 +157,7 @@ mod form;
 pub mod grant;
 pub mod guard;
 mod http;
+mod kernel;
 mod layer;
 mod limit;
 mod message;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use crate::store::PrincipalKey;
+use crate::kernel::PrincipalKey;
 
 /// How often, in checks, idle principals are dropped from the limiter.
 const HOUSEKEEPING_EVERY: u64 = 4_096;

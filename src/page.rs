@@ -19,8 +19,9 @@ use http_body_util::{BodyExt, Full, Limited};
 
 use crate::audit;
 use crate::config::Config;
+use crate::kernel::{BoxFuture, hex, unhex};
 use crate::principal::Principal;
-use crate::store::{Approval, ApprovalId, BoxFuture, Decided, Decision, hex, unhex};
+use crate::store::{Approval, ApprovalId, Decided, Decision};
 
 /// The most a decision's form body may hold.
 const MAX_FORM_BYTES: usize = 16 * 1024;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::kernel::BoxFuture;
 use crate::principal::Principal;
-use crate::store::BoxFuture;
 use crate::token::MAX_CANDIDATES;
 
 /// One record the user may pick, e.g. one of three notes titled "Groceries".

@@ -309,7 +309,7 @@ mod tests {
 
     use super::*;
     use crate::confirmed::WaiverReason;
-    use crate::store::Nonce;
+    use crate::kernel::Nonce;
     use crate::token::claims::arguments_digest;
 
     fn confirmed(tool: &str, arguments: &Value) -> Confirmed {

@@ -13,10 +13,10 @@ use tower_service::Service;
 
 use crate::config::Route;
 use crate::driver::{self, Decision};
+use crate::kernel::BoxFuture;
 use crate::message::{self, Parsed};
 use crate::protocol::{Reply, RpcError};
 use crate::service::Confirm;
-use crate::store::BoxFuture;
 
 /// One incoming JSON-RPC message, as raw bytes, with the extensions an auth layer filled in (a
 /// [`Principal`](crate::Principal), by default).

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Revoke};
 use crate::clock::{Clock, ManualClock};
-use crate::store::{Nonce, PrincipalKey};
+use crate::kernel::{Nonce, PrincipalKey};
 
 const LEASE: Duration = Duration::from_secs(30);
 const TTL: Duration = Duration::from_secs(600);

@@ -42,7 +42,8 @@ use serde_json::Value;
 
 use crate::audit;
 use crate::clock::{Clock, SystemClock};
-use crate::store::{BoxFuture, Nonce, PrincipalKey, StoreError, hex, unhex};
+use crate::kernel::{BoxFuture, Nonce, PrincipalKey, hex, unhex};
+use crate::store::StoreError;
 
 #[cfg(any(test, feature = "test-support"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-support")))]

@@ -18,8 +18,9 @@ use super::{
 };
 use crate::audit;
 use crate::clock::{Clock, SystemClock};
+use crate::kernel::BoxFuture;
+use crate::store::StoreError;
 use crate::store::backend::{backend, bounded, postgres_pool, table_name};
-use crate::store::{BoxFuture, StoreError};
 
 /// A [`GrantStore`] in PostgreSQL, shared by every instance and worker.
 ///

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::{Grant, GrantId, GrantState};
-use crate::store::{Nonce, PrincipalKey, hex, unhex};
+use crate::kernel::{Nonce, PrincipalKey, hex, unhex};
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -14,8 +14,9 @@ use redis::aio::ConnectionManager;
 
 use super::{Begin, Finish, Grant, GrantId, GrantStore, Lease, Revoke, record};
 use crate::clock::{Clock, SystemClock};
+use crate::kernel::BoxFuture;
+use crate::store::StoreError;
 use crate::store::backend::{COMPARE_AND_SET, backend, bounded, millis_until, redis_connection};
-use crate::store::{BoxFuture, StoreError};
 
 /// How often a transition re-reads after losing a race before it reports the store as busy.
 const ATTEMPTS: usize = 16;

@@ -402,7 +402,7 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, ManualClock};
     use crate::grant::{MemoryGrantStore, Revoke, conformance};
-    use crate::store::BoxFuture;
+    use crate::kernel::BoxFuture;
 
     const LEASE: Duration = Duration::from_secs(30);
 

@@ -22,9 +22,9 @@ use crate::body::{Marker, RequestBody, ResponseBody};
 use crate::completion::CompletionGuard;
 use crate::config::{Config, Route};
 use crate::driver::{self, Decision};
+use crate::kernel::BoxFuture;
 use crate::message::{self, Parsed};
 use crate::protocol::{Reply, RpcError};
-use crate::store::BoxFuture;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

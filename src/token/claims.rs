@@ -10,7 +10,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::candidates::{Candidates, Shown};
-use crate::store::Nonce;
+use crate::kernel::Nonce;
 
 /// Where in the confirmation a state was issued. Unknown phases are refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use super::claims::{Claims, Phase, digest16};
 use super::codec;
 use super::keyring::KeyRing;
 use crate::clock::{Clock, unix_secs};
-use crate::store::Nonce;
+use crate::kernel::Nonce;
 
 /// What every state of one tool binds, whatever the request: digests computed once, when the
 /// layer is built.

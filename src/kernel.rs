@@ -1,0 +1,151 @@
+//! The small types every part of the crate shares: the nonce a state carries, the keyed digest
+//! a principal is charged and bound as, the boxed future of the object-safe traits, and the one
+//! hex spelling of ids and digests. They live here, below the stores, the token codec and the
+//! decision path alike, so none of those imports another only for them.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+/// A boxed `Send` future, as returned by the object-safe store and policy traits.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The impls the 16-byte newtypes below share: `from_bytes` and `as_bytes` (each documented for
+/// its own type) and a `Debug` that names the type and shows its first four bytes in hex.
+macro_rules! sixteen_bytes {
+    (
+        $name:ident,
+        $(#[$from_bytes:meta])* from_bytes,
+        $(#[$as_bytes:meta])* as_bytes $(,)?
+    ) => {
+        impl $name {
+            $(#[$from_bytes])*
+            pub const fn from_bytes(bytes: [u8; 16]) -> Self {
+                Self(bytes)
+            }
+
+            $(#[$as_bytes])*
+            pub const fn as_bytes(&self) -> &[u8; 16] {
+                &self.0
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({}…)"), $crate::kernel::hex(&self.0[..4]))
+            }
+        }
+    };
+}
+
+/// The 128-bit random value that identifies one issued `requestState` in the replay store.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Nonce([u8; 16]);
+
+impl Nonce {
+    /// A fresh nonce from the operating system's random source.
+    ///
+    /// # Panics
+    /// If the OS random source fails; there is no safe fallback for a security nonce.
+    pub fn random() -> Self {
+        let mut bytes = [0u8; 16];
+        #[allow(clippy::expect_used)]
+        getrandom::fill(&mut bytes).expect("the OS random source failed");
+        Self(bytes)
+    }
+
+    /// Lower-case hex, for store keys.
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+
+    /// The first four bytes in hex: enough to correlate log lines, too little to be a store key.
+    pub(crate) fn short(&self) -> String {
+        hex(&self.0[..4])
+    }
+}
+
+sixteen_bytes!(
+    Nonce,
+    /// A nonce with the given bytes.
+    from_bytes,
+    /// The nonce's bytes.
+    as_bytes,
+);
+
+pub(crate) use sixteen_bytes;
+
+/// Whom an entry is charged to: a keyed digest of the authenticated principal, never the name.
+///
+/// It is the principal digest signed into the state itself, so a state's entry has the same key on
+/// every instance and across key rotation. (While two signing keys overlap, a principal's states
+/// under each key count against separate budgets.)
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PrincipalKey([u8; 16]);
+
+impl PrincipalKey {
+    /// Lower-case hex, for store keys.
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+}
+
+sixteen_bytes!(
+    PrincipalKey,
+    /// A key with the given bytes.
+    from_bytes,
+    /// The key's bytes.
+    as_bytes,
+);
+
+/// Lower-case hex: every id and digest this crate writes as text.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    s
+}
+
+/// Exactly `N` bytes as [`hex`] writes them (`2 * N` lower-case digits); `None` for anything
+/// else.
+pub(crate) fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let digits = text.as_bytes();
+    if digits.len() != N * 2 {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut bytes = [0u8; N];
+    for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{hex, unhex};
+
+    #[test]
+    fn hex_round_trips_and_reads_nothing_else() {
+        let bytes: [u8; 4] = [0x00, 0x7f, 0xa0, 0xff];
+        assert_eq!(hex(&bytes), "007fa0ff");
+        assert_eq!(unhex::<4>("007fa0ff"), Some(bytes));
+        for bad in [
+            "007FA0FF",
+            "007fa0f",
+            "007fa0ff0",
+            "+07fa0ff",
+            "0g7fa0ff",
+            "",
+        ] {
+            assert_eq!(unhex::<4>(bad), None, "{bad}");
+        }
+    }
+}
