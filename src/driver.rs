@@ -20,7 +20,7 @@ use crate::form::{self, Answer};
 use crate::grant::{Grant, GrantId, GrantState};
 use crate::kernel::PrincipalKey;
 use crate::message::{self, ToolCall};
-use crate::policy::{Lookup, Revalidation};
+use crate::policy::{Candidate, Lookup, Revalidation};
 use crate::principal::Principal;
 use crate::protocol::{self, Outcome, Reply, RpcError};
 use crate::store::{
@@ -285,6 +285,17 @@ async fn challenge(
         .collect();
     let shown = Candidates::new(shown)
         .map_err(|e| Refused::new(RpcError::internal(), format!("resolver returned {e}")))?;
+    if policy.queued && policy.select_into.is_some() {
+        // The grant keeps the arguments with the chosen id written in: the form is shown only
+        // if every choice fits. The id longest in JSON makes the largest arguments.
+        let longest = candidates
+            .iter()
+            .map(Candidate::id)
+            .max_by_key(|id| serde_json::to_string(id).map_or(usize::MAX, |json| json.len()));
+        if let Some(longest) = longest {
+            check_grant_arguments(&guarded.confirmed_arguments(call, Some(longest)))?;
+        }
+    }
     let (token, claims) = config
         .sealer
         .seal(

@@ -136,8 +136,9 @@ impl Serialize for Ids<'_> {
 
 /// Reduces a label to one line of plain text of at most `max_chars` characters.
 ///
-/// Control characters, bidirectional overrides and zero-width characters are dropped (they can make
-/// one title look like another), runs of whitespace become one space, and a cut label ends in `…`.
+/// Control, format and other default-ignorable characters (bidirectional overrides, zero-width
+/// characters, tag characters, variation selectors) are dropped: they can make one title look
+/// like another, or carry text the user never sees, runs of whitespace become one space, and a cut label ends in `…`.
 pub(crate) fn plain_label(label: &str, max_chars: usize) -> String {
     let visible: String = label
         .chars()
@@ -145,7 +146,7 @@ pub(crate) fn plain_label(label: &str, max_chars: usize) -> String {
             if c.is_whitespace() {
                 Some(' ')
             } else {
-                (!is_invisible(c)).then_some(c)
+                (!crate::kernel::is_invisible(c)).then_some(c)
             }
         })
         .collect();
@@ -194,17 +195,6 @@ pub(crate) fn describe_call(message: &str, arguments: Option<&Value>) -> String 
         ));
     }
     out
-}
-
-fn is_invisible(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{00AD}' | '\u{061C}' | '\u{180E}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{202A}'..='\u{202E}'
-            | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{2069}'
-            | '\u{FEFF}')
 }
 
 /// What the client answered for our key.

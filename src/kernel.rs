@@ -1,6 +1,6 @@
 //! The small types every part of the crate shares: the nonce a state carries, the keyed digest
-//! a principal is charged and bound as, the boxed future of the object-safe traits, and the one
-//! hex spelling of ids and digests. They live here, below the stores, the token codec and the
+//! a principal is charged and bound as, the boxed future of the object-safe traits, the one
+//! hex spelling of ids and digests, and which characters a user cannot see. They live here, below the stores, the token codec and the
 //! decision path alike, so none of those imports another only for them.
 
 use std::fmt;
@@ -128,9 +128,67 @@ pub(crate) fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
     Some(bytes)
 }
 
+/// Whether `c` is invisible or reorders what follows it, so that text carrying it can look like
+/// other text: every control (`Cc`), every format character (`Cf`: bidirectional controls,
+/// zero-width characters, tag characters, interlinear annotations, …) and every other
+/// `Default_Ignorable_Code_Point` (variation selectors, Hangul fillers, the reserved
+/// default-ignorable ranges), as Unicode 15.1's `DerivedGeneralCategory.txt` and
+/// `DerivedCoreProperties.txt` list them. A table rather than a dependency: it changes rarely,
+/// and only by growing.
+pub(crate) fn is_invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}'
+            | '\u{17B5}' | '\u{3164}' | '\u{FEFF}' | '\u{FFA0}' | '\u{06DD}' | '\u{070F}'
+            | '\u{08E2}' | '\u{110BD}' | '\u{110CD}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FFF0}'..='\u{FFFB}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}')
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{hex, unhex};
+    use super::{hex, is_invisible, unhex};
+
+    #[test]
+    fn format_and_ignorable_characters_are_invisible_and_text_is_not() {
+        for c in [
+            '\u{0007}',
+            '\u{00AD}',
+            '\u{061C}',
+            '\u{200B}',
+            '\u{202E}',
+            '\u{2066}',
+            '\u{206A}',
+            '\u{206F}',
+            '\u{FE0F}',
+            '\u{FEFF}',
+            '\u{FFF9}',
+            '\u{FFFB}',
+            '\u{1D173}',
+            '\u{1BCA0}',
+            '\u{E0001}',
+            '\u{E0041}',
+            '\u{E007F}',
+            '\u{E0100}',
+            '\u{3164}',
+            '\u{115F}',
+        ] {
+            assert!(is_invisible(c), "U+{:04X}", u32::from(c));
+        }
+        for c in ['a', ' ', 'é', '·', '…', 'ß', '中', '\u{FFFC}', '\u{1F600}'] {
+            assert!(!is_invisible(c), "U+{:04X}", u32::from(c));
+        }
+    }
 
     #[test]
     fn hex_round_trips_and_reads_nothing_else() {

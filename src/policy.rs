@@ -25,6 +25,11 @@ pub struct Candidate {
 
 impl Candidate {
     /// A candidate shown by its id alone.
+    ///
+    /// An id is shown and sent back exactly, so it must be printable: a resolver that returns an
+    /// empty id, one over [`MAX_CANDIDATE_ID_LEN`](crate::token::MAX_CANDIDATE_ID_LEN) bytes, or
+    /// one with a control, format or zero-width character (or whitespace other than a space) has
+    /// the call refused, nothing shown.
     pub fn new(id: impl Into<String>) -> Self {
         Self {
             id: id.into(),

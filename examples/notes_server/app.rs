@@ -134,9 +134,11 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
         .service(confirm.approval_page().sign_in_url("/signin"));
     let sign_in = axum::routing::get(signin::form)
         .post(signin::submit)
+        .fallback(signin::method_not_allowed("GET, HEAD, POST"))
         .with_state(sessions.clone())
         .layer(HostOriginLayer::localhost());
     let sign_out = axum::routing::post(signin::sign_out)
+        .fallback(signin::method_not_allowed("POST"))
         .with_state(sessions)
         .layer(HostOriginLayer::localhost());
     Router::new()

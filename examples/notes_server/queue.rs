@@ -259,7 +259,8 @@ impl Queue {
 }
 
 /// A task running on another instance, as its grant's state tells: working until the grant
-/// ends, then completed, failed or cancelled. (Its result stays with the instance that ran it.)
+/// ends, then completed (with an error result if the purge did not run) or cancelled. (Its
+/// result stays with the instance that ran it.)
 fn remote_task(task_id: &str, state: GrantState) -> DetailedTask {
     let payload = match state {
         GrantState::Consumed => TaskPayload::Completed {
@@ -270,9 +271,11 @@ fn remote_task(task_id: &str, state: GrantState) -> DetailedTask {
             .unwrap_or_default(),
         },
         GrantState::Revoked => TaskPayload::Cancelled,
-        GrantState::Failed | GrantState::Expired => TaskPayload::Failed {
-            error: serde_json::json!({"code": -32603,
-                "message": "The purge did not run; nothing was changed."})
+        // As the instance running it reports a purge that did not run: a completed tool call
+        // whose result is an error (`failed` is for JSON-RPC errors).
+        GrantState::Failed | GrantState::Expired => TaskPayload::Completed {
+            result: serde_json::json!({"isError": true, "content": [{"type": "text",
+                "text": "Refused: the purge did not run; nothing was changed."}]})
             .as_object()
             .cloned()
             .unwrap_or_default(),

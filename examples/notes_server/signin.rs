@@ -124,6 +124,23 @@ pub(crate) async fn not_found() -> Response {
     )
 }
 
+/// A method a sign-in route does not serve: a 405 naming the ones it does (`allow`), with the
+/// same headers as the pages.
+pub(crate) fn method_not_allowed(
+    allow: &'static str,
+) -> impl Fn() -> std::future::Ready<Response> + Clone + Send + Sync + 'static {
+    move || {
+        let mut response = html(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "<!doctype html><title>Method not allowed</title><p>Method not allowed.</p>".to_owned(),
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
+        std::future::ready(response)
+    }
+}
+
 #[derive(Deserialize)]
 pub(crate) struct Next_ {
     #[serde(default)]

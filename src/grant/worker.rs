@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use super::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Lease, Revoke};
 use crate::audit;
+use crate::clock::{Clock, SystemClock};
 use crate::policy::{Refusal, Revalidate, Revalidation};
 use crate::principal::Principal;
 use crate::store::StoreError;
@@ -84,6 +85,7 @@ pub struct Grants<S = Arc<dyn GrantStore>> {
     pub(super) lease: Duration,
     hooks: Arc<HashMap<String, Arc<dyn Revalidate>>>,
     audience: Option<String>,
+    clock: Arc<dyn Clock>,
 }
 
 impl<S: Clone> Clone for Grants<S> {
@@ -93,6 +95,7 @@ impl<S: Clone> Clone for Grants<S> {
             lease: self.lease,
             hooks: Arc::clone(&self.hooks),
             audience: self.audience.clone(),
+            clock: Arc::clone(&self.clock),
         }
     }
 }
@@ -106,6 +109,7 @@ impl<S: fmt::Debug> fmt::Debug for Grants<S> {
             .field("lease", &self.lease)
             .field("tools", &tools)
             .field("audience", &self.audience)
+            .field("clock", &self.clock)
             .finish()
     }
 }
@@ -125,7 +129,16 @@ impl<S: GrantStore> Grants<S> {
             lease: Self::DEFAULT_LEASE,
             hooks: Arc::default(),
             audience: None,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The clock [`state`](Self::state) reads expiries against (the system clock by default;
+    /// give the store's own in tests).
+    #[must_use]
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
     }
 
     /// How long one attempt may run (default [`Self::DEFAULT_LEASE`], kept between
@@ -161,6 +174,7 @@ impl<S: GrantStore> Grants<S> {
             lease: Self::DEFAULT_LEASE,
             hooks: Arc::new(hooks),
             audience: Some(audience.to_owned()),
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -298,9 +312,12 @@ impl<S: GrantStore> Grants<S> {
     }
 
     /// Where grant `id` is, for the principal it was issued to: how a task's status is answered
-    /// on an instance other than the one running it. The state as stored: a grant still
-    /// [`Granted`](GrantState::Granted) past its expiry is marked expired by the next attempt
-    /// to begin it, and never runs.
+    /// on an instance other than the one running it. The effective state: a grant still stored
+    /// as [`Granted`](GrantState::Granted) past its expiry, or as executing past both its expiry
+    /// and the lease of an attempt that never finished, reads [`Expired`](GrantState::Expired)
+    /// (it never runs; only the next attempt to begin it would record that), and one revoked
+    /// while an attempt ran reads [`Revoked`](GrantState::Revoked) once that attempt's lease is
+    /// over.
     ///
     /// # Errors
     /// [`GrantError::NotOwner`] if the grant was issued to someone else, [`GrantError::Unknown`]
@@ -322,7 +339,17 @@ impl<S: GrantStore> Grants<S> {
         if grant.subject != principal.subject() {
             return Err(GrantError::NotOwner);
         }
-        Ok(grant.state)
+        let now = self.clock.now();
+        Ok(match grant.state {
+            GrantState::Granted if now >= grant.expires_at => GrantState::Expired,
+            GrantState::Executing { lease_until, .. }
+                if now >= lease_until && now >= grant.expires_at =>
+            {
+                GrantState::Expired
+            }
+            GrantState::Revoking { lease_until, .. } if now >= lease_until => GrantState::Revoked,
+            state => state,
+        })
     }
 
     /// The tool's revalidation hook on what the grant recorded; no hook is a refusal.
@@ -433,6 +460,7 @@ mod tests {
         let store = Arc::new(MemoryGrantStore::with_clock(100, clock.clone()));
         let live = Live::default();
         let grants = Grants::new(store)
+            .clock(clock.clone())
             .lease(LEASE)
             .revalidate("notes_purge", live.clone());
         (grants, clock, live)
@@ -484,6 +512,29 @@ mod tests {
             grants.state(GrantId::random(), &alice).await,
             Err(GrantError::Unknown)
         ));
+        // Past its expiry, a grant never begun reads as expired, though stored as granted.
+        let late = issued(&grants, &clock).await;
+        clock.advance(Duration::from_secs(601));
+        assert_eq!(state(&grants, late.id).await, GrantState::Granted);
+        assert_eq!(
+            grants.state(late.id, &alice).await.unwrap(),
+            GrantState::Expired
+        );
+        // An attempt that never finished: working while its lease runs, or while another could
+        // still begin; expired once both its lease and the grant's expiry are over.
+        let stalled = issued(&grants, &clock).await;
+        let Ok(Begin::Started(_)) = grants.store().begin(stalled.id, LEASE).await else {
+            panic!("the attempt begins");
+        };
+        let working = |state| matches!(state, GrantState::Executing { .. });
+        assert!(working(grants.state(stalled.id, &alice).await.unwrap()));
+        clock.advance(LEASE);
+        assert!(working(grants.state(stalled.id, &alice).await.unwrap()));
+        clock.advance(Duration::from_secs(600));
+        assert_eq!(
+            grants.state(stalled.id, &alice).await.unwrap(),
+            GrantState::Expired
+        );
     }
 
     #[tokio::test]

@@ -19,16 +19,17 @@ pub(super) fn declared(headers: &HeaderMap) -> Declared {
 /// Whether `Accept` lists both `application/json` and `text/event-stream`, as Streamable HTTP
 /// requires of every POST (a range weighted `q=0` does not count). The layer checks it before it
 /// offers a form, so that no confirmation is spent on a call the server will then refuse as
-/// not acceptable.
+/// not acceptable. Ranges and parameters split as RFC 9110 (and rmcp) split them: outside quoted
+/// strings only, so a quoted parameter never yields a range of its own.
 pub(super) fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
     let (mut json, mut sse) = (false, false);
     let ranges = headers
         .get_all(http::header::ACCEPT)
         .iter()
         .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','));
+        .flat_map(|value| split_unquoted(value, ','));
     for range in ranges {
-        let mut parts = range.split(';');
+        let mut parts = split_unquoted(range, ';');
         let essence = parts.next().unwrap_or_default().trim();
         let excluded = parts.any(|parameter| {
             parameter.split_once('=').is_some_and(|(name, value)| {
@@ -42,6 +43,24 @@ pub(super) fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
         sse |= essence.eq_ignore_ascii_case("text/event-stream");
     }
     json && sse
+}
+
+/// Splits `value` at each `delimiter` outside a quoted string (`\` escapes the next character
+/// inside one; an unterminated quote runs to the end).
+fn split_unquoted(value: &str, delimiter: char) -> impl Iterator<Item = &str> {
+    let (mut quoted, mut escaped) = (false, false);
+    value.split(move |character| {
+        if escaped {
+            escaped = false;
+        } else if quoted && character == '\\' {
+            escaped = true;
+        } else if character == '"' {
+            quoted = !quoted;
+        } else if !quoted && character == delimiter {
+            return true;
+        }
+        false
+    })
 }
 
 /// Whether a `q` value is zero (`0`, `0.0`, `0.000`): that range is not acceptable.
@@ -117,6 +136,37 @@ mod tests {
         assert_eq!(read(&h, "mcp-method"), Field::Absent);
         h.insert("mcp-method", HeaderValue::from_static("=?base64?!!?="));
         assert_eq!(read(&h, "mcp-method"), Field::Invalid);
+    }
+
+    fn accept(values: &[&'static str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(http::header::ACCEPT, HeaderValue::from_static(value));
+        }
+        headers
+    }
+
+    #[test]
+    fn accept_needs_both_ranges_outside_quotes_and_not_weighted_zero() {
+        for ok in [
+            &["application/json, text/event-stream"][..],
+            &["application/json", "text/event-stream;q=0.5"],
+            &[r#"application/json;p="a,b", TEXT/EVENT-STREAM"#],
+            &[r#"application/json;p="a\";q=0", text/event-stream"#],
+        ] {
+            assert!(accepts_json_and_sse(&accept(ok)), "{ok:?}");
+        }
+        for refused in [
+            &[r#"application/json;x=",text/event-stream;""#][..],
+            &[r#"application/json;x=",text/event-stream"#],
+            &[r#"application/json;x="\",text/event-stream""#],
+            &["application/json, text/event-stream;q=0.000"],
+            &["application/json;q=0, text/event-stream"],
+            &["application/json"],
+            &[],
+        ] {
+            assert!(!accepts_json_and_sse(&accept(refused)), "{refused:?}");
+        }
     }
 
     #[test]

@@ -35,8 +35,11 @@ pub(crate) enum CandidatesError {
     /// More than [`MAX_CANDIDATES`].
     #[error("more than {MAX_CANDIDATES} candidates")]
     TooMany,
-    /// An empty id, or one longer than [`MAX_CANDIDATE_ID_LEN`] bytes.
-    #[error("an empty or oversized candidate id")]
+    /// An empty id, one longer than [`MAX_CANDIDATE_ID_LEN`] bytes, or one with a character
+    /// the user cannot see (a control, format or other default-ignorable character, or
+    /// whitespace other than a plain space): an id is shown and sent back exactly, so it cannot
+    /// be cleaned like a label, and such an id could pass for another.
+    #[error("an empty, oversized or unprintable candidate id")]
     BadId,
     /// Two candidates with the same id.
     #[error("duplicate candidate ids")]
@@ -44,6 +47,11 @@ pub(crate) enum CandidatesError {
     /// An empty version, or one longer than [`MAX_VERSION_LEN`] bytes.
     #[error("an empty or oversized candidate version")]
     BadVersion,
+}
+
+/// Whether `c` may not appear in a candidate id: see [`CandidatesError::BadId`].
+fn unprintable(c: char) -> bool {
+    crate::kernel::is_invisible(c) || (c.is_whitespace() && c != ' ')
 }
 
 /// At most [`MAX_CANDIDATES`] candidates with unique, non-empty, bounded ids and, where present,
@@ -58,7 +66,10 @@ impl Candidates {
             return Err(CandidatesError::TooMany);
         }
         for (i, candidate) in shown.iter().enumerate() {
-            if candidate.id.is_empty() || candidate.id.len() > MAX_CANDIDATE_ID_LEN {
+            if candidate.id.is_empty()
+                || candidate.id.len() > MAX_CANDIDATE_ID_LEN
+                || candidate.id.chars().any(unprintable)
+            {
                 return Err(CandidatesError::BadId);
             }
             if candidate
@@ -110,6 +121,20 @@ mod tests {
             build(vec![Shown::new("", Some("v"))]),
             Err(CandidatesError::BadId)
         );
+        for unprintable in [
+            "note-7\u{202E}exe.txt",
+            "note-7\u{200B}",
+            "a\nb",
+            "a\u{00A0}b",
+            "\u{E0041}",
+        ] {
+            assert_eq!(
+                build(vec![Shown::new(unprintable, None)]),
+                Err(CandidatesError::BadId),
+                "{unprintable:?}"
+            );
+        }
+        assert!(build(vec![Shown::new("my note (1).txt", None)]).is_ok());
         let long_id = "x".repeat(MAX_CANDIDATE_ID_LEN + 1);
         assert_eq!(
             build(vec![Shown::new(long_id, None)]),
