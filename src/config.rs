@@ -164,7 +164,7 @@ impl Config {
 
     /// Whom a new challenge for `principal` is charged to: the digest its state will carry.
     pub(crate) fn principal_key(&self, principal: &Principal) -> PrincipalKey {
-        PrincipalKey::from_bytes(self.sealer.principal_digest(principal.subject()))
+        self.sealer.principal_digest(principal.subject())
     }
 
     /// The epoch a state binds: the replay store's, or zeros for a store whose entries outlive

@@ -18,11 +18,10 @@ use crate::confirmed::{Confirmed, Waived, WaiverReason};
 use crate::engine::{self, Declared, Refused};
 use crate::form::{self, Answer};
 use crate::grant::{Grant, GrantId, GrantState};
-use crate::kernel::PrincipalKey;
 use crate::message::{self, ToolCall};
-use crate::policy::{Candidate, Lookup, Revalidation};
+use crate::policy::{Candidate, Channel, Lookup, Revalidation, Settlement, ToolPolicy, Versions};
 use crate::principal::Principal;
-use crate::protocol::{self, Outcome, Reply, RpcError};
+use crate::protocol::{self, Ask, Outcome, Reply, RpcError};
 use crate::store::{
     Approval, ApprovalChoice, ApprovalId, Claim, ClaimRequest, Decision as ApprovalDecision, Owner,
     StoreError,
@@ -131,191 +130,216 @@ async fn try_decide(
     call: &ToolCall,
     principal: &Principal,
 ) -> Result<Decision, Refused> {
+    let attempt = Attempt {
+        config,
+        guarded,
+        call,
+        principal,
+    };
     if call.params.request_state.is_none()
-        && let Some(condition) = &guarded.policy.when
+        && let Some(waived) = attempt.waiver().await?
     {
-        let lookup = Lookup {
-            principal: principal.clone(),
-            tool: call.tool.as_str().into(),
-            arguments: Arc::new(guarded.confirmed_arguments(call, None)),
-        };
-        let needed = condition
-            .needs_confirmation(lookup)
-            .await
-            .map_err(|e| Refused::new(RpcError::internal(), format!("condition failed: {e}")))?;
-        if !needed {
-            audit::waived(&call.tool, Some(principal), "condition false");
-            let waived = Waived::new(
-                &call.tool,
-                WaiverReason::ConditionFalse,
-                call.params.arguments.as_ref(),
-            );
-            return Ok(Decision::Pass {
-                body: call.body.clone(),
-                waived,
-            });
-        }
+        return Ok(Decision::Pass {
+            body: call.body.clone(),
+            waived,
+        });
     }
     let (claims, token) = match &call.params.request_state {
         None => (None, ""),
-        Some(Value::String(token)) => (
-            Some(verify(config, guarded, call, principal, token)?),
-            token.as_str(),
-        ),
+        Some(Value::String(token)) => (Some(attempt.verify(token)?), token.as_str()),
         Some(_) => return Err(Refused::state(StateError::Format)),
     };
     // Whatever an earlier request declared, this one must be able to show (or answer) the form.
-    let browser = guarded.policy.browser.is_some();
-    engine::check_elicitation(call, browser)?;
-    let Some(claims) = claims else {
-        return challenge(config, guarded, call, principal).await;
-    };
-    let policy = &guarded.policy;
-    let responses = call.params.input_responses.as_ref();
-    if browser {
-        return settle_browser(config, guarded, call, principal, &claims, token).await;
-    }
-    match form::read_answer(policy, &claims.candidates, responses) {
-        Answer::Missing => challenge(config, guarded, call, principal).await,
-        Answer::AskAgain(reason) => {
-            // A fresh form; the old state stays unspent (and as answerable as before).
-            audit::refused(
-                &call.tool,
-                Some(principal),
-                &format!("asked again: {reason}"),
-            );
-            challenge(config, guarded, call, principal).await
-        }
-        Answer::Invalid(reason) => Err(Refused::new(
-            RpcError::invalid_input_responses(),
-            format!("inputResponses: {reason}"),
-        )),
-        Answer::Cancel => cancel(config, call, principal, &claims).await,
-        Answer::Decline => decline(config, call, principal, &claims, false).await,
-        Answer::Unconfirmed => decline(config, call, principal, &claims, true).await,
-        Answer::Accept { chosen } => {
-            accept(config, guarded, call, principal.clone(), &claims, chosen).await
-        }
+    engine::check_elicitation(call, guarded.policy.channel != Channel::Form)?;
+    match claims {
+        None => attempt.challenge().await,
+        Some(claims) => attempt.settle(&claims, token).await,
     }
 }
 
-/// Checks a retry's state against this request and principal.
-fn verify(
-    config: &Config,
-    guarded: &GuardedTool,
-    call: &ToolCall,
-    principal: &Principal,
-    token: &str,
-) -> Result<Claims, Refused> {
-    config
-        .sealer
-        .verify(
-            &guarded.binding,
-            principal.subject(),
-            config.store_epoch(),
-            token,
-            || guarded.request_digests(call),
-        )
-        .map_err(Refused::state)
+/// What the user's answer, read on the policy's channel, comes to.
+enum Verdict {
+    /// Ask again with a fresh challenge; the old state stays unspent. `None` when nothing was
+    /// answered for our key at all.
+    AskAgain(Option<&'static str>),
+    /// Asked and still undecided (the page has no decision yet): the same challenge again, with
+    /// the same state.
+    Pending,
+    /// The user dismissed the question.
+    Cancel,
+    /// The user declined; `unconfirmed` when they accepted with `confirm: false`.
+    Decline { unconfirmed: bool },
+    /// A valid acceptance; `chosen` is a signed candidate (pick-one policies).
+    Accept { chosen: Option<String> },
 }
 
-/// Resolves candidates and answers `input_required` with a form and a fresh signed state.
-async fn challenge(
-    config: &Config,
-    guarded: &GuardedTool,
-    call: &ToolCall,
-    principal: &Principal,
-) -> Result<Decision, Refused> {
-    let policy = &guarded.policy;
-    if policy.queued {
-        // A grant keeps the arguments: too many to keep is refused now, before anyone confirms.
-        check_grant_arguments(&guarded.confirmed_arguments(call, None))?;
+/// One intercepted call on its way through the decision: the layer, the tool's policy, the call
+/// and who asks. Every step of the path is a method on it.
+struct Attempt<'a> {
+    config: &'a Config,
+    guarded: &'a Arc<GuardedTool>,
+    call: &'a ToolCall,
+    principal: &'a Principal,
+}
+
+impl Attempt<'_> {
+    fn policy(&self) -> &ToolPolicy {
+        &self.guarded.policy
     }
-    if let Some(limiter) = &config.challenge_limiter
-        && let Err(wait) = limiter.check(&config.principal_key(principal))
-    {
-        return Err(Refused::new(
-            RpcError::challenge_rate_limited(wait),
-            "challenge rate limit",
-        ));
-    }
-    let candidates = match &policy.resolver {
-        None => Vec::new(),
-        Some(resolver) => {
-            let lookup = Lookup {
-                principal: principal.clone(),
-                tool: call.tool.as_str().into(),
-                arguments: Arc::new(guarded.confirmed_arguments(call, None)),
-            };
-            let found = resolver
-                .resolve(lookup)
-                .await
-                .map_err(|e| Refused::new(RpcError::internal(), format!("resolver failed: {e}")))?;
-            if found.is_empty() {
-                audit::refused(&call.tool, Some(principal), "no candidates");
-                return Ok(outcome(
-                    config,
-                    call,
-                    Outcome::NoCandidates,
-                    &policy.no_candidates_text,
-                ));
-            }
-            if found.len() > policy.max_candidates {
-                audit::refused(&call.tool, Some(principal), "too many candidates");
-                let text = format!(
-                    "{} records match; at most {} can be offered. Narrow the request; nothing was changed.",
-                    found.len(),
-                    policy.max_candidates
-                );
-                return Ok(outcome(config, call, Outcome::TooManyCandidates, &text));
-            }
-            if !policy.unversioned && found.iter().any(|c| c.version().is_none()) {
-                return Err(Refused::new(
-                    RpcError::internal(),
-                    "resolver returned a candidate without a version: give each Candidate a \
-                     version, or opt out with ToolPolicy::without_versions",
-                ));
-            }
-            found
+
+    /// What a resolver or a condition is given: who asks, the tool, the arguments as sent.
+    fn lookup(&self) -> Lookup {
+        Lookup {
+            principal: self.principal.clone(),
+            tool: self.call.tool.as_str().into(),
+            arguments: Arc::new(self.guarded.confirmed_arguments(self.call, None)),
         }
-    };
-    let shown = candidates
-        .iter()
-        .map(|c| Shown::new(c.id(), c.version()))
-        .collect();
-    let shown = Candidates::new(shown)
-        .map_err(|e| Refused::new(RpcError::internal(), format!("resolver returned {e}")))?;
-    if policy.queued && policy.select_into.is_some() {
-        // The grant keeps the arguments with the chosen id written in: the form is shown only
-        // if every choice fits. The id longest in JSON makes the largest arguments.
-        let longest = candidates
+    }
+
+    /// The policy's condition on a first call: the waiver when it says no confirmation is needed.
+    async fn waiver(&self) -> Result<Option<Waived>, Refused> {
+        let Some(condition) = &self.policy().when else {
+            return Ok(None);
+        };
+        let needed = condition
+            .needs_confirmation(self.lookup())
+            .await
+            .map_err(|e| Refused::new(RpcError::internal(), format!("condition failed: {e}")))?;
+        if needed {
+            return Ok(None);
+        }
+        audit::waived(&self.call.tool, Some(self.principal), "condition false");
+        Ok(Some(Waived::new(
+            &self.call.tool,
+            WaiverReason::ConditionFalse,
+            self.call.params.arguments.as_ref(),
+        )))
+    }
+
+    /// Checks a retry's state against this request and principal.
+    fn verify(&self, token: &str) -> Result<Claims, Refused> {
+        self.config
+            .sealer
+            .verify(
+                &self.guarded.binding,
+                self.principal.subject(),
+                self.config.store_epoch(),
+                token,
+                || self.guarded.request_digests(self.call),
+            )
+            .map_err(Refused::state)
+    }
+
+    /// Resolves candidates, seals a fresh state, and asks on the policy's channel.
+    async fn challenge(&self) -> Result<Decision, Refused> {
+        let (config, call, policy) = (self.config, self.call, self.policy());
+        if policy.settlement == Settlement::Queued {
+            // A grant keeps the arguments: too many to keep is refused now, before anyone
+            // confirms.
+            check_grant_arguments(&self.guarded.confirmed_arguments(call, None))?;
+        }
+        if let Some(limiter) = &config.challenge_limiter
+            && let Err(wait) = limiter.check(&config.principal_key(self.principal))
+        {
+            return Err(Refused::new(
+                RpcError::challenge_rate_limited(wait),
+                "challenge rate limit",
+            ));
+        }
+        let candidates = match self.candidates().await? {
+            Ok(candidates) => candidates,
+            Err(outcome) => return Ok(outcome),
+        };
+        let shown = candidates
             .iter()
-            .map(Candidate::id)
-            .max_by_key(|id| serde_json::to_string(id).map_or(usize::MAX, |json| json.len()));
-        if let Some(longest) = longest {
-            check_grant_arguments(&guarded.confirmed_arguments(call, Some(longest)))?;
+            .map(|c| Shown::new(c.id(), c.version()))
+            .collect();
+        let shown = Candidates::new(shown)
+            .map_err(|e| Refused::new(RpcError::internal(), format!("resolver returned {e}")))?;
+        if policy.settlement == Settlement::Queued && policy.select_into.is_some() {
+            // The grant keeps the arguments with the chosen id written in: the form is shown
+            // only if every choice fits. The id longest in JSON makes the largest arguments.
+            let longest = candidates
+                .iter()
+                .map(Candidate::id)
+                .max_by_key(|id| serde_json::to_string(id).map_or(usize::MAX, |json| json.len()));
+            if let Some(longest) = longest {
+                check_grant_arguments(&self.guarded.confirmed_arguments(call, Some(longest)))?;
+            }
         }
+        let (token, claims) = config
+            .sealer
+            .seal(
+                &self.guarded.binding,
+                self.guarded.request_digests(call),
+                self.principal.subject(),
+                config.store_epoch(),
+                shown,
+            )
+            .map_err(|e| Refused::new(RpcError::internal(), format!("seal: {e}")))?;
+        audit::challenged(&call.tool, self.principal, &claims.nonce, candidates.len());
+        let ask = match policy.channel {
+            Channel::Form => Ask::Form(form::schema(policy, &candidates)),
+            Channel::Browser { typed_id } => {
+                let approval = self.approval(&claims, &candidates, typed_id);
+                config
+                    .store
+                    .propose(&approval)
+                    .await
+                    .map_err(store_failed)?;
+                return Ok(self.ask_page(approval.id, &token));
+            }
+        };
+        Ok(self.ask(ask, &token))
     }
-    let (token, claims) = config
-        .sealer
-        .seal(
-            &guarded.binding,
-            guarded.request_digests(call),
-            principal.subject(),
-            config.store_epoch(),
-            shown,
-        )
-        .map_err(|e| Refused::new(RpcError::internal(), format!("seal: {e}")))?;
-    audit::challenged(&call.tool, principal, &claims.nonce, candidates.len());
-    if policy.browser.is_some() {
-        let approval = Approval {
+
+    /// The candidates of a pick-one policy (none for a confirm-only one), or the outcome that
+    /// ends the call when none or too many match.
+    async fn candidates(&self) -> Result<Result<Vec<Candidate>, Decision>, Refused> {
+        let policy = self.policy();
+        let Some(resolver) = &policy.resolver else {
+            return Ok(Ok(Vec::new()));
+        };
+        let found = resolver
+            .resolve(self.lookup())
+            .await
+            .map_err(|e| Refused::new(RpcError::internal(), format!("resolver failed: {e}")))?;
+        if found.is_empty() {
+            audit::refused(&self.call.tool, Some(self.principal), "no candidates");
+            return Ok(Err(
+                self.outcome(Outcome::NoCandidates, &policy.no_candidates_text)
+            ));
+        }
+        if found.len() > policy.max_candidates {
+            audit::refused(&self.call.tool, Some(self.principal), "too many candidates");
+            let text = format!(
+                "{} records match; at most {} can be offered. Narrow the request; nothing was changed.",
+                found.len(),
+                policy.max_candidates
+            );
+            return Ok(Err(self.outcome(Outcome::TooManyCandidates, &text)));
+        }
+        if policy.versions == Versions::Required && found.iter().any(|c| c.version().is_none()) {
+            return Err(Refused::new(
+                RpcError::internal(),
+                "resolver returned a candidate without a version: give each Candidate a \
+                 version, or opt out with ToolPolicy::without_versions",
+            ));
+        }
+        Ok(Ok(found))
+    }
+
+    /// The approval record the browser channel's page shows and decides.
+    fn approval(&self, claims: &Claims, candidates: &[Candidate], typed_id: bool) -> Approval {
+        let policy = self.policy();
+        Approval {
             id: ApprovalId::for_nonce(&claims.nonce),
-            audience: config.audience.clone(),
+            audience: self.config.audience.clone(),
             nonce: claims.nonce,
-            principal: PrincipalKey::from_bytes(claims.principal),
-            subject: principal.subject().to_owned(),
-            tool: call.tool.as_str().to_owned(),
-            message: guarded.message(call).into_owned(),
+            principal: claims.principal,
+            subject: self.principal.subject().to_owned(),
+            tool: self.call.tool.as_str().to_owned(),
+            message: self.guarded.message(self.call).into_owned(),
             choices: candidates
                 .iter()
                 .map(|c| {
@@ -325,115 +349,124 @@ async fn challenge(
                     ApprovalChoice::new(c.id(), &label, c.version().map(str::to_owned))
                 })
                 .collect(),
-            typed: policy.browser == Some(true),
+            typed: typed_id,
             expires_at: std::time::UNIX_EPOCH + std::time::Duration::from_secs(claims.expires_at),
             decision: None,
+        }
+    }
+
+    /// The browser channel's question: open approval `id`'s page.
+    fn ask_page(&self, id: ApprovalId, token: &str) -> Decision {
+        let id = id.to_hex();
+        let base = self.config.approval_url.as_deref().unwrap_or_default();
+        let ask: Ask<'_, ()> = Ask::Url {
+            url: &format!("{base}{id}"),
+            elicitation_id: &id,
         };
-        config
-            .store
-            .propose(&approval)
-            .await
-            .map_err(store_failed)?;
-        return Ok(browser_challenge(
-            config,
-            guarded,
-            call,
-            approval.id,
-            &token,
-        ));
+        self.ask(ask, token)
     }
-    let result = protocol::InputRequired {
-        key: &policy.input_key,
-        message: &guarded.message(call),
-        schema: form::schema(policy, &candidates),
-        state: &token,
-        server_info: config.server_info.as_ref(),
-    };
-    Ok(Decision::Reply(Reply::result(&call.id, &result)))
-}
 
-/// The `input_required` that sends the user to approval `id`'s page, with the state `token`.
-fn browser_challenge(
-    config: &Config,
-    guarded: &GuardedTool,
-    call: &ToolCall,
-    id: ApprovalId,
-    token: &str,
-) -> Decision {
-    let id = id.to_hex();
-    let url = format!("{}{id}", config.approval_url.as_deref().unwrap_or_default());
-    let result = protocol::InputRequiredUrl {
-        key: &guarded.policy.input_key,
-        message: &guarded.policy.message,
-        url: &url,
-        elicitation_id: &id,
-        state: token,
-        server_info: config.server_info.as_ref(),
-    };
-    Decision::Reply(Reply::result(&call.id, &result))
-}
-
-/// A retry of a browser-approved tool: the client says whether the user went to the page; the
-/// page's recorded decision says what happens. `token` is the verified state, sent back unchanged
-/// while the page is undecided.
-async fn settle_browser(
-    config: &Config,
-    guarded: &Arc<GuardedTool>,
-    call: &ToolCall,
-    principal: &Principal,
-    claims: &Claims,
-    token: &str,
-) -> Result<Decision, Refused> {
-    let policy = &guarded.policy;
-    match form::read_url_answer(policy, call.params.input_responses.as_ref()) {
-        Answer::Missing | Answer::AskAgain(_) => {
-            return challenge(config, guarded, call, principal).await;
-        }
-        Answer::Invalid(reason) => {
-            return Err(Refused::new(
-                RpcError::invalid_input_responses(),
-                format!("inputResponses: {reason}"),
-            ));
-        }
-        Answer::Cancel => return cancel(config, call, principal, claims).await,
-        Answer::Decline | Answer::Unconfirmed => {
-            return decline(config, call, principal, claims, false).await;
-        }
-        Answer::Accept { .. } => {}
+    /// The `input_required` answer asking `ask`, with the state `token`.
+    fn ask<S: serde::Serialize>(&self, ask: Ask<'_, S>, token: &str) -> Decision {
+        let result = protocol::InputRequired {
+            key: &self.policy().input_key,
+            message: &self.guarded.message(self.call),
+            ask,
+            state: token,
+            server_info: self.config.server_info.as_ref(),
+        };
+        Decision::Reply(Reply::result(&self.call.id, &result))
     }
-    let id = ApprovalId::for_nonce(&claims.nonce);
-    let approval = config.store.approval(id).await.map_err(store_failed)?;
-    // The state verified, so its approval was proposed; gone means a store that lost it.
-    // A record that is not this state's (another nonce or principal) decides nothing.
-    let Some(approval) = approval.filter(|a| {
-        a.nonce == claims.nonce
-            && a.principal == PrincipalKey::from_bytes(claims.principal)
-            && a.audience == config.audience
-    }) else {
-        return Err(Refused::state(StateError::Consumed));
-    };
-    match approval.decision {
-        None => {
-            // Undecided on the page, but the client may have spent the state already (declined
-            // it): a used state gets the one answer every replay gets, never the page again.
-            let used = config
-                .store
-                .is_used(claims.nonce, PrincipalKey::from_bytes(claims.principal))
-                .await
-                .map_err(store_failed)?;
-            if used {
-                return Err(Refused::replay(
-                    claims.nonce,
-                    "consumed",
-                    StateError::Consumed,
+
+    /// A retry: read the answer on the policy's channel, then act on it. `token` is the verified
+    /// state, asked with again while the answer is pending.
+    async fn settle(&self, claims: &Claims, token: &str) -> Result<Decision, Refused> {
+        match self.verdict(claims).await? {
+            Verdict::AskAgain(reason) => {
+                if let Some(reason) = reason {
+                    audit::refused(
+                        &self.call.tool,
+                        Some(self.principal),
+                        &format!("asked again: {reason}"),
+                    );
+                }
+                self.challenge().await
+            }
+            Verdict::Pending => {
+                audit::refused(
+                    &self.call.tool,
+                    Some(self.principal),
+                    "not decided on the page yet",
+                );
+                Ok(self.ask_page(ApprovalId::for_nonce(&claims.nonce), token))
+            }
+            Verdict::Cancel => self.cancel(claims).await,
+            Verdict::Decline { unconfirmed } => self.decline(claims, unconfirmed).await,
+            Verdict::Accept { chosen } => self.accept(claims, chosen).await,
+        }
+    }
+
+    /// What the client's answer comes to: read strictly from the retry, and on the browser
+    /// channel from the page's recorded decision.
+    async fn verdict(&self, claims: &Claims) -> Result<Verdict, Refused> {
+        let policy = self.policy();
+        let responses = self.call.params.input_responses.as_ref();
+        let answer = form::read_answer(policy, &claims.candidates, responses);
+        let browser = matches!(policy.channel, Channel::Browser { .. });
+        Ok(match answer {
+            Answer::Missing => Verdict::AskAgain(None),
+            Answer::AskAgain(reason) => Verdict::AskAgain(Some(reason)),
+            Answer::Invalid(reason) => {
+                return Err(Refused::new(
+                    RpcError::invalid_input_responses(),
+                    format!("inputResponses: {reason}"),
                 ));
             }
-            audit::refused(&call.tool, Some(principal), "not decided on the page yet");
-            Ok(browser_challenge(config, guarded, call, id, token))
-        }
-        Some(ApprovalDecision::Declined) => decline(config, call, principal, claims, false).await,
-        Some(ApprovalDecision::Approved { chosen }) => {
-            let chosen = if policy.resolver.is_some() {
+            Answer::Cancel => Verdict::Cancel,
+            Answer::Decline => Verdict::Decline { unconfirmed: false },
+            Answer::Unconfirmed => Verdict::Decline { unconfirmed: true },
+            Answer::Accept { .. } if browser => self.page_decision(claims).await?,
+            Answer::Accept { chosen } => Verdict::Accept { chosen },
+        })
+    }
+
+    /// The browser channel's answer: the decision recorded on the page for this state.
+    async fn page_decision(&self, claims: &Claims) -> Result<Verdict, Refused> {
+        let store = &self.config.store;
+        let id = ApprovalId::for_nonce(&claims.nonce);
+        let approval = store.approval(id).await.map_err(store_failed)?;
+        // The state verified, so its approval was proposed; gone means a store that lost it.
+        // A record that is not this state's (another nonce or principal) decides nothing.
+        let Some(approval) = approval.filter(|a| {
+            a.nonce == claims.nonce
+                && a.principal == claims.principal
+                && a.audience == self.config.audience
+        }) else {
+            return Err(Refused::state(StateError::Consumed));
+        };
+        match approval.decision {
+            None => {
+                // Undecided on the page, but the client may have spent the state already
+                // (declined it): a used state gets the one answer every replay gets, never the
+                // page again.
+                if store
+                    .is_used(claims.nonce, claims.principal)
+                    .await
+                    .map_err(store_failed)?
+                {
+                    return Err(Refused::replay(
+                        claims.nonce,
+                        "consumed",
+                        StateError::Consumed,
+                    ));
+                }
+                Ok(Verdict::Pending)
+            }
+            Some(ApprovalDecision::Declined) => Ok(Verdict::Decline { unconfirmed: false }),
+            Some(ApprovalDecision::Approved { chosen }) => {
+                if self.policy().resolver.is_none() {
+                    return Ok(Verdict::Accept { chosen: None });
+                }
                 // Only a signed candidate; the page could offer nothing else, and this checks it.
                 if !claims.candidates.iter().any(|c| c.id == chosen) {
                     return Err(Refused::new(
@@ -441,160 +474,180 @@ async fn settle_browser(
                         "the page's choice is not a signed candidate",
                     ));
                 }
-                Some(chosen)
-            } else {
-                None
-            };
-            accept(config, guarded, call, principal.clone(), claims, chosen).await
+                Ok(Verdict::Accept {
+                    chosen: Some(chosen),
+                })
+            }
         }
     }
-}
 
-/// A cancel: nothing is consumed, so the same state may be answered again, unless it was already
-/// used, which is refused like any other replay.
-async fn cancel(
-    config: &Config,
-    call: &ToolCall,
-    principal: &Principal,
-    claims: &Claims,
-) -> Result<Decision, Refused> {
-    let key = PrincipalKey::from_bytes(claims.principal);
-    let used = config
-        .store
-        .is_used(claims.nonce, key)
-        .await
-        .map_err(store_failed)?;
-    if used {
-        return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
-    }
-    audit::cancelled(&call.tool, principal, &claims.nonce);
-    Ok(outcome(
-        config,
-        call,
-        Outcome::Cancelled,
-        "The confirmation was cancelled; nothing was changed.",
-    ))
-}
-
-/// A decline (or an acceptance with `confirm: false`): consume the nonce, run nothing.
-async fn decline(
-    config: &Config,
-    call: &ToolCall,
-    principal: &Principal,
-    claims: &Claims,
-    unconfirmed: bool,
-) -> Result<Decision, Refused> {
-    let request = claim_request(config, claims);
-    claim(config, claims, &request).await?;
-    // Best effort: if completing fails the entry stays InFlight, which refuses replays just the same.
-    let _ = config.store.complete(&request).await;
-    audit::declined(&call.tool, principal, &claims.nonce, unconfirmed);
-    Ok(outcome(
-        config,
-        call,
-        Outcome::Declined,
-        "The user declined; nothing was changed.",
-    ))
-}
-
-/// An acceptance: claim, revalidate, and hand the rewritten call over to be forwarded.
-async fn accept(
-    config: &Config,
-    guarded: &Arc<GuardedTool>,
-    call: &ToolCall,
-    principal: Principal,
-    claims: &Claims,
-    chosen: Option<String>,
-) -> Result<Decision, Refused> {
-    let policy = &guarded.policy;
-    let request = claim_request(config, claims);
-    // The version of the record the user chose, exactly as the state signed it.
-    let version = chosen
-        .as_deref()
-        .and_then(|id| claims.candidates.version_of(id))
-        .map(str::to_owned);
-    let arguments = guarded.confirmed_arguments(call, chosen.as_deref());
-    // A queued tool's grant is stored before the claim, so a full or unavailable grant store
-    // refuses with the confirmation still unspent. Its id leaves this function only with the
-    // forwarded call; if the claim fails, it is withdrawn.
-    let grant = if policy.queued {
-        let key = PrincipalKey::from_bytes(claims.principal);
-        if config
+    /// A cancel: nothing is consumed, so the same state may be answered again, unless it was
+    /// already used, which is refused like any other replay.
+    async fn cancel(&self, claims: &Claims) -> Result<Decision, Refused> {
+        let used = self
+            .config
             .store
-            .is_used(claims.nonce, key)
+            .is_used(claims.nonce, claims.principal)
             .await
-            .map_err(store_failed)?
-        {
+            .map_err(store_failed)?;
+        if used {
             return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
         }
-        Some(
-            issue_grant(
-                config, call, &principal, claims, &arguments, &chosen, &version,
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
-    let guard = if policy.claimed_by_handler {
-        // The handler claims inside the transaction that makes the change.
-        None
-    } else {
-        if let Err(refused) = claim(config, claims, &request).await {
-            withdraw(config, grant).await;
-            return Err(refused);
-        }
-        // From here on the nonce is burned whatever happens: the guard completes it when dropped.
-        Some(CompletionGuard::new(Arc::clone(&config.store), request))
-    };
-    audit::accepted(&call.tool, &principal, &claims.nonce, chosen.as_deref());
-    if let Some(hook) = &policy.revalidate {
-        let check = Revalidation {
-            principal: principal.clone(),
-            tool: call.tool.as_str().into(),
-            arguments: Arc::new(arguments.clone()),
-            chosen: chosen.clone(),
-            seen_version: version.clone(),
-        };
-        if let Err(refusal) = hook.revalidate(check).await {
-            audit::revoked(&call.tool, &principal, &claims.nonce, refusal.reason());
-            withdraw(config, grant).await;
-            if guard.is_none() {
-                // Nothing was claimed yet: burn the state all the same.
-                burn(config, &request).await;
-            }
-            drop(guard);
-            return Ok(outcome(
-                config,
-                call,
-                Outcome::Revoked,
-                "The confirmed action is no longer allowed or its target changed; nothing was changed.",
-            ));
-        }
+        audit::cancelled(&self.call.tool, self.principal, &claims.nonce);
+        Ok(self.outcome(
+            Outcome::Cancelled,
+            "The confirmation was cancelled; nothing was changed.",
+        ))
     }
-    // Short of a bug the body reads as it was classified; if not, the guard burns the nonce and
-    // nothing runs.
-    let body = message::forward_body(call, &arguments)
-        .ok_or_else(|| Refused::new(RpcError::internal(), "confirmed body could not be rebuilt"))?;
-    let confirmed = Confirmed {
-        principal,
-        tool: call.tool.as_str().into(),
-        chosen,
-        version,
-        nonce: claims.nonce,
-        expires_at: request.expires_at,
-        claimed: guard.is_some(),
-        grant,
-        selected_into: guarded.policy.select_into.as_deref().map(Arc::from),
-        arguments: arguments_digest(Some(&arguments), None),
-    };
-    audit::forwarded(&confirmed.tool, &confirmed.principal, &claims.nonce);
-    Ok(Decision::Forward(Box::new(Approved {
-        body,
-        confirmed,
-        guard,
-        tool: Arc::clone(guarded),
-    })))
+
+    /// A decline (or an acceptance with `confirm: false`): consume the nonce, run nothing.
+    async fn decline(&self, claims: &Claims, unconfirmed: bool) -> Result<Decision, Refused> {
+        let request = claim_request(self.config, claims);
+        claim(self.config, claims, &request).await?;
+        // Best effort: if completing fails the entry stays InFlight, which refuses replays just
+        // the same.
+        let _ = self.config.store.complete(&request).await;
+        audit::declined(&self.call.tool, self.principal, &claims.nonce, unconfirmed);
+        Ok(self.outcome(Outcome::Declined, "The user declined; nothing was changed."))
+    }
+
+    /// An acceptance: claim, revalidate, and hand the rewritten call over to be forwarded.
+    async fn accept(&self, claims: &Claims, chosen: Option<String>) -> Result<Decision, Refused> {
+        let (config, call, policy) = (self.config, self.call, self.policy());
+        let principal = self.principal.clone();
+        let request = claim_request(config, claims);
+        // The version of the record the user chose, exactly as the state signed it.
+        let version = chosen
+            .as_deref()
+            .and_then(|id| claims.candidates.version_of(id))
+            .map(str::to_owned);
+        let arguments = self.guarded.confirmed_arguments(call, chosen.as_deref());
+        // A queued tool's grant is stored before the claim, so a full or unavailable grant store
+        // refuses with the confirmation still unspent. Its id leaves this function only with the
+        // forwarded call; if the claim fails, it is withdrawn.
+        let grant = if policy.settlement == Settlement::Queued {
+            if config
+                .store
+                .is_used(claims.nonce, claims.principal)
+                .await
+                .map_err(store_failed)?
+            {
+                return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
+            }
+            Some(
+                self.issue_grant(claims, &arguments, &chosen, &version)
+                    .await?,
+            )
+        } else {
+            None
+        };
+        let guard = if policy.settlement == Settlement::ByHandler {
+            // The handler claims inside the transaction that makes the change.
+            None
+        } else {
+            if let Err(refused) = claim(config, claims, &request).await {
+                withdraw(config, grant).await;
+                return Err(refused);
+            }
+            // From here on the nonce is burned whatever happens: the guard completes it when
+            // dropped.
+            Some(CompletionGuard::new(Arc::clone(&config.store), request))
+        };
+        audit::accepted(&call.tool, &principal, &claims.nonce, chosen.as_deref());
+        if let Some(hook) = &policy.revalidate {
+            let check = Revalidation {
+                principal: principal.clone(),
+                tool: call.tool.as_str().into(),
+                arguments: Arc::new(arguments.clone()),
+                chosen: chosen.clone(),
+                seen_version: version.clone(),
+            };
+            if let Err(refusal) = hook.revalidate(check).await {
+                audit::revoked(&call.tool, &principal, &claims.nonce, refusal.reason());
+                withdraw(config, grant).await;
+                if guard.is_none() {
+                    // Nothing was claimed yet: burn the state all the same.
+                    burn(config, &request).await;
+                }
+                drop(guard);
+                return Ok(self.outcome(
+                    Outcome::Revoked,
+                    "The confirmed action is no longer allowed or its target changed; nothing was changed.",
+                ));
+            }
+        }
+        // Short of a bug the body reads as it was classified; if not, the guard burns the nonce
+        // and nothing runs.
+        let body = message::forward_body(call, &arguments).ok_or_else(|| {
+            Refused::new(RpcError::internal(), "confirmed body could not be rebuilt")
+        })?;
+        let confirmed = Confirmed {
+            principal,
+            tool: call.tool.as_str().into(),
+            chosen,
+            version,
+            nonce: claims.nonce,
+            expires_at: request.expires_at,
+            claimed: guard.is_some(),
+            grant,
+            selected_into: policy.select_into.as_deref().map(Arc::from),
+            arguments: arguments_digest(Some(&arguments), None),
+        };
+        audit::forwarded(&confirmed.tool, &confirmed.principal, &claims.nonce);
+        Ok(Decision::Forward(Box::new(Approved {
+            body,
+            confirmed,
+            guard,
+            tool: Arc::clone(self.guarded),
+        })))
+    }
+
+    /// Stores a queued tool's grant for this confirmation. A grant store that refuses leaves the
+    /// confirmation unspent (the claim comes after), so the same answer can be sent again.
+    async fn issue_grant(
+        &self,
+        claims: &Claims,
+        arguments: &Value,
+        chosen: &Option<String>,
+        version: &Option<String>,
+    ) -> Result<GrantId, Refused> {
+        let config = self.config;
+        let store = config.grants.as_ref().ok_or_else(|| {
+            Refused::new(RpcError::internal(), "queued tool without a grant store")
+        })?;
+        check_grant_arguments(arguments)?;
+        let now = config.sealer.now();
+        let grant = Grant {
+            id: GrantId::random(),
+            audience: config.audience.clone(),
+            principal: claims.principal,
+            subject: self.principal.subject().to_owned(),
+            tool: self.call.tool.as_str().to_owned(),
+            arguments: arguments.clone(),
+            arguments_digest: claims.arguments,
+            chosen: chosen.clone(),
+            version: version.clone(),
+            nonce: claims.nonce,
+            issued_at: now,
+            expires_at: now + config.grant_ttl,
+            state: GrantState::Granted,
+        };
+        store.issue(&grant).await.map_err(|e| {
+            let error = match &e {
+                StoreError::OverBudget { retry_after } => RpcError::over_budget(*retry_after),
+                _ => RpcError::store_unavailable(),
+            };
+            Refused::new(error, format!("grant store: {e}"))
+        })?;
+        audit::grant_issued(&grant.audit(), grant.chosen.as_deref());
+        Ok(grant.id)
+    }
+
+    /// A result that ends the call with `outcome` and `text`, nothing run.
+    fn outcome(&self, outcome: Outcome, text: &str) -> Decision {
+        let result = protocol::outcome_result(outcome, text, self.config.server_info.as_ref());
+        Decision::Reply(Reply::result(&self.call.id, &result))
+    }
 }
 
 /// The most a queued call's arguments may weigh in its grant, as JSON.
@@ -621,49 +674,6 @@ async fn withdraw(config: &Config, grant: Option<GrantId>) {
     }
 }
 
-/// Stores a queued tool's grant for this confirmation. A grant store that refuses leaves the
-/// confirmation unspent (the claim comes after), so the same answer can be sent again.
-async fn issue_grant(
-    config: &Config,
-    call: &ToolCall,
-    principal: &Principal,
-    claims: &Claims,
-    arguments: &Value,
-    chosen: &Option<String>,
-    version: &Option<String>,
-) -> Result<GrantId, Refused> {
-    let store = config
-        .grants
-        .as_ref()
-        .ok_or_else(|| Refused::new(RpcError::internal(), "queued tool without a grant store"))?;
-    check_grant_arguments(arguments)?;
-    let now = config.sealer.now();
-    let grant = Grant {
-        id: GrantId::random(),
-        audience: config.audience.clone(),
-        principal: PrincipalKey::from_bytes(claims.principal),
-        subject: principal.subject().to_owned(),
-        tool: call.tool.as_str().to_owned(),
-        arguments: arguments.clone(),
-        arguments_digest: claims.arguments,
-        chosen: chosen.clone(),
-        version: version.clone(),
-        nonce: claims.nonce,
-        issued_at: now,
-        expires_at: now + config.grant_ttl,
-        state: GrantState::Granted,
-    };
-    store.issue(&grant).await.map_err(|e| {
-        let error = match &e {
-            StoreError::OverBudget { retry_after } => RpcError::over_budget(*retry_after),
-            _ => RpcError::store_unavailable(),
-        };
-        Refused::new(error, format!("grant store: {e}"))
-    })?;
-    audit::grant_issued(&grant.audit(), grant.chosen.as_deref());
-    Ok(grant.id)
-}
-
 /// Marks a nonce used without running anything (best effort: a failure leaves it fresh, and the
 /// handler of a `claimed_by_handler` policy still refuses a second use).
 async fn burn(config: &Config, request: &ClaimRequest) {
@@ -678,7 +688,7 @@ fn claim_request(config: &Config, claims: &Claims) -> ClaimRequest {
     ClaimRequest::new(
         claims.nonce,
         Owner::random(),
-        PrincipalKey::from_bytes(claims.principal),
+        claims.principal,
         config.sealer.retention(claims),
     )
 }
@@ -707,9 +717,4 @@ fn store_failed(e: StoreError) -> Refused {
         _ => RpcError::store_unavailable(),
     };
     Refused::new(error, format!("replay store: {e}"))
-}
-
-fn outcome(config: &Config, call: &ToolCall, outcome: Outcome, text: &str) -> Decision {
-    let result = protocol::outcome_result(outcome, text, config.server_info.as_ref());
-    Decision::Reply(Reply::result(&call.id, &result))
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
-use crate::policy::{Candidate, ChoiceStyle, ToolPolicy};
+use crate::policy::{Candidate, Channel, ChoiceStyle, ToolPolicy};
 use crate::token::candidates::Shown;
 
 /// The `requestedSchema` for a policy and the candidates shown.
@@ -217,34 +217,12 @@ pub(crate) enum Answer {
     Invalid(&'static str),
 }
 
-/// What the client answered to a URL-mode elicitation: only whether the user went to the page
-/// (`accept`, no content), declined or cancelled. The decision itself is on the page.
-pub(crate) fn read_url_answer(policy: &ToolPolicy, responses: Option<&Value>) -> Answer {
-    let Some(responses) = responses else {
-        return Answer::Missing;
-    };
-    let Some(responses) = responses.as_object() else {
-        return Answer::Invalid("inputResponses is not an object");
-    };
-    let Some(response) = responses.get(&policy.input_key) else {
-        return Answer::Missing;
-    };
-    let Some(response) = response.as_object() else {
-        return Answer::Invalid("the response is not an object");
-    };
-    match response.get("action").and_then(Value::as_str) {
-        Some("decline") => Answer::Decline,
-        Some("cancel") => Answer::Cancel,
-        // Only "the user went to the page": whatever content came with it is not read.
-        Some("accept") => match response.get("content") {
-            None | Some(Value::Null | Value::Object(_)) => Answer::Accept { chosen: None },
-            Some(_) => Answer::Invalid("content is not an object"),
-        },
-        _ => Answer::Invalid("action is not accept, decline or cancel"),
-    }
-}
-
-/// Reads `inputResponses` strictly against the policy and the candidates the state signed.
+/// Reads the client's answer for our key, strictly, as the policy's channel shapes it.
+///
+/// In a form the answer carries the content: a required `confirm` boolean and, for pick-one
+/// policies, one of the `signed` candidate ids (anything else is asked again, never trusted). On
+/// the browser channel the client only says whether the user went to the page (`accept`, no
+/// content), declined or cancelled: the decision itself is the page's, read from the store.
 pub(crate) fn read_answer(
     policy: &ToolPolicy,
     signed: &[Shown],
@@ -268,13 +246,22 @@ pub(crate) fn read_answer(
         Some("accept") => {}
         _ => return Answer::Invalid("action is not accept, decline or cancel"),
     }
-    // Protocol errors (a value of the wrong type) are errors; an answer that is well formed but
-    // does not answer the form is asked again; members the form did not ask for are ignored.
-    let content = match response.get("content") {
-        None | Some(Value::Null) => return Answer::AskAgain("accept without content"),
-        Some(Value::Object(content)) => content,
-        Some(_) => return Answer::Invalid("content is not an object"),
-    };
+    match (policy.channel, response.get("content")) {
+        (Channel::Browser { .. }, None | Some(Value::Null | Value::Object(_))) => {
+            Answer::Accept { chosen: None }
+        }
+        (_, Some(Value::Object(content))) => read_content(policy, signed, content),
+        (Channel::Form, None | Some(Value::Null)) => Answer::AskAgain("accept without content"),
+        (_, Some(_)) => Answer::Invalid("content is not an object"),
+    }
+}
+
+/// The content of a form's `accept`.
+fn read_content(
+    policy: &ToolPolicy,
+    signed: &[Shown],
+    content: &serde_json::Map<String, Value>,
+) -> Answer {
     let confirm = match content.get(&policy.confirm_field) {
         None => return Answer::AskAgain("the confirm field is missing"),
         Some(Value::Bool(confirm)) => *confirm,

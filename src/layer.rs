@@ -13,7 +13,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, GuardedTool};
 use crate::grant::{GrantStore, Grants};
 use crate::limit::ChallengeLimiter;
-use crate::policy::ToolPolicy;
+use crate::policy::{Channel, Settlement, ToolPolicy};
 use crate::principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::Confirm;
@@ -163,7 +163,7 @@ impl ConfirmLayer {
             .config
             .tools
             .iter()
-            .filter(|(_, tool)| tool.policy.queued)
+            .filter(|(_, tool)| tool.policy.settlement == Settlement::Queued)
             .filter_map(|(name, tool)| {
                 Some((name.clone(), Arc::clone(tool.policy.revalidate.as_ref()?)))
             })
@@ -507,7 +507,11 @@ impl ConfirmLayerBuilder {
         for (name, policy) in &policies {
             policy.validate(name).map_err(ConfigError::InvalidPolicy)?;
         }
-        if policies.values().any(|p| p.queued) && self.grants.is_none() {
+        if policies
+            .values()
+            .any(|p| p.settlement == Settlement::Queued)
+            && self.grants.is_none()
+        {
             return Err(ConfigError::MissingGrantStore);
         }
         if self.grant_ttl.as_secs() == 0 || self.grant_ttl > MAX_GRANT_TTL {
@@ -520,7 +524,7 @@ impl ConfirmLayerBuilder {
             if !absolute || url.contains(['?', '#']) {
                 return Err(ConfigError::InvalidApprovalUrl);
             }
-        } else if policies.values().any(|p| p.browser.is_some()) {
+        } else if policies.values().any(|p| p.channel != Channel::Form) {
             return Err(ConfigError::InvalidApprovalUrl);
         }
         let server_info = match self.server_info {

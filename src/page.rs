@@ -161,7 +161,7 @@ impl ApprovalPage {
             .config
             .sealer
             .keys()
-            .principal_matches_any(approval.principal.as_bytes(), principal.subject());
+            .principal_matches_any(&approval.principal, principal.subject());
         if !owns {
             audit::refused(&approval.tool, Some(principal), why);
             return Err(not_yours());

@@ -211,6 +211,41 @@ pub(crate) enum ChoiceStyle {
     Plain,
 }
 
+/// Where the user answers a confirmation. The challenge, the reading of the answer and the
+/// asking-again all go through it, so a new channel is one more variant, not a copy of the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Channel {
+    /// A form elicitation the client shows.
+    Form,
+    /// The layer's approval page, in the user's browser (a URL-mode elicitation).
+    Browser {
+        /// Approving requires typing the chosen record's id.
+        typed_id: bool,
+    },
+}
+
+/// What follows an accepted, claimed confirmation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settlement {
+    /// The layer claims the nonce and forwards the call (the default).
+    Forward,
+    /// The layer forwards the call unclaimed; the handler claims the nonce inside the
+    /// transaction that makes the change.
+    ByHandler,
+    /// The layer records a grant, claims the nonce and forwards the call; a worker runs the
+    /// grant later.
+    Queued,
+}
+
+/// Whether every candidate must carry a version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Versions {
+    /// A candidate without one is a resolver bug: the call is refused.
+    Required,
+    /// The explicit opt-out: the state binds ids only.
+    Optional,
+}
+
 /// How one destructive tool is confirmed.
 ///
 /// ```
@@ -248,15 +283,23 @@ pub struct ToolPolicy {
     pub(crate) max_candidates: usize,
     pub(crate) max_label_chars: usize,
     pub(crate) no_candidates_text: String,
-    pub(crate) claimed_by_handler: bool,
-    pub(crate) unversioned: bool,
-    pub(crate) queued: bool,
-    /// A setting that only a pick-one policy uses was given (the choice's field, title, style,
-    /// limits, versions or the no-candidates text).
-    pub(crate) choice_settings: bool,
-    /// Approved on the layer's page in a browser (URL-mode elicitation) instead of in a form;
-    /// `Some(true)` when approving requires typing the record's id.
-    pub(crate) browser: Option<bool>,
+    pub(crate) settlement: Settlement,
+    pub(crate) versions: Versions,
+    pub(crate) channel: Channel,
+    /// Which of the keys the build-time rules are about were given, as given (`queued` and
+    /// `claimed_by_handler` both, say, though the settlement keeps the last): the rules refuse
+    /// the combination instead of one silently winning.
+    given: Given,
+}
+
+/// The keys given to a policy that its fields alone do not tell apart.
+#[derive(Debug, Clone, Copy, Default)]
+struct Given {
+    /// A setting only a pick-one policy uses (the choice's field, title, style, limits,
+    /// versions or the no-candidates text).
+    choice_settings: bool,
+    queued: bool,
+    claimed_by_handler: bool,
 }
 
 impl fmt::Debug for ToolPolicy {
@@ -273,10 +316,9 @@ impl fmt::Debug for ToolPolicy {
             .field("select_header", &self.select_header)
             .field("style", &self.style)
             .field("max_candidates", &self.max_candidates)
-            .field("claimed_by_handler", &self.claimed_by_handler)
-            .field("unversioned", &self.unversioned)
-            .field("queued", &self.queued)
-            .field("browser", &self.browser)
+            .field("settlement", &self.settlement)
+            .field("versions", &self.versions)
+            .field("channel", &self.channel)
             .finish_non_exhaustive()
     }
 }
@@ -300,11 +342,10 @@ impl ToolPolicy {
             max_candidates: MAX_CANDIDATES,
             max_label_chars: 80,
             no_candidates_text: "Nothing matched this request, so nothing was changed.".to_owned(),
-            claimed_by_handler: false,
-            unversioned: false,
-            queued: false,
-            choice_settings: false,
-            browser: None,
+            settlement: Settlement::Forward,
+            versions: Versions::Required,
+            channel: Channel::Form,
+            given: Given::default(),
         }
     }
 
@@ -337,14 +378,14 @@ impl ToolPolicy {
     /// The form field holding the chosen id (default `"choice"`), and its title.
     pub fn choice_field(mut self, field: impl Into<String>) -> Self {
         self.choice_field = field.into();
-        self.choice_settings = true;
+        self.given.choice_settings = true;
         self
     }
 
     /// The title shown for the choice field.
     pub fn choice_title(mut self, title: impl Into<String>) -> Self {
         self.choice_title = title.into();
-        self.choice_settings = true;
+        self.given.choice_settings = true;
         self
     }
 
@@ -377,7 +418,7 @@ impl ToolPolicy {
     /// Show the choice as a plain `enum` of ids instead of a titled single-select.
     pub fn plain_enum(mut self) -> Self {
         self.style = ChoiceStyle::Plain;
-        self.choice_settings = true;
+        self.given.choice_settings = true;
         self
     }
 
@@ -385,21 +426,21 @@ impl ToolPolicy {
     /// message asking to narrow the request.
     pub fn max_candidates(mut self, max: usize) -> Self {
         self.max_candidates = max.clamp(1, MAX_CANDIDATES);
-        self.choice_settings = true;
+        self.given.choice_settings = true;
         self
     }
 
     /// The longest label shown, in characters (default 80).
     pub fn max_label_chars(mut self, max: usize) -> Self {
         self.max_label_chars = max.max(8);
-        self.choice_settings = true;
+        self.given.choice_settings = true;
         self
     }
 
     /// The text of the result when nothing matches.
     pub fn no_candidates_text(mut self, text: impl Into<String>) -> Self {
         self.no_candidates_text = text.into();
-        self.choice_settings = true;
+        self.given.choice_settings = true;
         self
     }
 
@@ -413,7 +454,8 @@ impl ToolPolicy {
     /// such a tool **must** consume the nonce and act only if that succeeded; the forwarded
     /// [`Confirmed`](crate::Confirmed) says so with `claimed: false`.
     pub fn claimed_by_handler(mut self) -> Self {
-        self.claimed_by_handler = true;
+        self.settlement = Settlement::ByHandler;
+        self.given.claimed_by_handler = true;
         self
     }
 
@@ -424,8 +466,8 @@ impl ToolPolicy {
     /// Only for records that never change and ids that are never reused (append-only logs,
     /// content-addressed objects). Everything else should give each candidate a version.
     pub fn without_versions(mut self) -> Self {
-        self.unversioned = true;
-        self.choice_settings = true;
+        self.versions = Versions::Optional;
+        self.given.choice_settings = true;
         self
     }
 
@@ -441,14 +483,16 @@ impl ToolPolicy {
     /// client's retry then runs (approved), is refused (declined), or is asked again with the same
     /// URL (not decided yet).
     pub fn approve_in_browser(mut self) -> Self {
-        self.browser = Some(self.browser.unwrap_or(false));
+        if self.channel == Channel::Form {
+            self.channel = Channel::Browser { typed_id: false };
+        }
         self
     }
 
     /// With [`approve_in_browser`](Self::approve_in_browser): approving requires typing the
     /// chosen record's id on the page, so a reflexive click does not delete anything.
     pub fn require_typed_id(mut self) -> Self {
-        self.browser = Some(true);
+        self.channel = Channel::Browser { typed_id: true };
         self
     }
 
@@ -459,7 +503,8 @@ impl ToolPolicy {
     /// the worker runs it with [`Grants`](crate::grant::Grants), which re-checks the live record
     /// with this policy's [`revalidate`](Self::revalidate) hook (required) before each attempt.
     pub fn queued(mut self) -> Self {
-        self.queued = true;
+        self.settlement = Settlement::Queued;
+        self.given.queued = true;
         self
     }
 
@@ -488,11 +533,11 @@ impl ToolPolicy {
         PolicyShape {
             pick_one: self.resolver.is_some(),
             revalidate: self.revalidate.is_some(),
-            choice_settings: self.choice_settings,
+            choice_settings: self.given.choice_settings,
             select_into: self.select_into.is_some(),
             select_header: self.select_header.is_some(),
-            queued: self.queued,
-            claimed_by_handler: self.claimed_by_handler,
+            queued: self.given.queued,
+            claimed_by_handler: self.given.claimed_by_handler,
             when: self.when.is_some(),
         }
     }

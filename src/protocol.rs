@@ -424,45 +424,24 @@ pub(crate) fn outcome_result(outcome: Outcome, text: &str, server_info: Option<&
     })
 }
 
-/// An `InputRequiredResult` embedding one form elicitation under `key`, serialized straight into
-/// the reply.
-/// An `input_required` result asking the user to open `url` (URL mode). `elicitationId` is the
-/// page's id too, for clients that still expect one.
-pub(crate) struct InputRequiredUrl<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) message: &'a str,
-    pub(crate) url: &'a str,
-    pub(crate) elicitation_id: &'a str,
-    pub(crate) state: &'a str,
-    pub(crate) server_info: Option<&'a Value>,
+/// What an `input_required` result asks the client to show the user.
+pub(crate) enum Ask<'a, S> {
+    /// A form with this `requestedSchema`.
+    Form(S),
+    /// The page at `url` (URL mode). `elicitation_id` is the page's id too, for clients that
+    /// still expect one.
+    Url {
+        url: &'a str,
+        elicitation_id: &'a str,
+    },
 }
 
-impl Serialize for InputRequiredUrl<'_> {
-    fn serialize<Ser: Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
-        let requests = json!({ self.key: {
-            "method": "elicitation/create",
-            "params": {
-                "mode": "url",
-                "message": self.message,
-                "url": self.url,
-                "elicitationId": self.elicitation_id,
-            },
-        }});
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("resultType", "input_required")?;
-        m.serialize_entry("inputRequests", &requests)?;
-        m.serialize_entry("requestState", self.state)?;
-        if let Some(info) = self.server_info {
-            m.serialize_entry("_meta", &json!({ META_SERVER_INFO: info }))?;
-        }
-        m.end()
-    }
-}
-
+/// An `InputRequiredResult` embedding one elicitation under `key`, serialized straight into the
+/// reply: the challenge of every channel.
 pub(crate) struct InputRequired<'a, S> {
     pub(crate) key: &'a str,
     pub(crate) message: &'a str,
-    pub(crate) schema: S,
+    pub(crate) ask: Ask<'a, S>,
     pub(crate) state: &'a str,
     /// The server's `Implementation`, for `_meta`, when the layer knows it.
     pub(crate) server_info: Option<&'a Value>,
@@ -470,40 +449,51 @@ pub(crate) struct InputRequired<'a, S> {
 
 impl<S: Serialize> Serialize for InputRequired<'_, S> {
     fn serialize<Ser: Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
-        #[derive(Serialize)]
-        struct Elicitation<'a, S> {
-            method: &'static str,
-            params: FormParams<'a, S>,
-        }
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct FormParams<'a, S> {
-            mode: &'static str,
-            message: &'a str,
-            requested_schema: &'a S,
-        }
-        struct Requests<'a, S>(&'a str, Elicitation<'a, S>);
-        impl<S: Serialize> Serialize for Requests<'_, S> {
+        struct Params<'r, 'a, S>(&'r InputRequired<'a, S>);
+        impl<S: Serialize> Serialize for Params<'_, '_, S> {
             fn serialize<Ser: Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
-                let mut m = s.serialize_map(Some(1))?;
-                m.serialize_entry(self.0, &self.1)?;
+                let mut m = s.serialize_map(None)?;
+                match &self.0.ask {
+                    Ask::Form(schema) => {
+                        m.serialize_entry("mode", "form")?;
+                        m.serialize_entry("message", self.0.message)?;
+                        m.serialize_entry("requestedSchema", schema)?;
+                    }
+                    Ask::Url {
+                        url,
+                        elicitation_id,
+                    } => {
+                        m.serialize_entry("mode", "url")?;
+                        m.serialize_entry("message", self.0.message)?;
+                        m.serialize_entry("url", url)?;
+                        m.serialize_entry("elicitationId", elicitation_id)?;
+                    }
+                }
                 m.end()
             }
         }
-        let requests = Requests(
-            self.key,
-            Elicitation {
-                method: "elicitation/create",
-                params: FormParams {
-                    mode: "form",
-                    message: self.message,
-                    requested_schema: &self.schema,
-                },
-            },
-        );
+        struct Requests<'r, 'a, S>(&'r InputRequired<'a, S>);
+        impl<S: Serialize> Serialize for Requests<'_, '_, S> {
+            fn serialize<Ser: Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
+                #[derive(Serialize)]
+                struct Elicitation<P> {
+                    method: &'static str,
+                    params: P,
+                }
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry(
+                    self.0.key,
+                    &Elicitation {
+                        method: "elicitation/create",
+                        params: Params(self.0),
+                    },
+                )?;
+                m.end()
+            }
+        }
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("resultType", "input_required")?;
-        m.serialize_entry("inputRequests", &requests)?;
+        m.serialize_entry("inputRequests", &Requests(self))?;
         m.serialize_entry("requestState", self.state)?;
         if let Some(info) = self.server_info {
             m.serialize_entry("_meta", &json!({ META_SERVER_INFO: info }))?;

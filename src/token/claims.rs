@@ -10,7 +10,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::candidates::{Candidates, Shown};
-use crate::kernel::Nonce;
+use crate::kernel::{Nonce, PrincipalKey};
 
 /// Where in the confirmation a state was issued. Unknown phases are refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub(crate) struct Claims {
     pub(crate) expires_at: u64,
     pub(crate) nonce: Nonce,
     pub(crate) audience: [u8; 16],
-    pub(crate) principal: [u8; 16],
+    pub(crate) principal: PrincipalKey,
     pub(crate) method: [u8; 16],
     pub(crate) tool: [u8; 16],
     pub(crate) input_key: [u8; 16],
@@ -68,7 +68,7 @@ impl Claims {
         out.extend_from_slice(self.nonce.as_bytes());
         for digest in [
             &self.audience,
-            &self.principal,
+            self.principal.as_bytes(),
             &self.method,
             &self.tool,
             &self.input_key,
@@ -98,7 +98,7 @@ impl Claims {
         let expires_at = u64::from_be_bytes(r.array()?);
         let nonce = Nonce::from_bytes(r.array()?);
         let audience = r.array()?;
-        let principal = r.array()?;
+        let principal = PrincipalKey::from_bytes(r.array()?);
         let method = r.array()?;
         let tool = r.array()?;
         let input_key = r.array()?;
@@ -314,7 +314,7 @@ pub(crate) fn sample() -> Claims {
         expires_at: 1_700_000_300,
         nonce: Nonce::from_bytes([7; 16]),
         audience: [1; 16],
-        principal: [2; 16],
+        principal: PrincipalKey::from_bytes([2; 16]),
         method: [3; 16],
         tool: [4; 16],
         input_key: [5; 16],

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::kernel::PrincipalKey;
 use hkdf::Hkdf;
 use hmac::{KeyInit, Mac};
 use sha2::Sha256;
@@ -158,7 +159,7 @@ impl KeyRing {
 
     /// Whether `digest` is `subject`'s principal digest under any key of the ring (a record made
     /// before a rotation still belongs to its principal), compared in constant time.
-    pub(crate) fn principal_matches_any(&self, digest: &[u8; 16], subject: &str) -> bool {
+    pub(crate) fn principal_matches_any(&self, digest: &PrincipalKey, subject: &str) -> bool {
         self.keys.iter().fold(false, |found, key| {
             found | key.principal_matches(digest, subject)
         })
@@ -220,17 +221,21 @@ impl RingKey {
     }
 
     /// A keyed digest of the principal, so the token does not reveal who it was issued to.
-    pub(crate) fn principal_digest(&self, subject: &str) -> [u8; 16] {
+    pub(crate) fn principal_digest(&self, subject: &str) -> PrincipalKey {
         let mut mac = self.principal.clone();
         mac.update(subject.as_bytes());
         let full = mac.finalize().into_bytes();
         let mut out = [0u8; 16];
         out.copy_from_slice(&full[..16]);
-        out
+        PrincipalKey::from_bytes(out)
     }
 
-    pub(crate) fn principal_matches(&self, digest: &[u8; 16], subject: &str) -> bool {
-        bool::from(self.principal_digest(subject).ct_eq(digest))
+    pub(crate) fn principal_matches(&self, digest: &PrincipalKey, subject: &str) -> bool {
+        bool::from(
+            self.principal_digest(subject)
+                .as_bytes()
+                .ct_eq(digest.as_bytes()),
+        )
     }
 
     /// The approval page's anti-forgery token for `subject` deciding approval `id`.

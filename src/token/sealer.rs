@@ -16,7 +16,7 @@ use super::claims::{Claims, Phase, digest16};
 use super::codec;
 use super::keyring::KeyRing;
 use crate::clock::{Clock, unix_secs};
-use crate::kernel::Nonce;
+use crate::kernel::{Nonce, PrincipalKey};
 
 /// What every state of one tool binds, whatever the request: digests computed once, when the
 /// layer is built.
@@ -76,7 +76,7 @@ impl Sealer {
 
     /// The keyed digest of `subject` that the signing key puts in a state: whom a new challenge
     /// is charged to.
-    pub(crate) fn principal_digest(&self, subject: &str) -> [u8; 16] {
+    pub(crate) fn principal_digest(&self, subject: &str) -> PrincipalKey {
         self.keys.signing().principal_digest(subject)
     }
 
