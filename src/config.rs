@@ -18,7 +18,7 @@ use crate::limit::ChallengeLimiter;
 use crate::message::{Listed, TOOLS_CALL, ToolCall};
 use crate::policy::ToolPolicy;
 use crate::principal::{Principal, PrincipalExtractor};
-use crate::store::ReplayStore;
+use crate::store::{ApprovalStore, ReplayStore};
 use crate::token::claims::{arguments_digest, request_id_digest};
 use crate::token::sealer::{RequestDigests, Sealer, ToolBinding};
 
@@ -28,6 +28,8 @@ pub(crate) struct Config {
     pub(crate) audience: String,
     pub(crate) sealer: Sealer,
     pub(crate) store: Arc<dyn ReplayStore>,
+    /// Where browser approvals wait; the builder sees to it that a browser-approved tool has one.
+    pub(crate) approvals: Option<Arc<dyn ApprovalStore>>,
     pub(crate) tools: HashMap<String, Arc<GuardedTool>>,
     pub(crate) supported_versions: Vec<String>,
     pub(crate) principal: Arc<dyn PrincipalExtractor>,

@@ -23,8 +23,8 @@ use crate::policy::{Candidate, Channel, Lookup, Revalidation, Settlement, ToolPo
 use crate::principal::Principal;
 use crate::protocol::{self, Ask, Outcome, Reply, RpcError};
 use crate::store::{
-    Approval, ApprovalChoice, ApprovalId, Claim, ClaimRequest, Decision as ApprovalDecision, Owner,
-    StoreError,
+    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Claim, ClaimRequest,
+    Decision as ApprovalDecision, Owner, StoreError,
 };
 use crate::token::StateError;
 use crate::token::candidates::{Candidates, Shown};
@@ -282,8 +282,7 @@ impl Attempt<'_> {
             Channel::Form => Ask::Form(form::schema(policy, &candidates)),
             Channel::Browser { typed_id } => {
                 let approval = self.approval(&claims, &candidates, typed_id);
-                config
-                    .store
+                self.approvals()?
                     .propose(&approval)
                     .await
                     .map_err(store_failed)?;
@@ -327,6 +326,16 @@ impl Attempt<'_> {
             ));
         }
         Ok(Ok(found))
+    }
+
+    /// Where the browser channel's approvals wait (the builder requires one with such a tool).
+    fn approvals(&self) -> Result<&dyn ApprovalStore, Refused> {
+        self.config.approvals.as_deref().ok_or_else(|| {
+            Refused::new(
+                RpcError::internal(),
+                "browser-approved tool without an approval store",
+            )
+        })
     }
 
     /// The approval record the browser channel's page shows and decides.
@@ -432,9 +441,8 @@ impl Attempt<'_> {
 
     /// The browser channel's answer: the decision recorded on the page for this state.
     async fn page_decision(&self, claims: &Claims) -> Result<Verdict, Refused> {
-        let store = &self.config.store;
         let id = ApprovalId::for_nonce(&claims.nonce);
-        let approval = store.approval(id).await.map_err(store_failed)?;
+        let approval = self.approvals()?.approval(id).await.map_err(store_failed)?;
         // The state verified, so its approval was proposed; gone means a store that lost it.
         // A record that is not this state's (another nonce or principal) decides nothing.
         let Some(approval) = approval.filter(|a| {
@@ -449,7 +457,9 @@ impl Attempt<'_> {
                 // Undecided on the page, but the client may have spent the state already
                 // (declined it): a used state gets the one answer every replay gets, never the
                 // page again.
-                if store
+                if self
+                    .config
+                    .store
                     .is_used(claims.nonce, claims.principal)
                     .await
                     .map_err(store_failed)?

@@ -17,7 +17,7 @@ use crate::policy::{Channel, Settlement, ToolPolicy};
 use crate::principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::Confirm;
-use crate::store::{MemoryReplayStore, ReplayStore};
+use crate::store::{ApprovalStore, MemoryReplayStore, ReplayStore};
 use crate::token::keyring::KeyRing;
 use crate::token::sealer::Sealer;
 use crate::tools::{self, ToolInfo};
@@ -97,6 +97,14 @@ pub enum ConfigError {
     /// [`grant_store`](ConfirmLayerBuilder::grant_store) to keep its grants in.
     #[error("queued tools need a grant store (grant_store)")]
     MissingGrantStore,
+    /// A tool is [approved in the browser](ToolPolicy::approve_in_browser), a
+    /// [`replay_store`](ConfirmLayerBuilder::replay_store) is given, and no
+    /// [`approval_store`](ConfirmLayerBuilder::approval_store) to keep its approvals in.
+    #[error(
+        "browser-approved tools need an approval store (approval_store; every replay store of \
+         this crate is one)"
+    )]
+    MissingApprovalStore,
     /// A tool is [approved in the browser](ToolPolicy::approve_in_browser) but no
     /// [`approval_url`](ConfirmLayerBuilder::approval_url) says where the page is, or it is not
     /// an absolute `http(s)` URL.
@@ -124,6 +132,7 @@ impl ConfirmLayer {
             ttl: DEFAULT_TTL,
             skew: DEFAULT_CLOCK_SKEW,
             store: None,
+            approvals: None,
             tools: HashMap::new(),
             supported_versions: vec![PROTOCOL_VERSION.to_owned()],
             principal: Arc::new(PrincipalFromExtension),
@@ -188,6 +197,7 @@ pub struct ConfirmLayerBuilder {
     ttl: Duration,
     skew: Duration,
     store: Option<Arc<dyn ReplayStore>>,
+    approvals: Option<Arc<dyn ApprovalStore>>,
     tools: HashMap<String, ToolPolicy>,
     supported_versions: Vec<String>,
     principal: Arc<dyn PrincipalExtractor>,
@@ -243,6 +253,24 @@ impl ConfirmLayerBuilder {
     /// several instances, or states that must survive a restart, need a shared store.
     pub fn replay_store(mut self, store: impl ReplayStore) -> Self {
         self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// Keeps nonces and browser approvals in one store: [`replay_store`](Self::replay_store) and
+    /// [`approval_store`](Self::approval_store) at once. Every store of this crate keeps both.
+    pub fn store<S: ReplayStore + ApprovalStore>(mut self, store: S) -> Self {
+        let store = Arc::new(store);
+        self.approvals = Some(Arc::clone(&store) as Arc<dyn ApprovalStore>);
+        self.store = Some(store);
+        self
+    }
+
+    /// Where [browser-approved](ToolPolicy::approve_in_browser) tools' approvals wait for their
+    /// decision; required with such a tool ([`ConfigError::MissingApprovalStore`]) unless no
+    /// replay store is given either, when the default memory store keeps both. Every replay
+    /// store of this crate is an approval store too: [`store`](Self::store) gives one for both.
+    pub fn approval_store(mut self, store: impl ApprovalStore) -> Self {
+        self.approvals = Some(Arc::new(store));
         self
     }
 
@@ -549,9 +577,17 @@ impl ConfirmLayerBuilder {
                 Some(ChallengeLimiter::new(per_second, burst))
             }
         };
-        let store = self
-            .store
-            .unwrap_or_else(|| Arc::new(MemoryReplayStore::new()));
+        let browser = policies.values().any(|p| p.channel != Channel::Form);
+        let (store, approvals): (Arc<dyn ReplayStore>, _) = match (self.store, self.approvals) {
+            (None, None) => {
+                let memory = Arc::new(MemoryReplayStore::new());
+                let approvals: Arc<dyn ApprovalStore> = memory.clone();
+                (memory, Some(approvals))
+            }
+            (None, approvals) => (Arc::new(MemoryReplayStore::new()), approvals),
+            (Some(_), None) if browser => return Err(ConfigError::MissingApprovalStore),
+            (Some(store), approvals) => (store, approvals),
+        };
         let mut tools = HashMap::with_capacity(policies.len());
         for (name, policy) in policies {
             let header = param_header(&name, &policy, listed.as_ref())?;
@@ -568,6 +604,7 @@ impl ConfirmLayerBuilder {
                 audience: audience.clone(),
                 sealer: Sealer::new(self.keys, self.ttl, self.skew, self.clock),
                 store,
+                approvals,
                 tools,
                 supported_versions: self.supported_versions,
                 principal: self.principal,

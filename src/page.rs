@@ -143,7 +143,11 @@ impl ApprovalPage {
         principal: &Principal,
         why: &str,
     ) -> Result<Approval, Response<Full<Bytes>>> {
-        let approval = match self.config.store.approval(id).await {
+        // A layer without an approval store has no browser-approved tool: nothing to show.
+        let Some(approvals) = &self.config.approvals else {
+            return Err(gone());
+        };
+        let approval = match approvals.approval(id).await {
             // Another deployment's approval (sharing this store) is none of this page's business.
             Ok(Some(approval)) if approval.audience == self.config.audience => approval,
             Ok(Some(approval)) => {
@@ -340,9 +344,10 @@ impl ApprovalPage {
                 );
             }
         };
-        match self
-            .config
-            .store
+        let Some(approvals) = &self.config.approvals else {
+            return unavailable();
+        };
+        match approvals
             .decide(id, approval.principal, decision.clone())
             .await
         {

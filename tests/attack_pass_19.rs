@@ -343,7 +343,7 @@ async fn holds_another_deployments_page_neither_shows_nor_decides_an_approval() 
         .audience("other.example")
         .ttl(Duration::from_secs(300))
         .clock(clock.clone())
-        .replay_store(store.clone())
+        .store(store.clone())
         .approval_url(BASE)
         .tool("notes_destroy", destroy_policy(&notes))
         .build();
@@ -522,7 +522,7 @@ fn picking(candidates: Vec<Candidate>, browser_page: bool) -> (Fixture, mcp_conf
         .without_tool_list()
         .audience("notes.example")
         .clock(clock.clone())
-        .replay_store(store.clone())
+        .store(store.clone())
         .approval_url(BASE)
         .tool("pick", policy)
         .build();

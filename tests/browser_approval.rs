@@ -282,10 +282,10 @@ mod backends;
 /// another, the retry the first again. The decision travels with the store.
 #[tokio::test]
 async fn the_page_and_the_retry_may_reach_different_instances() {
-    use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore, ReplayStore};
+    use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
     use std::sync::Arc;
     use tower::Layer;
-    let mut stores: Vec<(&str, Arc<dyn ReplayStore>)> = Vec::new();
+    let mut stores: Vec<(&str, Arc<dyn common::Store>)> = Vec::new();
     if let Some(url) = backends::redis("browser approval across instances (Redis)").await {
         let prefix = format!(
             "mcp-confirm-test:browser:{}:",
@@ -307,7 +307,7 @@ async fn the_page_and_the_retry_may_reach_different_instances() {
             ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
                 .without_tool_list()
                 .audience("notes.example")
-                .replay_store(Arc::clone(&store))
+                .store(Arc::clone(&store))
                 .tool(
                     "notes_destroy",
                     delete_policy(&notes)

@@ -27,7 +27,7 @@ use common::browser::*;
 use common::*;
 use http::StatusCode;
 use mcp_confirm::clock::ManualClock;
-use mcp_confirm::store::{MemoryReplayStore, ReplayStore};
+use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{
     ApprovalPage, Candidate, Confirm, ConfirmLayer, KeyRing, Lookup, PolicyError, ToolPolicy,
 };
@@ -202,7 +202,7 @@ async fn holds_the_origin_check_accepts_the_browsers_origin_for_equivalent_urls(
             .without_tool_list()
             .audience("notes.example")
             .clock(clock.clone())
-            .replay_store(store.clone())
+            .store(store.clone())
             .tool("notes_destroy", destroy_policy(&notes))
             .approval_url(configured)
             .build();
@@ -237,7 +237,7 @@ async fn holds_the_retry_ignores_an_approval_record_of_another_principal() {
         return;
     };
     let prefix = redis_prefix();
-    let store: Arc<dyn ReplayStore> = Arc::new(
+    let store: Arc<dyn common::Store> = Arc::new(
         mcp_confirm::store::RedisReplayStore::open(&url)
             .unwrap()
             .prefix(prefix.clone()),
@@ -736,7 +736,7 @@ async fn holds_the_page_escapes_what_it_shows() {
         .without_tool_list()
         .audience("notes.example")
         .clock(clock.clone())
-        .replay_store(store.clone())
+        .store(store.clone())
         .tool("notes_destroy", policy)
         .approval_url(BASE)
         .build();
@@ -860,8 +860,8 @@ async fn holds_big_form_bodies_are_refused() {
 // ---------------------------------------------------------------------------------------------
 
 /// The stores to attack: memory, and Redis and Postgres when they answer.
-async fn stores(what: &str) -> Vec<(&'static str, Arc<dyn ReplayStore>)> {
-    let mut stores: Vec<(&'static str, Arc<dyn ReplayStore>)> =
+async fn stores(what: &str) -> Vec<(&'static str, Arc<dyn common::Store>)> {
+    let mut stores: Vec<(&'static str, Arc<dyn common::Store>)> =
         vec![("memory", Arc::new(MemoryReplayStore::new()))];
     if let Some(url) = backends::redis(what).await {
         stores.push(("redis", Arc::new(redis_store(&url))));
@@ -900,19 +900,32 @@ fn redis_store(url: &str) -> mcp_confirm::store::RedisReplayStore {
 }
 
 /// A layer on `store` with the system clock, its page, and the recording service.
-fn on_store(store: &Arc<dyn ReplayStore>) -> (Confirm<Inner>, ApprovalPage, Recorder) {
+fn on_store(store: &Arc<dyn common::Store>) -> (Confirm<Inner>, ApprovalPage, Recorder) {
     on_store_with(store, destroy_policy(&Notes::seeded()))
+}
+
+/// A signing key drawn once per run of this test binary.
+fn run_key() -> [u8; 32] {
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    *KEY.get_or_init(|| {
+        let mut key = [0u8; 32];
+        key[..16].copy_from_slice(mcp_confirm::store::Nonce::random().as_bytes());
+        key[16..].copy_from_slice(mcp_confirm::store::Nonce::random().as_bytes());
+        key
+    })
 }
 
 /// As [`on_store`], with `policy` for `notes_destroy`.
 fn on_store_with(
-    store: &Arc<dyn ReplayStore>,
+    store: &Arc<dyn common::Store>,
     policy: ToolPolicy,
 ) -> (Confirm<Inner>, ApprovalPage, Recorder) {
-    let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+    // A key of this run's own: the principal digests (and so the per-principal cap on pending
+    // approvals) are not shared with earlier runs' records still in the Postgres table.
+    let layer = ConfirmLayer::builder(KeyRing::single("k1", run_key()).unwrap())
         .without_tool_list()
         .audience("notes.example")
-        .replay_store(Arc::clone(store))
+        .store(Arc::clone(store))
         .tool("notes_destroy", policy)
         .approval_url(BASE)
         .build();
@@ -1025,7 +1038,7 @@ async fn holds_corrupted_approval_records_fail_closed() {
     let redis_url = backends::redis("corrupted approval records (Redis)").await;
     let pg_url = backends::postgres("corrupted approval records (Postgres)").await;
     for (what, mutate) in &mutations {
-        let mut targets: Vec<(&str, Arc<dyn ReplayStore>)> = Vec::new();
+        let mut targets: Vec<(&str, Arc<dyn common::Store>)> = Vec::new();
         let prefix = redis_prefix();
         if let Some(url) = &redis_url {
             let store = mcp_confirm::store::RedisReplayStore::open(url)

@@ -58,6 +58,7 @@ mod memory {
         super::MemoryReplayStore::new(),
         budgeted = |budget| super::MemoryReplayStore::new().principal_budget(budget)
     );
+    mcp_confirm::approval_store_conformance!(super::MemoryReplayStore::new());
 }
 
 mod redis {
@@ -65,6 +66,7 @@ mod redis {
         optional super::redis_store(None).await,
         budgeted = |budget| super::redis_store(Some(budget)).await
     );
+    mcp_confirm::approval_store_conformance!(optional super::redis_store(None).await);
 }
 
 mod postgres {
@@ -72,4 +74,5 @@ mod postgres {
         optional super::postgres_store(None).await,
         budgeted = |budget| super::postgres_store(Some(budget)).await
     );
+    mcp_confirm::approval_store_conformance!(optional super::postgres_store(None).await);
 }

@@ -365,6 +365,47 @@ fn forgetting_the_declarations_does_not_build() {
         .unwrap();
 }
 
+/// A browser-approved tool on a replay store given without an approval store does not build
+/// (before the split it built, and every such call then failed at run time); `.store()` gives
+/// one store for both, and with no store at all the default memory store keeps both.
+#[test]
+fn a_browser_approved_tool_needs_an_approval_store() {
+    let browser = || {
+        ConfirmLayer::builder(KeyRing::random())
+            .without_tool_list()
+            .audience("files")
+            .approval_url("http://files.example/confirm/")
+            .tool(
+                "files_wipe",
+                ToolPolicy::confirm_only().approve_in_browser(),
+            )
+    };
+    let err = browser()
+        .replay_store(MemoryReplayStore::new())
+        .try_build()
+        .unwrap_err();
+    assert_eq!(err, ConfigError::MissingApprovalStore);
+    assert!(err.to_string().contains("approval_store"), "{err}");
+    browser()
+        .store(MemoryReplayStore::new())
+        .try_build()
+        .unwrap();
+    browser()
+        .replay_store(MemoryReplayStore::new())
+        .approval_store(MemoryReplayStore::new())
+        .try_build()
+        .unwrap();
+    browser().try_build().unwrap();
+    // A form-only layer needs none.
+    ConfirmLayer::builder(KeyRing::random())
+        .without_tool_list()
+        .audience("files")
+        .replay_store(MemoryReplayStore::new())
+        .tool("files_wipe", ToolPolicy::confirm_only())
+        .try_build()
+        .unwrap();
+}
+
 #[tokio::test]
 async fn opting_out_of_the_tool_list_and_forgetting_the_policies_spends_nothing() {
     // The explicit opt-out, and nothing else: the calls pass the layer, the guards refuse them,

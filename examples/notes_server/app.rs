@@ -12,7 +12,7 @@ use http::StatusCode;
 use mcp_confirm::grant::GrantStore;
 use mcp_confirm::guard::HostOriginLayer;
 use mcp_confirm::rmcp::Confirmation;
-use mcp_confirm::store::ReplayStore;
+use mcp_confirm::store::{ApprovalStore, ReplayStore};
 use mcp_confirm::{
     Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, Principal, Refusal, Revalidation,
     confirm_router,
@@ -54,12 +54,17 @@ pub(crate) fn may_use(principal: &str, workspace: &str) -> bool {
     )
 }
 
+/// A store of nonces and browser approvals both (every store of mcp-confirm is one).
+pub(crate) trait Store: ReplayStore + ApprovalStore {}
+
+impl<S: ReplayStore + ApprovalStore> Store for S {}
+
 /// How the server is put together.
 pub(crate) struct Options {
     pub(crate) keys: KeyRing,
     pub(crate) audience: String,
-    /// `None`: the in-memory store.
-    pub(crate) replay_store: Option<Arc<dyn ReplayStore>>,
+    /// Where nonces and browser approvals are kept; `None`: the in-memory store.
+    pub(crate) replay_store: Option<Arc<dyn Store>>,
     /// Where `notes_purge`'s grants wait for their task.
     pub(crate) grant_store: Arc<dyn GrantStore>,
     /// The server's own origin (`http://127.0.0.1:3000`): the approval page is under it.
@@ -111,7 +116,7 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
         .approval_url(format!("{}/confirm/", options.public_url))
         .server_info(server_info());
     if let Some(replay_store) = options.replay_store {
-        confirm = confirm.replay_store(replay_store);
+        confirm = confirm.store(replay_store);
     }
     confirm = match options.challenge_rate {
         ChallengeRate::Default => confirm,

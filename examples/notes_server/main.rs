@@ -337,13 +337,13 @@ async fn grant_store(spec: &str) -> Arc<dyn mcp_confirm::grant::GrantStore> {
 async fn replay_store(
     spec: &str,
     budget: Option<usize>,
-) -> Result<Option<Arc<dyn mcp_confirm::store::ReplayStore>>, String> {
+) -> Result<Option<Arc<dyn app::Store>>, String> {
     use mcp_confirm::store::MemoryReplayStore;
     use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
     if spec == "memory" {
         return Ok(budget.map(|budget| {
             let store = MemoryReplayStore::new().principal_budget(budget);
-            Arc::new(store) as Arc<dyn mcp_confirm::store::ReplayStore>
+            Arc::new(store) as Arc<dyn app::Store>
         }));
     }
     if let Some(capacity) = spec.strip_prefix("memory:") {

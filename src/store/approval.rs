@@ -1,17 +1,65 @@
 //! Approvals made in a browser: what the page shows, and the one decision it records.
 //!
 //! A [`ToolPolicy::approve_in_browser`](crate::ToolPolicy::approve_in_browser) tool's first call
-//! stores an [`Approval`] in the replay store, under an id derived from the confirmation's nonce,
-//! and sends the client a URL that carries only that id. The approval page reads it back, and the
-//! signed-in principal it was made for decides, once. The retry reads the decision. The page and
-//! the retry may reach different instances: the record lives where the nonces do.
+//! stores an [`Approval`] in the [`ApprovalStore`], under an id derived from the confirmation's
+//! nonce, and sends the client a URL that carries only that id. The approval page reads it back,
+//! and the signed-in principal it was made for decides, once. The retry reads the decision. The
+//! page and the retry may reach different instances: the record lives in a store they share.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Nonce, PrincipalKey};
+use super::{BoxFuture, Nonce, PrincipalKey, StoreError};
+
+/// Where browser approvals wait for their one decision, shared by every instance (the page and
+/// the retry may reach different ones). Every store of this crate is one; a layer with a
+/// [browser-approved](crate::ToolPolicy::approve_in_browser) tool is refused at build time
+/// without one ([`approval_store`](crate::ConfirmLayerBuilder::approval_store)).
+///
+/// Implementations keep each approval until its expiry, cap each principal's unexpired ones at
+/// [`MAX_PENDING_APPROVALS`], and record a decision atomically and once, by
+/// [`Approval::decide`]. Prove an implementation with `approval_store_conformance!` (feature
+/// `test-support`).
+pub trait ApprovalStore: fmt::Debug + Send + Sync + 'static {
+    /// Stores a browser approval awaiting its decision, until its expiry. An id that exists is an
+    /// error; a principal with [`MAX_PENDING_APPROVALS`] unexpired approvals gets
+    /// [`StoreError::OverBudget`].
+    fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The approval `id` with its decision, if any; `None` once it expired or if it never existed.
+    fn approval(&self, id: ApprovalId) -> BoxFuture<'_, Result<Option<Approval>, StoreError>>;
+
+    /// Records `decision` by `principal` on approval `id`, atomically and once, by
+    /// [`Approval::decide`].
+    fn decide(
+        &self,
+        id: ApprovalId,
+        principal: PrincipalKey,
+        decision: Decision,
+    ) -> BoxFuture<'_, Result<Decided, StoreError>>;
+}
+
+impl<S: ApprovalStore + ?Sized> ApprovalStore for Arc<S> {
+    fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
+        (**self).propose(approval)
+    }
+
+    fn approval(&self, id: ApprovalId) -> BoxFuture<'_, Result<Option<Approval>, StoreError>> {
+        (**self).approval(id)
+    }
+
+    fn decide(
+        &self,
+        id: ApprovalId,
+        principal: PrincipalKey,
+        decision: Decision,
+    ) -> BoxFuture<'_, Result<Decided, StoreError>> {
+        (**self).decide(id, principal, decision)
+    }
+}
 
 /// The opaque id of an approval, and the last segment of its page's URL: 128 bits of a digest of
 /// the confirmation's nonce, so nothing about the request can be read from it and every instance

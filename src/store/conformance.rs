@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::{
-    Approval, ApprovalChoice, ApprovalId, Claim, ClaimRequest, Decided, Decision, Nonce, Owner,
-    PrincipalKey, ReplayStore, StoreError,
+    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Claim, ClaimRequest, Decided, Decision,
+    Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
 };
 
 fn soon() -> SystemTime {
@@ -266,7 +266,7 @@ pub fn approval(principal: PrincipalKey, ttl: Duration) -> Approval {
 
 /// An approval is stored once, read back whole, decided once by its principal only, for an
 /// offered choice, and an expired one is gone.
-pub async fn approvals_are_decided_once<S: ReplayStore>(store: &S) {
+pub async fn approvals_are_decided_once<S: ApprovalStore>(store: &S) {
     let alice = principal();
     let bob = PrincipalKey::from_bytes(*Nonce::random().as_bytes());
     let a = approval(alice, Duration::from_secs(60));
@@ -320,7 +320,7 @@ pub async fn approvals_are_decided_once<S: ReplayStore>(store: &S) {
 
 /// One principal holds at most [`MAX_PENDING_APPROVALS`](super::MAX_PENDING_APPROVALS)
 /// unexpired approvals; over it, `propose` answers `OverBudget`, and others are unaffected.
-pub async fn approvals_are_capped_per_principal<S: ReplayStore>(store: &S) {
+pub async fn approvals_are_capped_per_principal<S: ApprovalStore>(store: &S) {
     let alice = principal();
     for _ in 0..super::MAX_PENDING_APPROVALS {
         store
@@ -342,7 +342,7 @@ pub async fn approvals_are_capped_per_principal<S: ReplayStore>(store: &S) {
 }
 
 /// Of 16 concurrent decisions on one approval, exactly one is recorded.
-pub async fn one_decision_among_concurrent_deciders<S: ReplayStore>(store: Arc<S>) {
+pub async fn one_decision_among_concurrent_deciders<S: ApprovalStore>(store: Arc<S>) {
     let alice = principal();
     let a = approval(alice, Duration::from_secs(60));
     store.propose(&a).await.expect("propose");
@@ -406,14 +406,6 @@ macro_rules! replay_store_conformance {
                 one_winner_among_concurrent_claimants(::std::sync::Arc::new(store)),
             #[tokio::test]
             conformance_used_nonces_are_reported = used_nonces_are_reported(&store),
-            #[tokio::test]
-            conformance_approvals_are_decided_once = approvals_are_decided_once(&store),
-            #[tokio::test]
-            conformance_approvals_are_capped_per_principal =
-                approvals_are_capped_per_principal(&store),
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            conformance_one_decision_among_concurrent_deciders =
-                one_decision_among_concurrent_deciders(::std::sync::Arc::new(store)),
         );
         $crate::replay_store_conformance!(@each store = $budgeted, budget $budget;
             #[tokio::test]
@@ -450,5 +442,28 @@ macro_rules! replay_store_conformance {
                 $crate::store::conformance::$check($arg).await;
             }
         )+
+    };
+}
+
+/// Generates one `#[tokio::test]` per approval-store check:
+/// `approval_store_conformance!(make())`, or `approval_store_conformance!(optional make())` with
+/// `make()` of type `Option<store>` (`None` skips every test), as for
+/// [`replay_store_conformance!`](crate::replay_store_conformance).
+#[macro_export]
+macro_rules! approval_store_conformance {
+    (optional $make:expr) => {
+        $crate::replay_store_conformance!(@each store = $make;
+            #[tokio::test]
+            conformance_approvals_are_decided_once = approvals_are_decided_once(&store),
+            #[tokio::test]
+            conformance_approvals_are_capped_per_principal =
+                approvals_are_capped_per_principal(&store),
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            conformance_one_decision_among_concurrent_deciders =
+                one_decision_among_concurrent_deciders(::std::sync::Arc::new(store)),
+        );
+    };
+    ($make:expr) => {
+        $crate::approval_store_conformance!(optional ::core::option::Option::Some($make));
     };
 }

@@ -10,8 +10,8 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 
 use super::{
-    Approval, ApprovalId, BootEpoch, BoxFuture, Claim, ClaimRequest, Decided, Decision,
-    MAX_PENDING_APPROVALS, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
+    Approval, ApprovalId, ApprovalStore, BootEpoch, BoxFuture, Claim, ClaimRequest, Decided,
+    Decision, MAX_PENDING_APPROVALS, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
 };
 use crate::clock::{Clock, SystemClock};
 
@@ -318,7 +318,9 @@ impl ReplayStore for MemoryReplayStore {
     fn boot_epoch(&self) -> Option<BootEpoch> {
         Some(self.inner.epoch)
     }
+}
 
+impl ApprovalStore for MemoryReplayStore {
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
         let inner = &self.inner;
         let now = inner.clock.now();
@@ -393,6 +395,7 @@ mod tests {
         MemoryReplayStore::new(),
         budgeted = |budget| MemoryReplayStore::new().principal_budget(budget)
     );
+    crate::approval_store_conformance!(MemoryReplayStore::new());
 
     const ALICE: PrincipalKey = PrincipalKey::from_bytes([0xa1; 16]);
     const BOB: PrincipalKey = PrincipalKey::from_bytes([0xb0; 16]);

@@ -17,8 +17,8 @@
 //!   [`BootEpoch`]; the layer binds it into every state it issues and refuses states from an
 //!   earlier epoch, because whether they were used before the restart is unknown.
 //!
-//! Backends implement [`ReplayStore`] and prove it with the shared `conformance` suite (feature
-//! `test-support`).
+//! Backends implement [`ReplayStore`] (and, to keep browser approvals, [`ApprovalStore`]) and
+//! prove it with the shared `conformance` suite (feature `test-support`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -37,7 +37,7 @@ mod postgres;
 mod redis;
 
 pub use approval::{
-    Approval, ApprovalChoice, ApprovalId, Decided, Decision, MAX_PENDING_APPROVALS,
+    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
 pub use memory::MemoryReplayStore;
 
@@ -165,9 +165,6 @@ pub enum StoreError {
     /// The backend failed.
     #[error("replay store backend error: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The store does not keep browser approvals.
-    #[error("this replay store does not keep browser approvals")]
-    Unsupported,
 }
 
 /// A store of one-time nonces shared by every instance that verifies the same states.
@@ -274,33 +271,6 @@ pub trait ReplayStore: fmt::Debug + Send + Sync + 'static {
     /// `Some` for a store whose entries do not survive a restart of this process: the epoch of
     /// this life of the store. `None` only if entries outlive the process (Redis, Postgres).
     fn boot_epoch(&self) -> Option<BootEpoch>;
-
-    /// Stores a browser approval awaiting its decision, until its expiry. An id that exists is an
-    /// error; a principal with [`MAX_PENDING_APPROVALS`] unexpired approvals gets
-    /// [`StoreError::OverBudget`]. The default keeps none ([`StoreError::Unsupported`]); every store of this crate
-    /// does.
-    fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
-        let _ = approval;
-        Box::pin(std::future::ready(Err(StoreError::Unsupported)))
-    }
-
-    /// The approval `id` with its decision, if any; `None` once it expired or if it never existed.
-    fn approval(&self, id: ApprovalId) -> BoxFuture<'_, Result<Option<Approval>, StoreError>> {
-        let _ = id;
-        Box::pin(std::future::ready(Err(StoreError::Unsupported)))
-    }
-
-    /// Records `decision` by `principal` on approval `id`, atomically and once, by
-    /// [`Approval::decide`].
-    fn decide(
-        &self,
-        id: ApprovalId,
-        principal: PrincipalKey,
-        decision: Decision,
-    ) -> BoxFuture<'_, Result<Decided, StoreError>> {
-        let _ = (id, principal, decision);
-        Box::pin(std::future::ready(Err(StoreError::Unsupported)))
-    }
 }
 
 impl<S: ReplayStore + ?Sized> ReplayStore for Arc<S> {
@@ -322,22 +292,5 @@ impl<S: ReplayStore + ?Sized> ReplayStore for Arc<S> {
 
     fn boot_epoch(&self) -> Option<BootEpoch> {
         (**self).boot_epoch()
-    }
-
-    fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
-        (**self).propose(approval)
-    }
-
-    fn approval(&self, id: ApprovalId) -> BoxFuture<'_, Result<Option<Approval>, StoreError>> {
-        (**self).approval(id)
-    }
-
-    fn decide(
-        &self,
-        id: ApprovalId,
-        principal: PrincipalKey,
-        decision: Decision,
-    ) -> BoxFuture<'_, Result<Decided, StoreError>> {
-        (**self).decide(id, principal, decision)
     }
 }

@@ -7,8 +7,9 @@ use deadpool_postgres::{GenericClient, Pool};
 
 use super::backend::{backend, bounded, postgres_pool, table_name};
 use super::{
-    Approval, ApprovalId, BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET,
-    Decided, Decision, MAX_PENDING_APPROVALS, Nonce, PrincipalKey, ReplayStore, StoreError,
+    Approval, ApprovalId, ApprovalStore, BootEpoch, BoxFuture, Claim, ClaimRequest,
+    DEFAULT_PRINCIPAL_BUDGET, Decided, Decision, MAX_PENDING_APPROVALS, Nonce, PrincipalKey,
+    ReplayStore, StoreError,
 };
 
 /// A [`ReplayStore`] in PostgreSQL, for deployments with more than one instance.
@@ -342,6 +343,13 @@ impl ReplayStore for PostgresReplayStore {
         }))
     }
 
+    fn boot_epoch(&self) -> Option<BootEpoch> {
+        // Rows live in the database, not in this process.
+        None
+    }
+}
+
+impl ApprovalStore for PostgresReplayStore {
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
         let t = &self.table;
         let lock = "SELECT pg_advisory_xact_lock(hashtext($1))".to_owned();
@@ -441,10 +449,5 @@ impl ReplayStore for PostgresReplayStore {
             }
             Ok(decided)
         }))
-    }
-
-    fn boot_epoch(&self) -> Option<BootEpoch> {
-        // Rows live in the database, not in this process.
-        None
     }
 }

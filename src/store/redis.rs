@@ -8,8 +8,9 @@ use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 
 use super::backend::{COMPARE_AND_SET, backend, millis_until, redis_connection};
 use super::{
-    Approval, ApprovalId, BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET,
-    Decided, Decision, MAX_PENDING_APPROVALS, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
+    Approval, ApprovalId, ApprovalStore, BootEpoch, BoxFuture, Claim, ClaimRequest,
+    DEFAULT_PRINCIPAL_BUDGET, Decided, Decision, MAX_PENDING_APPROVALS, Nonce, Owner, PrincipalKey,
+    ReplayStore, StoreError,
 };
 
 /// Claims `KEYS[1]` (a nonce) for the principal whose live entries are the sorted set `KEYS[2]`
@@ -292,6 +293,13 @@ impl ReplayStore for RedisReplayStore {
         })
     }
 
+    fn boot_epoch(&self) -> Option<BootEpoch> {
+        // Entries live in Redis, not in this process.
+        None
+    }
+}
+
+impl ApprovalStore for RedisReplayStore {
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
         let (key, text) = (self.approval_key(&approval.id), approval.encode());
         let now = SystemTime::now();
@@ -380,10 +388,5 @@ impl ReplayStore for RedisReplayStore {
                 "the approval kept changing under this decision".into(),
             ))
         })
-    }
-
-    fn boot_epoch(&self) -> Option<BootEpoch> {
-        // Entries live in Redis, not in this process.
-        None
     }
 }

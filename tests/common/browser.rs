@@ -33,7 +33,7 @@ fn base(keys: KeyRing, clock: &ManualClock, store: &MemoryReplayStore) -> Confir
         .audience("notes.example")
         .ttl(Duration::from_secs(300))
         .clock(clock.clone())
-        .replay_store(store.clone())
+        .store(store.clone())
         .approval_url(BASE)
 }
 

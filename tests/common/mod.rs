@@ -15,13 +15,19 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use mcp_confirm::body::RequestBody;
 use mcp_confirm::clock::ManualClock;
-use mcp_confirm::store::MemoryReplayStore;
+use mcp_confirm::store::{ApprovalStore, MemoryReplayStore, ReplayStore};
 use mcp_confirm::{
     Candidate, Confirm, ConfirmLayer, ConfirmLayerBuilder, Confirmed, KeyRing, Lookup, PolicyError,
     Principal, Refusal, Revalidation, ToolPolicy,
 };
 use serde_json::{Value, json};
 use tower::{Layer, ServiceExt};
+
+/// A store of nonces and browser approvals both, as every store of the crate is: what the
+/// tests that run one flow over each backend hold.
+pub trait Store: ReplayStore + ApprovalStore {}
+
+impl<S: ReplayStore + ApprovalStore> Store for S {}
 
 pub const KEY: [u8; 32] = [0x11; 32];
 pub const PERSONAL: &str = "file:///data/personal";
