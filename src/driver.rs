@@ -17,7 +17,7 @@ use crate::config::{Config, GuardedTool};
 use crate::confirmed::{Confirmed, Waived, WaiverReason};
 use crate::engine::{self, Declared, Refused};
 use crate::form::{self, Answer};
-use crate::grant::{Grant, GrantId, GrantState};
+use crate::grant::{Grant, GrantId, GrantState, GrantStoreError};
 use crate::message::{self, ToolCall};
 use crate::policy::{Candidate, Channel, Lookup, Revalidation, Settlement, ToolPolicy, Versions};
 use crate::principal::Principal;
@@ -644,7 +644,7 @@ impl Attempt<'_> {
         };
         store.issue(&grant).await.map_err(|e| {
             let error = match &e {
-                StoreError::OverBudget { retry_after } => RpcError::over_budget(*retry_after),
+                GrantStoreError::OverBudget { retry_after } => RpcError::over_budget(*retry_after),
                 _ => RpcError::store_unavailable(),
             };
             Refused::new(error, format!("grant store: {e}"))

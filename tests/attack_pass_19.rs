@@ -29,10 +29,11 @@ use common::browser::*;
 use common::*;
 use http::StatusCode;
 use mcp_confirm::clock::ManualClock;
+use mcp_confirm::grant::GrantStoreError;
 use mcp_confirm::grant::{
     Begin, Finish, Grant, GrantId, GrantStore, Lease, MemoryGrantStore, Revoke,
 };
-use mcp_confirm::store::{BoxFuture, MAX_PENDING_APPROVALS, MemoryReplayStore, StoreError};
+use mcp_confirm::store::{BoxFuture, MAX_PENDING_APPROVALS, MemoryReplayStore};
 use mcp_confirm::{Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, ToolPolicy};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation,
@@ -1042,25 +1043,29 @@ struct WorkerGone {
 }
 
 impl GrantStore for WorkerGone {
-    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
         let mut grant = grant.clone();
         grant.expires_at = std::time::SystemTime::now() - Duration::from_secs(1);
         let issued = self.inner.issue(&grant);
         Box::pin(issued)
     }
-    fn begin(&self, _: GrantId, _: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
-        Box::pin(std::future::ready(Err(StoreError::Timeout)))
+    fn begin(&self, _: GrantId, _: Duration) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
+        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
     }
-    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn finish(
+        &self,
+        lease: Lease,
+        outcome: Finish,
+    ) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         self.inner.finish(lease, outcome)
     }
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
         self.inner.revoke(id)
     }
-    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         self.inner.confirm(lease)
     }
-    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
         self.inner.get(id)
     }
 }

@@ -795,7 +795,7 @@ impl GrantStore for Counting {
     fn issue(
         &self,
         grant: &Grant,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<(), mcp_confirm::store::StoreError>> {
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<(), mcp_confirm::grant::GrantStoreError>> {
         let issued = Arc::clone(&self.1);
         self.2.lock().unwrap().push(grant.id);
         let inner = self.0.issue(grant);
@@ -812,32 +812,33 @@ impl GrantStore for Counting {
         &self,
         id: GrantId,
         lease: Duration,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<Begin, mcp_confirm::store::StoreError>> {
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<Begin, mcp_confirm::grant::GrantStoreError>> {
         self.0.begin(id, lease)
     }
     fn finish(
         &self,
         lease: mcp_confirm::grant::Lease,
         outcome: Finish,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::store::StoreError>> {
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::grant::GrantStoreError>> {
         self.0.finish(lease, outcome)
     }
     fn revoke(
         &self,
         id: GrantId,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<Revoke, mcp_confirm::store::StoreError>> {
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<Revoke, mcp_confirm::grant::GrantStoreError>>
+    {
         self.0.revoke(id)
     }
     fn confirm(
         &self,
         lease: mcp_confirm::grant::Lease,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::store::StoreError>> {
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::grant::GrantStoreError>> {
         self.0.confirm(lease)
     }
     fn get(
         &self,
         id: GrantId,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<Option<Grant>, mcp_confirm::store::StoreError>>
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<Option<Grant>, mcp_confirm::grant::GrantStoreError>>
     {
         self.0.get(id)
     }

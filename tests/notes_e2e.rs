@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mcp_confirm::KeyRing;
+use mcp_confirm::grant::GrantStoreError;
 use mcp_confirm::grant::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Lease, Revoke};
-use mcp_confirm::store::{BoxFuture, StoreError};
+use mcp_confirm::store::BoxFuture;
 use notes_http::{accept, offered_ids, options};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation,
@@ -1094,14 +1095,14 @@ struct SlowAfterBegin {
 }
 
 impl GrantStore for SlowAfterBegin {
-    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
         self.inner.issue(grant)
     }
     fn begin(
         &self,
         id: GrantId,
         lease: std::time::Duration,
-    ) -> BoxFuture<'_, Result<Begin, StoreError>> {
+    ) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
         Box::pin(async move {
             let begun = self.inner.begin(id, lease).await;
             if let Ok(Begin::Started(_)) = begun {
@@ -1112,16 +1113,20 @@ impl GrantStore for SlowAfterBegin {
             begun
         })
     }
-    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn finish(
+        &self,
+        lease: Lease,
+        outcome: Finish,
+    ) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         self.inner.finish(lease, outcome)
     }
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
         self.inner.revoke(id)
     }
-    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         self.inner.confirm(lease)
     }
-    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
         self.inner.get(id)
     }
 }

@@ -11,10 +11,10 @@ use common::queued::*;
 use common::*;
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::grant::{
-    Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, Lease, MemoryGrantStore,
-    Revoke, RunError,
+    Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, GrantStoreError, Lease,
+    MemoryGrantStore, Revoke, RunError,
 };
-use mcp_confirm::store::{BoxFuture, MemoryReplayStore, StoreError};
+use mcp_confirm::store::{BoxFuture, MemoryReplayStore};
 use mcp_confirm::{ConfigError, ToolPolicy};
 use serde_json::json;
 
@@ -160,23 +160,27 @@ async fn a_refusal_at_approval_withdraws_its_grant() {
 struct Counting(Arc<MemoryGrantStore>, Arc<std::sync::Mutex<Vec<GrantId>>>);
 
 impl GrantStore for Counting {
-    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
         self.1.lock().unwrap().push(grant.id);
         self.0.issue(grant)
     }
-    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
+    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
         self.0.begin(id, lease)
     }
-    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn finish(
+        &self,
+        lease: Lease,
+        outcome: Finish,
+    ) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         self.0.finish(lease, outcome)
     }
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
         self.0.revoke(id)
     }
-    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         self.0.confirm(lease)
     }
-    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
         self.0.get(id)
     }
 }
@@ -186,23 +190,23 @@ impl GrantStore for Counting {
 struct Down;
 
 impl GrantStore for Down {
-    fn issue(&self, _: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(std::future::ready(Err(StoreError::Timeout)))
+    fn issue(&self, _: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
+        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
     }
-    fn begin(&self, _: GrantId, _: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
-        Box::pin(std::future::ready(Err(StoreError::Timeout)))
+    fn begin(&self, _: GrantId, _: Duration) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
+        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
     }
-    fn finish(&self, _: Lease, _: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
-        Box::pin(std::future::ready(Err(StoreError::Timeout)))
+    fn finish(&self, _: Lease, _: Finish) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
+        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
     }
-    fn revoke(&self, _: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
-        Box::pin(std::future::ready(Err(StoreError::Timeout)))
+    fn revoke(&self, _: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
+        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
     }
-    fn confirm(&self, _: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
-        Box::pin(std::future::ready(Err(StoreError::Timeout)))
+    fn confirm(&self, _: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
+        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
     }
-    fn get(&self, _: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
-        Box::pin(std::future::ready(Err(StoreError::Timeout)))
+    fn get(&self, _: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
+        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
     }
 }
 

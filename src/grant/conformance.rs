@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Revoke};
+use super::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, GrantStoreError, Revoke};
 use crate::clock::{Clock, ManualClock};
 use crate::kernel::{Nonce, PrincipalKey};
 
@@ -192,7 +192,10 @@ pub async fn unknown_and_duplicate_ids<S: GrantStore>(store: &S, clock: &ManualC
     let mut grant = grant(clock, TTL);
     grant.state = GrantState::Consumed;
     store.issue(&grant).await.unwrap();
-    assert!(store.issue(&grant).await.is_err());
+    assert!(
+        matches!(store.issue(&grant).await, Err(GrantStoreError::Exists)),
+        "an id is issued once, and the error says so"
+    );
     grant.state = GrantState::Granted;
     assert_eq!(store.get(grant.id).await.unwrap(), Some(grant));
 }

@@ -384,54 +384,107 @@ impl Grant {
     }
 }
 
+/// A grant store failure. The layer refuses the call (nothing is spent); a worker does not run
+/// the grant, and may retry later.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GrantStoreError {
+    /// The store holds as many grants as it may; it refuses rather than forgetting a live one.
+    #[error("grant store is full")]
+    Full,
+    /// The principal already holds its budget of live grants. Nothing was recorded; the oldest
+    /// of them expires after `retry_after`.
+    #[error("the principal's budget of live grants is spent; retry after {retry_after:?}")]
+    OverBudget {
+        /// How long until one of the principal's grants expires.
+        retry_after: Duration,
+    },
+    /// A grant with this id is already stored.
+    #[error("a grant with this id exists")]
+    Exists,
+    /// A stored record does not read as a grant: it is never run.
+    #[error("a grant record does not decode")]
+    Corrupt,
+    /// The backend did not answer in time.
+    #[error("grant store timed out")]
+    Timeout,
+    /// The backend failed.
+    #[error("grant store backend error: {0}")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// A backend's own error, kept as the source.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn backend(e: impl std::error::Error + Send + Sync + 'static) -> GrantStoreError {
+    GrantStoreError::Backend(Box::new(e))
+}
+
+/// The failures a grant store shares with the replay stores on the same backends: connecting,
+/// timing out, the backend's own errors.
+impl From<StoreError> for GrantStoreError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Full => Self::Full,
+            StoreError::OverBudget { retry_after } => Self::OverBudget { retry_after },
+            StoreError::Timeout => Self::Timeout,
+            StoreError::Backend(e) => Self::Backend(e),
+        }
+    }
+}
+
 /// Where grants are kept, shared by the instances that issue them and the workers that run them.
 ///
 /// Each method is one atomic transition of one record, applying [`Grant::begin`],
 /// [`Grant::finish`] or [`Grant::revoke`]. Errors mean "unknown": a worker that cannot `begin`
 /// must not run, and may retry later.
 pub trait GrantStore: fmt::Debug + Send + Sync + 'static {
-    /// Stores a new grant (state `Granted`). An id that exists is an error.
-    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Stores a new grant (state `Granted`). An id that exists is [`GrantStoreError::Exists`].
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>>;
 
     /// Starts an attempt, under a lease of `lease`.
-    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>>;
+    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, GrantStoreError>>;
 
     /// Ends the attempt `lease` holds; `Ok(false)` if that attempt is no longer current.
-    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>>;
+    fn finish(&self, lease: Lease, outcome: Finish)
+    -> BoxFuture<'_, Result<bool, GrantStoreError>>;
 
     /// Withdraws a grant ([`Grant::revoke`]).
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>>;
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>>;
 
     /// Whether `lease` is still the live, unrevoked attempt ([`Grant::holds`]), by the store's
     /// clock: asked right before an attempt acts.
-    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>>;
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>>;
 
     /// The grant as it stands.
-    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>>;
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>>;
 }
 
 impl<S: GrantStore + ?Sized> GrantStore for Arc<S> {
-    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
         (**self).issue(grant)
     }
 
-    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
+    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
         (**self).begin(id, lease)
     }
 
-    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn finish(
+        &self,
+        lease: Lease,
+        outcome: Finish,
+    ) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         (**self).finish(lease, outcome)
     }
 
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
         (**self).revoke(id)
     }
 
-    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         (**self).confirm(lease)
     }
 
-    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
         (**self).get(id)
     }
 }
@@ -468,17 +521,20 @@ impl MemoryGrantStore {
 
     /// Caps each principal's grants that can still run (default: 1 % of the capacity, at least
     /// one), so one principal cannot fill the store for everyone; over it, `issue` answers
-    /// [`StoreError::OverBudget`].
+    /// [`GrantStoreError::OverBudget`].
     pub fn principal_budget(mut self, budget: usize) -> Self {
         self.budget = budget.clamp(1, self.capacity);
         self
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut HashMap<GrantId, Grant>) -> T) -> Result<T, StoreError> {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut HashMap<GrantId, Grant>) -> T,
+    ) -> Result<T, GrantStoreError> {
         let mut grants = self
             .grants
             .lock()
-            .map_err(|_| StoreError::Backend("the grant map's lock is poisoned".into()))?;
+            .map_err(|_| GrantStoreError::Backend("the grant map's lock is poisoned".into()))?;
         Ok(f(&mut grants))
     }
 }
@@ -499,11 +555,11 @@ impl fmt::Debug for MemoryGrantStore {
 }
 
 impl GrantStore for MemoryGrantStore {
-    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
         let now = self.clock.now();
         let result = self.with(|grants| {
             if grants.contains_key(&grant.id) {
-                return Err(StoreError::Backend("a grant with this id exists".into()));
+                return Err(GrantStoreError::Exists);
             }
             let mut live = grants
                 .values()
@@ -518,7 +574,7 @@ impl GrantStore for MemoryGrantStore {
                     let retry_after = soonest
                         .and_then(|at| at.duration_since(now).ok())
                         .unwrap_or_default();
-                    return Err(StoreError::OverBudget { retry_after });
+                    return Err(GrantStoreError::OverBudget { retry_after });
                 }
             }
             if grants.len() >= self.capacity {
@@ -526,7 +582,7 @@ impl GrantStore for MemoryGrantStore {
                 // holds.
                 grants.retain(|_, g| !g.can_never_run(now));
                 if grants.len() >= self.capacity {
-                    return Err(StoreError::Full);
+                    return Err(GrantStoreError::Full);
                 }
             }
             let mut fresh = grant.clone();
@@ -537,7 +593,7 @@ impl GrantStore for MemoryGrantStore {
         Box::pin(std::future::ready(result.and_then(|r| r)))
     }
 
-    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
+    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
         let now = self.clock.now();
         let result = self.with(|grants| match grants.get_mut(&id) {
             Some(grant) => grant.begin(now, lease),
@@ -546,7 +602,11 @@ impl GrantStore for MemoryGrantStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn finish(
+        &self,
+        lease: Lease,
+        outcome: Finish,
+    ) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         let result = self.with(|grants| {
             grants
                 .get_mut(&lease.grant)
@@ -555,7 +615,7 @@ impl GrantStore for MemoryGrantStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
         let now = self.clock.now();
         let result = self.with(|grants| match grants.get_mut(&id) {
             Some(grant) => grant.revoke(now),
@@ -564,7 +624,7 @@ impl GrantStore for MemoryGrantStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         let now = self.clock.now();
         let result = self.with(|grants| {
             grants
@@ -574,7 +634,7 @@ impl GrantStore for MemoryGrantStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
         let result = self.with(|grants| grants.get(&id).cloned());
         Box::pin(std::future::ready(result))
     }
@@ -617,7 +677,7 @@ mod tests {
         let a = conformance::grant(&clock, Duration::from_secs(60));
         let b = conformance::grant(&clock, Duration::from_secs(60));
         let c = conformance::grant(&clock, Duration::from_secs(60));
-        let ready = |f: BoxFuture<'_, Result<(), StoreError>>| {
+        let ready = |f: BoxFuture<'_, Result<(), GrantStoreError>>| {
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
             let mut f = f;
             match f.as_mut().poll(&mut cx) {
@@ -627,7 +687,7 @@ mod tests {
         };
         ready(store.issue(&a)).unwrap();
         ready(store.issue(&b)).unwrap();
-        assert!(matches!(ready(store.issue(&c)), Err(StoreError::Full)));
+        assert!(matches!(ready(store.issue(&c)), Err(GrantStoreError::Full)));
         store
             .with(|g| g.get_mut(&a.id).map(|g| g.revoke(clock.now())))
             .unwrap();

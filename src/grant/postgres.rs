@@ -12,15 +12,15 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::{Pool, Transaction};
 use tokio_postgres::error::SqlState;
 
+use super::backend;
 use super::{
-    Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, Grants, Lease, Revoke,
-    RunError, record,
+    Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, GrantStoreError, Grants,
+    Lease, Revoke, RunError, record,
 };
 use crate::audit;
 use crate::clock::{Clock, SystemClock};
 use crate::kernel::BoxFuture;
-use crate::store::StoreError;
-use crate::store::backend::{backend, bounded, postgres_pool, table_name};
+use crate::store::backend::{bounded, postgres_pool, table_name};
 
 /// A [`GrantStore`] in PostgreSQL, shared by every instance and worker.
 ///
@@ -57,8 +57,8 @@ impl PostgresGrantStore {
     /// A store for the database at `url` (`postgres://user@host:port/db`), pooled.
     ///
     /// # Errors
-    /// [`StoreError::Backend`] if `url` is not a valid connection string.
-    pub fn connect(url: &str) -> Result<Self, StoreError> {
+    /// [`GrantStoreError::Backend`] if `url` is not a valid connection string.
+    pub fn connect(url: &str) -> Result<Self, GrantStoreError> {
         Ok(Self::with_pool(postgres_pool(url, Self::DEFAULT_TIMEOUT)?))
     }
 
@@ -76,8 +76,8 @@ impl PostgresGrantStore {
     /// Uses `table` (letters, digits and `_`, not starting with a digit, at most 63 bytes).
     ///
     /// # Errors
-    /// [`StoreError::Backend`] for any other name.
-    pub fn table(mut self, table: &str) -> Result<Self, StoreError> {
+    /// [`GrantStoreError::Backend`] for any other name.
+    pub fn table(mut self, table: &str) -> Result<Self, GrantStoreError> {
         self.table = table_name(table)?;
         Ok(self)
     }
@@ -103,8 +103,8 @@ impl PostgresGrantStore {
     /// Creates the table if it does not exist.
     ///
     /// # Errors
-    /// [`StoreError`] if the database refuses.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
+    /// [`GrantStoreError`] if the database refuses.
+    pub async fn migrate(&self) -> Result<(), GrantStoreError> {
         let t = &self.table;
         // Under a lock: instances starting together would otherwise race `CREATE … IF NOT EXISTS`
         // (PostgreSQL reports the loser as a duplicate type).
@@ -128,8 +128,8 @@ impl PostgresGrantStore {
     /// Deletes the rows kept past their retention; how many.
     ///
     /// # Errors
-    /// [`StoreError`] if the database refuses.
-    pub async fn prune(&self) -> Result<u64, StoreError> {
+    /// [`GrantStoreError`] if the database refuses.
+    pub async fn prune(&self) -> Result<u64, GrantStoreError> {
         let sql = format!("DELETE FROM {} WHERE keep_until < $1", self.table);
         let now: SystemTime = self.clock.now();
         bounded(self.timeout, async {
@@ -140,7 +140,7 @@ impl PostgresGrantStore {
     }
 
     /// Writes `grant`'s record in `tx`.
-    async fn write(&self, tx: &Transaction<'_>, grant: &Grant) -> Result<(), StoreError> {
+    async fn write(&self, tx: &Transaction<'_>, grant: &Grant) -> Result<(), GrantStoreError> {
         let update = format!("UPDATE {} SET record = $2 WHERE id = $1", self.table);
         let (id, text) = (grant.id.to_string(), record::encode(grant));
         bounded(self.timeout, async {
@@ -157,7 +157,7 @@ impl PostgresGrantStore {
         id: GrantId,
         missing: T,
         step: impl FnOnce(&mut Grant) -> T,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, GrantStoreError> {
         let select = format!("SELECT record FROM {} WHERE id = $1 FOR UPDATE", self.table);
         let update = format!("UPDATE {} SET record = $2 WHERE id = $1", self.table);
         let id = id.to_string();
@@ -167,8 +167,7 @@ impl PostgresGrantStore {
             return Ok(missing);
         };
         let old: String = row.try_get(0).map_err(backend)?;
-        let mut grant = record::decode(&old)
-            .ok_or_else(|| StoreError::Backend("a grant record does not decode".into()))?;
+        let mut grant = record::decode(&old).ok_or_else(|| GrantStoreError::Corrupt)?;
         let answer = step(&mut grant);
         let new = record::encode(&grant);
         if new != old {
@@ -202,7 +201,7 @@ impl Grants<PostgresGrantStore> {
         F: for<'t> FnOnce(&'t Transaction<'t>, &'t Grant) -> BoxFuture<'t, Result<T, E>>,
     {
         let store = &self.store;
-        let unavailable = |e: StoreError| RunError::Grant(GrantError::Unavailable(e));
+        let unavailable = |e: GrantStoreError| RunError::Grant(GrantError::Unavailable(e));
         let select = format!(
             "SELECT record FROM {} WHERE id = $1 FOR UPDATE NOWAIT",
             store.table
@@ -219,7 +218,7 @@ impl Grants<PostgresGrantStore> {
         .await
         .map_err(unavailable)?;
         let row = match tokio::time::timeout(store.timeout, tx.query_opt(&select, &[&key])).await {
-            Err(_) => return Err(unavailable(StoreError::Timeout)),
+            Err(_) => return Err(unavailable(GrantStoreError::Timeout)),
             Ok(Err(e)) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
                 return Err(RunError::Grant(GrantError::Busy {
                     retry_after: store.clock.now() + self.lease,
@@ -230,9 +229,8 @@ impl Grants<PostgresGrantStore> {
             Ok(Ok(Some(row))) => row,
         };
         let text: String = row.try_get(0).map_err(|e| unavailable(backend(e)))?;
-        let mut grant = record::decode(&text).ok_or_else(|| {
-            unavailable(StoreError::Backend("a grant record does not decode".into()))
-        })?;
+        let mut grant =
+            record::decode(&text).ok_or_else(|| unavailable(GrantStoreError::Corrupt))?;
         let write = async |tx: &Transaction<'_>, grant: &Grant| {
             store.write(tx, grant).await.map_err(unavailable)
         };
@@ -270,12 +268,12 @@ impl Grants<PostgresGrantStore> {
     }
 }
 
-async fn commit(store: &PostgresGrantStore, tx: Transaction<'_>) -> Result<(), StoreError> {
+async fn commit(store: &PostgresGrantStore, tx: Transaction<'_>) -> Result<(), GrantStoreError> {
     bounded(store.timeout, async { tx.commit().await.map_err(backend) }).await
 }
 
 impl GrantStore for PostgresGrantStore {
-    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
         let mut fresh = grant.clone();
         fresh.state = GrantState::Granted;
         let (id, text) = (grant.id.to_string(), record::encode(&fresh));
@@ -293,12 +291,12 @@ impl GrantStore for PostgresGrantStore {
             if inserted == 1 {
                 Ok(())
             } else {
-                Err(StoreError::Backend("a grant with this id exists".into()))
+                Err(GrantStoreError::Exists)
             }
         }))
     }
 
-    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
+    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
         Box::pin(bounded(self.timeout, async move {
             // The time is read once the row is locked, so a lease never starts in the past.
             let clock = Arc::clone(&self.clock);
@@ -307,14 +305,18 @@ impl GrantStore for PostgresGrantStore {
         }))
     }
 
-    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn finish(
+        &self,
+        lease: Lease,
+        outcome: Finish,
+    ) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         Box::pin(bounded(
             self.timeout,
             self.transition(lease.grant, false, move |g| g.finish(&lease, outcome)),
         ))
     }
 
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
         Box::pin(bounded(self.timeout, async move {
             let clock = Arc::clone(&self.clock);
             self.transition(id, Revoke::Unknown, move |g| g.revoke(clock.now()))
@@ -322,7 +324,7 @@ impl GrantStore for PostgresGrantStore {
         }))
     }
 
-    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         let now = self.clock.now();
         Box::pin(async move {
             let grant = self.get(lease.grant).await?;
@@ -330,7 +332,7 @@ impl GrantStore for PostgresGrantStore {
         })
     }
 
-    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
         let sql = format!("SELECT record FROM {} WHERE id = $1", self.table);
         Box::pin(bounded(self.timeout, async move {
             let client = self.pool.get().await.map_err(backend)?;
@@ -344,7 +346,7 @@ impl GrantStore for PostgresGrantStore {
                     let text: String = row.try_get(0).map_err(backend)?;
                     record::decode(&text)
                         .map(Some)
-                        .ok_or_else(|| StoreError::Backend("a grant record does not decode".into()))
+                        .ok_or_else(|| GrantStoreError::Corrupt)
                 }
             }
         }))

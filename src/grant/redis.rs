@@ -12,11 +12,11 @@ use std::time::{Duration, SystemTime};
 use redis::Script;
 use redis::aio::ConnectionManager;
 
-use super::{Begin, Finish, Grant, GrantId, GrantStore, Lease, Revoke, record};
+use super::backend;
+use super::{Begin, Finish, Grant, GrantId, GrantStore, GrantStoreError, Lease, Revoke, record};
 use crate::clock::{Clock, SystemClock};
 use crate::kernel::BoxFuture;
-use crate::store::StoreError;
-use crate::store::backend::{COMPARE_AND_SET, backend, bounded, millis_until, redis_connection};
+use crate::store::backend::{COMPARE_AND_SET, bounded, millis_until, redis_connection};
 
 /// How often a transition re-reads after losing a race before it reports the store as busy.
 const ATTEMPTS: usize = 16;
@@ -57,8 +57,8 @@ impl RedisGrantStore {
     /// A store for the Redis at `url`; the connection is made on first use.
     ///
     /// # Errors
-    /// [`StoreError::Backend`] if `url` is not a valid Redis URL.
-    pub fn open(url: &str) -> Result<Self, StoreError> {
+    /// [`GrantStoreError::Backend`] if `url` is not a valid Redis URL.
+    pub fn open(url: &str) -> Result<Self, GrantStoreError> {
         Ok(Self::with_connection(redis_connection(
             url,
             Self::DEFAULT_TIMEOUT,
@@ -106,7 +106,7 @@ impl RedisGrantStore {
         format!("{}{id}", self.prefix)
     }
 
-    async fn read(&self, key: &str) -> Result<Option<(String, Grant)>, StoreError> {
+    async fn read(&self, key: &str) -> Result<Option<(String, Grant)>, GrantStoreError> {
         let mut connection = self.connection.clone();
         let text: Option<String> = redis::cmd("GET")
             .arg(key)
@@ -117,7 +117,7 @@ impl RedisGrantStore {
             None => Ok(None),
             Some(text) => match record::decode(&text) {
                 Some(grant) => Ok(Some((text, grant))),
-                None => Err(StoreError::Backend("a grant record does not decode".into())),
+                None => Err(GrantStoreError::Corrupt),
             },
         }
     }
@@ -129,7 +129,7 @@ impl RedisGrantStore {
         id: GrantId,
         missing: T,
         step: impl Fn(&mut Grant) -> T,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, GrantStoreError> {
         let key = self.key(id);
         for _ in 0..ATTEMPTS {
             let Some((old, mut grant)) = self.read(&key).await? else {
@@ -153,7 +153,7 @@ impl RedisGrantStore {
                 return Ok(answer);
             }
         }
-        Err(StoreError::Backend(
+        Err(GrantStoreError::Backend(
             "the grant kept changing under this transition".into(),
         ))
     }
@@ -164,7 +164,7 @@ impl RedisGrantStore {
 }
 
 impl GrantStore for RedisGrantStore {
-    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
         let mut fresh = grant.clone();
         fresh.state = super::GrantState::Granted;
         let (key, text, ttl) = (
@@ -185,12 +185,12 @@ impl GrantStore for RedisGrantStore {
                 .map_err(backend)?;
             match set {
                 Some(_) => Ok(()),
-                None => Err(StoreError::Backend("a grant with this id exists".into())),
+                None => Err(GrantStoreError::Exists),
             }
         }))
     }
 
-    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
+    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
         Box::pin(bounded(self.timeout, async move {
             let now: SystemTime = self.clock.now();
             self.transition(id, Begin::Unknown, |g| g.begin(now, lease))
@@ -198,14 +198,18 @@ impl GrantStore for RedisGrantStore {
         }))
     }
 
-    fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn finish(
+        &self,
+        lease: Lease,
+        outcome: Finish,
+    ) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         Box::pin(bounded(self.timeout, async move {
             self.transition(lease.grant, false, |g| g.finish(&lease, outcome))
                 .await
         }))
     }
 
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
         Box::pin(bounded(self.timeout, async move {
             let now: SystemTime = self.clock.now();
             self.transition(id, Revoke::Unknown, |g| g.revoke(now))
@@ -213,7 +217,7 @@ impl GrantStore for RedisGrantStore {
         }))
     }
 
-    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         Box::pin(bounded(self.timeout, async move {
             let now: SystemTime = self.clock.now();
             let grant = self.read(&self.key(lease.grant)).await?;
@@ -221,7 +225,7 @@ impl GrantStore for RedisGrantStore {
         }))
     }
 
-    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
         Box::pin(bounded(self.timeout, async move {
             Ok(self.read(&self.key(id)).await?.map(|(_, grant)| grant))
         }))

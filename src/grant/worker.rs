@@ -11,12 +11,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Lease, Revoke};
+use super::{
+    Begin, Finish, Grant, GrantId, GrantState, GrantStore, GrantStoreError, Lease, Revoke,
+};
 use crate::audit;
 use crate::clock::{Clock, SystemClock};
 use crate::policy::{Refusal, Revalidate, Revalidation};
 use crate::principal::Principal;
-use crate::store::StoreError;
 
 /// Why a queued action must not run now. Only [`is_retryable`](Self::is_retryable) errors may
 /// succeed on a later attempt; the others are final.
@@ -26,7 +27,7 @@ pub enum GrantError {
     /// The store could not be asked, or did not answer in time: the outcome of the call is
     /// unknown, nothing ran. Retry later.
     #[error("the grant store is unavailable")]
-    Unavailable(#[source] StoreError),
+    Unavailable(#[source] GrantStoreError),
     /// Another attempt holds the grant. Retry after `retry_after`.
     #[error("another attempt holds the grant")]
     Busy {
@@ -696,36 +697,44 @@ mod tests {
     }
 
     impl Flaky {
-        fn up(&self) -> Result<(), StoreError> {
+        fn up(&self) -> Result<(), GrantStoreError> {
             let left = self.down.load(Ordering::SeqCst);
             if left == 0 {
                 return Ok(());
             }
             self.down.store(left - 1, Ordering::SeqCst);
-            Err(StoreError::Timeout)
+            Err(GrantStoreError::Timeout)
         }
     }
 
     impl GrantStore for Flaky {
-        fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), StoreError>> {
+        fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
             self.inner.issue(grant)
         }
-        fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, StoreError>> {
+        fn begin(
+            &self,
+            id: GrantId,
+            lease: Duration,
+        ) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
             match self.up() {
                 Ok(()) => self.inner.begin(id, lease),
                 Err(e) => Box::pin(std::future::ready(Err(e))),
             }
         }
-        fn finish(&self, lease: Lease, outcome: Finish) -> BoxFuture<'_, Result<bool, StoreError>> {
+        fn finish(
+            &self,
+            lease: Lease,
+            outcome: Finish,
+        ) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
             self.inner.finish(lease, outcome)
         }
-        fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, StoreError>> {
+        fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
             self.inner.revoke(id)
         }
-        fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, StoreError>> {
+        fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
             self.inner.confirm(lease)
         }
-        fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, StoreError>> {
+        fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
             self.inner.get(id)
         }
     }

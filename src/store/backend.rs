@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use super::StoreError;
 
-/// Runs `call`, failing with [`StoreError::Timeout`] if it takes longer than `timeout`.
-pub(crate) async fn bounded<T>(
+/// Runs `call`, failing with a timeout ([`StoreError::Timeout`], as the store's error type says
+/// it) if it takes longer than `timeout`.
+pub(crate) async fn bounded<T, E: From<StoreError>>(
     timeout: Duration,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
     tokio::time::timeout(timeout, call)
         .await
-        .unwrap_or(Err(StoreError::Timeout))
+        .unwrap_or_else(|_| Err(E::from(StoreError::Timeout)))
 }
 
 /// A backend's own error, kept as the source.
