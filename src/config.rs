@@ -12,13 +12,14 @@ use std::time::Duration;
 use dashmap::DashSet;
 use serde_json::Value;
 
+use crate::approval::ApprovalStore;
 use crate::grant::GrantStore;
 use crate::kernel::PrincipalKey;
 use crate::limit::ChallengeLimiter;
 use crate::message::{Listed, TOOLS_CALL, ToolCall};
 use crate::policy::ToolPolicy;
 use crate::principal::{Principal, PrincipalExtractor};
-use crate::store::{ApprovalStore, ReplayStore};
+use crate::store::ReplayStore;
 use crate::token::claims::{arguments_digest, request_id_digest};
 use crate::token::sealer::{RequestDigests, Sealer, ToolBinding};
 

@@ -11,6 +11,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
+use crate::approval::{
+    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decision as ApprovalDecision,
+};
 use crate::audit;
 use crate::completion::CompletionGuard;
 use crate::config::{Config, GuardedTool};
@@ -22,10 +25,7 @@ use crate::message::{self, ToolCall};
 use crate::policy::{Candidate, Channel, Lookup, Revalidation, Settlement, ToolPolicy, Versions};
 use crate::principal::Principal;
 use crate::protocol::{self, Ask, Outcome, Reply, RpcError};
-use crate::store::{
-    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Claim, ClaimRequest,
-    Decision as ApprovalDecision, Owner, StoreError,
-};
+use crate::store::{Claim, ClaimRequest, Owner, StoreError};
 use crate::token::StateError;
 use crate::token::candidates::{Candidates, Shown};
 use crate::token::claims::{Claims, arguments_digest};

@@ -131,6 +131,22 @@ impl Rules {
     }
 }
 
+/// The origin a browser sends for pages under `uri` (`Origin`'s spelling): lower-case scheme
+/// and host, and the port only when it is not the scheme's default. The approval page accepts
+/// decisions from the origin of its own URL only.
+pub(crate) fn origin_of(uri: &http::Uri) -> Option<String> {
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let host = uri.host()?.to_ascii_lowercase();
+    let default = match scheme.as_str() {
+        "https" => 443,
+        _ => 80,
+    };
+    Some(match uri.port_u16() {
+        Some(port) if port != default => format!("{scheme}://{host}:{port}"),
+        _ => format!("{scheme}://{host}"),
+    })
+}
+
 /// `host:port` → `host`; `[::1]:80` → `[::1]`.
 fn strip_port(host: &str) -> &str {
     match host.rfind(':') {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tower_layer::Layer;
 
+use crate::approval::ApprovalStore;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, GuardedTool};
 use crate::grant::{GrantStore, Grants};
@@ -17,7 +18,7 @@ use crate::policy::{Channel, Settlement, ToolPolicy};
 use crate::principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::Confirm;
-use crate::store::{ApprovalStore, MemoryReplayStore, ReplayStore};
+use crate::store::{MemoryReplayStore, ReplayStore};
 use crate::token::keyring::KeyRing;
 use crate::token::sealer::Sealer;
 use crate::tools::{self, ToolInfo};
@@ -158,8 +159,8 @@ impl ConfirmLayer {
     /// service to mount at the builder's [`approval_url`](ConfirmLayerBuilder::approval_url)
     /// (e.g. `/confirm/{id}` in axum), behind the same authentication as the MCP endpoint. It
     /// shares this layer's keys, store and principal extractor.
-    pub fn approval_page(&self) -> crate::page::ApprovalPage {
-        crate::page::ApprovalPage::new(Arc::clone(&self.config))
+    pub fn approval_page(&self) -> crate::approval::ApprovalPage {
+        crate::approval::ApprovalPage::new(Arc::clone(&self.config))
     }
 
     /// The worker's handle on the grants this layer issues: its

@@ -145,6 +145,7 @@
 #![deny(missing_docs, unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod approval;
 pub mod audit;
 pub mod body;
 pub mod clock;
@@ -161,7 +162,6 @@ mod kernel;
 mod layer;
 mod limit;
 mod message;
-mod page;
 mod policy;
 mod principal;
 mod protocol;
@@ -331,10 +331,10 @@ pub mod defaults {
         MAX_GRANT_TTL, MAX_TTL,
     };
 }
+pub use approval::ApprovalPage;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use mcp_confirm_macros::{confirm, confirm_router};
-pub use page::ApprovalPage;
 pub use policy::{
     Candidate, Condition, Lookup, PolicyError, Refusal, Resolver, Revalidate, Revalidation,
     ToolPolicy,

@@ -28,12 +28,13 @@ use std::time::Duration;
 use common::browser::*;
 use common::*;
 use http::StatusCode;
+use mcp_confirm::approval::MAX_PENDING_APPROVALS;
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::grant::GrantStoreError;
 use mcp_confirm::grant::{
     Begin, Finish, Grant, GrantId, GrantStore, Lease, MemoryGrantStore, Revoke,
 };
-use mcp_confirm::store::{BoxFuture, MAX_PENDING_APPROVALS, MemoryReplayStore};
+use mcp_confirm::store::{BoxFuture, MemoryReplayStore};
 use mcp_confirm::{Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, ToolPolicy};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation,

@@ -32,7 +32,7 @@ async fn approved_in_the_browser_the_retry_deletes_exactly_the_chosen_note() {
         "note-7",
         "Groceries (note-7)",
         "alice",
-        "UTC",
+        "GMT",
         &format!("version {}", f.notes.version("note-7")),
     ] {
         assert!(html.contains(needle), "{needle} missing from {html}");

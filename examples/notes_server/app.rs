@@ -9,10 +9,11 @@ use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
+use mcp_confirm::approval::ApprovalStore;
 use mcp_confirm::grant::GrantStore;
 use mcp_confirm::guard::HostOriginLayer;
 use mcp_confirm::rmcp::Confirmation;
-use mcp_confirm::store::{ApprovalStore, ReplayStore};
+use mcp_confirm::store::ReplayStore;
 use mcp_confirm::{
     Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, Principal, Refusal, Revalidation,
     confirm_router,

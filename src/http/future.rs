@@ -295,7 +295,7 @@ fn marked<B>(
     if !response.status().is_success() {
         return response.map(|body| ResponseBody::inner(body, None));
     }
-    let sse = match media_type(response.headers()).as_deref() {
+    let sse = match headers::media_type(response.headers()).as_deref() {
         Some("application/json") => false,
         Some("text/event-stream") => true,
         _ => {
@@ -311,18 +311,7 @@ fn marked<B>(
 
 /// Whether the request says, once, that its body is `application/json` (parameters allowed).
 fn is_json(headers: &http::HeaderMap) -> bool {
-    media_type(headers).as_deref() == Some("application/json")
-}
-
-/// The media type `Content-Type` names, lowercased and without parameters, if the header is
-/// there exactly once and readable.
-fn media_type(headers: &http::HeaderMap) -> Option<String> {
-    let mut values = headers.get_all(CONTENT_TYPE).iter();
-    let (Some(value), None) = (values.next(), values.next()) else {
-        return None;
-    };
-    let media_type = value.to_str().ok()?.split(';').next().unwrap_or_default();
-    Some(media_type.trim().to_ascii_lowercase())
+    headers::media_type(headers).as_deref() == Some("application/json")
 }
 
 fn own_response<B>(reply: Reply) -> Response<ResponseBody<B>> {

@@ -21,9 +21,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{
-    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Claim, ClaimRequest, Decided, Decision,
-    Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
+use super::{Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError};
+use crate::approval::{
+    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
 
 fn soon() -> SystemTime {
@@ -318,11 +318,11 @@ pub async fn approvals_are_decided_once<S: ApprovalStore>(store: &S) {
     );
 }
 
-/// One principal holds at most [`MAX_PENDING_APPROVALS`](super::MAX_PENDING_APPROVALS)
+/// One principal holds at most [`MAX_PENDING_APPROVALS`](MAX_PENDING_APPROVALS)
 /// unexpired approvals; over it, `propose` answers `OverBudget`, and others are unaffected.
 pub async fn approvals_are_capped_per_principal<S: ApprovalStore>(store: &S) {
     let alice = principal();
-    for _ in 0..super::MAX_PENDING_APPROVALS {
+    for _ in 0..MAX_PENDING_APPROVALS {
         store
             .propose(&approval(alice, Duration::from_secs(60)))
             .await

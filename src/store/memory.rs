@@ -10,8 +10,10 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 
 use super::{
-    Approval, ApprovalId, ApprovalStore, BootEpoch, BoxFuture, Claim, ClaimRequest, Decided,
-    Decision, MAX_PENDING_APPROVALS, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
+    BootEpoch, BoxFuture, Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
+};
+use crate::approval::{
+    Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
 use crate::clock::{Clock, SystemClock};
 

@@ -17,14 +17,14 @@
 //!   [`BootEpoch`]; the layer binds it into every state it issues and refuses states from an
 //!   earlier epoch, because whether they were used before the restart is unknown.
 //!
-//! Backends implement [`ReplayStore`] (and, to keep browser approvals, [`ApprovalStore`]) and
-//! prove it with the shared `conformance` suite (feature `test-support`).
+//! Backends implement [`ReplayStore`] (and, to keep browser approvals,
+//! [`ApprovalStore`](crate::approval::ApprovalStore)) and prove it with the shared `conformance`
+//! suite (feature `test-support`).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-mod approval;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) mod backend;
 #[cfg(any(test, feature = "test-support"))]
@@ -36,13 +36,10 @@ mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 
-pub use approval::{
-    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
-};
 pub use memory::MemoryReplayStore;
 
+pub(crate) use crate::kernel::sixteen_bytes;
 pub use crate::kernel::{BoxFuture, Nonce, PrincipalKey};
-pub(crate) use crate::kernel::{hex, sixteen_bytes, unhex};
 
 /// The default cap on one principal's live entries in the Redis and Postgres stores; the memory
 /// store's default is 1 % of its capacity.

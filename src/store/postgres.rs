@@ -7,9 +7,11 @@ use deadpool_postgres::{GenericClient, Pool};
 
 use super::backend::{backend, bounded, postgres_pool, table_name};
 use super::{
-    Approval, ApprovalId, ApprovalStore, BootEpoch, BoxFuture, Claim, ClaimRequest,
-    DEFAULT_PRINCIPAL_BUDGET, Decided, Decision, MAX_PENDING_APPROVALS, Nonce, PrincipalKey,
+    BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, PrincipalKey,
     ReplayStore, StoreError,
+};
+use crate::approval::{
+    Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
 
 /// A [`ReplayStore`] in PostgreSQL, for deployments with more than one instance.

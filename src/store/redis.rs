@@ -8,9 +8,11 @@ use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 
 use super::backend::{COMPARE_AND_SET, backend, millis_until, redis_connection};
 use super::{
-    Approval, ApprovalId, ApprovalStore, BootEpoch, BoxFuture, Claim, ClaimRequest,
-    DEFAULT_PRINCIPAL_BUDGET, Decided, Decision, MAX_PENDING_APPROVALS, Nonce, Owner, PrincipalKey,
-    ReplayStore, StoreError,
+    BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, Owner,
+    PrincipalKey, ReplayStore, StoreError,
+};
+use crate::approval::{
+    Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
 
 /// Claims `KEYS[1]` (a nonce) for the principal whose live entries are the sorted set `KEYS[2]`

@@ -13,9 +13,10 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use mcp_confirm::approval::ApprovalStore;
 use mcp_confirm::body::RequestBody;
 use mcp_confirm::clock::ManualClock;
-use mcp_confirm::store::{ApprovalStore, MemoryReplayStore, ReplayStore};
+use mcp_confirm::store::{MemoryReplayStore, ReplayStore};
 use mcp_confirm::{
     Candidate, Confirm, ConfirmLayer, ConfirmLayerBuilder, Confirmed, KeyRing, Lookup, PolicyError,
     Principal, Refusal, Revalidation, ToolPolicy,

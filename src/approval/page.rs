@@ -7,28 +7,25 @@
 //! principal, from the page's own origin. Every answer forbids framing, caching and scripts.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Full, Limited};
 
+use super::html::{self, gone, not_yours, page, render, unavailable};
+use super::record::{Approval, ApprovalId, Decided, Decision};
 use crate::audit;
 use crate::config::Config;
+use crate::guard::origin_of;
+use crate::http::headers::media_type;
 use crate::kernel::{BoxFuture, hex, unhex};
 use crate::principal::Principal;
-use crate::store::{Approval, ApprovalId, Decided, Decision};
 
 /// The most a decision's form body may hold.
 const MAX_FORM_BYTES: usize = 16 * 1024;
-
-/// What every page answer says about itself: no scripts, no framing, no caching, no referrer.
-const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
-                   frame-ancestors 'none'; base-uri 'none'";
 
 /// The approval page: `GET …/{id}` shows the approval, `POST …/{id}` decides it. Get it from
 /// [`ConfirmLayer::approval_page`](crate::ConfirmLayer::approval_page).
@@ -88,7 +85,7 @@ impl ApprovalPage {
             return response;
         }
         let Some(principal) = principal else {
-            return self.sign_in_page(&path);
+            return html::sign_in(self.sign_in.as_deref(), &path);
         };
         if method == Method::GET {
             return self.show(id, &principal, None).await;
@@ -101,16 +98,8 @@ impl ApprovalPage {
                 "<p>This request did not come from the approval page.</p>",
             );
         }
-        let form_encoded = request
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| {
-                v.split(';').next().is_some_and(|t| {
-                    t.trim()
-                        .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-                })
-            });
+        let form_encoded =
+            media_type(request.headers()).as_deref() == Some("application/x-www-form-urlencoded");
         if !form_encoded {
             return page(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -208,18 +197,6 @@ impl ApprovalPage {
         }
     }
 
-    fn sign_in_page(&self, path: &str) -> Response<Full<Bytes>> {
-        let link = match &self.sign_in {
-            Some(url) => format!(
-                "<p><a href=\"{}?next={}\">Sign in</a> as the person who asked, then come back.</p>",
-                escape(url),
-                escape(&percent_encode(path))
-            ),
-            None => "<p>Sign in as the person who asked, then reload this page.</p>".to_owned(),
-        };
-        page(StatusCode::UNAUTHORIZED, "Sign in to approve", &link)
-    }
-
     /// The approval as its principal sees it, with the decision form while it is open.
     async fn show(
         &self,
@@ -272,9 +249,7 @@ impl ApprovalPage {
         principal: &Principal,
         body: &[u8],
     ) -> Response<Full<Bytes>> {
-        let form = Form::parse(body);
-        let token_ok = form
-            .get("csrf")
+        let token_ok = form_value(body, "csrf")
             .as_deref()
             .and_then(unhex::<32>)
             .is_some_and(|token| {
@@ -314,17 +289,17 @@ impl ApprovalPage {
                 "<p>Your client already answered this request; nothing changed.</p>",
             );
         }
-        let decision = match form.get("decision").as_deref() {
+        let decision = match form_value(body, "decision").as_deref() {
             Some("decline") => Decision::Declined,
             Some("approve") => {
-                let chosen = match (approval.choices.len(), form.get("choice")) {
+                let chosen = match (approval.choices.len(), form_value(body, "choice")) {
                     (0, _) => String::new(),
                     (1, None) => approval.choices[0].id.clone(),
                     (_, Some(choice)) => choice,
                     (_, None) => return self.show(id, principal, Some("Choose one record.")).await,
                 };
                 if approval.typed
-                    && form.get("typed").as_deref().map(str::trim) != Some(chosen.as_str())
+                    && form_value(body, "typed").as_deref().map(str::trim) != Some(chosen.as_str())
                 {
                     return self
                         .show(
@@ -402,224 +377,11 @@ where
     }
 }
 
-/// The origin a browser sends for pages under `uri`: lower-case scheme and host, and the port
-/// only when it is not the scheme's default.
-fn origin_of(uri: &http::Uri) -> Option<String> {
-    let scheme = uri.scheme_str()?.to_ascii_lowercase();
-    let host = uri.host()?.to_ascii_lowercase();
-    let default = match scheme.as_str() {
-        "https" => 443,
-        _ => 80,
-    };
-    Some(match uri.port_u16() {
-        Some(port) if port != default => format!("{scheme}://{host}:{port}"),
-        _ => format!("{scheme}://{host}"),
-    })
-}
-
-fn gone() -> Response<Full<Bytes>> {
-    page(
-        StatusCode::NOT_FOUND,
-        "Not found",
-        "<p>This approval does not exist or has expired. Ask again from your client.</p>",
-    )
-}
-
-fn not_yours() -> Response<Full<Bytes>> {
-    page(
-        StatusCode::FORBIDDEN,
-        "Not yours",
-        "<p>This approval was requested by someone else. Sign in as that person to decide it.</p>",
-    )
-}
-
-fn unavailable() -> Response<Full<Bytes>> {
-    page(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "Try again",
-        "<p>The approval could not be read right now. Try again in a moment.</p>",
-    )
-}
-
-/// The approval's facts and its decision form.
-fn render(approval: &Approval, token: &str, error: Option<&str>) -> String {
-    let mut html = String::new();
-    if let Some(error) = error {
-        let _ = write!(
-            html,
-            "<p class=\"error\" role=\"alert\">{}</p>",
-            escape(error)
-        );
-    }
-    let _ = write!(
-        html,
-        "<p class=\"message\">{}</p><dl><dt>Tool</dt><dd id=\"tool\">{}</dd><dt>Requested by</dt>\
-         <dd id=\"principal\">{}</dd><dt>Expires</dt><dd id=\"expires\">{}</dd></dl>",
-        escape(&approval.message),
-        escape(&approval.tool),
-        escape(&approval.subject),
-        utc(approval.expires_at)
-    );
-    let _ = write!(
-        html,
-        "<form method=\"post\"><input type=\"hidden\" name=\"csrf\" value=\"{token}\">"
-    );
-    if !approval.choices.is_empty() {
-        html.push_str("<fieldset><legend>Which one</legend>");
-        let single = approval.choices.len() == 1;
-        for (i, choice) in approval.choices.iter().enumerate() {
-            let version = choice
-                .version
-                .as_deref()
-                .map(|v| format!(" <span class=\"version\">version {}</span>", escape(v)))
-                .unwrap_or_default();
-            let _ = write!(
-                html,
-                "<label><input type=\"radio\" name=\"choice\" id=\"choice-{i}\" value=\"{}\"{}> \
-                 <strong>{}</strong> {}{version}</label><br>",
-                escape(&choice.id),
-                if single { " checked" } else { "" },
-                escape(&choice.id),
-                escape(&choice.label),
-            );
-        }
-        html.push_str("</fieldset>");
-    }
-    if approval.typed {
-        html.push_str(
-            "<p><label>Type the id of the record to approve: \
-             <input name=\"typed\" id=\"typed\" autocomplete=\"off\"></label></p>",
-        );
-    }
-    html.push_str(
-        "<p><button type=\"submit\" name=\"decision\" value=\"approve\" id=\"approve\">Approve</button> \
-         <button type=\"submit\" name=\"decision\" value=\"decline\" id=\"decline\">Decline</button></p></form>",
-    );
-    html
-}
-
-/// A complete page with the headers every answer carries.
-fn page(status: StatusCode, title: &str, body: &str) -> Response<Full<Bytes>> {
-    let html = format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width\"><title>{title}</title>\
-         <style>body{{font:16px system-ui,sans-serif;max-width:40em;margin:2em auto;padding:0 1em}}\
-         dt{{font-weight:bold}}.error{{color:#a00}}.version{{color:#555}}\
-         button{{font-size:1em;padding:.4em 1.2em}}</style></head>\
-         <body><h1>{title}</h1>{body}</body></html>",
-        title = escape(title),
-    );
-    let mut response = Response::new(Full::new(Bytes::from(html)));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    for (name, value) in [
-        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-        (header::CONTENT_SECURITY_POLICY, CSP),
-        (header::X_FRAME_OPTIONS, "DENY"),
-        (header::REFERRER_POLICY, "same-origin"),
-        (header::CACHE_CONTROL, "no-store"),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-    ] {
-        headers.insert(name, HeaderValue::from_static(value));
-    }
-    response
-}
-
-/// Text as HTML, attributes included.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                char::from(b).to_string()
-            }
-            b => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// `YYYY-MM-DD HH:MM UTC`.
-fn utc(at: SystemTime) -> String {
-    let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = i64::try_from(days).unwrap_or(0) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
-        rest / 3600,
-        rest % 3600 / 60
-    )
-}
-
-/// A decoded `application/x-www-form-urlencoded` body; the first value of each name counts.
-struct Form(Vec<(String, String)>);
-
-impl Form {
-    fn parse(body: &[u8]) -> Self {
-        let decode = |part: &[u8]| -> String {
-            let mut out = Vec::with_capacity(part.len());
-            let mut i = 0;
-            while i < part.len() {
-                match part[i] {
-                    b'+' => out.push(b' '),
-                    b'%' if i + 2 < part.len() => {
-                        let hi = char::from(part[i + 1]).to_digit(16);
-                        let lo = char::from(part[i + 2]).to_digit(16);
-                        match (hi, lo) {
-                            (Some(hi), Some(lo)) => {
-                                out.push(u8::try_from(hi * 16 + lo).unwrap_or(b'?'));
-                                i += 2;
-                            }
-                            _ => out.push(b'%'),
-                        }
-                    }
-                    b => out.push(b),
-                }
-                i += 1;
-            }
-            String::from_utf8_lossy(&out).into_owned()
-        };
-        Self(
-            body.split(|&b| b == b'&')
-                .filter(|pair| !pair.is_empty())
-                .map(|pair| {
-                    let mut parts = pair.splitn(2, |&b| b == b'=');
-                    let name = decode(parts.next().unwrap_or_default());
-                    let value = decode(parts.next().unwrap_or_default());
-                    (name, value)
-                })
-                .collect(),
-        )
-    }
-
-    fn get(&self, name: &str) -> Option<String> {
-        self.0
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
-    }
+/// The first value of each name in an `application/x-www-form-urlencoded` body.
+fn form_value(body: &[u8], name: &str) -> Option<String> {
+    form_urlencoded::parse(body)
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.into_owned())
 }
 
 #[cfg(test)]
@@ -627,20 +389,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn forms_decode_and_html_escapes() {
-        let form = Form::parse(b"csrf=ab%2Fc&decision=approve&typed=note-7+x&bad=%zz&x=%4");
-        assert_eq!(form.get("csrf").as_deref(), Some("ab/c"));
-        assert_eq!(form.get("typed").as_deref(), Some("note-7 x"));
-        assert_eq!(form.get("bad").as_deref(), Some("%zz"));
-        assert_eq!(form.get("x").as_deref(), Some("%4"));
-        assert_eq!(form.get("missing"), None);
-        assert_eq!(
-            escape("<a href=\"x\">'&'</a>"),
-            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
-        );
-        assert_eq!(
-            utc(UNIX_EPOCH + std::time::Duration::from_secs(1_796_303_627)),
-            "2026-12-03 13:13 UTC"
-        );
+    fn form_values_decode_and_the_first_counts() {
+        let body = b"csrf=ab%2Fc&decision=approve&typed=note-7+x&bad=%zz&x=%4&csrf=second";
+        assert_eq!(form_value(body, "csrf").as_deref(), Some("ab/c"));
+        assert_eq!(form_value(body, "typed").as_deref(), Some("note-7 x"));
+        assert_eq!(form_value(body, "bad").as_deref(), Some("%zz"));
+        assert_eq!(form_value(body, "x").as_deref(), Some("%4"));
+        assert_eq!(form_value(body, "missing"), None);
     }
 }

@@ -1,10 +1,5 @@
-//! Approvals made in a browser: what the page shows, and the one decision it records.
-//!
-//! A [`ToolPolicy::approve_in_browser`](crate::ToolPolicy::approve_in_browser) tool's first call
-//! stores an [`Approval`] in the [`ApprovalStore`], under an id derived from the confirmation's
-//! nonce, and sends the client a URL that carries only that id. The approval page reads it back,
-//! and the signed-in principal it was made for decides, once. The retry reads the decision. The
-//! page and the retry may reach different instances: the record lives in a store they share.
+//! The approval record: what the page shows, the one decision it records, and the store trait
+//! that keeps it where every instance finds it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -12,7 +7,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::{BoxFuture, Nonce, PrincipalKey, StoreError};
+use crate::kernel::{BoxFuture, Nonce, PrincipalKey, hex, unhex};
+use crate::store::StoreError;
 
 /// Where browser approvals wait for their one decision, shared by every instance (the page and
 /// the retry may reach different ones). Every store of this crate is one; a layer with a
@@ -93,19 +89,19 @@ impl ApprovalId {
 
     /// Lower-case hex: the URL segment and the store key.
     pub fn to_hex(&self) -> String {
-        super::hex(&self.0)
+        hex(&self.0)
     }
 
     /// Reads 32 lower-case hex digits; `None` for anything else.
     pub fn from_hex(text: &str) -> Option<Self> {
-        super::unhex(text).map(Self)
+        unhex(text).map(Self)
     }
 }
 
 impl fmt::Debug for ApprovalId {
     /// The first four bytes only.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ApprovalId({}…)", super::hex(&self.0[..4]))
+        write!(f, "ApprovalId({}…)", hex(&self.0[..4]))
     }
 }
 
@@ -146,7 +142,7 @@ pub enum Decision {
     Declined,
 }
 
-/// What [`ReplayStore::decide`](super::ReplayStore::decide) did.
+/// What [`ApprovalStore::decide`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Decided {
@@ -271,8 +267,8 @@ impl Approval {
         Some(Self {
             id: ApprovalId::from_hex(&s.id)?,
             audience: s.audience,
-            nonce: Nonce::from_bytes(super::unhex(&s.nonce)?),
-            principal: PrincipalKey::from_bytes(super::unhex(&s.principal)?),
+            nonce: Nonce::from_bytes(unhex(&s.nonce)?),
+            principal: PrincipalKey::from_bytes(unhex(&s.principal)?),
             subject: s.subject,
             tool: s.tool,
             message: s.message,

@@ -1,0 +1,20 @@
+//! Approval in the browser: for the tools where an `accept` from the client is not enough.
+//!
+//! A [`ToolPolicy::approve_in_browser`](crate::ToolPolicy::approve_in_browser) tool's first call
+//! stores an [`Approval`] in the [`ApprovalStore`] and answers with a URL-mode elicitation to the
+//! [`ApprovalPage`]. There the person, signed in as the principal the confirmation is bound to,
+//! sees what will happen and approves or declines, once; the retry reads that decision. The page
+//! and the retry may reach different instances: the record lives in a store they share.
+//!
+//! - `record`: the [`Approval`], its one [`Decision`], and the [`ApprovalStore`] trait;
+//! - `page`: the [`ApprovalPage`] tower service (show, decide once, anti-forgery, same origin);
+//! - `html`: what the page renders, and the headers every answer carries.
+
+mod html;
+mod page;
+mod record;
+
+pub use page::ApprovalPage;
+pub use record::{
+    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
+};
