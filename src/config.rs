@@ -4,19 +4,19 @@
 //! It sits below the layer, the services and the decision path, which all read it; it imports
 //! none of them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashSet;
 use serde_json::Value;
 
 use crate::approval::ApprovalStore;
 use crate::grant::GrantStore;
 use crate::kernel::PrincipalKey;
 use crate::limit::ChallengeLimiter;
-use crate::message::{Listed, TOOLS_CALL, ToolCall};
+use crate::listing::ToolListing;
+use crate::message::{TOOLS_CALL, ToolCall};
 use crate::policy::ToolPolicy;
 use crate::principal::{Principal, PrincipalExtractor};
 use crate::store::ReplayStore;
@@ -41,24 +41,14 @@ pub(crate) struct Config {
     pub(crate) challenge_limiter: Option<ChallengeLimiter>,
     /// The server's `Implementation`, put in the `_meta` of the layer's own results.
     pub(crate) server_info: Option<Value>,
-    /// Tool name → the `_meta` mark `tools/list` answers carry for it (see [`Self::listing_mark`]).
-    pub(crate) listing_marks: Arc<HashMap<String, Value>>,
+    /// What the layer knows of the server's tool list, and marks in its answers.
+    pub(crate) listing: Arc<ToolListing>,
     /// Where queued tools' grants go.
     pub(crate) grants: Option<Arc<dyn GrantStore>>,
     /// How long a new grant may wait for its first attempt.
     pub(crate) grant_ttl: Duration,
     /// The approval page's URL up to the id (ends with `/`), for browser-approved tools.
     pub(crate) approval_url: Option<String>,
-    /// Tools let through unconfirmed on purpose ([`exempt`](crate::ConfirmLayerBuilder::exempt)):
-    /// their calls carry a [`Waived`](crate::Waived) so a guarded handler runs them.
-    pub(crate) exempt: HashSet<String>,
-    /// Tools a `tools/list` answer showed as destructive (or declared with `#[confirm]`) that
-    /// the layer has neither a policy nor an exemption for: their calls are refused from then on.
-    pub(crate) undeclared: Undeclared,
-    /// The names in the tool list the layer was built with; `None` when it was built
-    /// [`without_tool_list`](crate::ConfirmLayerBuilder::without_tool_list). A call of any other
-    /// name is refused ([`Route::Unlisted`]).
-    pub(crate) known_tools: Option<HashSet<String>>,
 }
 
 /// What the layer does with a `tools/call` of one tool.
@@ -75,87 +65,13 @@ pub(crate) enum Route {
     Unlisted,
 }
 
-/// The names of listed tools that need a confirmation the layer does not have, learnt from the
-/// `tools/list` answers it marks. Bounded: the names come from the server, but a server that
-/// lists more than this many undeclared destructive tools is refused on the rest as well.
-#[derive(Debug, Default)]
-pub(crate) struct Undeclared {
-    names: DashSet<String>,
-    /// Set once the set is full: every tool without a policy or exemption is then refused.
-    overflowed: std::sync::atomic::AtomicBool,
-}
-
-impl Undeclared {
-    /// The most names kept.
-    const MAX: usize = 1024;
-
-    /// Records `name`; `true` the first time.
-    pub(crate) fn insert(&self, name: &str) -> bool {
-        if self.names.contains(name) {
-            return false;
-        }
-        if self.names.len() >= Self::MAX {
-            self.overflowed
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-            return false;
-        }
-        self.names.insert(name.to_owned())
-    }
-
-    fn contains(&self, name: &str) -> bool {
-        self.overflowed.load(std::sync::atomic::Ordering::Relaxed) || self.names.contains(name)
-    }
-
-    /// Refuses every tool without a policy or exemption from now on: a listing the layer could
-    /// not read may have shown any tool.
-    pub(crate) fn close(&self) {
-        self.overflowed
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    fn is_empty(&self) -> bool {
-        !self.overflowed.load(std::sync::atomic::Ordering::Relaxed) && self.names.is_empty()
-    }
-}
-
 impl Config {
     /// What happens to a call of the tool `name`; `None`: it is not the layer's business.
     pub(crate) fn route(&self, name: &str) -> Option<Route> {
         if let Some(tool) = self.tools.get(name) {
             return Some(Route::Confirm(Arc::clone(tool)));
         }
-        if self.exempt.contains(name) {
-            return Some(Route::Exempt);
-        }
-        if !self.undeclared.is_empty() && self.undeclared.contains(name) {
-            return Some(Route::Undeclared);
-        }
-        if let Some(known) = &self.known_tools
-            && !known.contains(name)
-        {
-            return Some(Route::Unlisted);
-        }
-        None
-    }
-
-    /// What a `tools/list` answer shows of one tool: records it when it needs a confirmation the
-    /// layer was not given, and returns the mark it carries out (`None`: no mark).
-    pub(crate) fn observe_listed(&self, listed: &Listed<'_>) -> Option<Value> {
-        if let Some(mark) = self.listing_marks.get(listed.name) {
-            return Some(mark.clone());
-        }
-        let needs = listed.declared.is_some() || listed.destructive;
-        if needs && !self.exempt.contains(listed.name) && self.undeclared.insert(listed.name) {
-            crate::audit::undeclared(listed.name, listed.declared);
-        }
-        None
-    }
-
-    /// A `tools/list` answer went out (or was replaced) unread: the layer does not know which
-    /// tools it showed, so it refuses every tool it has no policy or exemption for.
-    pub(crate) fn listing_unread(&self, why: &'static str) {
-        self.undeclared.close();
-        crate::audit::listing_unread(why);
+        self.listing.route(name)
     }
 
     /// The request's principal: from the extensions, else the configured local principal.
@@ -209,16 +125,6 @@ pub(crate) struct GuardedTool {
 }
 
 impl GuardedTool {
-    /// What `tools/list` answers say of this tool: the server asks the user itself, and how.
-    pub(crate) fn listing_mark(&self) -> Value {
-        let kind = if self.policy.resolver.is_some() {
-            "pick_one"
-        } else {
-            "confirm"
-        };
-        serde_json::json!({ "kind": kind })
-    }
-
     pub(crate) fn new(
         audience: &str,
         name: &str,

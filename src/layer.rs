@@ -14,6 +14,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, GuardedTool};
 use crate::grant::{GrantStore, Grants};
 use crate::limit::ChallengeLimiter;
+use crate::listing::{self, ToolListing};
 use crate::policy::{Channel, Settlement, ToolPolicy};
 use crate::principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 use crate::protocol::PROTOCOL_VERSION;
@@ -596,10 +597,11 @@ impl ConfirmLayerBuilder {
             tools.insert(name, Arc::new(guarded));
         }
         let known_tools = listed.map(|listed| listed.into_keys().collect());
-        let listing_marks = tools
+        let marks = tools
             .iter()
-            .map(|(name, tool)| (name.clone(), tool.listing_mark()))
+            .map(|(name, tool)| (name.clone(), listing::mark_of(&tool.policy)))
             .collect();
+        let listing = ToolListing::new(marks, self.exempt.into_iter().collect(), known_tools);
         Ok(ConfirmLayer {
             config: Arc::new(Config {
                 audience: audience.clone(),
@@ -614,13 +616,10 @@ impl ConfirmLayerBuilder {
                 max_listing_bytes: self.max_listing_bytes,
                 challenge_limiter,
                 server_info,
-                listing_marks: Arc::new(listing_marks),
+                listing: Arc::new(listing),
                 grants: self.grants,
                 grant_ttl: self.grant_ttl,
                 approval_url: self.approval_url,
-                exempt: self.exempt.into_iter().collect(),
-                undeclared: Default::default(),
-                known_tools,
             }),
         })
     }

@@ -161,6 +161,7 @@ mod http;
 mod kernel;
 mod layer;
 mod limit;
+mod listing;
 mod message;
 mod policy;
 mod principal;

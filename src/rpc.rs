@@ -14,6 +14,7 @@ use tower_service::Service;
 use crate::config::Route;
 use crate::driver::{self, Decision};
 use crate::kernel::BoxFuture;
+use crate::listing::{self, Listed};
 use crate::message::{self, Parsed};
 use crate::protocol::{Reply, RpcError};
 use crate::service::Confirm;
@@ -102,10 +103,9 @@ where
                 return Box::pin(async move {
                     let mut reply = future.await?;
                     if let Some(body) = &reply.body
-                        && let Some(marked) =
-                            message::annotate_listing(body, &|listed: &message::Listed<'_>| {
-                                config.observe_listed(listed)
-                            })
+                        && let Some(marked) = listing::annotate(body, &|listed: &Listed<'_>| {
+                            config.listing.observe(listed)
+                        })
                     {
                         reply.body = Some(marked);
                     }

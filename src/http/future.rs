@@ -18,11 +18,12 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::headers;
-use crate::body::{Marker, RequestBody, ResponseBody};
+use crate::body::{RequestBody, ResponseBody};
 use crate::completion::CompletionGuard;
 use crate::config::{Config, Route};
 use crate::driver::{self, Decision};
 use crate::kernel::BoxFuture;
+use crate::listing::Marker;
 use crate::message::{self, Parsed};
 use crate::protocol::{Reply, RpcError};
 
@@ -299,14 +300,16 @@ fn marked<B>(
         Some("application/json") => false,
         Some("text/event-stream") => true,
         _ => {
-            config.listing_unread("a tools/list answer in a media type the layer does not read");
+            config
+                .listing
+                .unread("a tools/list answer in a media type the layer does not read");
             return response.map(|body| ResponseBody::inner(body, None));
         }
     };
     response.headers_mut().remove(CONTENT_LENGTH);
     let limit = config.max_listing_bytes;
-    let config = Arc::clone(config);
-    response.map(|body| ResponseBody::listing(body, Marker::new(config, sse, limit, id)))
+    let listing = Arc::clone(&config.listing);
+    response.map(|body| ResponseBody::listing(body, Marker::new(listing, sse, limit, id)))
 }
 
 /// Whether the request says, once, that its body is `application/json` (parameters allowed).

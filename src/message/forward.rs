@@ -42,18 +42,18 @@ pub(crate) fn forward_body(call: &ToolCall, arguments: &Value) -> Option<Bytes> 
 }
 
 /// Writes one JSON object member by member.
-pub(super) struct Object<'a> {
-    pub(super) out: &'a mut Vec<u8>,
+pub(crate) struct Object<'a> {
+    pub(crate) out: &'a mut Vec<u8>,
     first: bool,
 }
 
 impl<'a> Object<'a> {
-    pub(super) fn open(out: &'a mut Vec<u8>) -> Self {
+    pub(crate) fn open(out: &'a mut Vec<u8>) -> Self {
         out.push(b'{');
         Self { out, first: true }
     }
 
-    pub(super) fn key(&mut self, key: &str) -> Option<()> {
+    pub(crate) fn key(&mut self, key: &str) -> Option<()> {
         if !std::mem::take(&mut self.first) {
             self.out.push(b',');
         }
@@ -62,13 +62,13 @@ impl<'a> Object<'a> {
         Some(())
     }
 
-    pub(super) fn member(&mut self, key: &str, raw: &[u8]) -> Option<()> {
+    pub(crate) fn member(&mut self, key: &str, raw: &[u8]) -> Option<()> {
         self.key(key)?;
         self.out.extend_from_slice(raw);
         Some(())
     }
 
-    pub(super) fn close(self) {
+    pub(crate) fn close(self) {
         self.out.push(b'}');
     }
 }

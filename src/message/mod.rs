@@ -47,15 +47,11 @@ use crate::protocol::RpcError;
 #[cfg(test)]
 mod adversarial;
 mod forward;
-mod listing;
 #[cfg(test)]
 mod oracle;
 mod scan;
 
-pub(crate) use forward::forward_body;
-pub(crate) use listing::{
-    Listed, annotate as annotate_listing, annotate_sse as annotate_listing_sse, last_event_end,
-};
+pub(crate) use forward::{Object, forward_body};
 
 /// The method a confirmed tool is called with.
 pub(crate) const TOOLS_CALL: &str = "tools/call";

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::forward::Object;
+use crate::message::Object;
 use crate::protocol::{META_CONFIRMATION, META_DECLARED};
 use crate::tools;
 
