@@ -237,7 +237,9 @@ async function expectApprovalPage(page, ids) {
   const body = await page.locator("body").innerText();
   check(/Requested by\s+alice\b/.test(body), 'the page does not say "Requested by alice"');
   const expires = (await page.locator("#expires").innerText()).trim();
-  check(/UTC/.test(expires), `the expiry ${JSON.stringify(expires)} does not say UTC`);
+  // An HTTP date (RFC 9110): unambiguous, in GMT.
+  check(/^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$/.test(expires),
+    `the expiry ${JSON.stringify(expires)} is not an HTTP date`);
   const radios = page.locator("input[type=radio][name=choice]");
   const values = await radios.evaluateAll((els) => els.map((e) => e.value));
   check(JSON.stringify(values) === JSON.stringify(ids), `the candidates are ${JSON.stringify(values)}, not ${JSON.stringify(ids)}`);
