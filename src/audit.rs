@@ -144,11 +144,11 @@ pub(crate) fn page_decided(
     tool: &str,
     principal: &Principal,
     nonce: &Nonce,
-    decision: &crate::approval::Decision,
+    decision: &crate::store::approval::Decision,
 ) {
     let (decision, chosen) = match decision {
-        crate::approval::Decision::Approved { chosen } => ("page_approved", chosen.as_str()),
-        crate::approval::Decision::Declined => ("page_declined", "-"),
+        crate::store::approval::Decision::Approved { chosen } => ("page_approved", chosen.as_str()),
+        crate::store::approval::Decision::Declined => ("page_declined", "-"),
     };
     tracing::info!(target: TARGET, decision, tool, principal = principal.subject(),
         nonce = %nonce.short(), chosen);

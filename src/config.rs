@@ -11,15 +11,15 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::approval::ApprovalStore;
 use crate::grant::GrantStore;
 use crate::kernel::PrincipalKey;
 use crate::limit::ChallengeLimiter;
-use crate::listing::ToolListing;
+use crate::listing::{ToolListing, Unconfirmed};
 use crate::message::{TOOLS_CALL, ToolCall};
 use crate::policy::ToolPolicy;
 use crate::principal::{Principal, PrincipalExtractor};
 use crate::store::ReplayStore;
+use crate::store::approval::ApprovalStore;
 use crate::token::claims::{arguments_digest, request_id_digest};
 use crate::token::sealer::{RequestDigests, Sealer, ToolBinding};
 
@@ -71,7 +71,13 @@ impl Config {
         if let Some(tool) = self.tools.get(name) {
             return Some(Route::Confirm(Arc::clone(tool)));
         }
-        self.listing.route(name)
+        self.listing
+            .route(name)
+            .map(|unconfirmed| match unconfirmed {
+                Unconfirmed::Exempt => Route::Exempt,
+                Unconfirmed::Undeclared => Route::Undeclared,
+                Unconfirmed::Unlisted => Route::Unlisted,
+            })
     }
 
     /// The request's principal: from the extensions, else the configured local principal.

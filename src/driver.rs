@@ -11,9 +11,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::approval::{
-    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decision as ApprovalDecision,
-};
 use crate::audit;
 use crate::completion::CompletionGuard;
 use crate::config::{Config, GuardedTool};
@@ -25,6 +22,9 @@ use crate::message::{self, ToolCall};
 use crate::policy::{Candidate, Channel, Lookup, Revalidation, Settlement, ToolPolicy, Versions};
 use crate::principal::Principal;
 use crate::protocol::{self, Ask, Outcome, Reply, RpcError};
+use crate::store::approval::{
+    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decision as ApprovalDecision,
+};
 use crate::store::{Claim, ClaimRequest, Owner, StoreError};
 use crate::token::StateError;
 use crate::token::candidates::{Candidates, Shown};

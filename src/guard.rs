@@ -147,6 +147,17 @@ pub(crate) fn origin_of(uri: &http::Uri) -> Option<String> {
     })
 }
 
+/// The media type `Content-Type` names, lowercased and without parameters, if the header is
+/// there exactly once and readable: the one reading of it, for the layer and the approval page.
+pub(crate) fn media_type(headers: &http::HeaderMap) -> Option<String> {
+    let mut values = headers.get_all(http::header::CONTENT_TYPE).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return None;
+    };
+    let media_type = value.to_str().ok()?.split(';').next().unwrap_or_default();
+    Some(media_type.trim().to_ascii_lowercase())
+}
+
 /// `host:port` → `host`; `[::1]:80` → `[::1]`.
 fn strip_port(host: &str) -> &str {
     match host.rfind(':') {

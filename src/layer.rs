@@ -9,7 +9,6 @@ use std::time::Duration;
 use serde_json::Value;
 use tower_layer::Layer;
 
-use crate::approval::ApprovalStore;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, GuardedTool};
 use crate::grant::{GrantStore, Grants};
@@ -19,6 +18,7 @@ use crate::policy::{Channel, Settlement, ToolPolicy};
 use crate::principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::Confirm;
+use crate::store::approval::ApprovalStore;
 use crate::store::{MemoryReplayStore, ReplayStore};
 use crate::token::keyring::KeyRing;
 use crate::token::sealer::Sealer;

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 
-use super::record::Approval;
+use crate::store::approval::Approval;
 
 /// What every page answer says about itself: no scripts, no framing, no caching, no referrer.
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \

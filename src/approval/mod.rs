@@ -6,15 +6,15 @@
 //! sees what will happen and approves or declines, once; the retry reads that decision. The page
 //! and the retry may reach different instances: the record lives in a store they share.
 //!
-//! - `record`: the [`Approval`], its one [`Decision`], and the [`ApprovalStore`] trait;
+//! - the [`Approval`] record, its one [`Decision`] and the [`ApprovalStore`] trait live with the
+//!   stores that keep them (`store/approval.rs`), and are published here;
 //! - `page`: the [`ApprovalPage`] tower service (show, decide once, anti-forgery, same origin);
 //! - `html`: what the page renders, and the headers every answer carries.
 
 mod html;
 mod page;
-mod record;
 
-pub use page::ApprovalPage;
-pub use record::{
+pub use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
+pub use page::ApprovalPage;

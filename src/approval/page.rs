@@ -16,13 +16,12 @@ use http_body::Body;
 use http_body_util::{BodyExt, Full, Limited};
 
 use super::html::{self, gone, not_yours, page, render, unavailable};
-use super::record::{Approval, ApprovalId, Decided, Decision};
 use crate::audit;
 use crate::config::Config;
-use crate::guard::origin_of;
-use crate::http::headers::media_type;
+use crate::guard::{media_type, origin_of};
 use crate::kernel::{BoxFuture, hex, unhex};
 use crate::principal::Principal;
+use crate::store::approval::{Approval, ApprovalId, Decided, Decision};
 
 /// The most a decision's form body may hold.
 const MAX_FORM_BYTES: usize = 16 * 1024;

@@ -182,7 +182,7 @@ pub struct Lease {
     pub until: SystemTime,
 }
 
-/// What a [`GrantStore::begin`] found.
+/// What a [`GrantStore::begin`](super::GrantStore::begin) found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Begin {
@@ -199,14 +199,14 @@ pub enum Begin {
     Unknown,
 }
 
-/// What a [`GrantStore::revoke`] did.
+/// What a [`GrantStore::revoke`](super::GrantStore::revoke) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Revoke {
     /// The grant will never run.
     Revoked,
     /// An attempt is under way: it will not start acting if it has not yet (its
-    /// [`GrantStore::confirm`] fails), no later attempt begins, and one already acting may still
+    /// [`GrantStore::confirm`](super::GrantStore::confirm) fails), no later attempt begins, and one already acting may still
     /// record its outcome until `until`.
     Stopping {
         /// When the attempt's lease runs out.

@@ -22,6 +22,7 @@ use crate::body::{RequestBody, ResponseBody};
 use crate::completion::CompletionGuard;
 use crate::config::{Config, Route};
 use crate::driver::{self, Decision};
+use crate::guard::media_type;
 use crate::kernel::BoxFuture;
 use crate::listing::Marker;
 use crate::message::{self, Parsed};
@@ -296,7 +297,7 @@ fn marked<B>(
     if !response.status().is_success() {
         return response.map(|body| ResponseBody::inner(body, None));
     }
-    let sse = match headers::media_type(response.headers()).as_deref() {
+    let sse = match media_type(response.headers()).as_deref() {
         Some("application/json") => false,
         Some("text/event-stream") => true,
         _ => {
@@ -314,7 +315,7 @@ fn marked<B>(
 
 /// Whether the request says, once, that its body is `application/json` (parameters allowed).
 fn is_json(headers: &http::HeaderMap) -> bool {
-    headers::media_type(headers).as_deref() == Some("application/json")
+    media_type(headers).as_deref() == Some("application/json")
 }
 
 fn own_response<B>(reply: Reply) -> Response<ResponseBody<B>> {

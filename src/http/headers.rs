@@ -3,7 +3,6 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::engine::{Declared, Field};
@@ -69,17 +68,6 @@ fn zero_weight(value: &str) -> bool {
     let value = value.trim();
     let (whole, fraction) = value.split_once('.').unwrap_or((value, ""));
     whole == "0" && fraction.bytes().all(|b| b == b'0')
-}
-
-/// The media type `Content-Type` names, lowercased and without parameters, if the header is
-/// there exactly once and readable: the one reading of it, for the layer and the approval page.
-pub(crate) fn media_type(headers: &http::HeaderMap) -> Option<String> {
-    let mut values = headers.get_all(CONTENT_TYPE).iter();
-    let (Some(value), None) = (values.next(), values.next()) else {
-        return None;
-    };
-    let media_type = value.to_str().ok()?.split(';').next().unwrap_or_default();
-    Some(media_type.trim().to_ascii_lowercase())
 }
 
 /// Reads `name` from `headers`: present exactly once, as text, decoding the `=?base64?…?=` form

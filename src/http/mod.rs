@@ -7,7 +7,7 @@
 //! DELETE) pass through without the body being touched.
 
 mod future;
-pub(crate) mod headers;
+mod headers;
 
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;

@@ -19,8 +19,18 @@ use serde_json::Value;
 pub(crate) use marker::{Marked, Marker};
 pub(crate) use rewrite::{Listed, annotate};
 
-use crate::config::Route;
 use crate::policy::ToolPolicy;
+
+/// What happens to a call of a tool the layer has no policy for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unconfirmed {
+    /// Let it through with a [`Waived`](crate::Waived): exempt by configuration.
+    Exempt,
+    /// Refuse it: the server lists it as needing a confirmation the layer was not given.
+    Undeclared,
+    /// Refuse it: the layer was built with the server's tool list and this name is not in it.
+    Unlisted,
+}
 
 /// What the layer knows of the server's tool list: the marks of its confirmed tools, the tools
 /// exempt on purpose, the names of the list it was built with, and what `tools/list` answers
@@ -34,7 +44,7 @@ pub(crate) struct ToolListing {
     exempt: HashSet<String>,
     /// The names in the tool list the layer was built with; `None` when it was built
     /// [`without_tool_list`](crate::ConfirmLayerBuilder::without_tool_list). A call of any other
-    /// name is refused ([`Route::Unlisted`]).
+    /// name is refused ([`Unconfirmed::Unlisted`]).
     known: Option<HashSet<String>>,
     /// Tools an answer showed as destructive (or declared with `#[confirm]`) that the layer has
     /// neither a policy nor an exemption for: their calls are refused from then on.
@@ -68,17 +78,17 @@ impl ToolListing {
 
     /// What happens to a call of `name`, a tool the layer has no policy for; `None`: it is not
     /// the layer's business.
-    pub(crate) fn route(&self, name: &str) -> Option<Route> {
+    pub(crate) fn route(&self, name: &str) -> Option<Unconfirmed> {
         if self.exempt.contains(name) {
-            return Some(Route::Exempt);
+            return Some(Unconfirmed::Exempt);
         }
         if !self.undeclared.is_empty() && self.undeclared.contains(name) {
-            return Some(Route::Undeclared);
+            return Some(Unconfirmed::Undeclared);
         }
         if let Some(known) = &self.known
             && !known.contains(name)
         {
-            return Some(Route::Unlisted);
+            return Some(Unconfirmed::Unlisted);
         }
         None
     }

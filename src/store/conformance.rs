@@ -21,10 +21,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError};
-use crate::approval::{
+use super::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
+use super::{Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError};
 
 fn soon() -> SystemTime {
     SystemTime::now() + Duration::from_secs(60)
@@ -318,7 +318,7 @@ pub async fn approvals_are_decided_once<S: ApprovalStore>(store: &S) {
     );
 }
 
-/// One principal holds at most [`MAX_PENDING_APPROVALS`](MAX_PENDING_APPROVALS)
+/// One principal holds at most [`MAX_PENDING_APPROVALS`]
 /// unexpired approvals; over it, `propose` answers `OverBudget`, and others are unaffected.
 pub async fn approvals_are_capped_per_principal<S: ApprovalStore>(store: &S) {
     let alice = principal();

@@ -9,11 +9,11 @@ use std::time::{Duration, SystemTime};
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 
+use super::approval::{
+    Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
+};
 use super::{
     BootEpoch, BoxFuture, Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
-};
-use crate::approval::{
-    Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
 use crate::clock::{Clock, SystemClock};
 

@@ -25,6 +25,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+pub(crate) mod approval;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) mod backend;
 #[cfg(any(test, feature = "test-support"))]

@@ -5,13 +5,13 @@ use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{GenericClient, Pool};
 
+use super::approval::{
+    Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
+};
 use super::backend::{backend, bounded, postgres_pool, table_name};
 use super::{
     BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, PrincipalKey,
     ReplayStore, StoreError,
-};
-use crate::approval::{
-    Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
 
 /// A [`ReplayStore`] in PostgreSQL, for deployments with more than one instance.

@@ -6,13 +6,13 @@ use std::time::{Duration, SystemTime};
 use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 
+use super::approval::{
+    Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
+};
 use super::backend::{COMPARE_AND_SET, backend, millis_until, redis_connection};
 use super::{
     BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, Owner,
     PrincipalKey, ReplayStore, StoreError,
-};
-use crate::approval::{
-    Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
 
 /// Claims `KEYS[1]` (a nonce) for the principal whose live entries are the sorted set `KEYS[2]`

@@ -1,5 +1,6 @@
 //! The approval record: what the page shows, the one decision it records, and the store trait
-//! that keeps it where every instance finds it.
+//! that keeps it where every instance finds it. It lives with the stores, which keep it; its
+//! public home is [`crate::approval`].
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,8 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use super::StoreError;
 use crate::kernel::{BoxFuture, Nonce, PrincipalKey, hex, unhex};
-use crate::store::StoreError;
 
 /// Where browser approvals wait for their one decision, shared by every instance (the page and
 /// the retry may reach different ones). Every store of this crate is one; a layer with a
