@@ -1,42 +1,13 @@
 //! Safe-by-default destructive MCP tool calls: a tower layer that makes each tool you name go
 //! through a signed, one-time user confirmation before it runs.
 //!
-//! MCP `2026-07-28` is stateless. A server that needs the user answers a call with
-//! `resultType: "input_required"`, an embedded `elicitation/create` form and an opaque
-//! `requestState`; the client retries the same call with the user's answer and the state echoed
-//! back. [`ConfirmLayer`] does all of this in front of any MCP server, and adds what a signed state
-//! alone cannot give: **single use**. Every state carries a nonce that must be claimed, atomically,
-//! in a [`ReplayStore`](store::ReplayStore) shared by every instance, before the call reaches the server.
-//!
-//! # The request path
-//!
-//! ```text
-//! POST ─► buffer (≤ cap) ─► strict parse ── not a confirmed tools/call ──► inner service, same bytes
-//!                                 │
-//!                first call       │        retry (requestState present)
-//!           ┌─────────────────────┴───────────────────────┐
-//!           ▼                                             ▼
-//!  _meta, version, headers, principal,          same gates, then verify the state (MAC, expiry,
-//!  form capability; resolve candidates;         audience, principal, tool, argument digest, phase,
-//!  seal state → input_required + form           new request id); capability again; read answer:
-//!                                                 accept  → claim nonce → revalidate (with the
-//!                                                           version the user saw) → forward the
-//!                                                           rewritten call with `Confirmed`; the
-//!                                                           nonce is Consumed when the response ends
-//!                                                 decline → consume nonce, refusal result
-//!                                                 cancel  → result, nothing consumed
-//!                                                 missing → ask again; malformed → JSON-RPC error
-//! ```
-//!
-//! Nothing runs before a validated acceptance, a final revalidation and a nonce claim.
-//!
-//! # Example
-//!
 //! ```
 //! use std::convert::Infallible;
+//! use http_body_util::BodyExt;
 //! use mcp_confirm::store::MemoryReplayStore;
-//! use mcp_confirm::{Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, ToolPolicy};
-//! use tower::{ServiceBuilder, service_fn};
+//! use mcp_confirm::{Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, Principal, ToolPolicy};
+//! use mcp_confirm::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION};
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let keys = KeyRing::new([("k2", [7u8; 32]), ("k1", [9u8; 32])])?; // first key signs, all verify
@@ -71,13 +42,67 @@
 //!     Ok::<_, Infallible>(http::Response::new(String::new()))
 //! });
 //! let service = ServiceBuilder::new().layer(confirm).service(mcp_server);
-//! # let _ = service;
+//!
+//! // A first call of notes_delete, as an authenticated client sends it: the layer answers it
+//! // itself, with the form and a signed, single-use requestState. The server sees nothing yet.
+//! let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+//!     "name": "notes_delete", "arguments": {"title": "Groceries"},
+//!     "_meta": {META_PROTOCOL_VERSION: PROTOCOL_VERSION,
+//!               META_CLIENT_CAPABILITIES: {"elicitation": {"form": {}}}}}});
+//! let request = http::Request::post("/mcp")
+//!     .header("content-type", "application/json")
+//!     .header("accept", "application/json, text/event-stream")
+//!     .header("mcp-protocol-version", PROTOCOL_VERSION)
+//!     .header("mcp-method", "tools/call")
+//!     .header("mcp-name", "notes_delete")
+//!     .extension(Principal::new("alice")) // what your authentication puts there
+//!     .body(call.to_string())?;
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+//! let answer = runtime.block_on(async {
+//!     let response = service.oneshot(request).await?;
+//!     let body = response.into_body().collect().await?.to_bytes();
+//!     Ok::<_, Box<dyn std::error::Error>>(serde_json::from_slice::<serde_json::Value>(&body)?)
+//! })?;
+//! assert_eq!(answer["result"]["resultType"], "input_required", "{answer}");
+//! let form = &answer["result"]["inputRequests"]["delete_choice"]["params"];
+//! assert_eq!(form["requestedSchema"]["properties"]["note_id"]["oneOf"][0]["const"], "note-7");
+//! // The client retries the same call with the user's answer and this state echoed back.
+//! assert!(answer["result"]["requestState"].is_string());
 //! # Ok(())
 //! # }
 //! ```
 //!
 //! Put the layer *behind* authentication (it reads the [`Principal`] from request extensions) and
 //! behind Host/Origin validation: the answers it writes itself never reach the inner server's checks.
+//!
+//! # How it works
+//!
+//! MCP `2026-07-28` is stateless. A server that needs the user answers a call with
+//! `resultType: "input_required"`, an embedded `elicitation/create` form and an opaque
+//! `requestState`; the client retries the same call with the user's answer and the state echoed
+//! back. [`ConfirmLayer`] does all of this in front of any MCP server, and adds what a signed state
+//! alone cannot give: **single use**. Every state carries a nonce that must be claimed, atomically,
+//! in a [`ReplayStore`](store::ReplayStore) shared by every instance, before the call reaches the server.
+//!
+//! ```text
+//! POST ─► buffer (≤ cap) ─► strict parse ── not a confirmed tools/call ──► inner service, same bytes
+//!                                 │
+//!                first call       │        retry (requestState present)
+//!           ┌─────────────────────┴───────────────────────┐
+//!           ▼                                             ▼
+//!  _meta, version, headers, principal,          same gates, then verify the state (MAC, expiry,
+//!  form capability; resolve candidates;         audience, principal, tool, argument digest, phase,
+//!  seal state → input_required + form           new request id); capability again; read answer:
+//!                                                 accept  → claim nonce → revalidate (with the
+//!                                                           version the user saw) → forward the
+//!                                                           rewritten call with `Confirmed`; the
+//!                                                           nonce is Consumed when the response ends
+//!                                                 decline → consume nonce, refusal result
+//!                                                 cancel  → result, nothing consumed
+//!                                                 missing → ask again; malformed → JSON-RPC error
+//! ```
+//!
+//! Nothing runs before a validated acceptance, a final revalidation and a nonce claim.
 //!
 //! # Stale approvals, restarts and floods
 //!
@@ -90,50 +115,20 @@
 //!   only so many forms a second: one principal's flood is refused with a retry-after while
 //!   everyone else's confirmations go through.
 //!
-//! # Module map
+//! # Where things are
 //!
-//! Each file is one concern; a module imports only modules below it (no circles). From the top:
+//! - [`ConfirmLayer`] and its builder; [`ToolPolicy`] and [`Candidate`] say what is confirmed
+//!   and how; [`Confirmed`] and [`Waived`] are what the inner service learns.
+//! - [`store`]: replay stores (memory, Redis, Postgres) that make a confirmation single-use.
+//! - [`approval`]: approval in the browser, its page and its store.
+//! - [`grant`]: durable grants for work that runs later, and the worker API.
+//! - [`guard`]: Host/Origin validation to stack in front; [`scope`]: workspace containment for
+//!   file tools; `rmcp` (feature `rmcp`): the handler-side `Confirmation`; `testing` (feature
+//!   `testing`): a client for both rounds.
+//! - [`defaults`]: every default and bound of the builder.
 //!
-//! ```text
-//! adapters   http/        Service<http::Request<B>>: buffer, classify, decide, forward (future.rs);
-//!                         reads the MCP headers and writes Mcp-Param-* (headers.rs)
-//!            rpc.rs       Service<JsonRpcMessage>: the same decision without HTTP
-//!            layer.rs     ConfirmLayer and its builder: validates and freezes a Config
-//!            guard        HostOriginLayer, Host/Origin validation to stack in front
-//!            rmcp.rs      (feature rmcp) the handler side: the Confirmation extractor that fails
-//!                         closed without the layer's verdict on exactly this call; Declarations
-//!            testing.rs   (feature testing) TestClient: both rounds against any service
-//!            page.rs      ApprovalPage: the browser approval page (show, decide once, CSRF, CSP)
-//! decision   driver.rs    the async path: gates → verify or challenge → answer → claim →
-//!                         revalidate → forward; every refusal goes through one `Refused`
-//!            service.rs   Confirm<S>, the service both adapters implement
-//!            config.rs    what a layer shares with its services: sealer, store, guarded tools
-//!            body         RequestBody / ResponseBody (holds the completion guard; marks the
-//!                         confirmed tools in a tools/list answer on its way out)
-//!            form.rs      the flat form's schema, and the strict reading of the answer
-//! sans-IO    engine.rs    protocol gates (_meta, version, declared headers, form capability)
-//!            policy.rs    ToolPolicy, Candidate, the Resolver and Revalidate hooks
-//!            tools.rs     the server's tool list: which tools are destructive or declared, their
-//!                         arguments and x-mcp-header names
-//!            completion.rs  the guard that marks a claimed nonce Consumed when the call ends
-//!            token/       the requestState: candidate set, claims layout, codec, keys, Sealer
-//!            limit.rs     per-principal challenge rate limit
-//!            confirmed.rs Confirmed and Waived: what the inner service learns, bound to the call
-//!            audit        the tracing events, one per decision
-//!            message/     strict JSON-RPC reading (scanner + its contract), the forward writer,
-//!                         the tools/list marking
-//!            store/       ReplayStore, memory / Redis / Postgres, the shared conformance suite;
-//!                         browser approvals and their one decision (approval.rs)
-//!            grant/       durable grants for queued work: states, leases, fencing, GrantStore
-//!                         (memory / Redis / Postgres), the worker API Grants
-//!            kernel.rs    what every part shares: Nonce, PrincipalKey, BoxFuture, hex
-//!            protocol.rs  MCP 2026-07-28 wire pieces: error codes, replies, input_required
-//!            principal.rs Principal and how it is extracted
-//!            clock        Clock (system, manual for tests)
-//! apart      scope        workspace URIs, containment by components, ScopedDir (feature fs)
-//! macros/    (crate)      #[confirm_router] and #[confirm] (feature macros): guards the handlers,
-//!                         marks their definitions; the key rules are policy.rs's PolicyShape
-//! ```
+//! How the crate is built inside (the decision path, the channels, where each feature lives)
+//! is in `ARCHITECTURE.md` in the repository.
 //!
 //! # What a confirmation does not prove
 //!
