@@ -7,21 +7,10 @@
 //! they are regression tests. The others failed when they were written; their doc comment says
 //! **Was broken**, what broke, where, and how it was fixed.
 
-#[path = "../examples/notes_server/app.rs"]
-#[allow(dead_code)]
-mod app;
 mod common;
-#[path = "../examples/notes_server/notes.rs"]
-#[allow(dead_code)]
-mod notes;
 mod notes_http;
-#[path = "../examples/notes_server/queue.rs"]
-#[allow(dead_code)]
-mod queue;
-#[path = "../examples/notes_server/signin.rs"]
-#[allow(dead_code)]
-mod signin;
 
+use mcp_confirm_demo::{app, notes};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1004,7 +993,7 @@ async fn holds_a_cancel_after_completion_changes_nothing() {
 /// A note of the confirmed set is edited before the task runs: on the instance that runs it the
 /// task is `completed` with an `isError: true` result (the tool refused), as the Tasks extension
 /// says ("`failed` is reserved for JSON-RPC errors"); on every other instance `remote_task`
-/// (examples/notes_server/queue.rs) maps `GrantState::Failed` to `TaskPayload::Failed`, so the
+/// (demo/src/queue.rs) maps `GrantState::Failed` to `TaskPayload::Failed`, so the
 /// same task id reads `failed`. A client that polls whichever instance its load balancer picks
 /// sees the task change status.
 ///
@@ -1077,7 +1066,7 @@ impl GrantStore for WorkerGone {
 /// The instance that held the task restarts (rmcp's tasks are in-process: the task is gone) and
 /// the grant is never begun; past its expiry it can never run. `Grants::state`
 /// (src/grant/worker.rs) returns the state *as stored* — still `Granted`, since only a `begin`
-/// marks a grant expired — and `remote_task` (examples/notes_server/queue.rs) maps anything
+/// marks a grant expired — and `remote_task` (demo/src/queue.rs) maps anything
 /// not final to `working`. A client polling another instance is told "working" until the record
 /// is pruned, then "unknown task": it never learns the purge it confirmed did not happen.
 ///
@@ -1208,7 +1197,7 @@ async fn holds_signin_and_signout_take_the_exact_origin_only() {
 ///
 /// The guard's 403s in front of /signin and /signout and the 404 fallback do (#19). A method the
 /// route does not serve does not: `GET /signout` and `PUT /signin` get axum's bare `405 Method
-/// Not Allowed` (the `MethodRouter`s built in `app::app`, examples/notes_server/app.rs, have no
+/// Not Allowed` (the `MethodRouter`s built in `app::app`, demo/src/app.rs, have no
 /// method-not-allowed fallback), without CSP, `X-Frame-Options`, `nosniff` or `no-store`. The
 /// body is empty, so the impact is small, but "every refusal carries the page headers" is not
 /// true of the demo.

@@ -5,21 +5,11 @@
 //! first written (their comments still describe the hole, which is now closed); the others were
 //! refused from the start.
 
-#[path = "../examples/notes_server/app.rs"]
-#[allow(dead_code)]
-mod app;
 mod backends;
 mod common;
-#[path = "../examples/notes_server/notes.rs"]
-#[allow(dead_code)]
-mod notes;
 mod notes_http;
-#[path = "../examples/notes_server/queue.rs"]
-#[allow(dead_code)]
-mod queue;
-#[path = "../examples/notes_server/signin.rs"]
-mod signin;
 
+use mcp_confirm_demo::{app, notes};
 use std::sync::Arc;
 use std::time::Duration;
 

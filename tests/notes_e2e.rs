@@ -1,18 +1,9 @@
 //! End to end: the notes server (rmcp behind ConfirmLayer) on 127.0.0.1 over real HTTP, driven by
 //! the rmcp client one round at a time, with the note files checked on disk.
 
-#[path = "../examples/notes_server/app.rs"]
-#[allow(dead_code)]
-mod app;
-#[path = "../examples/notes_server/notes.rs"]
-#[allow(dead_code)]
-mod notes;
 mod notes_http;
-#[path = "../examples/notes_server/queue.rs"]
-mod queue;
-#[path = "../examples/notes_server/signin.rs"]
-mod signin;
 
+use mcp_confirm_demo::{app, notes};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -23,11 +23,6 @@
 //! 30 s, HTTP 408 otherwise; this also bounds a body that trickles in a byte at a time), and at most
 //! `--max-in-flight` requests (default 256) are handled at once, the rest wait.
 
-mod app;
-mod notes;
-mod queue;
-mod signin;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,7 +35,8 @@ use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
-use app::ChallengeRate;
+use mcp_confirm_demo::app::{self, ChallengeRate};
+use mcp_confirm_demo::notes;
 
 const USAGE: &str = "usage: notes_server [--addr HOST:PORT] [--data-dir DIR] [--key HEX] \
      [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory] \

@@ -29,7 +29,7 @@ use crate::app::{refuse, text};
 use crate::notes::{Note, NotesError, NotesStore};
 
 /// The id of the one choice a purge form offers: every note with the title.
-pub(crate) const WHOLE_SET: &str = "all";
+pub const WHOLE_SET: &str = "all";
 
 /// How long a queued purge waits before it starts: the window in which `tasks/cancel` stops it
 /// before anything is touched.
@@ -40,7 +40,7 @@ const TASK_TTL_MS: u64 = 10 * 60 * 1000;
 
 /// The version of a set of notes: its members' ids and versions, in id order. Adding, editing or
 /// removing any note of the set changes it.
-pub(crate) fn set_version(notes: &[Note]) -> String {
+pub fn set_version(notes: &[Note]) -> String {
     let mut members: Vec<(&str, &str)> = notes
         .iter()
         .map(|n| (n.id.as_str(), n.version.as_str()))
@@ -60,7 +60,7 @@ pub(crate) fn set_version(notes: &[Note]) -> String {
 }
 
 /// The request's principal (the auth layer put it into the HTTP request's extensions).
-pub(crate) fn principal_of(context: &RequestContext<RoleServer>) -> Result<Principal, ErrorData> {
+pub fn principal_of(context: &RequestContext<RoleServer>) -> Result<Principal, ErrorData> {
     context
         .extensions
         .get::<http::request::Parts>()
@@ -80,7 +80,7 @@ struct Owner {
 
 /// The purge queue: tasks, their owners, and the grants they run. Clones share everything.
 #[derive(Clone)]
-pub(crate) struct Queue {
+pub struct Queue {
     notes: Arc<NotesStore>,
     grants: Arc<OnceLock<Grants>>,
     tasks: TaskManager,
@@ -88,7 +88,8 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    pub(crate) fn new(notes: Arc<NotesStore>) -> Self {
+    /// A queue running purges on `notes`.
+    pub fn new(notes: Arc<NotesStore>) -> Self {
         Self {
             notes,
             grants: Arc::default(),
@@ -98,14 +99,14 @@ impl Queue {
     }
 
     /// Gives the queue the layer's grants (built after the server, whose hooks they use).
-    pub(crate) fn start(&self, grants: Option<Grants>) {
+    pub fn start(&self, grants: Option<Grants>) {
         if let Some(grants) = grants {
             let _ = self.grants.set(grants);
         }
     }
 
     /// Starts a task that runs `grant` after the queue delay, owned by `principal`.
-    pub(crate) fn enqueue(&self, grant: GrantId, principal: &Principal) -> CreateTaskResult {
+    pub fn enqueue(&self, grant: GrantId, principal: &Principal) -> CreateTaskResult {
         let queue = self.clone();
         let options = TaskOptions::new()
             .with_ttl_ms(TASK_TTL_MS)
@@ -139,7 +140,7 @@ impl Queue {
     }
 
     /// Runs `grant` now: re-checked, then every note of the confirmed set deleted, once.
-    pub(crate) async fn run(&self, grant: GrantId) -> CallToolResult {
+    pub async fn run(&self, grant: GrantId) -> CallToolResult {
         let Some(grants) = self.grants.get() else {
             return refuse("Refused: no grant store; nothing was changed.");
         };
@@ -174,7 +175,7 @@ impl Queue {
 
     /// `tasks/get`, for the task's owner only: from rmcp's task manager when the task runs here,
     /// else from its grant's state in the shared store.
-    pub(crate) async fn get(
+    pub async fn get(
         &self,
         task_id: &str,
         principal: &Principal,
@@ -194,7 +195,7 @@ impl Queue {
     }
 
     /// `tasks/update`, for the task's owner only.
-    pub(crate) fn update(
+    pub fn update(
         &self,
         task_id: &str,
         principal: &Principal,
@@ -209,11 +210,7 @@ impl Queue {
 
     /// `tasks/cancel`, for the task's owner only: revokes the grant first (so it never runs,
     /// whatever the task does next), then asks the task to stop.
-    pub(crate) async fn cancel(
-        &self,
-        task_id: &str,
-        principal: &Principal,
-    ) -> Result<(), ErrorData> {
+    pub async fn cancel(&self, task_id: &str, principal: &Principal) -> Result<(), ErrorData> {
         let owner = self.owned(task_id, principal)?;
         let grant = match &owner {
             Some(owner) => owner.grant,

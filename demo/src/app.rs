@@ -38,7 +38,7 @@ use crate::queue::{self, Queue};
 use crate::signin;
 
 /// The demo identity provider: bearer token → principal.
-pub(crate) fn principal_for_token(token: &str) -> Option<&'static str> {
+pub fn principal_for_token(token: &str) -> Option<&'static str> {
     match token {
         "alice-token" => Some("alice"),
         "bob-token" => Some("bob"),
@@ -48,7 +48,7 @@ pub(crate) fn principal_for_token(token: &str) -> Option<&'static str> {
 
 /// The demo access policy: which workspaces a principal may use (`load` exists only in the
 /// in-memory variant started for load tests).
-pub(crate) fn may_use(principal: &str, workspace: &str) -> bool {
+pub fn may_use(principal: &str, workspace: &str) -> bool {
     matches!(
         (principal, workspace),
         ("alice", "personal" | "team" | "load") | ("bob", "team")
@@ -56,39 +56,46 @@ pub(crate) fn may_use(principal: &str, workspace: &str) -> bool {
 }
 
 /// A store of nonces and browser approvals both (every store of mcp-confirm is one).
-pub(crate) trait Store: ReplayStore + ApprovalStore {}
+pub trait Store: ReplayStore + ApprovalStore {}
 
 impl<S: ReplayStore + ApprovalStore> Store for S {}
 
 /// How the server is put together.
-pub(crate) struct Options {
-    pub(crate) keys: KeyRing,
-    pub(crate) audience: String,
+pub struct Options {
+    /// The keys the layer signs and verifies states with.
+    pub keys: KeyRing,
+    /// The deployment's audience: states, approvals and grants are bound to it.
+    pub audience: String,
     /// Where nonces and browser approvals are kept; `None`: the in-memory store.
-    pub(crate) replay_store: Option<Arc<dyn Store>>,
+    pub replay_store: Option<Arc<dyn Store>>,
     /// Where `notes_purge`'s grants wait for their task.
-    pub(crate) grant_store: Arc<dyn GrantStore>,
+    pub grant_store: Arc<dyn GrantStore>,
     /// The server's own origin (`http://127.0.0.1:3000`): the approval page is under it.
-    pub(crate) public_url: String,
+    pub public_url: String,
     /// How fast one principal may be shown new forms.
-    pub(crate) challenge_rate: ChallengeRate,
+    pub challenge_rate: ChallengeRate,
     /// Serve without `ConfirmLayer` (only for measuring what the layer costs).
-    pub(crate) without_confirmation: bool,
+    pub without_confirmation: bool,
 }
 
 /// The per-principal challenge rate limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ChallengeRate {
+pub enum ChallengeRate {
     /// The layer's default (10 per second, bursts of 30).
     Default,
     /// `per_second` on average, bursts of `burst`.
-    Limit { per_second: u32, burst: u32 },
+    Limit {
+        /// Forms per second, on average.
+        per_second: u32,
+        /// Forms at once.
+        burst: u32,
+    },
     /// No limit (load tests).
     Off,
 }
 
 /// The axum app serving the MCP endpoint at `/mcp`.
-pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
+pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
     let server = NotesServer::new(store);
     let declarations = server.confirm_declarations();
     let queue = server.queue.clone();
@@ -158,7 +165,7 @@ pub(crate) fn app(store: Arc<NotesStore>, options: Options) -> Router {
 
 /// Runs `f` on the notes store: on the blocking pool when the notes are files (so file I/O never
 /// stalls an async worker), in place when they are in memory.
-pub(crate) async fn with_notes<T: Send + 'static>(
+pub async fn with_notes<T: Send + 'static>(
     store: &Arc<NotesStore>,
     f: impl FnOnce(&NotesStore) -> Result<T, NotesError> + Send + 'static,
 ) -> Result<T, NotesError> {
@@ -194,7 +201,7 @@ async fn authenticate(mut request: Request, next: Next) -> Response {
 /// A `workspaceUri` argument: the `file://` URI of one workspace folder.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-pub(crate) struct ListArgs {
+pub struct ListArgs {
     /// file:// URI of the workspace folder
     #[serde(rename = "workspaceUri")]
     #[schemars(extend("format" = "uri"))]
@@ -203,7 +210,8 @@ pub(crate) struct ListArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-pub(crate) struct CreateArgs {
+/// `notes_create`'s arguments.
+pub struct CreateArgs {
     /// file:// URI of the workspace folder
     #[serde(rename = "workspaceUri")]
     #[schemars(extend("format" = "uri"))]
@@ -215,7 +223,7 @@ pub(crate) struct CreateArgs {
 /// Which note is deleted is not an argument: the user's choice reaches the handler in its
 /// [`Confirmation`].
 #[derive(Debug, Deserialize, JsonSchema)]
-pub(crate) struct DeleteArgs {
+pub struct DeleteArgs {
     /// file:// URI of the workspace folder
     #[serde(rename = "workspaceUri")]
     #[schemars(extend("format" = "uri"))]
@@ -228,7 +236,7 @@ pub(crate) struct DeleteArgs {
 /// The MCP server: three tools over the notes store. Which of them is confirmed, and how, is
 /// declared here, on the tools, and nowhere else.
 #[derive(Clone)]
-pub(crate) struct NotesServer {
+pub struct NotesServer {
     store: Arc<NotesStore>,
     /// The background work of `notes_purge`: its tasks and the grants they run.
     queue: Queue,
@@ -238,7 +246,7 @@ pub(crate) struct NotesServer {
 /// `notes_purge`'s arguments: every note titled `title` in the workspace.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-pub(crate) struct PurgeArgs {
+pub struct PurgeArgs {
     /// file:// URI of the workspace folder
     #[serde(rename = "workspaceUri")]
     #[schemars(extend("format" = "uri"))]
@@ -248,11 +256,13 @@ pub(crate) struct PurgeArgs {
     title: String,
 }
 
-pub(crate) fn text(result: String) -> CallToolResult {
+/// A tool result of one text.
+pub fn text(result: String) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(result)])
 }
 
-pub(crate) fn refuse(result: impl Into<String>) -> CallToolResult {
+/// A tool result that refuses, with its reason as text.
+pub fn refuse(result: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(result.into())])
 }
 
@@ -271,7 +281,8 @@ fn reply(result: Result<String, NotesError>) -> CallToolResult {
 #[confirm_router]
 #[tool_router(router = tool_router)]
 impl NotesServer {
-    pub(crate) fn new(store: Arc<NotesStore>) -> Self {
+    /// The server over `store`.
+    pub fn new(store: Arc<NotesStore>) -> Self {
         Self {
             queue: Queue::new(Arc::clone(&store)),
             store,

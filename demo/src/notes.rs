@@ -42,17 +42,19 @@ use sha2::{Digest, Sha256};
 
 /// One note as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Note {
-    pub(crate) id: String,
-    pub(crate) title: String,
+pub struct Note {
+    /// Its id (`note-<n>`), its file's name.
+    pub id: String,
+    /// Its title.
+    pub title: String,
     /// The start of the body (40 characters at most).
-    pub(crate) excerpt: String,
+    pub excerpt: String,
     /// Who made it, when known (notes made by `notes_create`).
-    pub(crate) creator: Option<String>,
+    pub creator: Option<String>,
     /// When it last changed, when known.
-    pub(crate) modified: Option<SystemTime>,
+    pub modified: Option<SystemTime>,
     /// Changes whenever the note does: a hash of the file's bytes (files), a generation (memory).
-    pub(crate) version: String,
+    pub version: String,
 }
 
 /// The longest title shown in a label, in characters.
@@ -63,7 +65,7 @@ const LABEL_EXCERPT_CHARS: usize = 24;
 impl Note {
     /// How the note is shown in a confirmation form: the server's facts first (id, creator,
     /// modification time in UTC), then the user-written title and a short excerpt, both capped.
-    pub(crate) fn label(&self) -> String {
+    pub fn label(&self) -> String {
         let mut label = self.id.clone();
         let mut facts = Vec::new();
         if let Some(creator) = &self.creator {
@@ -95,7 +97,7 @@ fn capped(text: &str, max: usize) -> String {
 }
 
 /// `YYYY-MM-DD HH:MM UTC`.
-pub(crate) fn utc_minute(time: SystemTime) -> String {
+pub fn utc_minute(time: SystemTime) -> String {
     let secs = time
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -125,7 +127,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 /// The notes under one data directory.
 #[derive(Debug)]
-pub(crate) struct NotesStore {
+pub struct NotesStore {
     /// The canonical data directory; workspace URIs are matched against it.
     root_path: PathBuf,
     backend: Backend,
@@ -258,18 +260,25 @@ impl MemoryWorkspace {
 }
 
 /// Why a notes operation failed.
+/// Why a notes operation failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum NotesError {
+pub enum NotesError {
+    /// The workspace URI is not one of ours.
     #[error("invalid workspace: {0}")]
     Workspace(#[source] ScopeError),
+    /// Not a note id.
     #[error("invalid note id")]
     NoteId,
+    /// No such note.
     #[error("note not found")]
     NotFound,
+    /// The note is not the version the user was shown.
     #[error("the note changed since it was shown")]
     Changed,
+    /// The note is not a plain file inside the workspace.
     #[error("note is not a plain file inside the workspace: {0}")]
     Refused(#[source] ScopeError),
+    /// The storage failed.
     #[error("storage error: {0}")]
     Storage(String),
 }
@@ -280,7 +289,7 @@ const CREATE_ATTEMPTS: usize = 16;
 
 impl NotesStore {
     /// Opens (creating and seeding it if missing or empty) the data directory.
-    pub(crate) fn open(data_dir: &Path) -> Result<Self, NotesError> {
+    pub fn open(data_dir: &Path) -> Result<Self, NotesError> {
         std::fs::create_dir_all(data_dir).map_err(|e| NotesError::Storage(e.to_string()))?;
         let root_path = data_dir
             .canonicalize()
@@ -306,7 +315,7 @@ impl NotesStore {
     /// Like [`open`](Self::open), plus (for load tests) a workspace `load` holding `load_titles`
     /// titles `load-<k>` of three notes each, written as files unless already there; every
     /// workspace's title index is built before the server starts.
-    pub(crate) fn open_with_load(data_dir: &Path, load_titles: u64) -> Result<Self, NotesError> {
+    pub fn open_with_load(data_dir: &Path, load_titles: u64) -> Result<Self, NotesError> {
         let store = Self::open(data_dir)?;
         if load_titles > 0 {
             let load = store.root_path.join("load");
@@ -335,7 +344,7 @@ impl NotesStore {
     /// The seeded notes, in memory, under the (never touched) data directory `data_dir`; plus,
     /// for load tests, a workspace `load` holding `load_titles` titles `load-<k>` of three notes
     /// each.
-    pub(crate) fn in_memory(data_dir: &Path, load_titles: u64) -> Result<Self, NotesError> {
+    pub fn in_memory(data_dir: &Path, load_titles: u64) -> Result<Self, NotesError> {
         let root_path =
             std::path::absolute(data_dir).map_err(|e| NotesError::Storage(e.to_string()))?;
         let store = Self {
@@ -361,23 +370,23 @@ impl NotesStore {
     }
 
     /// Whether the notes are files (so calls block on I/O), not in memory.
-    pub(crate) fn on_disk(&self) -> bool {
+    pub fn on_disk(&self) -> bool {
         matches!(self.backend, Backend::Files { .. })
     }
 
     /// The data directory, canonical.
-    pub(crate) fn root_path(&self) -> &Path {
+    pub fn root_path(&self) -> &Path {
         &self.root_path
     }
 
     /// The `file://` URI of a workspace folder.
-    pub(crate) fn workspace_uri(&self, workspace: &str) -> String {
+    pub fn workspace_uri(&self, workspace: &str) -> String {
         format!("file://{}", self.root_path.join(workspace).display())
     }
 
     /// Maps a workspace URI to the workspace name: exactly one folder directly below the data
     /// directory, by path components.
-    pub(crate) fn workspace_name(&self, uri: &str) -> Result<String, NotesError> {
+    pub fn workspace_name(&self, uri: &str) -> Result<String, NotesError> {
         let path = scope::file_uri_to_path(uri).map_err(NotesError::Workspace)?;
         scope::child_name(&self.root_path, &path)
             .map(str::to_owned)
@@ -402,7 +411,7 @@ impl NotesStore {
     }
 
     /// Every note in a workspace, in id order.
-    pub(crate) fn list(&self, workspace: &str) -> Result<Vec<Note>, NotesError> {
+    pub fn list(&self, workspace: &str) -> Result<Vec<Note>, NotesError> {
         let root = match &self.backend {
             Backend::Files { root, .. } => root,
             Backend::Memory(workspaces) => {
@@ -415,11 +424,7 @@ impl NotesStore {
     }
 
     /// The notes in a workspace whose title is exactly `title`.
-    pub(crate) fn find_by_title(
-        &self,
-        workspace: &str,
-        title: &str,
-    ) -> Result<Vec<Note>, NotesError> {
+    pub fn find_by_title(&self, workspace: &str, title: &str) -> Result<Vec<Note>, NotesError> {
         if let Backend::Memory(workspaces) = &self.backend {
             return Self::in_workspace(workspaces, workspace, |ws| {
                 Ok(ws
@@ -511,7 +516,7 @@ impl NotesStore {
     }
 
     /// Loads one note live, refusing anything that is not a plain file in the workspace.
-    pub(crate) fn load(&self, workspace: &str, id: &str) -> Result<Note, NotesError> {
+    pub fn load(&self, workspace: &str, id: &str) -> Result<Note, NotesError> {
         let number = id_number(id).ok_or(NotesError::NoteId)?;
         match &self.backend {
             Backend::Files { root, .. } => read_note(&self.workspace(root, workspace)?, id),
@@ -522,7 +527,7 @@ impl NotesStore {
     }
 
     /// Creates a note (recording `creator`, when given) and returns its id, one never used before.
-    pub(crate) fn create(
+    pub fn create(
         &self,
         workspace: &str,
         title: &str,
@@ -573,7 +578,7 @@ impl NotesStore {
     /// Deletes exactly one note, and only if its version is still `version` (the one the user
     /// confirmed): compared and removed through the workspace handle, never through a symlink
     /// (see `ScopedDir::remove_file_if` for the window that remains). Returns the deleted note.
-    pub(crate) fn delete_if_version(
+    pub fn delete_if_version(
         &self,
         workspace: &str,
         id: &str,
@@ -695,7 +700,7 @@ fn clean_creator(name: &str) -> String {
 }
 
 /// The version of a note file: the first 16 bytes of the SHA-256 of its bytes, in hex.
-pub(crate) fn version_of(bytes: &[u8]) -> String {
+pub fn version_of(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
     digest[..16]
         .iter()

@@ -31,14 +31,14 @@ const SESSION_TTL: Duration = Duration::from_secs(3600);
 /// Signed-in sessions: a random id → the principal, until it expires; and the server's own
 /// origin, the only one the sign-in forms may be posted from. Clones share the map.
 #[derive(Clone)]
-pub(crate) struct Sessions {
+pub struct Sessions {
     map: Arc<Mutex<HashMap<String, (&'static str, Instant)>>>,
     origin: Arc<str>,
 }
 
 impl Sessions {
     /// No sessions yet; forms are accepted from `origin` (`http://127.0.0.1:3000`) only.
-    pub(crate) fn new(origin: &str) -> Self {
+    pub fn new(origin: &str) -> Self {
         Self {
             map: Arc::default(),
             origin: Arc::from(origin.trim_end_matches('/')),
@@ -117,7 +117,7 @@ fn html(status: StatusCode, body: String) -> Response {
 }
 
 /// Any path the demo does not serve: a 404 with the same headers as its pages.
-pub(crate) async fn not_found() -> Response {
+pub async fn not_found() -> Response {
     html(
         StatusCode::NOT_FOUND,
         "<!doctype html><title>Not found</title><p>Not found.</p>".to_owned(),
@@ -126,7 +126,7 @@ pub(crate) async fn not_found() -> Response {
 
 /// A method a sign-in route does not serve: a 405 naming the ones it does (`allow`), with the
 /// same headers as the pages.
-pub(crate) fn method_not_allowed(
+pub fn method_not_allowed(
     allow: &'static str,
 ) -> impl Fn() -> std::future::Ready<Response> + Clone + Send + Sync + 'static {
     move || {
@@ -141,14 +141,15 @@ pub(crate) fn method_not_allowed(
     }
 }
 
+/// The page to return to after signing in.
 #[derive(Deserialize)]
-pub(crate) struct Next_ {
+pub struct Next_ {
     #[serde(default)]
     next: String,
 }
 
 /// `GET /signin?next=…`: the token form.
-pub(crate) async fn form(Query(query): Query<Next_>) -> Response {
+pub async fn form(Query(query): Query<Next_>) -> Response {
     let next = safe_next(&query.next);
     html(
         StatusCode::OK,
@@ -162,8 +163,9 @@ pub(crate) async fn form(Query(query): Query<Next_>) -> Response {
     )
 }
 
+/// The sign-in form.
 #[derive(Deserialize)]
-pub(crate) struct SignIn {
+pub struct SignIn {
     token: String,
     #[serde(default)]
     next: String,
@@ -179,7 +181,7 @@ fn cross_site() -> Response {
 }
 
 /// `POST /signin`: a valid demo token sets the session cookie and goes back to the page.
-pub(crate) async fn submit(
+pub async fn submit(
     State(sessions): State<Sessions>,
     headers: http::HeaderMap,
     Form(form): Form<SignIn>,
@@ -212,10 +214,7 @@ pub(crate) async fn submit(
 
 /// `POST /signout`: ends this browser's session and clears its cookie (from our own pages only,
 /// so no other site can sign a person out either).
-pub(crate) async fn sign_out(
-    State(sessions): State<Sessions>,
-    headers: http::HeaderMap,
-) -> Response {
+pub async fn sign_out(State(sessions): State<Sessions>, headers: http::HeaderMap) -> Response {
     if !sessions.same_origin(&headers) {
         return cross_site();
     }
@@ -244,7 +243,7 @@ fn session_ids(headers: &http::HeaderMap) -> impl Iterator<Item = &str> {
 }
 
 /// The page's authentication: the session cookie's principal, if any, into the extensions.
-pub(crate) async fn from_cookie(
+pub async fn from_cookie(
     State(sessions): State<Sessions>,
     mut request: Request,
     next: Next,
