@@ -4,8 +4,6 @@
 //! `POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`); when one cannot be reached
 //! its tests say so and pass, unless `MCP_CONFIRM_REQUIRE_BACKENDS=1` (as in CI).
 
-mod backends;
-
 use std::time::{Duration, SystemTime};
 
 use mcp_confirm::clock::ManualClock;
@@ -13,18 +11,20 @@ use mcp_confirm::grant::{GrantId, GrantStore, PostgresGrantStore, RedisGrantStor
 
 /// A Redis grant store under a prefix of its own, reading the time from a manual clock.
 async fn redis_store() -> Option<(RedisGrantStore, ManualClock)> {
-    let url = backends::redis_url();
+    let url = crate::backends::redis_url();
     let clock = ManualClock::new(SystemTime::now());
     let store = match RedisGrantStore::open(&url) {
         Ok(store) => store
             .prefix(format!("mcp-confirm-test:grant:{}:", GrantId::random()))
             .timeout(Duration::from_secs(2))
             .clock(clock.clone()),
-        Err(e) => return backends::unavailable("Redis grant-store test", "Redis", e),
+        Err(e) => return crate::backends::unavailable("Redis grant-store test", "Redis", e),
     };
     match store.get(GrantId::random()).await {
         Ok(_) => Some((store, clock)),
-        Err(e) => backends::unavailable("Redis grant-store test", "Redis", format!("{url}: {e}")),
+        Err(e) => {
+            crate::backends::unavailable("Redis grant-store test", "Redis", format!("{url}: {e}"))
+        }
     }
 }
 
@@ -33,15 +33,15 @@ mcp_confirm::grant_store_conformance!(redis, optional super::redis_store().await
 /// A Postgres grant store on the default table, reading the time from a manual clock (each test
 /// uses grants of its own, so tests share the table safely).
 async fn postgres_store() -> Option<(PostgresGrantStore, ManualClock)> {
-    let url = backends::postgres_url();
+    let url = crate::backends::postgres_url();
     let clock = ManualClock::new(SystemTime::now());
     let store = match PostgresGrantStore::connect(&url) {
         Ok(store) => store.timeout(Duration::from_secs(5)).clock(clock.clone()),
-        Err(e) => return backends::unavailable("Postgres grant-store test", "Postgres", e),
+        Err(e) => return crate::backends::unavailable("Postgres grant-store test", "Postgres", e),
     };
     match store.migrate().await {
         Ok(()) => Some((store, clock)),
-        Err(e) => backends::unavailable(
+        Err(e) => crate::backends::unavailable(
             "Postgres grant-store test",
             "Postgres",
             format!("{url}: {e}"),
@@ -77,13 +77,13 @@ async fn grant_worker_process() {
     };
     let store: std::sync::Arc<dyn GrantStore> = match backend.as_str() {
         "redis" => std::sync::Arc::new(
-            RedisGrantStore::open(&backends::redis_url())
+            RedisGrantStore::open(&crate::backends::redis_url())
                 .unwrap()
                 .prefix(std::env::var("GRANT_PREFIX").unwrap())
                 .timeout(Duration::from_secs(5)),
         ),
         _ => std::sync::Arc::new(
-            PostgresGrantStore::connect(&backends::postgres_url())
+            PostgresGrantStore::connect(&crate::backends::postgres_url())
                 .unwrap()
                 .timeout(Duration::from_secs(5)),
         ),
@@ -126,7 +126,7 @@ async fn two_worker_processes_race_one_grant() {
             let children: Vec<_> = (0..2)
                 .map(|_| {
                     std::process::Command::new(&exe)
-                        .args(["--exact", "grant_worker_process", "--nocapture"])
+                        .args(["--exact", &test_name("grant_worker_process"), "--nocapture"])
                         .env("GRANT_WORKER", "1")
                         .env("GRANT_BACKEND", backend)
                         .env("GRANT_ID", grant.id.to_string())
@@ -203,13 +203,13 @@ fn file_hook() -> impl mcp_confirm::Revalidate {
 fn worker_store(backend: &str, prefix: &str) -> std::sync::Arc<dyn GrantStore> {
     match backend {
         "redis" => std::sync::Arc::new(
-            RedisGrantStore::open(&backends::redis_url())
+            RedisGrantStore::open(&crate::backends::redis_url())
                 .unwrap()
                 .prefix(prefix)
                 .timeout(Duration::from_secs(5)),
         ),
         _ => std::sync::Arc::new(
-            PostgresGrantStore::connect(&backends::postgres_url())
+            PostgresGrantStore::connect(&crate::backends::postgres_url())
                 .unwrap()
                 .timeout(Duration::from_secs(5)),
         ),
@@ -245,11 +245,18 @@ async fn grant_kill_worker_process() {
     unreachable!("the test kills this process");
 }
 
+/// The full name the test harness knows the test `name` of this module by (its module path
+/// without the crate's name), for running one test of this binary in a child process.
+fn test_name(name: &str) -> String {
+    let module = module_path!().split_once("::").map_or("", |(_, rest)| rest);
+    format!("{module}::{name}")
+}
+
 /// Starts a worker process with `env` and waits for it to report it is ready to be killed.
 fn start_worker(test: &str, env: &[(&str, String)]) -> std::process::Child {
     use std::io::BufRead;
     let mut command = std::process::Command::new(std::env::current_exe().unwrap());
-    command.args(["--exact", test, "--nocapture"]);
+    command.args(["--exact", &test_name(test), "--nocapture"]);
     for (key, value) in env {
         command.env(key, value);
     }
@@ -365,7 +372,7 @@ async fn a_killed_worker_never_acts_twice() {
 async fn records_pool() -> Option<deadpool_postgres::Pool> {
     postgres_store().await?;
     let mut config = deadpool_postgres::Config::new();
-    config.url = Some(backends::postgres_url());
+    config.url = Some(crate::backends::postgres_url());
     let pool = config
         .create_pool(
             Some(deadpool_postgres::Runtime::Tokio1),
@@ -581,7 +588,7 @@ async fn grant_transaction_worker_process() {
     let Some(pool) = records_pool().await else {
         return;
     };
-    let store = PostgresGrantStore::connect(&backends::postgres_url()).unwrap();
+    let store = PostgresGrantStore::connect(&crate::backends::postgres_url()).unwrap();
     let grants = mcp_confirm::grant::Grants::new(store).revalidate("records_delete", pg_hook(pool));
     let _ = grants
         .run_in_transaction(id.parse().unwrap(), |tx, grant| {

@@ -5,12 +5,9 @@
 //! Backends are found like the store suite finds them (`REDIS_URL`, `POSTGRES_URL`); an unreachable
 //! one is reported and skipped unless `MCP_CONFIRM_REQUIRE_BACKENDS=1`.
 
-mod backends;
-mod notes_http;
-
 use std::sync::Arc;
 
-use notes_http::{Instance, TempDir, accept, answering, result_text};
+use crate::notes_http::{Instance, TempDir, accept, answering, result_text};
 use serde_json::{Value, json};
 
 const RETRIES: usize = 64;
@@ -69,7 +66,7 @@ async fn run_rounds(backend: &str, store_url: &str) {
             "Groceries\nApples, coffee, oat milk for the office.\n",
         )
         .unwrap();
-        let first = notes_http::post_delete(
+        let first = crate::notes_http::post_delete(
             &http,
             &cluster.urls[round % 2],
             &call(json!(format!("{round}-first")), &ws),
@@ -91,7 +88,7 @@ async fn run_rounds(backend: &str, store_url: &str) {
                     (http.clone(), cluster.urls[i % 2].clone(), barrier.clone());
                 tokio::spawn(async move {
                     barrier.wait().await;
-                    notes_http::post_delete(&http, &url, &retry).await
+                    crate::notes_http::post_delete(&http, &url, &retry).await
                 })
             })
             .collect();
@@ -121,14 +118,14 @@ async fn run_rounds(backend: &str, store_url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_processes_one_redis_store_run_a_confirmation_once() {
-    if let Some(url) = backends::redis("two-instance test").await {
+    if let Some(url) = crate::backends::redis("two-instance test").await {
         run_rounds("redis", &url).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_processes_one_postgres_store_run_a_confirmation_once() {
-    if let Some(url) = backends::postgres("two-instance test").await {
+    if let Some(url) = crate::backends::postgres("two-instance test").await {
         run_rounds("postgres", &url).await;
     }
 }

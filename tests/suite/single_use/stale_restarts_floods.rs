@@ -3,12 +3,9 @@
 //! replay store or the challenge path, and the smaller gaps of the same review (cancel after use,
 //! numerically equal request ids, a confirmed call that is not JSON).
 
-mod backends;
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use mcp_confirm::store::{MemoryReplayStore, Nonce, ReplayStore};
 use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
 use mcp_confirm::{Candidate, Lookup, PolicyError, Revalidation, ToolPolicy};
@@ -144,7 +141,7 @@ async fn only_a_state_that_verifies_learns_about_the_restart() {
 }
 
 async fn redis_store(prefix: &str) -> Option<RedisReplayStore> {
-    let store = RedisReplayStore::open(&backends::redis_url())
+    let store = RedisReplayStore::open(&crate::backends::redis_url())
         .ok()?
         .prefix(prefix.to_owned())
         .timeout(Duration::from_secs(2));
@@ -156,19 +153,19 @@ async fn redis_store(prefix: &str) -> Option<RedisReplayStore> {
         .await
     {
         Ok(_) => Some(store),
-        Err(e) => backends::unavailable("restart test", "Redis", e),
+        Err(e) => crate::backends::unavailable("restart test", "Redis", e),
     }
 }
 
 async fn postgres_store() -> Option<PostgresReplayStore> {
     // Generous timeouts: CI machines are busy, and a timeout here would be a test failure, not a
     // finding.
-    let store = PostgresReplayStore::connect(&backends::postgres_url())
+    let store = PostgresReplayStore::connect(&crate::backends::postgres_url())
         .ok()?
         .timeout(Duration::from_secs(5));
     match store.migrate().await {
         Ok(()) => Some(store),
-        Err(e) => backends::unavailable("restart test", "Postgres", e),
+        Err(e) => crate::backends::unavailable("restart test", "Postgres", e),
     }
 }
 

@@ -1,10 +1,8 @@
 //! Approval in the browser: the URL-mode flow through the layer, and the approval page itself,
 //! over plain HTTP (the real browser drives the same page in `.ci/browser.sh`).
 
-mod common;
-
-use common::browser::*;
-use common::*;
+use crate::common::browser::*;
+use crate::common::*;
 use http::StatusCode;
 use mcp_confirm::{ConfigError, ConfirmLayer, KeyRing, Principal, ToolPolicy};
 use serde_json::json;
@@ -276,8 +274,6 @@ fn browser_approval_needs_an_absolute_approval_url() {
     assert_eq!(build(Some("https://notes.example/confirm")), Ok(()));
 }
 
-mod backends;
-
 /// Two instances share a Redis or Postgres replay store: the first call reaches one, the page
 /// another, the retry the first again. The decision travels with the store.
 #[tokio::test]
@@ -285,8 +281,8 @@ async fn the_page_and_the_retry_may_reach_different_instances() {
     use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
     use std::sync::Arc;
     use tower::Layer;
-    let mut stores: Vec<(&str, Arc<dyn common::Store>)> = Vec::new();
-    if let Some(url) = backends::redis("browser approval across instances (Redis)").await {
+    let mut stores: Vec<(&str, Arc<dyn crate::common::Store>)> = Vec::new();
+    if let Some(url) = crate::backends::redis("browser approval across instances (Redis)").await {
         let prefix = format!(
             "mcp-confirm-test:browser:{}:",
             mcp_confirm::store::Nonce::random().to_hex()
@@ -296,7 +292,9 @@ async fn the_page_and_the_retry_may_reach_different_instances() {
             Arc::new(RedisReplayStore::open(&url).unwrap().prefix(prefix)),
         ));
     }
-    if let Some(url) = backends::postgres("browser approval across instances (Postgres)").await {
+    if let Some(url) =
+        crate::backends::postgres("browser approval across instances (Postgres)").await
+    {
         let store = PostgresReplayStore::connect(&url).unwrap();
         store.migrate().await.unwrap();
         stores.push(("postgres", Arc::new(store)));

@@ -1,12 +1,10 @@
 //! The message face of the layer: the same decisions over bare JSON-RPC messages.
 
-mod common;
-
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use mcp_confirm::{ConfirmLayer, Confirmed, JsonRpcMessage, JsonRpcReply, KeyRing, Principal};
 use serde_json::{Value, json};
 use tower::{Layer, ServiceExt};

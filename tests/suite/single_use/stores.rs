@@ -4,20 +4,18 @@
 //! `POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`). When one cannot be reached its
 //! tests say so and pass, unless `MCP_CONFIRM_REQUIRE_BACKENDS=1` (as in CI), which makes them fail.
 
-mod backends;
-
 use std::time::Duration;
 
 use mcp_confirm::store::{MemoryReplayStore, Nonce, PrincipalKey, ReplayStore};
 use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
 
 pub(crate) async fn redis_store(budget: Option<usize>) -> Option<RedisReplayStore> {
-    let url = backends::redis_url();
+    let url = crate::backends::redis_url();
     let store = match RedisReplayStore::open(&url) {
         Ok(store) => store
             .prefix(format!("mcp-confirm-test:{}:", Nonce::random().to_hex()))
             .timeout(Duration::from_secs(2)),
-        Err(e) => return backends::unavailable("Redis replay-store test", "Redis", e),
+        Err(e) => return crate::backends::unavailable("Redis replay-store test", "Redis", e),
     };
     let store = match budget {
         Some(budget) => store.principal_budget(budget),
@@ -29,15 +27,17 @@ pub(crate) async fn redis_store(budget: Option<usize>) -> Option<RedisReplayStor
         .await
     {
         Ok(_) => Some(store),
-        Err(e) => backends::unavailable("Redis replay-store test", "Redis", format!("{url}: {e}")),
+        Err(e) => {
+            crate::backends::unavailable("Redis replay-store test", "Redis", format!("{url}: {e}"))
+        }
     }
 }
 
 pub(crate) async fn postgres_store(budget: Option<usize>) -> Option<PostgresReplayStore> {
-    let url = backends::postgres_url();
+    let url = crate::backends::postgres_url();
     let store = match PostgresReplayStore::connect(&url) {
         Ok(store) => store.timeout(Duration::from_secs(5)),
-        Err(e) => return backends::unavailable("Postgres replay-store test", "Postgres", e),
+        Err(e) => return crate::backends::unavailable("Postgres replay-store test", "Postgres", e),
     };
     let store = match budget {
         Some(budget) => store.principal_budget(budget),
@@ -45,7 +45,7 @@ pub(crate) async fn postgres_store(budget: Option<usize>) -> Option<PostgresRepl
     };
     match store.migrate().await {
         Ok(()) => Some(store),
-        Err(e) => backends::unavailable(
+        Err(e) => crate::backends::unavailable(
             "Postgres replay-store test",
             "Postgres",
             format!("{url}: {e}"),

@@ -1,8 +1,6 @@
 //! The Redis store on a Redis Cluster: a three-node cluster this test starts on its own ports (with
 //! the machine's `redis-server` and `redis-cli`), then the shared store conformance suite.
 
-mod backends;
-
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -137,7 +135,7 @@ async fn the_redis_store_passes_the_conformance_suite_on_a_cluster() {
     let cluster = match tokio::task::spawn_blocking(start_cluster).await.unwrap() {
         Ok(cluster) => cluster,
         Err(e) => {
-            backends::unavailable::<()>("Redis Cluster test", "a local Redis Cluster", e);
+            crate::backends::unavailable::<()>("Redis Cluster test", "a local Redis Cluster", e);
             return;
         }
     };

@@ -1,11 +1,9 @@
 //! Every decision leaves one structured event under the audit target, and none carries a secret.
 
-mod common;
-
 use std::time::Duration;
 
-use common::audit_events::Events;
-use common::*;
+use crate::common::audit_events::Events;
+use crate::common::*;
 use mcp_confirm::grant::GrantId;
 use serde_json::json;
 
@@ -82,19 +80,19 @@ async fn every_decision_is_an_audit_event_without_secrets() {
 #[tokio::test]
 async fn grants_are_audited_with_their_id_and_nonce() {
     let (events, _guard) = Events::record();
-    let (f, worker, _) = common::queued::queued();
-    let id = common::queued::approved(&f).await;
+    let (f, worker, _) = crate::common::queued::queued();
+    let id = crate::common::queued::approved(&f).await;
     let nonce = f.seen.last().confirmed.unwrap().nonce;
     worker
         .run(id, |_| async { Ok::<_, std::io::Error>(()) })
         .await
         .unwrap();
-    let revoked = common::queued::approved(&f).await;
+    let revoked = crate::common::queued::approved(&f).await;
     worker
         .revoke(revoked, &mcp_confirm::Principal::new("alice"))
         .await
         .unwrap();
-    let expired = common::queued::approved(&f).await;
+    let expired = crate::common::queued::approved(&f).await;
     f.clock.advance(Duration::from_secs(120));
     let _ = worker.begin(expired).await;
     let short = |id: GrantId| id.to_string()[..8].to_owned();

@@ -3,15 +3,12 @@
 //! the store is back. The faults come from a TCP proxy this test controls in front of the real
 //! Redis and Postgres; the shared servers themselves are never touched.
 
-mod backends;
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use http::StatusCode;
 use mcp_confirm::store::ReplayStore;
 use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
@@ -141,7 +138,7 @@ async fn reachable(backend: &str, addr: &str) -> Option<SocketAddr> {
     let addr: SocketAddr = addr.parse().unwrap();
     match TcpStream::connect(addr).await {
         Ok(_) => Some(addr),
-        Err(e) => backends::unavailable("fault test", backend, format!("{addr}: {e}")),
+        Err(e) => crate::backends::unavailable("fault test", backend, format!("{addr}: {e}")),
     }
 }
 

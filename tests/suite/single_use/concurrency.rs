@@ -1,12 +1,10 @@
 //! "Two server objects, one state": separately built services over one shared replay store run a
 //! confirmed call exactly once, however many retries race.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::*;
+use crate::common::*;
 use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{ConfirmLayer, KeyRing};
 use serde_json::json;

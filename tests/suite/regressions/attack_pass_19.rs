@@ -7,15 +7,12 @@
 //! they are regression tests. The others failed when they were written; their doc comment says
 //! **Was broken**, what broke, where, and how it was fixed.
 
-mod common;
-mod notes_http;
-
 use mcp_confirm_demo::{app, notes};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::browser::*;
-use common::*;
+use crate::common::browser::*;
+use crate::common::*;
 use http::StatusCode;
 use mcp_confirm::approval::MAX_PENDING_APPROVALS;
 use mcp_confirm::clock::ManualClock;
@@ -463,7 +460,7 @@ async fn a_quoted_comma_in_accept_spends_no_confirmation() {
     let (_dir, store) = notes_store();
     let demo = instance(&store, shared_grants()).await;
     let accept = r#"application/json;x=",text/event-stream;""#;
-    let call = notes_http::tool_call(
+    let call = crate::notes_http::tool_call(
         json!(1),
         "notes_delete",
         json!({"workspaceUri": demo.workspace("personal"), "title": "Groceries"}),
@@ -474,7 +471,8 @@ async fn a_quoted_comma_in_accept_spends_no_confirmation() {
     }
     assert_eq!(first["result"]["resultType"], "input_required", "{first}");
     let state = first["result"]["requestState"].as_str().unwrap().to_owned();
-    let mut retry = notes_http::answering(call.clone(), &state, notes_http::accept("note-7"));
+    let mut retry =
+        crate::notes_http::answering(call.clone(), &state, crate::notes_http::accept("note-7"));
     retry["id"] = json!(2);
     let (status, answer) = post_with_accept(&demo.url(), accept, &retry).await;
     assert!(demo.note_path("personal", "note-7").exists(), "{answer}");
@@ -734,7 +732,7 @@ fn arguments_of_size(size: usize) -> Value {
 /// queued.
 #[tokio::test]
 async fn queued_arguments_no_choice_fits_get_no_form() {
-    let (f, _, _) = common::queued::queued();
+    let (f, _, _) = crate::common::queued::queued();
     let call = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{
         "_meta": meta(), "name":"notes_delete", "arguments": arguments_of_size(64 * 1024 - 4)}});
     let first = f.alice(&call).await;
@@ -754,7 +752,7 @@ async fn queued_arguments_no_choice_fits_get_no_form() {
 /// Regression: arguments over the limit are refused on the first call, no form.
 #[tokio::test]
 async fn holds_queued_arguments_over_the_limit_get_no_form() {
-    let (f, _, _) = common::queued::queued();
+    let (f, _, _) = crate::common::queued::queued();
     let call = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{
         "_meta": meta(), "name":"notes_delete", "arguments": arguments_of_size(64 * 1024 + 1)}});
     let first = f.alice(&call).await;

@@ -1,13 +1,11 @@
 //! The HTTP face of the layer, end to end over an in-process inner service.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
-use common::*;
 use http::StatusCode;
 use http_body_util::Full;
 use mcp_confirm::store::{

@@ -9,15 +9,12 @@
 //! Plus the server's own hardening: concurrent creates never collide, a stalled body or header is
 //! dropped within its timeout.
 
-mod backends;
-mod notes_http;
-
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use notes_http::{
+use crate::notes_http::{
     Instance, TempDir, accept, answering, assert_revoked, offered_ids, post, result_text, tool_call,
 };
 use serde_json::{Value, json};
@@ -293,14 +290,14 @@ async fn a_state_survives_restarts_once(store_url: &str) {
 
 #[tokio::test]
 async fn a_redis_store_carries_a_state_across_restarts_once() {
-    if let Some(url) = backends::redis("restart test").await {
+    if let Some(url) = crate::backends::redis("restart test").await {
         a_state_survives_restarts_once(&url).await;
     }
 }
 
 #[tokio::test]
 async fn a_postgres_store_carries_a_state_across_restarts_once() {
-    if let Some(url) = backends::postgres("restart test").await {
+    if let Some(url) = crate::backends::postgres("restart test").await {
         a_state_survives_restarts_once(&url).await;
     }
 }

@@ -1,17 +1,15 @@
 //! End to end: the notes server (rmcp behind ConfirmLayer) on 127.0.0.1 over real HTTP, driven by
 //! the rmcp client one round at a time, with the note files checked on disk.
 
-mod notes_http;
-
 use mcp_confirm_demo::{app, notes};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::notes_http::{accept, offered_ids, options};
 use mcp_confirm::KeyRing;
 use mcp_confirm::grant::GrantStoreError;
 use mcp_confirm::grant::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Lease, Revoke};
 use mcp_confirm::store::BoxFuture;
-use notes_http::{accept, offered_ids, options};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation,
     JsonObject, ProtocolVersion,

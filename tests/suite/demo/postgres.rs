@@ -1,18 +1,15 @@
 //! The transactional mode: notes in Postgres, the handler claiming the confirmation and deleting in
 //! one transaction (examples/notes_postgres.rs), over real HTTP.
 
-mod backends;
-mod notes_http;
-
-#[path = "../examples/notes_postgres.rs"]
+#[path = "../../../examples/notes_postgres.rs"]
 #[allow(dead_code)]
 mod pg;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::notes_http::{accept, answering, assert_revoked, outcome, result_text};
 use mcp_confirm::KeyRing;
-use notes_http::{accept, answering, assert_revoked, outcome, result_text};
 use serde_json::{Value, json};
 
 struct Server {
@@ -23,7 +20,7 @@ struct Server {
 
 impl Server {
     async fn start() -> Option<Self> {
-        let url = backends::postgres_url();
+        let url = crate::backends::postgres_url();
         let suffix = mcp_confirm::store::Nonce::random().to_hex()[..12].to_owned();
         let db = match pg::Db::open(
             &url,
@@ -33,7 +30,9 @@ impl Server {
         .await
         {
             Ok(db) => db,
-            Err(e) => return backends::unavailable("transactional notes test", "Postgres", e),
+            Err(e) => {
+                return crate::backends::unavailable("transactional notes test", "Postgres", e);
+            }
         };
         let router = pg::app(
             db.clone(),
@@ -68,7 +67,7 @@ impl Server {
     }
 
     async fn post(&self, body: &Value) -> Value {
-        notes_http::post_delete(&reqwest::Client::new(), &self.url, body).await
+        crate::notes_http::post_delete(&reqwest::Client::new(), &self.url, body).await
     }
 
     /// Drops this test's tables (on success; a failed test leaves them for inspection).

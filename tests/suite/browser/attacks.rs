@@ -5,16 +5,12 @@
 //! first written (their comments still describe the hole, which is now closed); the others were
 //! refused from the start.
 
-mod backends;
-mod common;
-mod notes_http;
-
 use mcp_confirm_demo::{app, notes};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::browser::*;
-use common::*;
+use crate::common::browser::*;
+use crate::common::*;
 use http::StatusCode;
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::store::MemoryReplayStore;
@@ -223,11 +219,12 @@ async fn holds_the_origin_check_accepts_the_browsers_origin_for_equivalent_urls(
 #[tokio::test]
 async fn holds_the_retry_ignores_an_approval_record_of_another_principal() {
     use redis::AsyncCommands;
-    let Some(url) = backends::redis("approval record of another principal (Redis)").await else {
+    let Some(url) = crate::backends::redis("approval record of another principal (Redis)").await
+    else {
         return;
     };
     let prefix = redis_prefix();
-    let store: Arc<dyn common::Store> = Arc::new(
+    let store: Arc<dyn crate::common::Store> = Arc::new(
         mcp_confirm::store::RedisReplayStore::open(&url)
             .unwrap()
             .prefix(prefix.clone()),
@@ -385,7 +382,7 @@ async fn holds_demo_session_cookie_is_not_the_mcp_bearer_token() {
         "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
                  "io.modelcontextprotocol/clientCapabilities":{}}}});
     let (status, _, answer) =
-        notes_http::post(&Demo::http(), &format!("{}/mcp", demo.base), &value, &list).await;
+        crate::notes_http::post(&Demo::http(), &format!("{}/mcp", demo.base), &value, &list).await;
     assert_ne!(
         status, 200,
         "the session cookie's value ({value}) is accepted as a bearer token at /mcp: {answer}"
@@ -850,13 +847,13 @@ async fn holds_big_form_bodies_are_refused() {
 // ---------------------------------------------------------------------------------------------
 
 /// The stores to attack: memory, and Redis and Postgres when they answer.
-async fn stores(what: &str) -> Vec<(&'static str, Arc<dyn common::Store>)> {
-    let mut stores: Vec<(&'static str, Arc<dyn common::Store>)> =
+async fn stores(what: &str) -> Vec<(&'static str, Arc<dyn crate::common::Store>)> {
+    let mut stores: Vec<(&'static str, Arc<dyn crate::common::Store>)> =
         vec![("memory", Arc::new(MemoryReplayStore::new()))];
-    if let Some(url) = backends::redis(what).await {
+    if let Some(url) = crate::backends::redis(what).await {
         stores.push(("redis", Arc::new(redis_store(&url))));
     }
-    if let Some(url) = backends::postgres(what).await {
+    if let Some(url) = crate::backends::postgres(what).await {
         stores.push(("postgres", Arc::new(pg_store(&url).await)));
     }
     stores
@@ -890,7 +887,7 @@ fn redis_store(url: &str) -> mcp_confirm::store::RedisReplayStore {
 }
 
 /// A layer on `store` with the system clock, its page, and the recording service.
-fn on_store(store: &Arc<dyn common::Store>) -> (Confirm<Inner>, ApprovalPage, Recorder) {
+fn on_store(store: &Arc<dyn crate::common::Store>) -> (Confirm<Inner>, ApprovalPage, Recorder) {
     on_store_with(store, destroy_policy(&Notes::seeded()))
 }
 
@@ -907,7 +904,7 @@ fn run_key() -> [u8; 32] {
 
 /// As [`on_store`], with `policy` for `notes_destroy`.
 fn on_store_with(
-    store: &Arc<dyn common::Store>,
+    store: &Arc<dyn crate::common::Store>,
     policy: ToolPolicy,
 ) -> (Confirm<Inner>, ApprovalPage, Recorder) {
     // A key of this run's own: the principal digests (and so the per-principal cap on pending
@@ -1025,10 +1022,10 @@ async fn holds_corrupted_approval_records_fail_closed() {
             }),
         ),
     ];
-    let redis_url = backends::redis("corrupted approval records (Redis)").await;
-    let pg_url = backends::postgres("corrupted approval records (Postgres)").await;
+    let redis_url = crate::backends::redis("corrupted approval records (Redis)").await;
+    let pg_url = crate::backends::postgres("corrupted approval records (Postgres)").await;
     for (what, mutate) in &mutations {
-        let mut targets: Vec<(&str, Arc<dyn common::Store>)> = Vec::new();
+        let mut targets: Vec<(&str, Arc<dyn crate::common::Store>)> = Vec::new();
         let prefix = redis_prefix();
         if let Some(url) = &redis_url {
             let store = mcp_confirm::store::RedisReplayStore::open(url)
@@ -1113,7 +1110,7 @@ async fn holds_corrupted_approval_records_fail_closed() {
 /// A raw pool on the test database (to corrupt rows).
 fn pg_pool() -> deadpool_postgres::Pool {
     let mut config = deadpool_postgres::Config::new();
-    config.url = Some(backends::postgres_url());
+    config.url = Some(crate::backends::postgres_url());
     config
         .create_pool(
             Some(deadpool_postgres::Runtime::Tokio1),

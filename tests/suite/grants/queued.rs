@@ -1,14 +1,12 @@
 //! Queued tools: the layer settles the confirmation in the request and turns the claimed nonce
 //! into a grant; the worker runs the grant later, after the same live re-check.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::queued::*;
-use common::*;
+use crate::common::queued::*;
+use crate::common::*;
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::grant::{
     Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, GrantStoreError, Lease,

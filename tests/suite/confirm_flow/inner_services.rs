@@ -1,13 +1,11 @@
 //! The layer in front of real inner services: an axum `Router`, rmcp's `StreamableHttpService`,
 //! and a hyper `service_fn` served over TCP.
 
-mod common;
-
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::{BodyExt, Full};
 use mcp_confirm::{ConfirmLayer, Confirmed, KeyRing, Principal};
 use serde_json::{Value, json};

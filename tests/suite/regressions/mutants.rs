@@ -1,12 +1,10 @@
 //! Tests written to kill mutants that `cargo mutants` found alive in `src/token/`, `src/form.rs`,
 //! `src/engine.rs` and `src/driver.rs` (issue 9). Each test names the mutant(s) it kills.
 
-mod common;
-
+use crate::common::audit_events::Events;
+use crate::common::*;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use common::audit_events::Events;
-use common::*;
 use hmac::{KeyInit, Mac};
 use std::time::Duration;
 

@@ -8,15 +8,12 @@
 //! Redis and Postgres come from `REDIS_URL` / `POSTGRES_URL` (defaults 127.0.0.1); a backend that
 //! cannot be reached skips its tests, unless `MCP_CONFIRM_REQUIRE_BACKENDS=1`.
 
-mod backends;
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
-use common::audit_events::Events;
-use common::*;
+use crate::common::audit_events::Events;
+use crate::common::*;
 use mcp_confirm::clock::{Clock, ManualClock};
 use mcp_confirm::grant::{
     Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, Grants, MemoryGrantStore,
@@ -92,40 +89,40 @@ async fn redis_store(clock: &ManualClock) -> Option<RedisGrantStore> {
 }
 
 async fn redis_store_at(clock: &ManualClock, prefix: &str) -> Option<RedisGrantStore> {
-    let url = backends::redis_url();
+    let url = crate::backends::redis_url();
     let store = match RedisGrantStore::open(&url) {
         Ok(store) => store
             .prefix(prefix)
             .timeout(Duration::from_secs(5))
             .clock(clock.clone()),
-        Err(e) => return backends::unavailable("grant attack", "Redis", e),
+        Err(e) => return crate::backends::unavailable("grant attack", "Redis", e),
     };
     match store.get(GrantId::random()).await {
         Ok(_) => Some(store),
-        Err(e) => backends::unavailable("grant attack", "Redis", e),
+        Err(e) => crate::backends::unavailable("grant attack", "Redis", e),
     }
 }
 
 /// A Postgres grant store on a table of its own, on a manual clock; `None` when Postgres is down.
 async fn postgres_store(clock: &ManualClock) -> Option<PostgresGrantStore> {
-    let url = backends::postgres_url();
+    let url = crate::backends::postgres_url();
     let store = match PostgresGrantStore::connect(&url) {
         Ok(store) => store
             .table("mcp_confirm_attack_grants")
             .unwrap()
             .timeout(Duration::from_secs(5))
             .clock(clock.clone()),
-        Err(e) => return backends::unavailable("grant attack", "Postgres", e),
+        Err(e) => return crate::backends::unavailable("grant attack", "Postgres", e),
     };
     match store.migrate().await {
         Ok(()) => Some(store),
-        Err(e) => backends::unavailable("grant attack", "Postgres", e),
+        Err(e) => crate::backends::unavailable("grant attack", "Postgres", e),
     }
 }
 
 /// A raw Redis connection (to corrupt records).
 async fn redis_connection() -> redis::aio::MultiplexedConnection {
-    redis::Client::open(backends::redis_url())
+    redis::Client::open(crate::backends::redis_url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
@@ -135,7 +132,7 @@ async fn redis_connection() -> redis::aio::MultiplexedConnection {
 /// A raw pool on the test database (to corrupt rows).
 fn pg_pool() -> deadpool_postgres::Pool {
     let mut config = deadpool_postgres::Config::new();
-    config.url = Some(backends::postgres_url());
+    config.url = Some(crate::backends::postgres_url());
     config
         .create_pool(
             Some(deadpool_postgres::Runtime::Tokio1),
@@ -351,7 +348,7 @@ async fn holds_abandoned_attempts_past_their_expiry_are_forgotten() {
     );
 }
 
-/// The layer with a queued `notes_delete` (the `tests/queued.rs` set-up) over a memory grant
+/// The layer with a queued `notes_delete` (the `tests/suite/grants/queued.rs` set-up) over a memory grant
 /// store of `capacity` on the fixture's clock: the fixture, the worker handle and the store.
 fn queued_fixture(capacity: usize) -> (Fixture, Grants, Arc<MemoryGrantStore>) {
     let notes = Notes::seeded();

@@ -1,0 +1,4 @@
+//! Approval in the browser: the page, its decision, and the attacks on it.
+
+mod approval;
+mod attacks;

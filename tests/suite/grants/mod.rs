@@ -1,0 +1,6 @@
+//! Durable grants for queued work: worker processes racing and dying, the queued flow through the
+//! layer, and the attacks on grants.
+
+mod attacks;
+mod processes;
+mod queued;

@@ -1,0 +1,22 @@
+//! The test suite of mcp-confirm, one binary organised by behaviour. (`allocations`,
+//! `compile_fail` and `fuzz_fallback` are binaries of their own: a global allocator, trybuild,
+//! proptest; `zz_backend_skips` runs last and reports skipped backend tests.)
+//!
+//! The demo's notes server is the `mcp-confirm-demo` library; `common`, `backends` and
+//! `notes_http` are the shared support.
+
+#[path = "../backends/mod.rs"]
+mod backends;
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../notes_http/mod.rs"]
+mod notes_http;
+
+mod audit;
+mod browser;
+mod confirm_flow;
+mod demo;
+mod grants;
+mod regressions;
+mod single_use;
+mod wiring;

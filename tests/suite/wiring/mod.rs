@@ -1,0 +1,6 @@
+//! Wiring the layer and the handlers: the builder's checks, the #[confirm] attributes, and the
+//! handler guard that fails closed without the layer.
+
+mod attributes;
+mod builder;
+mod handler_guard;
