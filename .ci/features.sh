@@ -15,10 +15,14 @@ python3 - "$work/pkg/Cargo.toml" <<'PY'
 import re, sys
 path = sys.argv[1]
 text = open(path).read()
-# The self dev-dependency that turns every feature on, the benchmark target, and the tools member.
+# The self dev-dependency that turns every feature on, the demo's (which needs it), the benchmark
+# target, and the members other than the macros.
 text = re.sub(r'(?m)^mcp-confirm = \{ path = "\.".*\n', "", text)
+text = re.sub(r'(?m)^mcp-confirm-demo = \{ path = "demo".*\n', "", text)
 text = re.sub(r'(?ms)^\[\[bench\]\]\n.*?(?=^\[)', "", text)
-text = text.replace('members = ["macros", "tools"]', 'members = ["macros"]')
+text, members = re.subn(r'(?m)^members = \[.*\]$', 'members = ["macros"]', text)
+text, defaults = re.subn(r'(?m)^default-members = \[.*\]$', 'default-members = ["."]', text)
+assert members == 1 and defaults == 1, "the workspace table changed: update .ci/features.sh"
 open(path, "w").write(text)
 PY
 # The main target directory: the registry crates are already built there (a copy of the package
