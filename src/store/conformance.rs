@@ -24,6 +24,9 @@ use std::time::{Duration, SystemTime};
 use super::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
+use super::standing::{
+    MAX_STANDING_PER_PRINCIPAL, Standing, StandingId, StandingKey, StandingStore, Use,
+};
 use super::{Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError};
 
 fn soon() -> SystemTime {
@@ -370,6 +373,173 @@ pub async fn one_decision_among_concurrent_deciders<S: ApprovalStore>(store: Arc
     assert_eq!(recorded, 1);
 }
 
+/// A standing approval for `principal` on `scope`, for `uses` calls, expiring `ttl` from now (in
+/// whole milliseconds, what every store keeps).
+pub fn standing(principal: PrincipalKey, scope: &str, uses: u32, ttl: Duration) -> Standing {
+    let millis = |at: SystemTime| {
+        SystemTime::UNIX_EPOCH
+            + Duration::from_millis(
+                at.duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            )
+    };
+    let now = SystemTime::now();
+    Standing::new(
+        "notes.example",
+        principal,
+        "alice",
+        "notes_delete",
+        scope,
+        millis(now),
+        millis(now + ttl),
+        uses,
+    )
+}
+
+/// A standing approval is found by its key only, covers exactly its uses, and granting again
+/// under the same key replaces it.
+pub async fn standing_uses_are_counted_exactly<S: StandingStore>(store: &S) {
+    let alice = principal();
+    let s = standing(alice, "personal", 2, Duration::from_secs(60));
+    store.grant(&s).await.expect("grant");
+    assert_eq!(store.find(s.key()).await.unwrap(), Some(s.clone()));
+    let elsewhere = StandingKey::new("notes.example", alice, "notes_delete", "team");
+    assert_eq!(store.find(elsewhere).await.unwrap(), None);
+    assert_eq!(
+        store.use_one(s.key(), StandingId::random()).await.unwrap(),
+        Use::Unknown,
+        "another id under the key spends nothing"
+    );
+    assert_eq!(
+        store.use_one(s.key(), s.id).await.unwrap(),
+        Use::Used { left: 1 }
+    );
+    assert_eq!(
+        store.use_one(s.key(), s.id).await.unwrap(),
+        Use::Used { left: 0 }
+    );
+    assert_eq!(store.use_one(s.key(), s.id).await.unwrap(), Use::Exhausted);
+    assert_eq!(
+        store.find(s.key()).await.unwrap(),
+        None,
+        "exhausted is not live"
+    );
+    let again = standing(alice, "personal", 5, Duration::from_secs(60));
+    store.grant(&again).await.expect("grant again");
+    assert_eq!(
+        store.use_one(s.key(), s.id).await.unwrap(),
+        Use::Unknown,
+        "replaced"
+    );
+    assert_eq!(
+        store.use_one(again.key(), again.id).await.unwrap(),
+        Use::Used { left: 4 }
+    );
+}
+
+/// Revoking one, then all, ends them on the next use; an expired one is gone.
+pub async fn standing_approvals_are_revoked_and_expire<S: StandingStore>(store: &S) {
+    let alice = principal();
+    let a = standing(alice, "personal", 5, Duration::from_secs(60));
+    let b = standing(alice, "team", 5, Duration::from_secs(60));
+    let bobs = standing(principal(), "personal", 5, Duration::from_secs(60));
+    for s in [&a, &b, &bobs] {
+        store.grant(s).await.expect("grant");
+    }
+    let listed: Vec<StandingId> = store
+        .list(alice)
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.contains(&a.id) && listed.contains(&b.id));
+    assert_eq!(store.revoke(alice, Some(a.id)).await.unwrap(), 1);
+    assert_eq!(
+        store.revoke(alice, Some(bobs.id)).await.unwrap(),
+        0,
+        "not hers"
+    );
+    assert_eq!(store.use_one(a.key(), a.id).await.unwrap(), Use::Revoked);
+    assert_eq!(store.revoke(alice, None).await.unwrap(), 1);
+    assert_eq!(store.use_one(b.key(), b.id).await.unwrap(), Use::Revoked);
+    assert!(store.list(alice).await.unwrap().is_empty());
+    assert_eq!(
+        store.use_one(bobs.key(), bobs.id).await.unwrap(),
+        Use::Used { left: 4 },
+        "another principal's is untouched"
+    );
+    let short = standing(alice, "archive", 5, Duration::from_millis(300));
+    store.grant(&short).await.expect("grant");
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(store.find(short.key()).await.unwrap(), None);
+    assert!(matches!(
+        store.use_one(short.key(), short.id).await.unwrap(),
+        Use::Expired | Use::Unknown
+    ));
+}
+
+/// One principal holds at most [`MAX_STANDING_PER_PRINCIPAL`] live standing approvals; another
+/// principal is unaffected.
+pub async fn standing_approvals_are_capped_per_principal<S: StandingStore>(store: &S) {
+    let alice = principal();
+    for i in 0..MAX_STANDING_PER_PRINCIPAL {
+        store
+            .grant(&standing(
+                alice,
+                &format!("scope-{i}"),
+                1,
+                Duration::from_secs(60),
+            ))
+            .await
+            .expect("within the cap");
+    }
+    let over = store
+        .grant(&standing(alice, "one-more", 1, Duration::from_secs(60)))
+        .await;
+    assert!(
+        matches!(over, Err(StoreError::OverBudget { .. })),
+        "{over:?}"
+    );
+    // Replacing one she holds is not one more.
+    store
+        .grant(&standing(alice, "scope-0", 3, Duration::from_secs(60)))
+        .await
+        .expect("a replacement");
+    store
+        .grant(&standing(
+            principal(),
+            "personal",
+            1,
+            Duration::from_secs(60),
+        ))
+        .await
+        .expect("another principal");
+}
+
+/// Of 16 concurrent uses of a standing approval for 3, exactly 3 are spent.
+pub async fn concurrent_uses_never_exceed_the_count<S: StandingStore>(store: Arc<S>) {
+    let s = standing(principal(), "personal", 3, Duration::from_secs(60));
+    store.grant(&s).await.expect("grant");
+    let racers: Vec<_> = (0..16)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            let (key, id) = (s.key(), s.id);
+            tokio::spawn(async move { store.use_one(key, id).await.expect("use") })
+        })
+        .collect();
+    let mut used = 0;
+    for racer in racers {
+        match racer.await.expect("join") {
+            Use::Used { .. } => used += 1,
+            Use::Exhausted => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(used, 3);
+}
+
 /// Generates one `#[tokio::test]` per conformance check.
 ///
 /// `replay_store_conformance!(make(), budgeted = |budget| make_with(budget))`: `make()` builds a
@@ -465,5 +635,32 @@ macro_rules! approval_store_conformance {
     };
     ($make:expr) => {
         $crate::approval_store_conformance!(optional ::core::option::Option::Some($make));
+    };
+}
+
+/// Generates one `#[tokio::test]` per standing-store check:
+/// `standing_store_conformance!(make())`, or `standing_store_conformance!(optional make())` with
+/// `make()` of type `Option<store>` (`None` skips every test), as for
+/// [`replay_store_conformance!`](crate::replay_store_conformance).
+#[macro_export]
+macro_rules! standing_store_conformance {
+    (optional $make:expr) => {
+        $crate::replay_store_conformance!(@each store = $make;
+            #[tokio::test]
+            conformance_standing_uses_are_counted_exactly =
+                standing_uses_are_counted_exactly(&store),
+            #[tokio::test]
+            conformance_standing_approvals_are_revoked_and_expire =
+                standing_approvals_are_revoked_and_expire(&store),
+            #[tokio::test]
+            conformance_standing_approvals_are_capped_per_principal =
+                standing_approvals_are_capped_per_principal(&store),
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            conformance_concurrent_uses_never_exceed_the_count =
+                concurrent_uses_never_exceed_the_count(::std::sync::Arc::new(store)),
+        );
+    };
+    ($make:expr) => {
+        $crate::standing_store_conformance!(optional ::core::option::Option::Some($make));
     };
 }

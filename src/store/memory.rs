@@ -12,6 +12,9 @@ use dashmap::mapref::entry::Entry as MapEntry;
 use super::approval::{
     Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
+use super::standing::{
+    MAX_STANDING_PER_PRINCIPAL, Standing, StandingId, StandingKey, StandingStore, Use,
+};
 use super::{
     BootEpoch, BoxFuture, Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError,
 };
@@ -48,6 +51,10 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// Browser approvals, until their expiry; at most `capacity`.
     approvals: DashMap<ApprovalId, Approval>,
+    /// Standing approvals by key, until their expiry; at most `capacity`.
+    standing: DashMap<StandingKey, Standing>,
+    /// Held while a grant counts and inserts, so two grants never both pass one cap.
+    granting: std::sync::Mutex<()>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -115,6 +122,8 @@ impl MemoryReplayStore {
                 epoch: BootEpoch::random(),
                 clock: Arc::new(clock),
                 approvals: DashMap::new(),
+                standing: DashMap::new(),
+                granting: std::sync::Mutex::new(()),
             }),
         }
     }
@@ -322,6 +331,95 @@ impl ReplayStore for MemoryReplayStore {
     }
 }
 
+impl StandingStore for MemoryReplayStore {
+    fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>> {
+        let inner = &self.inner;
+        let answer = (|| {
+            let _one_at_a_time = inner.granting.lock().map_err(|_| StoreError::Full)?;
+            let now = inner.clock.now();
+            inner.standing.retain(|_, s| now < s.expires_at);
+            let key = standing.key();
+            // The approval this one replaces does not count against it.
+            let held = inner
+                .standing
+                .iter()
+                .filter(|s| *s.key() != key && s.principal == standing.principal && s.is_live(now))
+                .count();
+            if held >= MAX_STANDING_PER_PRINCIPAL.min(inner.budget) {
+                let soonest = inner
+                    .standing
+                    .iter()
+                    .filter(|s| s.principal == standing.principal)
+                    .map(|s| s.expires_at)
+                    .min()
+                    .unwrap_or(now);
+                return Err(StoreError::OverBudget {
+                    retry_after: soonest.duration_since(now).unwrap_or_default(),
+                });
+            }
+            if !inner.standing.contains_key(&key) && inner.standing.len() >= inner.capacity {
+                return Err(StoreError::Full);
+            }
+            inner.standing.insert(key, standing.clone());
+            Ok(())
+        })();
+        Box::pin(std::future::ready(answer))
+    }
+
+    fn find(&self, key: StandingKey) -> BoxFuture<'_, Result<Option<Standing>, StoreError>> {
+        let now = self.inner.clock.now();
+        let found = self
+            .inner
+            .standing
+            .get(&key)
+            .filter(|s| s.is_live(now))
+            .map(|s| s.clone());
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn use_one(&self, key: StandingKey, id: StandingId) -> BoxFuture<'_, Result<Use, StoreError>> {
+        let now = self.inner.clock.now();
+        // The entry's shard lock makes the check and the count one step.
+        let used = match self.inner.standing.get_mut(&key) {
+            Some(mut standing) if standing.id == id => standing.use_one(now),
+            _ => Use::Unknown,
+        };
+        Box::pin(std::future::ready(Ok(used)))
+    }
+
+    fn list(&self, principal: PrincipalKey) -> BoxFuture<'_, Result<Vec<Standing>, StoreError>> {
+        let now = self.inner.clock.now();
+        let mut live: Vec<Standing> = self
+            .inner
+            .standing
+            .iter()
+            .filter(|s| s.principal == principal && s.is_live(now))
+            .map(|s| s.clone())
+            .collect();
+        live.sort_by_key(|s| s.expires_at);
+        Box::pin(std::future::ready(Ok(live)))
+    }
+
+    fn revoke(
+        &self,
+        principal: PrincipalKey,
+        id: Option<StandingId>,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        let now = self.inner.clock.now();
+        let mut revoked = 0;
+        for mut standing in self.inner.standing.iter_mut() {
+            if standing.principal == principal
+                && id.is_none_or(|id| standing.id == id)
+                && standing.is_live(now)
+            {
+                standing.revoked = true;
+                revoked += 1;
+            }
+        }
+        Box::pin(std::future::ready(Ok(revoked)))
+    }
+}
+
 impl ApprovalStore for MemoryReplayStore {
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
         let inner = &self.inner;
@@ -398,6 +496,7 @@ mod tests {
         budgeted = |budget| MemoryReplayStore::new().principal_budget(budget)
     );
     crate::approval_store_conformance!(MemoryReplayStore::new());
+    crate::standing_store_conformance!(MemoryReplayStore::new());
 
     const ALICE: PrincipalKey = PrincipalKey::from_bytes([0xa1; 16]);
     const BOB: PrincipalKey = PrincipalKey::from_bytes([0xb0; 16]);

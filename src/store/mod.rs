@@ -36,6 +36,7 @@ mod memory;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
+pub mod standing;
 
 pub use memory::MemoryReplayStore;
 

@@ -1,0 +1,334 @@
+//! Standing approvals: "also allow this tool on this scope for the next ten minutes, at most
+//! twenty times". The record, the one transition a use makes, and the store trait that keeps it
+//! where every instance finds it.
+//!
+//! A standing approval is granted by an accepted confirmation whose signed state offered it, and
+//! covers later calls of the same audience, principal, tool and scope only. Each later call still
+//! resolves its one record and passes the revalidation hook, and spends one use, atomically in
+//! the shared store, before it runs. Expiry, exhaustion and revocation send the next call back to
+//! the form: never a silent pass.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+
+use super::StoreError;
+use crate::kernel::{BoxFuture, PrincipalKey, hex, sixteen_bytes};
+
+/// The most uses a policy may allow one standing approval.
+pub const MAX_STANDING_USES: u32 = 1_000;
+
+/// The most live standing approvals one principal holds at once; granting another replaces none
+/// and is refused ([`StoreError::OverBudget`]).
+pub const MAX_STANDING_PER_PRINCIPAL: usize = 32;
+
+/// The random id of one standing approval: what its holder lists and revokes it by.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StandingId([u8; 16]);
+
+sixteen_bytes!(
+    StandingId,
+    /// An id with the given bytes.
+    from_bytes,
+    /// The id's bytes.
+    as_bytes,
+);
+
+impl StandingId {
+    /// A fresh random id.
+    ///
+    /// # Panics
+    /// If the operating system has no randomness to give.
+    pub fn random() -> Self {
+        let mut bytes = [0u8; 16];
+        #[allow(clippy::expect_used)]
+        getrandom::fill(&mut bytes).expect("the OS random source is available");
+        Self(bytes)
+    }
+
+    /// 32 lowercase hex digits.
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+
+    /// Reads [`to_hex`](Self::to_hex)'s spelling, and nothing else.
+    pub fn from_hex(text: &str) -> Option<Self> {
+        crate::kernel::unhex(text).map(Self)
+    }
+}
+
+/// What a standing approval covers: one audience, principal, tool and scope, as a digest. A later
+/// call finds the approval that covers it by this key alone.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StandingKey([u8; 16]);
+
+sixteen_bytes!(
+    StandingKey,
+    /// A key with the given bytes.
+    from_bytes,
+    /// The key's bytes.
+    as_bytes,
+);
+
+impl StandingKey {
+    /// The key of `tool` on `scope` for `principal` in `audience`. Each part is length-prefixed,
+    /// so no two different tuples share a key.
+    pub fn new(audience: &str, principal: PrincipalKey, tool: &str, scope: &str) -> Self {
+        let mut hash = Sha256::new();
+        hash.update(b"mcp-confirm/standing-key/v1\0");
+        for part in [
+            audience.as_bytes(),
+            principal.as_bytes(),
+            tool.as_bytes(),
+            scope.as_bytes(),
+        ] {
+            hash.update((part.len() as u64).to_be_bytes());
+            hash.update(part);
+        }
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&hash.finalize()[..16]);
+        Self(bytes)
+    }
+}
+
+/// One standing approval, as stored.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Standing {
+    /// Its id.
+    pub id: StandingId,
+    /// The deployment that granted it.
+    pub audience: String,
+    /// The keyed digest of the principal it was granted to.
+    pub principal: PrincipalKey,
+    /// That principal's subject, shown when it is listed.
+    pub subject: String,
+    /// The tool it covers.
+    pub tool: String,
+    /// The scope it covers, as the policy's scope function named it (and the user was shown).
+    pub scope: String,
+    /// When it was granted.
+    pub granted_at: SystemTime,
+    /// When it ends, whatever is left of it.
+    pub expires_at: SystemTime,
+    /// How many later calls it may cover.
+    pub uses: u32,
+    /// How many it has covered.
+    pub used: u32,
+    /// Revoked by its holder: it covers nothing more.
+    pub revoked: bool,
+}
+
+/// What asking a standing approval for one use came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Use {
+    /// The use is spent; `left` more remain.
+    Used {
+        /// Uses left after this one.
+        left: u32,
+    },
+    /// Every use was spent before this call.
+    Exhausted,
+    /// It has expired.
+    Expired,
+    /// Its holder revoked it.
+    Revoked,
+    /// No such approval under this key (never granted, replaced, or forgotten).
+    Unknown,
+}
+
+impl Standing {
+    /// A standing approval granted `at`, for `uses` later calls until `expires_at`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        audience: &str,
+        principal: PrincipalKey,
+        subject: &str,
+        tool: &str,
+        scope: &str,
+        granted_at: SystemTime,
+        expires_at: SystemTime,
+        uses: u32,
+    ) -> Self {
+        Self {
+            id: StandingId::random(),
+            audience: audience.to_owned(),
+            principal,
+            subject: subject.to_owned(),
+            tool: tool.to_owned(),
+            scope: scope.to_owned(),
+            granted_at,
+            expires_at,
+            uses: uses.min(MAX_STANDING_USES),
+            used: 0,
+            revoked: false,
+        }
+    }
+
+    /// The key later calls find it by.
+    pub fn key(&self) -> StandingKey {
+        StandingKey::new(&self.audience, self.principal, &self.tool, &self.scope)
+    }
+
+    /// Whether it may still cover a call at `now`.
+    pub fn is_live(&self, now: SystemTime) -> bool {
+        !self.revoked && now < self.expires_at && self.used < self.uses
+    }
+
+    /// Spends one use at `now`, if it is live: the one transition every store applies, atomically.
+    pub fn use_one(&mut self, now: SystemTime) -> Use {
+        if self.revoked {
+            return Use::Revoked;
+        }
+        if now >= self.expires_at {
+            return Use::Expired;
+        }
+        if self.used >= self.uses {
+            return Use::Exhausted;
+        }
+        self.used += 1;
+        Use::Used {
+            left: self.uses - self.used,
+        }
+    }
+}
+
+impl fmt::Debug for Standing {
+    // The subject and the scope are the user's; logs get the id, the tool and the counts.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Standing")
+            .field("id", &self.id)
+            .field("tool", &self.tool)
+            .field("expires_at", &self.expires_at)
+            .field("uses", &self.uses)
+            .field("used", &self.used)
+            .field("revoked", &self.revoked)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where standing approvals are kept, shared by every instance: a use spent on one is spent on
+/// all, and a revocation on one stops the next use on all.
+///
+/// Implementations keep each approval until its expiry, at most one live approval per
+/// [`StandingKey`] (granting again replaces it), at most [`MAX_STANDING_PER_PRINCIPAL`] live ones per
+/// principal, and spend a use with [`Standing::use_one`] as one atomic step.
+pub trait StandingStore: fmt::Debug + Send + Sync + 'static {
+    /// Stores `standing`, replacing the approval its key held, if any.
+    fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The live approval under `key`, if any.
+    fn find(&self, key: StandingKey) -> BoxFuture<'_, Result<Option<Standing>, StoreError>>;
+
+    /// Spends one use of the approval `id` under `key`, atomically, by [`Standing::use_one`].
+    fn use_one(&self, key: StandingKey, id: StandingId) -> BoxFuture<'_, Result<Use, StoreError>>;
+
+    /// `principal`'s live approvals, soonest expiry first.
+    fn list(&self, principal: PrincipalKey) -> BoxFuture<'_, Result<Vec<Standing>, StoreError>>;
+
+    /// Revokes `principal`'s approval `id`, or all of them (`None`); how many were live.
+    fn revoke(
+        &self,
+        principal: PrincipalKey,
+        id: Option<StandingId>,
+    ) -> BoxFuture<'_, Result<usize, StoreError>>;
+}
+
+impl<S: StandingStore + ?Sized> StandingStore for Arc<S> {
+    fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>> {
+        (**self).grant(standing)
+    }
+
+    fn find(&self, key: StandingKey) -> BoxFuture<'_, Result<Option<Standing>, StoreError>> {
+        (**self).find(key)
+    }
+
+    fn use_one(&self, key: StandingKey, id: StandingId) -> BoxFuture<'_, Result<Use, StoreError>> {
+        (**self).use_one(key, id)
+    }
+
+    fn list(&self, principal: PrincipalKey) -> BoxFuture<'_, Result<Vec<Standing>, StoreError>> {
+        (**self).list(principal)
+    }
+
+    fn revoke(
+        &self,
+        principal: PrincipalKey,
+        id: Option<StandingId>,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        (**self).revoke(principal, id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+    }
+
+    fn standing(uses: u32) -> Standing {
+        let alice = PrincipalKey::from_bytes([0xa1; 16]);
+        Standing::new(
+            "notes",
+            alice,
+            "alice",
+            "notes_delete",
+            "personal",
+            at(0),
+            at(600),
+            uses,
+        )
+    }
+
+    #[test]
+    fn a_use_is_spent_once_and_the_last_one_exhausts() {
+        let mut s = standing(2);
+        assert!(s.is_live(at(1)));
+        assert_eq!(s.use_one(at(1)), Use::Used { left: 1 });
+        assert_eq!(s.use_one(at(2)), Use::Used { left: 0 });
+        assert!(!s.is_live(at(3)));
+        assert_eq!(s.use_one(at(3)), Use::Exhausted);
+        assert_eq!(s.used, 2);
+    }
+
+    #[test]
+    fn expiry_and_revocation_end_it_whatever_is_left() {
+        let mut s = standing(5);
+        assert_eq!(s.use_one(at(600)), Use::Expired);
+        let mut r = standing(5);
+        r.revoked = true;
+        assert_eq!(r.use_one(at(1)), Use::Revoked);
+        assert_eq!((s.used, r.used), (0, 0));
+    }
+
+    #[test]
+    fn keys_separate_every_part_and_uses_are_bounded() {
+        let alice = PrincipalKey::from_bytes([0xa1; 16]);
+        let bob = PrincipalKey::from_bytes([0xb0; 16]);
+        let key = StandingKey::new("notes", alice, "notes_delete", "personal");
+        assert_eq!(key, standing(1).key());
+        for other in [
+            StandingKey::new("other", alice, "notes_delete", "personal"),
+            StandingKey::new("notes", bob, "notes_delete", "personal"),
+            StandingKey::new("notes", alice, "notes_purge", "personal"),
+            StandingKey::new("notes", alice, "notes_delete", "team"),
+            // Length-prefixed: moving a boundary is another key.
+            StandingKey::new("notes", alice, "notes_deletep", "ersonal"),
+        ] {
+            assert_ne!(key, other);
+        }
+        assert_eq!(standing(u32::MAX).uses, MAX_STANDING_USES);
+        let text = standing(1).id.to_hex();
+        assert_eq!(
+            StandingId::from_hex(&text).map(|id| id.to_hex()),
+            Some(text)
+        );
+        assert!(!format!("{:?}", standing(1)).contains("alice"));
+    }
+}
