@@ -10,10 +10,14 @@ use super::approval::{
     Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
 use super::backend::{COMPARE_AND_SET, backend, millis_until, redis_connection};
+use super::standing::{
+    MAX_STANDING_PER_PRINCIPAL, Standing, StandingId, StandingKey, StandingStore, Use,
+};
 use super::{
     BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, Owner,
     PrincipalKey, ReplayStore, StoreError,
 };
+use crate::kernel::hex;
 
 /// Claims `KEYS[1]` (a nonce) for the principal whose live entries are the sorted set `KEYS[2]`
 /// (nonce → expiry in ms), in one atomic step: a held nonce is reported as held (1 in flight,
@@ -48,6 +52,31 @@ end
 return 0
 ";
 
+/// Spends one use of the standing approval whose record is `KEYS[1]` and use count `KEYS[2]` (one
+/// slot), if its id is `ARGV[1]`, at `ARGV[2]` ms: [`Standing::use_one`] as one atomic step.
+/// Answers `{0, left}` used, `{1, 0}` exhausted, `{2, 0}` expired, `{3, 0}` revoked, `{4, 0}`
+/// unknown.
+const USE_STANDING: &str = r"
+local record = redis.call('GET', KEYS[1])
+if not record then return {4, 0} end
+local s = cjson.decode(record)
+if s.id ~= ARGV[1] then return {4, 0} end
+if s.revoked then return {3, 0} end
+if tonumber(ARGV[2]) >= s.expires_at_ms then return {2, 0} end
+local used = tonumber(redis.call('GET', KEYS[2]) or '0')
+if used >= s.uses then return {1, 0} end
+used = redis.call('INCR', KEYS[2])
+return {0, s.uses - used}
+";
+
+/// Stores a standing approval: its record `KEYS[1]` (`ARGV[1]`) and a fresh use count `KEYS[2]`,
+/// both for `ARGV[2]` ms, in one step (one slot).
+const GRANT_STANDING: &str = r"
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], '0', 'PX', ARGV[2])
+return 1
+";
+
 /// A [`ReplayStore`] in Redis, for deployments with more than one instance.
 ///
 /// One key per nonce, `<prefix>{<principal>}:<nonce>`, and one sorted set per principal,
@@ -78,6 +107,8 @@ pub struct RedisReplayStore {
     claim: Script,
     complete: Script,
     cas: Script,
+    use_standing: Script,
+    grant_standing: Script,
 }
 
 /// A single server (reconnecting) or a cluster.
@@ -169,6 +200,8 @@ impl RedisReplayStore {
             claim: Script::new(CLAIM),
             complete: Script::new(COMPLETE),
             cas: Script::new(COMPARE_AND_SET),
+            use_standing: Script::new(USE_STANDING),
+            grant_standing: Script::new(GRANT_STANDING),
         }
     }
 
@@ -215,6 +248,34 @@ impl RedisReplayStore {
             return Ok(None);
         }
         Ok(Some((text, approval)))
+    }
+
+    /// A standing approval's record, and its use count beside it (one hash tag, one slot).
+    fn standing_keys(&self, key: &StandingKey) -> (String, String) {
+        let record = format!("{}{{standing:{}}}", self.prefix, hex(key.as_bytes()));
+        let used = format!("{record}:used");
+        (record, used)
+    }
+
+    /// A principal's standing approvals: key (hex) → expiry in ms.
+    fn standing_index(&self, principal: &PrincipalKey) -> String {
+        format!("{}{{{}}}:standing", self.prefix, principal.to_hex())
+    }
+
+    /// The record text and the approval under `key` (expired or not), if it is there.
+    async fn read_standing(
+        &self,
+        key: &StandingKey,
+    ) -> Result<Option<(String, Standing)>, StoreError> {
+        let (record, used) = self.standing_keys(key);
+        let mut get = redis::cmd("MGET");
+        get.arg(&record).arg(&used);
+        let (text, count): (Option<String>, Option<u32>) =
+            self.bounded(self.connection.query(&get)).await?;
+        let Some(text) = text else { return Ok(None) };
+        let standing = Standing::decode(&text, count.unwrap_or(0))
+            .ok_or_else(|| StoreError::Backend("a standing approval does not decode".into()))?;
+        Ok(Some((text, standing)))
     }
 
     fn live_key(&self, principal: &PrincipalKey) -> String {
@@ -298,6 +359,151 @@ impl ReplayStore for RedisReplayStore {
     fn boot_epoch(&self) -> Option<BootEpoch> {
         // Entries live in Redis, not in this process.
         None
+    }
+}
+
+impl StandingStore for RedisReplayStore {
+    fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>> {
+        let key = standing.key();
+        let (record, used) = self.standing_keys(&key);
+        let index = self.standing_index(&standing.principal);
+        let member = hex(key.as_bytes());
+        let text = standing.encode();
+        let now = SystemTime::now();
+        let ttl = millis_until(now, standing.expires_at);
+        let (now_ms, until_ms) = (unix_millis(now), unix_millis(standing.expires_at));
+        let cap = MAX_STANDING_PER_PRINCIPAL.min(self.budget);
+        Box::pin(async move {
+            // The index and the record are in different slots: checked, then written, so
+            // concurrent grants can pass the cap by their number (each is a confirmed answer,
+            // which the challenge rate limit bounds).
+            let mut prune = redis::cmd("ZREMRANGEBYSCORE");
+            prune.arg(&index).arg("-inf").arg(now_ms);
+            let _: i64 = self.bounded(self.connection.query(&prune)).await?;
+            let mut held = redis::cmd("ZCARD");
+            held.arg(&index);
+            let held: usize = self.bounded(self.connection.query(&held)).await?;
+            let mut mine = redis::cmd("ZSCORE");
+            mine.arg(&index).arg(&member);
+            let replacing: Option<f64> = self.bounded(self.connection.query(&mine)).await?;
+            if replacing.is_none() && held >= cap {
+                let mut oldest = redis::cmd("ZRANGE");
+                oldest.arg(&index).arg(0).arg(0).arg("WITHSCORES");
+                let first: Vec<(String, u64)> =
+                    self.bounded(self.connection.query(&oldest)).await?;
+                let retry_after = first.first().map_or(0, |(_, at)| at.saturating_sub(now_ms));
+                return Err(StoreError::OverBudget {
+                    retry_after: Duration::from_millis(retry_after),
+                });
+            }
+            let mut grant = self.grant_standing.key(&record);
+            grant.key(&used).arg(&text).arg(ttl);
+            let _: i64 = self.bounded(self.connection.invoke(&grant)).await?;
+            let mut add = redis::cmd("ZADD");
+            add.arg(&index).arg(until_ms).arg(&member);
+            let _: i64 = self.bounded(self.connection.query(&add)).await?;
+            let mut keep = redis::cmd("PEXPIRE");
+            keep.arg(&index).arg(ttl).arg("GT");
+            let _: i64 = self.bounded(self.connection.query(&keep)).await?;
+            let mut fresh = redis::cmd("PEXPIRE");
+            fresh.arg(&index).arg(ttl).arg("NX");
+            let _: i64 = self.bounded(self.connection.query(&fresh)).await?;
+            Ok(())
+        })
+    }
+
+    fn find(&self, key: StandingKey) -> BoxFuture<'_, Result<Option<Standing>, StoreError>> {
+        Box::pin(async move {
+            let now = SystemTime::now();
+            Ok(self
+                .read_standing(&key)
+                .await?
+                .map(|(_, standing)| standing)
+                .filter(|standing| standing.is_live(now)))
+        })
+    }
+
+    fn use_one(&self, key: StandingKey, id: StandingId) -> BoxFuture<'_, Result<Use, StoreError>> {
+        let (record, used) = self.standing_keys(&key);
+        let now_ms = unix_millis(SystemTime::now());
+        Box::pin(async move {
+            let mut spend = self.use_standing.key(&record);
+            spend.key(&used).arg(id.to_hex()).arg(now_ms);
+            let (code, left): (i64, i64) = self.bounded(self.connection.invoke(&spend)).await?;
+            Ok(match code {
+                0 => Use::Used {
+                    left: u32::try_from(left).unwrap_or(0),
+                },
+                1 => Use::Exhausted,
+                2 => Use::Expired,
+                3 => Use::Revoked,
+                _ => Use::Unknown,
+            })
+        })
+    }
+
+    fn list(&self, principal: PrincipalKey) -> BoxFuture<'_, Result<Vec<Standing>, StoreError>> {
+        let index = self.standing_index(&principal);
+        Box::pin(async move {
+            let now = SystemTime::now();
+            let mut members = redis::cmd("ZRANGEBYSCORE");
+            members.arg(&index).arg(unix_millis(now)).arg("+inf");
+            let members: Vec<String> = self.bounded(self.connection.query(&members)).await?;
+            let mut live = Vec::new();
+            for member in members {
+                let Some(key) = crate::kernel::unhex(&member).map(StandingKey::from_bytes) else {
+                    continue;
+                };
+                if let Some((_, standing)) = self.read_standing(&key).await?
+                    && standing.principal == principal
+                    && standing.is_live(now)
+                {
+                    live.push(standing);
+                }
+            }
+            live.sort_by_key(|s| s.expires_at);
+            Ok(live)
+        })
+    }
+
+    fn revoke(
+        &self,
+        principal: PrincipalKey,
+        id: Option<StandingId>,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(async move {
+            let mut revoked = 0;
+            for standing in self.list(principal).await? {
+                if id.is_some_and(|id| id != standing.id) {
+                    continue;
+                }
+                let key = standing.key();
+                // Read, mark, write back only if the record is still the one read.
+                for attempt in 0..16 {
+                    let Some((old, mut current)) = self.read_standing(&key).await? else {
+                        break;
+                    };
+                    if current.id != standing.id || current.revoked {
+                        break;
+                    }
+                    current.revoked = true;
+                    let (record, _) = self.standing_keys(&key);
+                    let mut cas = self.cas.key(&record);
+                    cas.arg(&old).arg(current.encode());
+                    let set: i64 = self.bounded(self.connection.invoke(&cas)).await?;
+                    if set == 1 {
+                        revoked += 1;
+                        break;
+                    }
+                    if attempt == 15 {
+                        return Err(StoreError::Backend(
+                            "the standing approval kept changing under its revocation".into(),
+                        ));
+                    }
+                }
+            }
+            Ok(revoked)
+        })
     }
 }
 

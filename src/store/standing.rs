@@ -10,8 +10,9 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::StoreError;
@@ -196,6 +197,68 @@ impl Standing {
     }
 }
 
+/// The stored form of a [`Standing`] (Redis, Postgres): one JSON object, read back strictly. The
+/// use count is kept apart, where the store counts atomically.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+struct Stored {
+    id: String,
+    audience: String,
+    principal: String,
+    subject: String,
+    tool: String,
+    scope: String,
+    granted_at_ms: u64,
+    expires_at_ms: u64,
+    uses: u32,
+    revoked: bool,
+}
+
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+fn millis(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+impl Standing {
+    /// The stored form, without the use count.
+    pub(crate) fn encode(&self) -> String {
+        let stored = Stored {
+            id: self.id.to_hex(),
+            audience: self.audience.clone(),
+            principal: self.principal.to_hex(),
+            subject: self.subject.clone(),
+            tool: self.tool.clone(),
+            scope: self.scope.clone(),
+            granted_at_ms: millis(self.granted_at),
+            expires_at_ms: millis(self.expires_at),
+            uses: self.uses,
+            revoked: self.revoked,
+        };
+        serde_json::to_string(&stored).unwrap_or_default()
+    }
+
+    /// A record [`encode`](Self::encode) wrote, with `used` uses spent; `None` for anything else.
+    pub(crate) fn decode(text: &str, used: u32) -> Option<Self> {
+        let s: Stored = serde_json::from_str(text).ok()?;
+        Some(Self {
+            id: StandingId::from_hex(&s.id)?,
+            audience: s.audience,
+            principal: PrincipalKey::from_bytes(crate::kernel::unhex(&s.principal)?),
+            subject: s.subject,
+            tool: s.tool,
+            scope: s.scope,
+            granted_at: UNIX_EPOCH + Duration::from_millis(s.granted_at_ms),
+            expires_at: UNIX_EPOCH + Duration::from_millis(s.expires_at_ms),
+            uses: s.uses.min(MAX_STANDING_USES),
+            used: used.min(s.uses),
+            revoked: s.revoked,
+        })
+    }
+}
+
 impl fmt::Debug for Standing {
     // The subject and the scope are the user's; logs get the id, the tool and the counts.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -330,5 +393,17 @@ mod tests {
             Some(text)
         );
         assert!(!format!("{:?}", standing(1)).contains("alice"));
+    }
+
+    #[test]
+    fn the_stored_form_reads_back_whole_and_nothing_else() {
+        let mut s = standing(7);
+        s.used = 3;
+        assert_eq!(Standing::decode(&s.encode(), 3), Some(s.clone()));
+        let extra = s.encode().replacen('{', "{\"x\":1,", 1);
+        assert_eq!(Standing::decode(&extra, 0), None);
+        assert_eq!(Standing::decode("{}", 0), None);
+        // A count past the uses reads as exhausted, not as more uses.
+        assert_eq!(Standing::decode(&s.encode(), 99).map(|s| s.used), Some(7));
     }
 }

@@ -153,6 +153,10 @@ async fn the_redis_store_passes_the_conformance_suite_on_a_cluster() {
     conformance::only_the_owner_completes(&store).await;
     conformance::entries_expire(&store).await;
     conformance::nonces_are_independent(&store).await;
+    // Standing approvals: a record and its use count share a hash tag, the index is apart.
+    conformance::standing_uses_are_counted_exactly(&store).await;
+    conformance::standing_approvals_are_revoked_and_expire(&store).await;
+    conformance::concurrent_uses_never_exceed_the_count(Arc::new(store.clone())).await;
     conformance::one_winner_among_concurrent_claimants(Arc::new(store)).await;
     // Keys spread over the cluster's slots (one key per nonce needs no hash tags).
     let keys: usize = cluster

@@ -59,6 +59,7 @@ mod memory {
         budgeted = |budget| super::MemoryReplayStore::new().principal_budget(budget)
     );
     mcp_confirm::approval_store_conformance!(super::MemoryReplayStore::new());
+    mcp_confirm::standing_store_conformance!(super::MemoryReplayStore::new());
 }
 
 mod redis {
@@ -67,6 +68,7 @@ mod redis {
         budgeted = |budget| super::redis_store(Some(budget)).await
     );
     mcp_confirm::approval_store_conformance!(optional super::redis_store(None).await);
+    mcp_confirm::standing_store_conformance!(optional super::redis_store(None).await);
 }
 
 mod postgres {
