@@ -9,6 +9,9 @@ use super::approval::{
     Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
 use super::backend::{backend, bounded, postgres_pool, table_name};
+use super::standing::{
+    MAX_STANDING_PER_PRINCIPAL, Standing, StandingId, StandingKey, StandingStore, Use,
+};
 use super::{
     BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, PrincipalKey,
     ReplayStore, StoreError,
@@ -93,8 +96,9 @@ impl PostgresReplayStore {
         self
     }
 
-    /// Creates the table and its indexes if they do not exist, and adds the `principal` column to a
-    /// table made by an earlier version.
+    /// Creates the table and its indexes if they do not exist (and `<table>_approvals` and
+    /// `<table>_standing` beside it, for browser and standing approvals), and adds the
+    /// `principal` column to a table made by an earlier version.
     ///
     /// # Errors
     /// [`StoreError`] if the database cannot be reached or refuses.
@@ -117,7 +121,14 @@ impl PostgresReplayStore {
                 expires_at timestamptz NOT NULL);
              CREATE INDEX IF NOT EXISTS {t}_approvals_expires_at ON {t}_approvals (expires_at);
              ALTER TABLE {t}_approvals ADD COLUMN IF NOT EXISTS principal bytea;
-             CREATE INDEX IF NOT EXISTS {t}_approvals_principal ON {t}_approvals (principal, expires_at);"
+             CREATE INDEX IF NOT EXISTS {t}_approvals_principal ON {t}_approvals (principal, expires_at);
+             CREATE TABLE IF NOT EXISTS {t}_standing (
+                key bytea PRIMARY KEY,
+                principal bytea NOT NULL,
+                record text NOT NULL,
+                used integer NOT NULL DEFAULT 0,
+                expires_at timestamptz NOT NULL);
+             CREATE INDEX IF NOT EXISTS {t}_standing_principal ON {t}_standing (principal, expires_at);"
         );
         self.bounded(async {
             let client = self.pool.get().await.map_err(backend)?;
@@ -136,12 +147,14 @@ impl PostgresReplayStore {
             "DELETE FROM {}_approvals WHERE expires_at <= $1",
             self.table
         );
+        let standing = format!("DELETE FROM {}_standing WHERE expires_at <= $1", self.table);
         self.bounded(async {
             let client = self.pool.get().await.map_err(backend)?;
             let now = SystemTime::now();
             let nonces = client.execute(&sql, &[&now]).await.map_err(backend)?;
             let approvals = client.execute(&approvals, &[&now]).await.map_err(backend)?;
-            Ok(nonces + approvals)
+            let standing = client.execute(&standing, &[&now]).await.map_err(backend)?;
+            Ok(nonces + approvals + standing)
         })
         .await
     }
@@ -348,6 +361,176 @@ impl ReplayStore for PostgresReplayStore {
     fn boot_epoch(&self) -> Option<BootEpoch> {
         // Rows live in the database, not in this process.
         None
+    }
+}
+
+/// A standing approval read from its row (`record`, `used`).
+fn standing_row(row: &tokio_postgres::Row) -> Result<Standing, StoreError> {
+    let record: String = row.try_get("record").map_err(backend)?;
+    let used: i32 = row.try_get("used").map_err(backend)?;
+    Standing::decode(&record, u32::try_from(used).unwrap_or(0))
+        .ok_or_else(|| StoreError::Backend("a standing approval does not decode".into()))
+}
+
+impl StandingStore for PostgresReplayStore {
+    fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>> {
+        let t = &self.table;
+        let lock = "SELECT pg_advisory_xact_lock(hashtext($1))".to_owned();
+        let held = format!(
+            "SELECT key, record, used FROM {t}_standing WHERE principal = $1 AND expires_at > $2"
+        );
+        let upsert = format!(
+            "INSERT INTO {t}_standing (key, principal, record, used, expires_at)
+             VALUES ($1, $2, $3, 0, $4)
+             ON CONFLICT (key) DO UPDATE
+             SET principal = EXCLUDED.principal, record = EXCLUDED.record, used = 0,
+                 expires_at = EXCLUDED.expires_at"
+        );
+        let class = format!("mcp-confirm:standing:{t}:{}", standing.principal.to_hex());
+        let key = standing.key().as_bytes().to_vec();
+        let principal = standing.principal.as_bytes().to_vec();
+        let (text, expires_at) = (standing.encode(), standing.expires_at);
+        let cap = MAX_STANDING_PER_PRINCIPAL.min(self.budget);
+        Box::pin(self.bounded(async move {
+            let mut client = self.pool.get().await.map_err(backend)?;
+            let tx = client.transaction().await.map_err(backend)?;
+            // One principal's grants one at a time, so the count is exact.
+            tx.execute(&lock, &[&class]).await.map_err(backend)?;
+            let now = SystemTime::now();
+            let rows = tx
+                .query(&held, &[&principal, &now])
+                .await
+                .map_err(backend)?;
+            let mut live = Vec::new();
+            for row in &rows {
+                let other: Vec<u8> = row.try_get("key").map_err(backend)?;
+                let standing = standing_row(row)?;
+                if other != key && standing.is_live(now) {
+                    live.push(standing.expires_at);
+                }
+            }
+            if live.len() >= cap {
+                let soonest = live.iter().min().copied().unwrap_or(now);
+                return Err(StoreError::OverBudget {
+                    retry_after: soonest.duration_since(now).unwrap_or_default(),
+                });
+            }
+            tx.execute(&upsert, &[&key, &principal, &text, &expires_at])
+                .await
+                .map_err(backend)?;
+            tx.commit().await.map_err(backend)
+        }))
+    }
+
+    fn find(&self, key: StandingKey) -> BoxFuture<'_, Result<Option<Standing>, StoreError>> {
+        let sql = format!(
+            "SELECT record, used FROM {}_standing WHERE key = $1 AND expires_at > $2",
+            self.table
+        );
+        let key = key.as_bytes().to_vec();
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let now = SystemTime::now();
+            let row = client
+                .query_opt(&sql, &[&key, &now])
+                .await
+                .map_err(backend)?;
+            match row {
+                Some(row) => Ok(Some(standing_row(&row)?).filter(|s| s.is_live(now))),
+                None => Ok(None),
+            }
+        }))
+    }
+
+    fn use_one(&self, key: StandingKey, id: StandingId) -> BoxFuture<'_, Result<Use, StoreError>> {
+        let t = &self.table;
+        let select = format!("SELECT record, used FROM {t}_standing WHERE key = $1 FOR UPDATE");
+        let update = format!("UPDATE {t}_standing SET used = $2 WHERE key = $1");
+        let key = key.as_bytes().to_vec();
+        Box::pin(self.bounded(async move {
+            let mut client = self.pool.get().await.map_err(backend)?;
+            let tx = client.transaction().await.map_err(backend)?;
+            // The row lock makes the check and the count one step: `Standing::use_one` decides.
+            let Some(row) = tx.query_opt(&select, &[&key]).await.map_err(backend)? else {
+                return Ok(Use::Unknown);
+            };
+            let mut standing = standing_row(&row)?;
+            if standing.id != id {
+                return Ok(Use::Unknown);
+            }
+            let used = standing.use_one(SystemTime::now());
+            if let Use::Used { .. } = used {
+                let count = i32::try_from(standing.used).unwrap_or(i32::MAX);
+                tx.execute(&update, &[&key, &count])
+                    .await
+                    .map_err(backend)?;
+                tx.commit().await.map_err(backend)?;
+            }
+            Ok(used)
+        }))
+    }
+
+    fn list(&self, principal: PrincipalKey) -> BoxFuture<'_, Result<Vec<Standing>, StoreError>> {
+        let sql = format!(
+            "SELECT record, used FROM {}_standing WHERE principal = $1 AND expires_at > $2",
+            self.table
+        );
+        let principal = principal.as_bytes().to_vec();
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let now = SystemTime::now();
+            let rows = client
+                .query(&sql, &[&principal, &now])
+                .await
+                .map_err(backend)?;
+            let mut live = Vec::new();
+            for row in &rows {
+                let standing = standing_row(row)?;
+                if standing.is_live(now) {
+                    live.push(standing);
+                }
+            }
+            live.sort_by_key(|s| s.expires_at);
+            Ok(live)
+        }))
+    }
+
+    fn revoke(
+        &self,
+        principal: PrincipalKey,
+        id: Option<StandingId>,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        let t = &self.table;
+        let select = format!(
+            "SELECT key, record, used FROM {t}_standing
+             WHERE principal = $1 AND expires_at > $2 FOR UPDATE"
+        );
+        let update = format!("UPDATE {t}_standing SET record = $2 WHERE key = $1");
+        let principal = principal.as_bytes().to_vec();
+        Box::pin(self.bounded(async move {
+            let mut client = self.pool.get().await.map_err(backend)?;
+            let tx = client.transaction().await.map_err(backend)?;
+            let now = SystemTime::now();
+            let rows = tx
+                .query(&select, &[&principal, &now])
+                .await
+                .map_err(backend)?;
+            let mut revoked = 0;
+            for row in &rows {
+                let key: Vec<u8> = row.try_get("key").map_err(backend)?;
+                let mut standing = standing_row(row)?;
+                if !standing.is_live(now) || id.is_some_and(|id| id != standing.id) {
+                    continue;
+                }
+                standing.revoked = true;
+                tx.execute(&update, &[&key, &standing.encode()])
+                    .await
+                    .map_err(backend)?;
+                revoked += 1;
+            }
+            tx.commit().await.map_err(backend)?;
+            Ok(revoked)
+        }))
     }
 }
 

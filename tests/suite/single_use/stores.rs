@@ -77,4 +77,5 @@ mod postgres {
         budgeted = |budget| super::postgres_store(Some(budget)).await
     );
     mcp_confirm::approval_store_conformance!(optional super::postgres_store(None).await);
+    mcp_confirm::standing_store_conformance!(optional super::postgres_store(None).await);
 }
