@@ -6,5 +6,6 @@ mod concurrency;
 mod multi_instance;
 mod redis_cluster;
 mod stale_restarts_floods;
+mod standing_race;
 mod store_faults;
 mod stores;
