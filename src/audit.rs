@@ -82,6 +82,37 @@ pub(crate) fn revoked(tool: &str, principal: &Principal, nonce: &Nonce, reason: 
         nonce = %nonce.short(), reason = %format_args!("revalidation: {reason}"));
 }
 
+/// A standing approval was granted by an accepted confirmation.
+pub(crate) fn standing_granted(tool: &str, principal: &Principal, id: &str, secs: u64, uses: u32) {
+    tracing::info!(target: TARGET, decision = "standing_granted", tool,
+        principal = principal.subject(), standing = id, secs, uses);
+}
+
+/// A call ran under a standing approval (with the digest of its arguments), `left` uses left.
+pub(crate) fn standing_used(
+    tool: &str,
+    principal: &Principal,
+    id: &str,
+    arguments: &str,
+    left: u32,
+) {
+    tracing::info!(target: TARGET, decision = "standing_used", tool,
+        principal = principal.subject(), standing = id, arguments, left);
+}
+
+/// A standing approval covered this call's scope but could not be used (`outcome`: exhausted,
+/// expired, revoked, unknown): the call gets the form.
+pub(crate) fn standing_ended(tool: &str, principal: &Principal, id: &str, outcome: &str) {
+    tracing::info!(target: TARGET, decision = "standing_ended", tool,
+        principal = principal.subject(), standing = id, outcome);
+}
+
+/// Its holder revoked a standing approval.
+pub(crate) fn standing_revoked(tool: &str, principal: &Principal, id: &str) {
+    tracing::info!(target: TARGET, decision = "standing_revoked", tool,
+        principal = principal.subject(), standing = id);
+}
+
 pub(crate) fn forwarded(tool: &str, principal: &Principal, nonce: &Nonce) {
     tracing::info!(target: TARGET, decision = "forwarded", tool, principal = principal.subject(),
         nonce = %nonce.short());

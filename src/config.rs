@@ -20,6 +20,7 @@ use crate::policy::ToolPolicy;
 use crate::principal::{Principal, PrincipalExtractor};
 use crate::store::ReplayStore;
 use crate::store::approval::ApprovalStore;
+use crate::store::standing::StandingStore;
 use crate::token::claims::{arguments_digest, request_id_digest};
 use crate::token::sealer::{RequestDigests, Sealer, ToolBinding};
 
@@ -31,6 +32,8 @@ pub(crate) struct Config {
     pub(crate) store: Arc<dyn ReplayStore>,
     /// Where browser approvals wait; the builder sees to it that a browser-approved tool has one.
     pub(crate) approvals: Option<Arc<dyn ApprovalStore>>,
+    /// Where standing approvals are kept; the builder sees to it that a tool offering one has one.
+    pub(crate) standing: Option<Arc<dyn StandingStore>>,
     pub(crate) tools: HashMap<String, Arc<GuardedTool>>,
     pub(crate) supported_versions: Vec<String>,
     pub(crate) principal: Arc<dyn PrincipalExtractor>,

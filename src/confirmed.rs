@@ -14,6 +14,7 @@ use subtle::ConstantTimeEq;
 use crate::grant::GrantId;
 use crate::kernel::Nonce;
 use crate::principal::Principal;
+use crate::store::standing::StandingId;
 use crate::token::claims::arguments_digest;
 
 /// Proof, in the forwarded request's extensions, that the layer confirmed this call.
@@ -53,6 +54,9 @@ pub struct Confirmed {
     pub grant: Option<GrantId>,
     /// The argument the chosen id was written into ([`ToolPolicy::select_into`](crate::ToolPolicy::select_into)), if any.
     pub selected_into: Option<Arc<str>>,
+    /// The [standing approval](crate::ToolPolicy::standing) this call ran under, without a form
+    /// of its own (one of its uses was spent on it); `None` for a call the user confirmed.
+    pub standing: Option<StandingId>,
     /// A digest of the arguments as forwarded (the chosen id written in).
     pub(crate) arguments: [u8; 32],
 }

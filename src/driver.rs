@@ -25,10 +25,11 @@ use crate::protocol::{self, Ask, Outcome, Reply, RpcError};
 use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decision as ApprovalDecision,
 };
+use crate::store::standing::{Standing, StandingKey, Use};
 use crate::store::{Claim, ClaimRequest, Owner, StoreError};
 use crate::token::StateError;
 use crate::token::candidates::{Candidates, Shown};
-use crate::token::claims::{Claims, arguments_digest};
+use crate::token::claims::{Claims, StandingTerms, arguments_digest};
 
 /// What an adapter does with an intercepted call.
 pub(crate) enum Decision {
@@ -144,6 +145,11 @@ async fn try_decide(
             waived,
         });
     }
+    if call.params.request_state.is_none()
+        && let Some(decision) = attempt.under_standing().await?
+    {
+        return Ok(decision);
+    }
     let (claims, token) = match &call.params.request_state {
         None => (None, ""),
         Some(Value::String(token)) => (Some(attempt.verify(token)?), token.as_str()),
@@ -169,8 +175,12 @@ enum Verdict {
     Cancel,
     /// The user declined; `unconfirmed` when they accepted with `confirm: false`.
     Decline { unconfirmed: bool },
-    /// A valid acceptance; `chosen` is a signed candidate (pick-one policies).
-    Accept { chosen: Option<String> },
+    /// A valid acceptance; `chosen` is a signed candidate (pick-one policies); `standing`: also
+    /// grant the standing approval the state offered.
+    Accept {
+        chosen: Option<String>,
+        standing: bool,
+    },
 }
 
 /// One intercepted call on its way through the decision: the layer, the tool's policy, the call
@@ -267,6 +277,7 @@ impl Attempt<'_> {
                 check_grant_arguments(&self.guarded.confirmed_arguments(call, Some(longest)))?;
             }
         }
+        let offer = self.standing_offer();
         let (token, claims) = config
             .sealer
             .seal(
@@ -275,11 +286,15 @@ impl Attempt<'_> {
                 self.principal.subject(),
                 config.store_epoch(),
                 shown,
+                offer.as_ref().map(|(_, terms)| *terms),
             )
             .map_err(|e| Refused::new(RpcError::internal(), format!("seal: {e}")))?;
         audit::challenged(&call.tool, self.principal, &claims.nonce, candidates.len());
         let ask = match policy.channel {
-            Channel::Form => Ask::Form(form::schema(policy, &candidates)),
+            Channel::Form => {
+                let words = offer.map(|(scope, terms)| self.standing_words(&scope, terms));
+                Ask::Form(form::schema(policy, &candidates, words))
+            }
             Channel::Browser { typed_id } => {
                 let approval = self.approval(&claims, &candidates, typed_id);
                 self.approvals()?
@@ -326,6 +341,190 @@ impl Attempt<'_> {
             ));
         }
         Ok(Ok(found))
+    }
+
+    /// The standing approval this call's form may offer: its scope and terms, if the policy
+    /// offers one, the layer keeps them, and the call's arguments name a scope.
+    fn standing_offer(&self) -> Option<(String, StandingTerms)> {
+        let offer = self.policy().standing.as_ref()?;
+        self.config.standing.as_ref()?;
+        let scope = offer.scope.scope_of(&self.lookup())?;
+        let terms = StandingTerms {
+            scope: StandingTerms::scope_digest(&scope),
+            for_secs: u32::try_from(offer.up_to.as_secs()).unwrap_or(u32::MAX),
+            uses: offer.uses,
+        };
+        Some((scope, terms))
+    }
+
+    /// The standing option in words: what the user would allow.
+    fn standing_words(&self, scope: &str, terms: StandingTerms) -> String {
+        let times = match terms.uses {
+            1 => "once more".to_owned(),
+            n => format!("at most {n} times"),
+        };
+        format!(
+            "Also allow {} on {} for the next {} ({times})",
+            form::plain_label(self.call.tool.as_str(), 64),
+            form::plain_label(scope, 80),
+            form::duration_words(u64::from(terms.for_secs)),
+        )
+    }
+
+    /// Grants the standing approval an accepted state offered and the user chose, after its
+    /// confirmed call passed every check. Best effort: if the scope no longer matches or the store
+    /// refuses, the next call simply gets the form again.
+    async fn grant_standing(&self, claims: &Claims) {
+        let (Some(terms), Some(offer), Some(store)) = (
+            claims.standing,
+            &self.policy().standing,
+            &self.config.standing,
+        ) else {
+            return;
+        };
+        let tool = self.call.tool.as_str();
+        let scope = offer.scope.scope_of(&self.lookup());
+        let Some(scope) = scope.filter(|s| StandingTerms::scope_digest(s) == terms.scope) else {
+            audit::refused(
+                tool,
+                Some(self.principal),
+                "standing approval not granted: the call's scope is not the one offered",
+            );
+            return;
+        };
+        // What the state offered, and never more than the policy allows now.
+        let secs = u64::from(terms.for_secs).min(offer.up_to.as_secs());
+        let uses = terms.uses.min(offer.uses);
+        let now = self.config.sealer.now();
+        let standing = Standing::new(
+            &self.config.audience,
+            claims.principal,
+            self.principal.subject(),
+            tool,
+            &scope,
+            now,
+            now + std::time::Duration::from_secs(secs),
+            uses,
+        );
+        match store.grant(&standing).await {
+            Ok(()) => {
+                audit::standing_granted(tool, self.principal, &standing.id.to_hex(), secs, uses);
+            }
+            Err(e) => audit::refused(
+                tool,
+                Some(self.principal),
+                &format!("standing approval not kept: {e}"),
+            ),
+        }
+    }
+
+    /// A first call covered by a live standing approval of this principal, tool and scope: run
+    /// it without a form if it resolves to exactly one record, spends one use and passes the
+    /// revalidation. `None`: not covered (or not unambiguous), so the form is shown as usual.
+    async fn under_standing(&self) -> Result<Option<Decision>, Refused> {
+        let (Some(offer), Some(store)) = (&self.policy().standing, &self.config.standing) else {
+            return Ok(None);
+        };
+        let (config, call, policy) = (self.config, self.call, self.policy());
+        let Some(scope) = offer.scope.scope_of(&self.lookup()) else {
+            return Ok(None);
+        };
+        let principal_key = config.principal_key(self.principal);
+        let key = StandingKey::new(&config.audience, principal_key, call.tool.as_str(), &scope);
+        let Some(standing) = store.find(key).await.map_err(store_failed)? else {
+            return Ok(None);
+        };
+        // As unambiguous as a confirmed call: exactly one record, versioned as the policy asks.
+        let (chosen, version) = match &policy.resolver {
+            None => (None, None),
+            Some(resolver) => {
+                let found = resolver.resolve(self.lookup()).await.map_err(|e| {
+                    Refused::new(RpcError::internal(), format!("resolver failed: {e}"))
+                })?;
+                let [one] = found.as_slice() else {
+                    return Ok(None);
+                };
+                if policy.versions == Versions::Required && one.version().is_none() {
+                    return Ok(None);
+                }
+                let shown = vec![Shown::new(one.id(), one.version())];
+                if Candidates::new(shown).is_err() {
+                    return Ok(None);
+                }
+                (Some(one.id().to_owned()), one.version().map(str::to_owned))
+            }
+        };
+        let tool = call.tool.as_str();
+        let id = standing.id.to_hex();
+        let left = match store
+            .use_one(key, standing.id)
+            .await
+            .map_err(store_failed)?
+        {
+            Use::Used { left } => left,
+            ended => {
+                let outcome = match ended {
+                    Use::Exhausted => "exhausted",
+                    Use::Expired => "expired",
+                    Use::Revoked => "revoked",
+                    _ => "unknown",
+                };
+                audit::standing_ended(tool, self.principal, &id, outcome);
+                return Ok(None);
+            }
+        };
+        let arguments = self.guarded.confirmed_arguments(call, chosen.as_deref());
+        let digest = arguments_digest(Some(&arguments), None);
+        audit::standing_used(
+            tool,
+            self.principal,
+            &id,
+            &crate::kernel::hex(&digest[..8]),
+            left,
+        );
+        if left == 0 {
+            audit::standing_ended(tool, self.principal, &id, "exhausted");
+        }
+        if let Some(hook) = &policy.revalidate {
+            let check = Revalidation {
+                principal: self.principal.clone(),
+                tool: tool.into(),
+                arguments: Arc::new(arguments.clone()),
+                chosen: chosen.clone(),
+                seen_version: version.clone(),
+            };
+            if let Err(refusal) = hook.revalidate(check).await {
+                audit::refused(tool, Some(self.principal), refusal.reason());
+                return Ok(Some(self.outcome(
+                    Outcome::Revoked,
+                    "The action is no longer allowed or its target changed; nothing was changed.",
+                )));
+            }
+        }
+        let body = message::forward_body(call, &arguments).ok_or_else(|| {
+            Refused::new(RpcError::internal(), "confirmed body could not be rebuilt")
+        })?;
+        let nonce = crate::kernel::Nonce::random();
+        let confirmed = Confirmed {
+            principal: self.principal.clone(),
+            tool: tool.into(),
+            chosen,
+            version,
+            nonce,
+            expires_at: standing.expires_at,
+            claimed: true,
+            grant: None,
+            selected_into: policy.select_into.as_deref().map(Arc::from),
+            standing: Some(standing.id),
+            arguments: digest,
+        };
+        audit::forwarded(tool, self.principal, &nonce);
+        Ok(Some(Decision::Forward(Box::new(Approved {
+            body,
+            confirmed,
+            guard: None,
+            tool: Arc::clone(self.guarded),
+        }))))
     }
 
     /// Where the browser channel's approvals wait (the builder requires one with such a tool).
@@ -411,7 +610,7 @@ impl Attempt<'_> {
             }
             Verdict::Cancel => self.cancel(claims).await,
             Verdict::Decline { unconfirmed } => self.decline(claims, unconfirmed).await,
-            Verdict::Accept { chosen } => self.accept(claims, chosen).await,
+            Verdict::Accept { chosen, standing } => self.accept(claims, chosen, standing).await,
         }
     }
 
@@ -435,7 +634,11 @@ impl Attempt<'_> {
             Answer::Decline => Verdict::Decline { unconfirmed: false },
             Answer::Unconfirmed => Verdict::Decline { unconfirmed: true },
             Answer::Accept { .. } if browser => self.page_decision(claims).await?,
-            Answer::Accept { chosen } => Verdict::Accept { chosen },
+            // A standing approval the state did not offer is not an answer to this form.
+            Answer::Accept { standing: true, .. } if claims.standing.is_none() => {
+                Verdict::AskAgain(Some("a standing approval that was not offered"))
+            }
+            Answer::Accept { chosen, standing } => Verdict::Accept { chosen, standing },
         })
     }
 
@@ -475,7 +678,10 @@ impl Attempt<'_> {
             Some(ApprovalDecision::Declined) => Ok(Verdict::Decline { unconfirmed: false }),
             Some(ApprovalDecision::Approved { chosen }) => {
                 if self.policy().resolver.is_none() {
-                    return Ok(Verdict::Accept { chosen: None });
+                    return Ok(Verdict::Accept {
+                        chosen: None,
+                        standing: false,
+                    });
                 }
                 // Only a signed candidate; the page could offer nothing else, and this checks it.
                 if !claims.candidates.iter().any(|c| c.id == chosen) {
@@ -486,6 +692,7 @@ impl Attempt<'_> {
                 }
                 Ok(Verdict::Accept {
                     chosen: Some(chosen),
+                    standing: false,
                 })
             }
         }
@@ -522,7 +729,12 @@ impl Attempt<'_> {
     }
 
     /// An acceptance: claim, revalidate, and hand the rewritten call over to be forwarded.
-    async fn accept(&self, claims: &Claims, chosen: Option<String>) -> Result<Decision, Refused> {
+    async fn accept(
+        &self,
+        claims: &Claims,
+        chosen: Option<String>,
+        standing: bool,
+    ) -> Result<Decision, Refused> {
         let (config, call, policy) = (self.config, self.call, self.policy());
         let principal = self.principal.clone();
         let request = claim_request(config, claims);
@@ -586,6 +798,9 @@ impl Attempt<'_> {
                 ));
             }
         }
+        if standing {
+            self.grant_standing(claims).await;
+        }
         // Short of a bug the body reads as it was classified; if not, the guard burns the nonce
         // and nothing runs.
         let body = message::forward_body(call, &arguments).ok_or_else(|| {
@@ -601,6 +816,7 @@ impl Attempt<'_> {
             claimed: guard.is_some(),
             grant,
             selected_into: policy.select_into.as_deref().map(Arc::from),
+            standing: None,
             arguments: arguments_digest(Some(&arguments), None),
         };
         audit::forwarded(&confirmed.tool, &confirmed.principal, &claims.nonce);

@@ -11,8 +11,16 @@ use serde_json::Value;
 use crate::policy::{Candidate, Channel, ChoiceStyle, ToolPolicy};
 use crate::token::candidates::Shown;
 
-/// The `requestedSchema` for a policy and the candidates shown.
-pub(crate) fn schema<'a>(policy: &'a ToolPolicy, candidates: &'a [Candidate]) -> Schema<'a> {
+/// The form field that offers a standing approval besides "only this time".
+pub(crate) const REMEMBER_FIELD: &str = "remember";
+
+/// The `requestedSchema` for a policy and the candidates shown; `standing` is the words of the
+/// standing approval offered, if any.
+pub(crate) fn schema<'a>(
+    policy: &'a ToolPolicy,
+    candidates: &'a [Candidate],
+    standing: Option<String>,
+) -> Schema<'a> {
     let titles = match (&policy.resolver, policy.style) {
         (Some(_), ChoiceStyle::Titled) => candidates
             .iter()
@@ -29,6 +37,7 @@ pub(crate) fn schema<'a>(policy: &'a ToolPolicy, candidates: &'a [Candidate]) ->
         policy,
         candidates,
         titles,
+        standing,
     }
 }
 
@@ -40,6 +49,8 @@ pub(crate) struct Schema<'a> {
     candidates: &'a [Candidate],
     /// Plain-text titles, one per candidate, for [`ChoiceStyle::Titled`].
     titles: Vec<String>,
+    /// The standing approval offered, in words.
+    standing: Option<String>,
 }
 
 impl Serialize for Schema<'_> {
@@ -74,6 +85,20 @@ impl Serialize for Properties<'_, '_> {
                 default: Some(false),
             },
         )?;
+        if let Some(standing) = &self.0.standing {
+            m.serialize_entry(
+                REMEMBER_FIELD,
+                &serde_json::json!({
+                    "type": "string",
+                    "title": "How long",
+                    "oneOf": [
+                        {"const": "once", "title": "Only this time"},
+                        {"const": "standing", "title": standing},
+                    ],
+                    "default": "once",
+                }),
+            )?;
+        }
         m.end()
     }
 }
@@ -95,6 +120,7 @@ impl Serialize for Choice<'_, '_> {
             policy,
             candidates,
             titles,
+            ..
         } = self.0;
         let mut m = s.serialize_map(Some(3))?;
         m.serialize_entry("type", "string")?;
@@ -163,6 +189,20 @@ pub(crate) fn plain_label(label: &str, max_chars: usize) -> String {
     out
 }
 
+/// `secs` in words: "10 minutes", "1 hour", "90 seconds".
+pub(crate) fn duration_words(secs: u64) -> String {
+    let (n, unit) = match secs {
+        s if s >= 3600 && s % 3600 == 0 => (s / 3600, "hour"),
+        s if s >= 60 && s % 60 == 0 => (s / 60, "minute"),
+        s => (s, "second"),
+    };
+    if n == 1 {
+        format!("1 {unit}")
+    } else {
+        format!("{n} {unit}s")
+    }
+}
+
 /// The most arguments named in a call's summary, and the longest name and value shown.
 const SUMMARY_ARGUMENTS: usize = 8;
 const SUMMARY_NAME_CHARS: usize = 32;
@@ -205,8 +245,12 @@ pub(crate) enum Answer {
     /// A well-formed answer that does not answer the form (content missing, a field left out,
     /// a choice that was not offered): ask again, as MRTR asks of servers, spending nothing.
     AskAgain(&'static str),
-    /// Accepted with `confirm: true`; `chosen` is a signed candidate (pick-one policies).
-    Accept { chosen: Option<String> },
+    /// Accepted with `confirm: true`; `chosen` is a signed candidate (pick-one policies);
+    /// `standing`: the user also chose the standing approval the form offered.
+    Accept {
+        chosen: Option<String>,
+        standing: bool,
+    },
     /// Accepted with `confirm: false`: a refusal.
     Unconfirmed,
     /// The user declined.
@@ -247,9 +291,10 @@ pub(crate) fn read_answer(
         _ => return Answer::Invalid("action is not accept, decline or cancel"),
     }
     match (policy.channel, response.get("content")) {
-        (Channel::Browser { .. }, None | Some(Value::Null | Value::Object(_))) => {
-            Answer::Accept { chosen: None }
-        }
+        (Channel::Browser { .. }, None | Some(Value::Null | Value::Object(_))) => Answer::Accept {
+            chosen: None,
+            standing: false,
+        },
         (_, Some(Value::Object(content))) => read_content(policy, signed, content),
         (Channel::Form, None | Some(Value::Null)) => Answer::AskAgain("accept without content"),
         (_, Some(_)) => Answer::Invalid("content is not an object"),
@@ -280,8 +325,18 @@ fn read_content(
     } else {
         None
     };
+    // Only a policy that offers a standing approval reads the choice; absent means "once".
+    let standing = match (&policy.standing, content.get(REMEMBER_FIELD)) {
+        (None, _) | (Some(_), None) => false,
+        (Some(_), Some(Value::String(remember))) => match remember.as_str() {
+            "once" => false,
+            "standing" => true,
+            _ => return Answer::AskAgain("the remember choice is not one offered"),
+        },
+        (Some(_), Some(_)) => return Answer::Invalid("the remember field is not a string"),
+    };
     if confirm {
-        Answer::Accept { chosen }
+        Answer::Accept { chosen, standing }
     } else {
         Answer::Unconfirmed
     }
@@ -316,7 +371,7 @@ mod tests {
             Candidate::labelled("note-3", "Groceries — milk, eggs"),
             Candidate::new("note-7"),
         ];
-        let s = serde_json::to_value(schema(&pick(), &c)).unwrap();
+        let s = serde_json::to_value(schema(&pick(), &c, None)).unwrap();
         assert_eq!(
             s,
             json!({"type":"object","properties":{
@@ -326,12 +381,12 @@ mod tests {
                 "confirm":{"type":"boolean","title":"Yes, go ahead","default":false}},
               "required":["note_id","confirm"]})
         );
-        let plain = serde_json::to_value(schema(&pick().plain_enum(), &c)).unwrap();
+        let plain = serde_json::to_value(schema(&pick().plain_enum(), &c, None)).unwrap();
         assert_eq!(
             plain["properties"]["note_id"]["enum"],
             json!(["note-3", "note-7"])
         );
-        let only = serde_json::to_value(schema(&ToolPolicy::confirm_only(), &[])).unwrap();
+        let only = serde_json::to_value(schema(&ToolPolicy::confirm_only(), &[], None)).unwrap();
         assert_eq!(only["required"], json!(["confirm"]));
         assert_eq!(only["properties"].as_object().unwrap().len(), 1);
     }
@@ -379,7 +434,8 @@ mod tests {
                 json!({"delete_choice":{"action":"accept","content":{"note_id":"note-7","confirm":true}}})
             ),
             Answer::Accept {
-                chosen: Some("note-7".into())
+                chosen: Some("note-7".into()),
+                standing: false
             }
         );
         assert_eq!(
@@ -396,7 +452,8 @@ mod tests {
                 json!({"delete_choice":{"action":"accept","extra":[],"content":{"note_id":"note-7","confirm":true,"extra":1}},"other":7})
             ),
             Answer::Accept {
-                chosen: Some("note-7".into())
+                chosen: Some("note-7".into()),
+                standing: false
             }
         );
         // Well formed, but not an answer to the form: asked again.
@@ -458,14 +515,20 @@ mod tests {
                 &p,
                 json!({"confirm":{"action":"accept","content":{"ok":true}}})
             ),
-            Answer::Accept { chosen: None }
+            Answer::Accept {
+                chosen: None,
+                standing: false
+            }
         );
         assert_eq!(
             read(
                 &p,
                 json!({"confirm":{"action":"accept","content":{"ok":true,"choice":"note-3"}}})
             ),
-            Answer::Accept { chosen: None },
+            Answer::Accept {
+                chosen: None,
+                standing: false
+            },
             "a member the form did not ask for is ignored"
         );
     }

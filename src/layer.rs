@@ -19,6 +19,7 @@ use crate::principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::Confirm;
 use crate::store::approval::ApprovalStore;
+use crate::store::standing::StandingStore;
 use crate::store::{MemoryReplayStore, ReplayStore};
 use crate::token::keyring::KeyRing;
 use crate::token::sealer::Sealer;
@@ -107,6 +108,14 @@ pub enum ConfigError {
          this crate is one)"
     )]
     MissingApprovalStore,
+    /// A tool offers a [standing approval](ToolPolicy::standing), a
+    /// [`replay_store`](ConfirmLayerBuilder::replay_store) is given, and no
+    /// [`standing_store`](ConfirmLayerBuilder::standing_store) to keep standing approvals in.
+    #[error(
+        "tools offering standing approvals need a standing store (standing_store; every replay \
+         store of this crate is one)"
+    )]
+    MissingStandingStore,
     /// A tool is [approved in the browser](ToolPolicy::approve_in_browser) but no
     /// [`approval_url`](ConfirmLayerBuilder::approval_url) says where the page is, or it is not
     /// an absolute `http(s)` URL.
@@ -135,6 +144,7 @@ impl ConfirmLayer {
             skew: DEFAULT_CLOCK_SKEW,
             store: None,
             approvals: None,
+            standing: None,
             tools: HashMap::new(),
             supported_versions: vec![PROTOCOL_VERSION.to_owned()],
             principal: Arc::new(PrincipalFromExtension),
@@ -162,6 +172,13 @@ impl ConfirmLayer {
     /// shares this layer's keys, store and principal extractor.
     pub fn approval_page(&self) -> crate::approval::ApprovalPage {
         crate::approval::ApprovalPage::new(Arc::clone(&self.config))
+    }
+
+    /// The standing approvals this layer grants ([`ToolPolicy::standing`]): list and revoke a
+    /// principal's. `None` when the layer keeps none (a replay store given without a
+    /// [`standing_store`](ConfirmLayerBuilder::standing_store)).
+    pub fn standing_approvals(&self) -> Option<crate::StandingApprovals> {
+        crate::StandingApprovals::new(Arc::clone(&self.config))
     }
 
     /// The worker's handle on the grants this layer issues: its
@@ -200,6 +217,7 @@ pub struct ConfirmLayerBuilder {
     skew: Duration,
     store: Option<Arc<dyn ReplayStore>>,
     approvals: Option<Arc<dyn ApprovalStore>>,
+    standing: Option<Arc<dyn StandingStore>>,
     tools: HashMap<String, ToolPolicy>,
     supported_versions: Vec<String>,
     principal: Arc<dyn PrincipalExtractor>,
@@ -258,12 +276,22 @@ impl ConfirmLayerBuilder {
         self
     }
 
-    /// Keeps nonces and browser approvals in one store: [`replay_store`](Self::replay_store) and
-    /// [`approval_store`](Self::approval_store) at once. Every store of this crate keeps both.
-    pub fn store<S: ReplayStore + ApprovalStore>(mut self, store: S) -> Self {
+    /// Keeps nonces, browser approvals and standing approvals in one store:
+    /// [`replay_store`](Self::replay_store), [`approval_store`](Self::approval_store) and
+    /// [`standing_store`](Self::standing_store) at once. Every store of this crate keeps all three.
+    pub fn store<S: ReplayStore + ApprovalStore + StandingStore>(mut self, store: S) -> Self {
         let store = Arc::new(store);
         self.approvals = Some(Arc::clone(&store) as Arc<dyn ApprovalStore>);
+        self.standing = Some(Arc::clone(&store) as Arc<dyn StandingStore>);
         self.store = Some(store);
+        self
+    }
+
+    /// Where the [standing approvals](ToolPolicy::standing) of the tools that offer them are
+    /// kept and counted; required with such a tool ([`ConfigError::MissingStandingStore`])
+    /// unless no replay store is given either, when the default memory store keeps them.
+    pub fn standing_store(mut self, store: impl StandingStore) -> Self {
+        self.standing = Some(Arc::new(store));
         self
     }
 
@@ -580,15 +608,23 @@ impl ConfirmLayerBuilder {
             }
         };
         let browser = policies.values().any(|p| p.channel != Channel::Form);
-        let (store, approvals): (Arc<dyn ReplayStore>, _) = match (self.store, self.approvals) {
-            (None, None) => {
+        let standing_offered = policies.values().any(|p| p.standing.is_some());
+        // With no replay store given, the default memory store keeps the rest too; with one
+        // given, each capability a policy needs must be given as well.
+        let (store, approvals, standing): (Arc<dyn ReplayStore>, _, _) = match self.store {
+            None => {
                 let memory = Arc::new(MemoryReplayStore::new());
-                let approvals: Arc<dyn ApprovalStore> = memory.clone();
-                (memory, Some(approvals))
+                let approvals = self.approvals.unwrap_or_else(|| memory.clone());
+                let standing = self.standing.unwrap_or_else(|| memory.clone());
+                (memory, Some(approvals), Some(standing))
             }
-            (None, approvals) => (Arc::new(MemoryReplayStore::new()), approvals),
-            (Some(_), None) if browser => return Err(ConfigError::MissingApprovalStore),
-            (Some(store), approvals) => (store, approvals),
+            Some(_) if browser && self.approvals.is_none() => {
+                return Err(ConfigError::MissingApprovalStore);
+            }
+            Some(_) if standing_offered && self.standing.is_none() => {
+                return Err(ConfigError::MissingStandingStore);
+            }
+            Some(store) => (store, self.approvals, self.standing),
         };
         let mut tools = HashMap::with_capacity(policies.len());
         for (name, policy) in policies {
@@ -608,6 +644,7 @@ impl ConfirmLayerBuilder {
                 sealer: Sealer::new(self.keys, self.ttl, self.skew, self.clock),
                 store,
                 approvals,
+                standing,
                 tools,
                 supported_versions: self.supported_versions,
                 principal: self.principal,

@@ -167,6 +167,7 @@ pub mod rmcp;
 mod rpc;
 pub mod scope;
 mod service;
+mod standing;
 pub mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -300,7 +301,8 @@ pub mod __fuzz {
             .into_iter()
             .map(|id| Shown::new(id, Some("v1")))
             .collect();
-        if let Answer::Accept { chosen } = form::read_answer(&policy, &signed, Some(&responses)) {
+        if let Answer::Accept { chosen, .. } = form::read_answer(&policy, &signed, Some(&responses))
+        {
             let chosen = chosen.expect("a pick-one acceptance names a candidate");
             assert!(signed.iter().any(|s| s.id == chosen));
             let content = &responses["delete_choice"]["content"];
@@ -326,13 +328,14 @@ pub mod defaults {
         DEFAULT_GRANT_TTL, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LISTING_BYTES, DEFAULT_TTL,
         MAX_GRANT_TTL, MAX_TTL,
     };
+    pub use crate::policy::MAX_STANDING_FOR;
 }
 pub use approval::ApprovalPage;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use mcp_confirm_macros::{confirm, confirm_router};
 pub use policy::{
-    Candidate, Condition, Lookup, PolicyError, Refusal, Resolver, Revalidate, Revalidation,
+    Candidate, Condition, Lookup, PolicyError, Refusal, Resolver, Revalidate, Revalidation, Scope,
     ToolPolicy,
 };
 pub use principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
@@ -342,4 +345,5 @@ pub use protocol::{
 };
 pub use rpc::{JsonRpcMessage, JsonRpcReply};
 pub use service::Confirm;
+pub use standing::StandingApprovals;
 pub use token::keyring::{KeyError, KeyRing};

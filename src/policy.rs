@@ -202,6 +202,45 @@ where
     }
 }
 
+/// What a call's arguments fall in, for a [standing approval](ToolPolicy::standing): e.g. its
+/// workspace. The scope is shown to the user ("also allow notes_delete on `<scope>`…") and a
+/// standing approval covers only later calls of the same scope, so return the narrowest resource
+/// the arguments name, normalized (one spelling per resource: resolve paths and URIs first).
+pub trait Scope: Send + Sync + 'static {
+    /// The call's scope; `None`: this call cannot be covered by a standing approval.
+    fn scope_of(&self, lookup: &Lookup) -> Option<String>;
+}
+
+impl<F> Scope for F
+where
+    F: Fn(&Lookup) -> Option<String> + Send + Sync + 'static,
+{
+    fn scope_of(&self, lookup: &Lookup) -> Option<String> {
+        self(lookup)
+    }
+}
+
+/// The widest standing approval a policy lets the user give: how long, how many later calls, and
+/// which scope of the arguments it covers.
+#[derive(Clone)]
+pub(crate) struct StandingOffer {
+    pub(crate) up_to: std::time::Duration,
+    pub(crate) uses: u32,
+    pub(crate) scope: Arc<dyn Scope>,
+}
+
+impl fmt::Debug for StandingOffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StandingOffer")
+            .field("up_to", &self.up_to)
+            .field("uses", &self.uses)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The longest standing approval a policy may offer.
+pub const MAX_STANDING_FOR: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// How the choice among candidates is rendered in the form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ChoiceStyle {
@@ -286,6 +325,8 @@ pub struct ToolPolicy {
     pub(crate) settlement: Settlement,
     pub(crate) versions: Versions,
     pub(crate) channel: Channel,
+    /// The standing approval the form may offer besides "only this time".
+    pub(crate) standing: Option<StandingOffer>,
     /// Which of the keys the build-time rules are about were given, as given (`queued` and
     /// `claimed_by_handler` both, say, though the settlement keeps the last): the rules refuse
     /// the combination instead of one silently winning.
@@ -319,6 +360,7 @@ impl fmt::Debug for ToolPolicy {
             .field("settlement", &self.settlement)
             .field("versions", &self.versions)
             .field("channel", &self.channel)
+            .field("standing", &self.standing)
             .finish_non_exhaustive()
     }
 }
@@ -345,6 +387,7 @@ impl ToolPolicy {
             settlement: Settlement::Forward,
             versions: Versions::Required,
             channel: Channel::Form,
+            standing: None,
             given: Given::default(),
         }
     }
@@ -508,6 +551,29 @@ impl ToolPolicy {
         self
     }
 
+    /// Lets the user also allow later calls: the form offers "only this time" or "also allow
+    /// this tool on this scope for the next `up_to`, at most `uses` times". `scope` maps a call's
+    /// arguments to what the approval covers (e.g. one workspace); a call whose scope is `None`
+    /// gets no such offer.
+    ///
+    /// A later call of the same principal, tool and scope, in this deployment, then runs without
+    /// a form if it is as unambiguous as a confirmed call (exactly one candidate), passes the
+    /// [revalidation](Self::revalidate) on the live record, and spends one use, atomically in the
+    /// [standing store](crate::ConfirmLayerBuilder::standing_store). Its
+    /// [`Confirmed::standing`](crate::Confirmed::standing) names the approval. Anything else
+    /// (another scope, principal or audience, expiry, no uses left, revocation) gets the form.
+    ///
+    /// `up_to` is at most [`MAX_STANDING_FOR`](crate::defaults::MAX_STANDING_FOR), `uses` at most
+    /// [`MAX_STANDING_USES`](crate::store::standing::MAX_STANDING_USES); a build error otherwise.
+    pub fn standing(mut self, up_to: std::time::Duration, uses: u32, scope: impl Scope) -> Self {
+        self.standing = Some(StandingOffer {
+            up_to,
+            uses,
+            scope: Arc::new(scope),
+        });
+        self
+    }
+
     /// Asks for a confirmation only when `condition` says this call needs one (like Vercel AI's
     /// `needsApproval(input)`): e.g. only in shared workspaces, or only above a number of records.
     ///
@@ -583,6 +649,40 @@ impl ToolPolicy {
             && (name.is_empty() || http::HeaderName::try_from(format!("mcp-param-{name}")).is_err())
         {
             return Err(format!("tool {tool:?}: invalid header name {name:?}"));
+        }
+        if let Some(offer) = &self.standing {
+            if offer.up_to.is_zero() || offer.up_to > MAX_STANDING_FOR {
+                return Err(format!(
+                    "tool {tool:?}: a standing approval lasts between 1 s and {} h",
+                    MAX_STANDING_FOR.as_secs() / 3600
+                ));
+            }
+            if offer.uses == 0 || offer.uses > crate::store::standing::MAX_STANDING_USES {
+                return Err(format!(
+                    "tool {tool:?}: a standing approval covers between 1 and {} later calls",
+                    crate::store::standing::MAX_STANDING_USES
+                ));
+            }
+            if self.settlement != Settlement::Forward {
+                return Err(format!(
+                    "tool {tool:?}: `standing` cannot go with `queued` or `claimed_by_handler`: a \
+                     call under a standing approval has no confirmation of its own to hand over"
+                ));
+            }
+            if self.channel != Channel::Form {
+                return Err(format!(
+                    "tool {tool:?}: `standing` is offered in the form only, not with \
+                     `approve_in_browser`"
+                ));
+            }
+            let remember = crate::form::REMEMBER_FIELD;
+            if self.confirm_field == remember
+                || (self.resolver.is_some() && self.choice_field == remember)
+            {
+                return Err(format!(
+                    "tool {tool:?}: with `standing`, the form's `{remember}` field is taken"
+                ));
+            }
         }
         Ok(())
     }

@@ -323,6 +323,7 @@ mod tests {
             claimed: true,
             grant: None,
             selected_into: None,
+            standing: None,
             arguments: arguments_digest(Some(arguments), None),
         }
     }

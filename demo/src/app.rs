@@ -14,6 +14,7 @@ use mcp_confirm::grant::GrantStore;
 use mcp_confirm::guard::HostOriginLayer;
 use mcp_confirm::rmcp::Confirmation;
 use mcp_confirm::store::ReplayStore;
+use mcp_confirm::store::standing::StandingStore;
 use mcp_confirm::{
     Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, Principal, Refusal, Revalidation,
     confirm_router,
@@ -55,10 +56,10 @@ pub fn may_use(principal: &str, workspace: &str) -> bool {
     )
 }
 
-/// A store of nonces and browser approvals both (every store of mcp-confirm is one).
-pub trait Store: ReplayStore + ApprovalStore {}
+/// A store of nonces, browser approvals and standing approvals (every store of mcp-confirm is one).
+pub trait Store: ReplayStore + ApprovalStore + StandingStore {}
 
-impl<S: ReplayStore + ApprovalStore> Store for S {}
+impl<S: ReplayStore + ApprovalStore + StandingStore> Store for S {}
 
 /// How the server is put together.
 pub struct Options {

@@ -36,7 +36,7 @@ pub const SECRET: [u8; 32] = [0x42; 32];
 // The token layout of `src/token/codec.rs` and the key derivation of `src/token/keyring.rs`,
 // restated so that fuzzed payloads can carry a valid tag and reach the strict payload parse behind
 // the MAC. `check_forgery` fails loudly when the crate's format moves away from this copy.
-const FORMAT_VERSION: u8 = 2;
+const FORMAT_VERSION: u8 = 3;
 const LABEL: &[u8] = b"mcp-confirm/requestState/v1\0";
 const MAC_KEY_INFO: &[u8] = b"mcp-confirm/requestState/v1/mac";
 

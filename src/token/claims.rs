@@ -46,13 +46,36 @@ pub(crate) struct Claims {
     /// The boot epoch of the replay store that issued the state (zeros for a durable store).
     pub(crate) epoch: [u8; 16],
     pub(crate) candidates: Candidates,
+    /// The standing approval the form offered besides "only this time", if any: what an accept
+    /// choosing it may grant, and nothing wider.
+    pub(crate) standing: Option<StandingTerms>,
 }
 
-const FIXED_LEN: usize = 1 + 8 + 8 + 16 + 16 * 6 + 32 + 16 + 1;
+/// The terms of a standing approval a state offered: the scope (as a digest of the scope the
+/// policy named), how long, how many later calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StandingTerms {
+    pub(crate) scope: [u8; 16],
+    pub(crate) for_secs: u32,
+    pub(crate) uses: u32,
+}
+
+impl StandingTerms {
+    /// The digest a state binds of `scope`.
+    pub(crate) fn scope_digest(scope: &str) -> [u8; 16] {
+        digest16("standing-scope", scope.as_bytes())
+    }
+}
+
+/// Bytes of [`StandingTerms`] when present: scope digest, seconds, uses.
+const STANDING_LEN: usize = 16 + 4 + 4;
+
+const FIXED_LEN: usize = 1 + 8 + 8 + 16 + 16 * 6 + 32 + 16 + 1 + 1;
 
 impl Claims {
     pub(crate) fn encoded_len(&self) -> usize {
         FIXED_LEN
+            + self.standing.map_or(0, |_| STANDING_LEN)
             + self
                 .candidates
                 .iter()
@@ -78,6 +101,15 @@ impl Claims {
         }
         out.extend_from_slice(&self.arguments);
         out.extend_from_slice(&self.epoch);
+        match &self.standing {
+            None => out.push(0),
+            Some(terms) => {
+                out.push(1);
+                out.extend_from_slice(&terms.scope);
+                out.extend_from_slice(&terms.for_secs.to_be_bytes());
+                out.extend_from_slice(&terms.uses.to_be_bytes());
+            }
+        }
         out.push(self.candidates.len() as u8);
         for shown in self.candidates.iter() {
             out.push(shown.id.len() as u8);
@@ -105,6 +137,15 @@ impl Claims {
         let request_id = r.array()?;
         let arguments = r.array()?;
         let epoch = r.array()?;
+        let standing = match r.byte()? {
+            0 => None,
+            1 => Some(StandingTerms {
+                scope: r.array()?,
+                for_secs: u32::from_be_bytes(r.array()?),
+                uses: u32::from_be_bytes(r.array()?),
+            }),
+            _ => return None,
+        };
         // Lengths are single bytes, so reading is bounded; the bounds themselves are checked by
         // `Candidates::new`, the one place that knows them.
         let count = usize::from(r.byte()?);
@@ -137,6 +178,7 @@ impl Claims {
             arguments,
             epoch,
             candidates,
+            standing,
         })
     }
 }
@@ -322,6 +364,7 @@ pub(crate) fn sample() -> Claims {
         arguments: [8; 32],
         epoch: [9; 16],
         candidates: sample_candidates(),
+        standing: None,
     }
 }
 
@@ -340,6 +383,31 @@ pub(crate) fn sample_candidates() -> Candidates {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn standing_terms_round_trip_and_change_the_bytes() {
+        let mut c = sample();
+        let plain = {
+            let mut out = Vec::new();
+            c.encode(&mut out);
+            out
+        };
+        c.standing = Some(StandingTerms {
+            scope: StandingTerms::scope_digest("personal"),
+            for_secs: 600,
+            uses: 20,
+        });
+        let mut out = Vec::new();
+        c.encode(&mut out);
+        assert_eq!(out.len(), c.encoded_len());
+        assert_ne!(out, plain);
+        assert_eq!(Claims::decode(&out), Some(c));
+        // An unknown presence byte is no state.
+        let at = FIXED_LEN - 2;
+        let mut bad = plain.clone();
+        bad[at] = 2;
+        assert_eq!(Claims::decode(&bad), None);
+    }
 
     #[test]
     fn round_trips_and_is_exact_length() {

@@ -12,7 +12,7 @@ use subtle::ConstantTimeEq;
 
 use super::StateError;
 use super::candidates::Candidates;
-use super::claims::{Claims, Phase, digest16};
+use super::claims::{Claims, Phase, StandingTerms, digest16};
 use super::codec;
 use super::keyring::KeyRing;
 use crate::clock::{Clock, unix_secs};
@@ -88,6 +88,7 @@ impl Sealer {
         subject: &str,
         epoch: [u8; 16],
         candidates: Candidates,
+        standing: Option<StandingTerms>,
     ) -> Result<(String, Claims), StateError> {
         let issued_at = unix_secs(self.clock.now());
         let claims = Claims {
@@ -104,6 +105,7 @@ impl Sealer {
             arguments: request.arguments,
             epoch,
             candidates,
+            standing,
         };
         let token = codec::seal(&self.keys, &claims)?;
         Ok((token, claims))

@@ -1,6 +1,12 @@
 //! The audit events a test produced, recorded from the `mcp_confirm::audit` tracing target.
+//!
+//! One global subscriber (installed once) hands each event to the recorder of the thread that
+//! emitted it. A thread-local default subscriber per test would share tracing's per-callsite
+//! interest cache with the other tests of the binary running at the same time, and could miss
+//! events; the global one is always interested.
 
-use std::sync::{Arc, Mutex};
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -23,24 +29,51 @@ impl Visit for Recorded<'_> {
     }
 }
 
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
+thread_local! {
+    /// Where this thread's audit events go while a test records them.
+    static SINK: RefCell<Option<Events>> = const { RefCell::new(None) };
+}
+
+/// The global layer: each audit event to its thread's sink, if any.
+struct ToThreadSink;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ToThreadSink {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
         if event.metadata().target() != mcp_confirm::audit::TARGET {
             return;
         }
-        let mut fields = Vec::new();
-        event.record(&mut Recorded(&mut fields));
-        self.0.lock().unwrap().push(fields);
+        SINK.with(|sink| {
+            if let Some(events) = &*sink.borrow() {
+                let mut fields = Vec::new();
+                event.record(&mut Recorded(&mut fields));
+                events.0.lock().unwrap().push(fields);
+            }
+        });
+    }
+}
+
+/// Stops recording this thread's events when dropped.
+pub struct Recording(());
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        SINK.with(|sink| *sink.borrow_mut() = None);
     }
 }
 
 impl Events {
     /// Records this thread's audit events until the returned guard is dropped.
-    pub fn record() -> (Self, tracing::subscriber::DefaultGuard) {
+    pub fn record() -> (Self, Recording) {
+        static INSTALLED: OnceLock<()> = OnceLock::new();
+        INSTALLED.get_or_init(|| {
+            // Another global subscriber (none is set in the suite) would keep this one out.
+            let _ = tracing::subscriber::set_global_default(
+                tracing_subscriber::registry().with(ToThreadSink),
+            );
+        });
         let events = Self::default();
-        let guard =
-            tracing::subscriber::set_default(tracing_subscriber::registry().with(events.clone()));
-        (events, guard)
+        SINK.with(|sink| *sink.borrow_mut() = Some(events.clone()));
+        (events, Recording(()))
     }
 
     /// The value of `name` in every event that has it.

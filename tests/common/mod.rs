@@ -16,6 +16,7 @@ use http_body_util::{BodyExt, Full};
 use mcp_confirm::approval::ApprovalStore;
 use mcp_confirm::body::RequestBody;
 use mcp_confirm::clock::ManualClock;
+use mcp_confirm::store::standing::StandingStore;
 use mcp_confirm::store::{MemoryReplayStore, ReplayStore};
 use mcp_confirm::{
     Candidate, Confirm, ConfirmLayer, ConfirmLayerBuilder, Confirmed, KeyRing, Lookup, PolicyError,
@@ -26,9 +27,9 @@ use tower::{Layer, ServiceExt};
 
 /// A store of nonces and browser approvals both, as every store of the crate is: what the
 /// tests that run one flow over each backend hold.
-pub trait Store: ReplayStore + ApprovalStore {}
+pub trait Store: ReplayStore + ApprovalStore + StandingStore {}
 
-impl<S: ReplayStore + ApprovalStore> Store for S {}
+impl<S: ReplayStore + ApprovalStore + StandingStore> Store for S {}
 
 pub const KEY: [u8; 32] = [0x11; 32];
 pub const PERSONAL: &str = "file:///data/personal";

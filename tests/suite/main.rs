@@ -19,4 +19,5 @@ mod demo;
 mod grants;
 mod regressions;
 mod single_use;
+mod standing;
 mod wiring;

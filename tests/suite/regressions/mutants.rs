@@ -129,8 +129,8 @@ fn forge(payload: &[u8]) -> String {
 }
 
 /// The fixed part of a payload (everything before the candidate count): phase, issued, expires,
-/// nonce, six digests, the arguments digest and the epoch.
-const FIXED_WITHOUT_COUNT: usize = 1 + 8 + 8 + 16 + 16 * 6 + 32 + 16;
+/// nonce, six digests, the arguments digest, the epoch and the standing-offer byte (0: none).
+const FIXED_WITHOUT_COUNT: usize = 1 + 8 + 8 + 16 + 16 * 6 + 32 + 16 + 1;
 
 /// Kills `claims.rs: replace || with && in Claims::decode` (`len == 0 || len > MAX_CANDIDATE_ID_LEN`):
 /// a correctly signed payload whose candidate id is empty or longer than the format allows is
@@ -177,8 +177,8 @@ fn a_signed_payload_with_an_empty_or_oversized_candidate_id_is_refused() {
 fn a_state_announcing_a_key_id_it_does_not_carry_is_refused_without_panicking() {
     let ring = KeyRing::single(KID, SECRET).unwrap();
     for kid_len in [1u8, 2, 32] {
-        // version 2, kid_len, then only the 32 tag bytes: the shortest body `open` reads.
-        let mut raw = vec![2u8, kid_len];
+        // version 3, kid_len, then only the 32 tag bytes: the shortest body `open` reads.
+        let mut raw = vec![3u8, kid_len];
         raw.extend_from_slice(&[0u8; 32]);
         let token = format!("mcpc1.{}", URL_SAFE_NO_PAD.encode(&raw));
         let opened = std::panic::catch_unwind(|| mcp_confirm::__bench::open(&ring, &token));
@@ -244,15 +244,15 @@ fn with_lifetime(state: &str, issued_at: u64, expires_at: u64) -> String {
     forge_with(&KEY, "k1", &payload)
 }
 
-/// Seals `payload` like `codec::seal` (format 2), independently of the crate's code:
-/// `mcpc1.` base64url(2 || kid_len || kid || payload || HMAC(K_mac, LABEL || body)), K_mac being
+/// Seals `payload` like `codec::seal` (format 3), independently of the crate's code:
+/// `mcpc1.` base64url(3 || kid_len || kid || payload || HMAC(K_mac, LABEL || body)), K_mac being
 /// HKDF-SHA256(secret) expanded with the MAC label.
 fn forge_with(secret: &[u8], kid: &str, payload: &[u8]) -> String {
     let hk = hkdf::Hkdf::<Sha256>::new(None, secret);
     let mut k_mac = [0u8; 32];
     hk.expand(b"mcp-confirm/requestState/v1/mac", &mut k_mac)
         .unwrap();
-    let mut body = vec![2u8, kid.len() as u8];
+    let mut body = vec![3u8, kid.len() as u8];
     body.extend_from_slice(kid.as_bytes());
     body.extend_from_slice(payload);
     let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(&k_mac).unwrap();

@@ -1,0 +1,74 @@
+//! The standing approvals a layer grants, for the people who hold them: list a principal's live
+//! ones and revoke one or all, on every instance sharing the store (a revocation stops the next
+//! use everywhere).
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::principal::Principal;
+use crate::store::StoreError;
+use crate::store::standing::{Standing, StandingId, StandingStore};
+
+/// A handle on the standing approvals of one layer's deployment
+/// ([`ConfirmLayer::standing_approvals`](crate::ConfirmLayer::standing_approvals)). Clones are
+/// cheap and share the layer's store and keys.
+#[derive(Clone)]
+pub struct StandingApprovals {
+    config: Arc<Config>,
+    store: Arc<dyn StandingStore>,
+}
+
+impl fmt::Debug for StandingApprovals {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StandingApprovals")
+            .field("audience", &self.config.audience)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StandingApprovals {
+    pub(crate) fn new(config: Arc<Config>) -> Option<Self> {
+        let store = Arc::clone(config.standing.as_ref()?);
+        Some(Self { config, store })
+    }
+
+    /// `principal`'s live standing approvals in this deployment, soonest expiry first.
+    ///
+    /// # Errors
+    /// The store's, if it cannot be read.
+    pub async fn list(&self, principal: &Principal) -> Result<Vec<Standing>, StoreError> {
+        let key = self.config.principal_key(principal);
+        let mut live = self.store.list(key).await?;
+        live.retain(|s| s.audience == self.config.audience);
+        Ok(live)
+    }
+
+    /// Revokes `principal`'s standing approval `id`, or all of them in this deployment (`None`),
+    /// and answers how many were live. Another principal's id revokes nothing.
+    ///
+    /// # Errors
+    /// The store's, if it cannot be reached; nothing is then known to be revoked.
+    pub async fn revoke(
+        &self,
+        principal: &Principal,
+        id: Option<StandingId>,
+    ) -> Result<usize, StoreError> {
+        let key = self.config.principal_key(principal);
+        let mut revoked = 0;
+        for standing in self.list(principal).await? {
+            if id.is_none_or(|id| id == standing.id) {
+                let done = self.store.revoke(key, Some(standing.id)).await?;
+                if done > 0 {
+                    crate::audit::standing_revoked(
+                        &standing.tool,
+                        principal,
+                        &standing.id.to_hex(),
+                    );
+                }
+                revoked += done;
+            }
+        }
+        Ok(revoked)
+    }
+}
