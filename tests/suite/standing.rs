@@ -319,3 +319,142 @@ fn standing_is_refused_where_it_cannot_be_kept() {
         .try_build()
         .unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Attacks.
+
+/// Two layers ("instances") of one deployment on one store, and a third of another deployment.
+fn instances(uses: u32) -> (Fixture, Fixture, Fixture, StandingApprovals) {
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = |audience: &str| {
+        base_builder(&notes, &clock, &store)
+            .audience(audience)
+            .standing_store(store.clone())
+            .tool(
+                "notes_delete",
+                delete_policy(&notes).standing(Duration::from_secs(600), uses, workspace),
+            )
+            .build()
+    };
+    let (a, b, other) = (
+        layer("notes.example"),
+        layer("notes.example"),
+        layer("other.example"),
+    );
+    let revoker = b.standing_approvals().unwrap();
+    (
+        Fixture::new(a, notes.clone(), clock.clone(), store.clone()),
+        Fixture::new(b, notes.clone(), clock.clone(), store.clone()),
+        Fixture::new(other, notes, clock, store),
+        revoker,
+    )
+}
+
+#[tokio::test]
+async fn a_revocation_on_one_instance_stops_the_next_use_on_another() {
+    let (a, b, _, revoker) = instances(10);
+    grant(&a).await;
+    // Granted on one instance, used on the other.
+    assert_ran(&b.alice(&call(json!(10), PERSONAL, "Taxes")).await);
+    let alice = Principal::new("alice");
+    assert_eq!(revoker.revoke(&alice, None).await.unwrap(), 1);
+    assert_asks(&a.alice(&call(json!(11), PERSONAL, "Taxes")).await);
+    assert_asks(&b.alice(&call(json!(12), PERSONAL, "Taxes")).await);
+}
+
+#[tokio::test]
+async fn another_deployment_on_the_same_store_and_keys_is_not_covered() {
+    let (a, _, other, revoker) = instances(10);
+    grant(&a).await;
+    assert_asks(&other.alice(&call(json!(10), PERSONAL, "Taxes")).await);
+    // Nor does it list or revoke this deployment's approvals.
+    let alice = Principal::new("alice");
+    let foreign = {
+        let notes = Notes::seeded();
+        let clock = ManualClock::new(now());
+        let store = MemoryReplayStore::with_clock(100, clock.clone());
+        base_builder(&notes, &clock, &store)
+            .standing_store(store.clone())
+            .tool(
+                "notes_delete",
+                delete_policy(&notes).standing(Duration::from_secs(600), 3, workspace),
+            )
+            .build()
+            .standing_approvals()
+            .unwrap()
+    };
+    assert!(foreign.list(&alice).await.unwrap().is_empty());
+    assert_eq!(revoker.list(&alice).await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_calls_spend_exactly_the_uses() {
+    let f = std::sync::Arc::new(standing_fixture(3));
+    grant(&f).await;
+    let before = f.seen.count();
+    let racers: Vec<_> = (0..16)
+        .map(|i| {
+            let f = std::sync::Arc::clone(&f);
+            tokio::spawn(async move { f.alice(&call(json!(100 + i), PERSONAL, "Taxes")).await })
+        })
+        .collect();
+    let mut asked = 0;
+    for racer in racers {
+        let answer = racer.await.unwrap();
+        if answer.result()["resultType"] == "input_required" {
+            asked += 1;
+        } else {
+            assert_ran(&answer);
+        }
+    }
+    assert_eq!(f.seen.count() - before, 3, "exactly the three uses ran");
+    assert_eq!(asked, 13, "the rest got the form");
+}
+
+#[tokio::test]
+async fn a_call_under_a_standing_approval_is_revalidated_on_the_live_record() {
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let allowed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let hook = std::sync::Arc::clone(&allowed);
+    let policy = delete_policy(&notes)
+        .revalidate(move |_: mcp_confirm::Revalidation| {
+            let allowed = hook.load(std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if allowed {
+                    Ok(())
+                } else {
+                    Err(mcp_confirm::Refusal::new("access withdrawn"))
+                }
+            }
+        })
+        .standing(Duration::from_secs(600), 10, workspace);
+    let layer = base_builder(&notes, &clock, &store)
+        .standing_store(store.clone())
+        .tool("notes_delete", policy)
+        .build();
+    let approvals = layer.standing_approvals().unwrap();
+    let f = Fixture::new(layer, notes, clock, store);
+    grant(&f).await;
+    let ran = f.seen.count();
+    allowed.store(false, std::sync::atomic::Ordering::SeqCst);
+    let answer = f.alice(&call(json!(10), PERSONAL, "Taxes")).await;
+    assert_eq!(answer.result()["isError"], true, "{:?}", answer.bytes);
+    assert_eq!(
+        answer.result()["_meta"]["io.github.mcp-confirm/outcome"],
+        "revoked"
+    );
+    assert_eq!(f.seen.count(), ran, "the refused call did not run");
+    // The use was spent before the check, as a claim is.
+    let left = approvals.list(&Principal::new("alice")).await.unwrap();
+    assert_eq!(left[0].used, 1);
+    // A note taken out of the scope is no longer found there: nothing runs.
+    allowed.store(true, std::sync::atomic::Ordering::SeqCst);
+    f.notes.move_to("note-20", TEAM);
+    let answer = f.alice(&call(json!(11), PERSONAL, "Taxes")).await;
+    assert_ne!(answer.result()["content"][0]["text"], "done by inner");
+    assert_eq!(f.seen.count(), ran);
+}
