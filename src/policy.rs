@@ -605,6 +605,7 @@ impl ToolPolicy {
             queued: self.given.queued,
             claimed_by_handler: self.given.claimed_by_handler,
             when: self.when.is_some(),
+            standing: self.standing.is_some(),
         }
     }
 
@@ -663,12 +664,6 @@ impl ToolPolicy {
                     crate::store::standing::MAX_STANDING_USES
                 ));
             }
-            if self.settlement != Settlement::Forward {
-                return Err(format!(
-                    "tool {tool:?}: `standing` cannot go with `queued` or `claimed_by_handler`: a \
-                     call under a standing approval has no confirmation of its own to hand over"
-                ));
-            }
             if self.channel != Channel::Form {
                 return Err(format!(
                     "tool {tool:?}: `standing` is offered in the form only, not with \
@@ -712,6 +707,8 @@ pub struct PolicyShape {
     pub claimed_by_handler: bool,
     /// `when` is given.
     pub when: bool,
+    /// `standing` is given.
+    pub standing: bool,
 }
 
 impl PolicyShape {
@@ -747,6 +744,12 @@ impl PolicyShape {
                 "`when` cannot go with `select_into`: a call the condition lets through unasked \
                  would reach the handler with the client's own value in the argument the handler \
                  trusts as the user's choice",
+            );
+        }
+        if self.standing && (self.queued || self.claimed_by_handler) {
+            return Err(
+                "`standing` cannot go with `queued` or `claimed_by_handler`: a call under a \
+                 standing approval has no confirmation of its own to hand over",
             );
         }
         if self.queued && self.claimed_by_handler {

@@ -37,6 +37,29 @@ impl FromMeta for Flag {
     }
 }
 
+/// `standing(up_to = "10m", uses = 20, scope = Self::scope_of)`: the widest standing approval
+/// the form may offer.
+#[derive(Debug, FromMeta)]
+pub(crate) struct StandingArgs {
+    up_to: LitStr,
+    uses: u32,
+    scope: Path,
+}
+
+/// Seconds in `"90s"`, `"10m"`, `"1h"`.
+fn seconds(text: &str) -> Option<u64> {
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().ok()?;
+    let unit = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return None,
+    };
+    number.checked_mul(unit)
+}
+
 /// The keys of one `#[confirm(…)]`.
 #[derive(Debug, Default, FromMeta)]
 #[darling(default)]
@@ -61,6 +84,7 @@ pub(crate) struct ConfirmArgs {
     queued: Flag,
     approve_in_browser: Flag,
     require_typed_id: Flag,
+    standing: Option<StandingArgs>,
 }
 
 impl ConfirmArgs {
@@ -98,6 +122,7 @@ impl ConfirmArgs {
         let queued = self.queued.is_present();
         let claimed_by_handler = self.claimed_by_handler.is_present();
         let when = self.when.is_some();
+        let standing = self.standing.is_some();
         quote_spanned! {span=>
             const _: () = ::mcp_confirm::__private::PolicyShape {
                 pick_one: #pick_one,
@@ -108,6 +133,7 @@ impl ConfirmArgs {
                 queued: #queued,
                 claimed_by_handler: #claimed_by_handler,
                 when: #when,
+                standing: #standing,
             }
             .assert_valid();
         }
@@ -188,6 +214,33 @@ impl ConfirmArgs {
                 policy = quote!(#policy.#key());
             }
         }
+        if let Some(standing) = &self.standing {
+            let up_to = match seconds(&standing.up_to.value()) {
+                Some(secs) => quote!(::std::time::Duration::from_secs(#secs)),
+                None => {
+                    return quote_spanned! {standing.up_to.span()=>
+                        ::core::compile_error!(
+                            "`up_to` is a whole number of seconds, minutes or hours: \"90s\", \"10m\", \"1h\""
+                        )
+                    };
+                }
+            };
+            let uses = standing.uses;
+            let path = &standing.scope;
+            let call = if is_method(path) {
+                quote_spanned!(path.span()=> #path(&this, lookup))
+            } else {
+                quote_spanned!(path.span()=> #path(lookup))
+            };
+            let scope = quote! {{
+                let this = ::std::clone::Clone::clone(self);
+                move |lookup: &::mcp_confirm::Lookup| -> ::std::option::Option<::std::string::String> {
+                    let _ = &this;
+                    #call
+                }
+            }};
+            policy = quote!(#policy.standing(#up_to, #uses, #scope));
+        }
         policy
     }
 }
@@ -224,6 +277,33 @@ fn hook(path: &Path, param: TokenStream, arg: TokenStream, result: TokenStream) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn standing_durations_read_seconds_minutes_and_hours_only() {
+        assert_eq!(seconds("90s"), Some(90));
+        assert_eq!(seconds("10m"), Some(600));
+        assert_eq!(seconds("1h"), Some(3600));
+        for bad in ["", "10", "m", "10 m", "10min", "1d", "-1m"] {
+            assert_eq!(seconds(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn standing_becomes_the_builder_call() {
+        let args = args(quote!(#[confirm(pick_one = Self::matching,
+            standing(up_to = "10m", uses = 20, scope = Self::workspace_of))]))
+        .unwrap();
+        let policy = text(args.policy());
+        assert!(
+            policy.contains(".standing(::std::time::Duration::from_secs(600u64),20u32,"),
+            "{policy}"
+        );
+        assert!(
+            policy.contains("Self::workspace_of(&this,lookup)"),
+            "{policy}"
+        );
+        assert!(text(args.shape_check(Span::call_site())).contains("standing:true"));
+    }
 
     fn args(attr: TokenStream) -> darling::Result<ConfirmArgs> {
         let attr: Attribute = syn::parse_quote!(#attr);
