@@ -431,8 +431,19 @@ impl Attempt<'_> {
         };
         let principal_key = config.principal_key(self.principal);
         let key = StandingKey::new(&config.audience, principal_key, call.tool.as_str(), &scope);
-        let Some(standing) = store.find(key).await.map_err(store_failed)? else {
-            return Ok(None);
+        // A store that cannot answer covers nothing: the form is shown, as without a standing
+        // approval (never a refusal the form would have avoided, never a pass).
+        let standing = match store.find(key).await {
+            Ok(Some(standing)) => standing,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                audit::refused(
+                    call.tool.as_str(),
+                    Some(self.principal),
+                    &format!("standing store unavailable, asking instead: {e}"),
+                );
+                return Ok(None);
+            }
         };
         // As unambiguous as a confirmed call: exactly one record, versioned as the policy asks.
         let (chosen, version) = match &policy.resolver {
@@ -456,11 +467,15 @@ impl Attempt<'_> {
         };
         let tool = call.tool.as_str();
         let id = standing.id.to_hex();
-        let left = match store
-            .use_one(key, standing.id)
-            .await
-            .map_err(store_failed)?
-        {
+        let spent = store.use_one(key, standing.id).await.unwrap_or_else(|e| {
+            audit::refused(
+                tool,
+                Some(self.principal),
+                &format!("standing store unavailable, asking instead: {e}"),
+            );
+            Use::Unknown
+        });
+        let left = match spent {
             Use::Used { left } => left,
             ended => {
                 let outcome = match ended {

@@ -458,3 +458,76 @@ async fn a_call_under_a_standing_approval_is_revalidated_on_the_live_record() {
     assert_ne!(answer.result()["content"][0]["text"], "done by inner");
     assert_eq!(f.seen.count(), ran);
 }
+
+/// A standing store that keeps approvals in memory but cannot be read: every `find` and
+/// `use_one` fails.
+#[derive(Debug, Clone)]
+struct Unreadable(MemoryReplayStore);
+
+impl mcp_confirm::store::standing::StandingStore for Unreadable {
+    fn grant(
+        &self,
+        standing: &mcp_confirm::store::standing::Standing,
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<(), mcp_confirm::store::StoreError>> {
+        self.0.grant(standing)
+    }
+    fn find(
+        &self,
+        _: mcp_confirm::store::standing::StandingKey,
+    ) -> mcp_confirm::store::BoxFuture<
+        '_,
+        Result<Option<mcp_confirm::store::standing::Standing>, mcp_confirm::store::StoreError>,
+    > {
+        Box::pin(std::future::ready(Err(
+            mcp_confirm::store::StoreError::Timeout,
+        )))
+    }
+    fn use_one(
+        &self,
+        _: mcp_confirm::store::standing::StandingKey,
+        _: mcp_confirm::store::standing::StandingId,
+    ) -> mcp_confirm::store::BoxFuture<
+        '_,
+        Result<mcp_confirm::store::standing::Use, mcp_confirm::store::StoreError>,
+    > {
+        Box::pin(std::future::ready(Err(
+            mcp_confirm::store::StoreError::Timeout,
+        )))
+    }
+    fn list(
+        &self,
+        principal: mcp_confirm::store::PrincipalKey,
+    ) -> mcp_confirm::store::BoxFuture<
+        '_,
+        Result<Vec<mcp_confirm::store::standing::Standing>, mcp_confirm::store::StoreError>,
+    > {
+        self.0.list(principal)
+    }
+    fn revoke(
+        &self,
+        principal: mcp_confirm::store::PrincipalKey,
+        id: Option<mcp_confirm::store::standing::StandingId>,
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<usize, mcp_confirm::store::StoreError>> {
+        self.0.revoke(principal, id)
+    }
+}
+
+#[tokio::test]
+async fn a_standing_store_that_cannot_answer_covers_nothing_and_refuses_nothing() {
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = base_builder(&notes, &clock, &store)
+        .standing_store(Unreadable(store.clone()))
+        .tool(
+            "notes_delete",
+            delete_policy(&notes).standing(Duration::from_secs(600), 10, workspace),
+        )
+        .build();
+    let f = Fixture::new(layer, notes, clock, store);
+    grant(&f).await;
+    let ran = f.seen.count();
+    // Covered, but the store cannot say so: the form, as without a standing approval.
+    assert_asks(&f.alice(&call(json!(10), PERSONAL, "Taxes")).await);
+    assert_eq!(f.seen.count(), ran);
+}
