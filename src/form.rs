@@ -11,8 +11,7 @@ use serde_json::Value;
 use crate::policy::{Candidate, Channel, ChoiceStyle, ToolPolicy};
 use crate::token::candidates::Shown;
 
-/// The form field that offers a standing approval besides "only this time".
-pub(crate) const REMEMBER_FIELD: &str = "remember";
+pub(crate) use crate::policy::REMEMBER_FIELD;
 
 /// The `requestedSchema` for a policy and the candidates shown; `standing` is the words of the
 /// standing approval offered, if any.

@@ -177,8 +177,8 @@ impl ConfirmLayer {
     /// The standing approvals this layer grants ([`ToolPolicy::standing`]): list and revoke a
     /// principal's. `None` when the layer keeps none (a replay store given without a
     /// [`standing_store`](ConfirmLayerBuilder::standing_store)).
-    pub fn standing_approvals(&self) -> Option<crate::StandingApprovals> {
-        crate::StandingApprovals::new(Arc::clone(&self.config))
+    pub fn standing_approvals(&self) -> Option<crate::standing::StandingApprovals> {
+        crate::standing::StandingApprovals::new(Arc::clone(&self.config))
     }
 
     /// The worker's handle on the grants this layer issues: its

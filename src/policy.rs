@@ -238,6 +238,9 @@ impl fmt::Debug for StandingOffer {
     }
 }
 
+/// The form field that offers a standing approval besides "only this time".
+pub(crate) const REMEMBER_FIELD: &str = "remember";
+
 /// The longest standing approval a policy may offer.
 pub const MAX_STANDING_FOR: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
@@ -670,7 +673,7 @@ impl ToolPolicy {
                      `approve_in_browser`"
                 ));
             }
-            let remember = crate::form::REMEMBER_FIELD;
+            let remember = REMEMBER_FIELD;
             if self.confirm_field == remember
                 || (self.resolver.is_some() && self.choice_field == remember)
             {

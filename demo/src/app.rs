@@ -22,7 +22,7 @@ use mcp_confirm::{
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, GetTaskParams, GetTaskResult,
+    CallToolResponse, CallToolResult, CancelTaskParams, GetTaskParams, GetTaskResult,
     Implementation, ProtocolVersion, ServerCapabilities, ServerConfig, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
@@ -36,25 +36,8 @@ use tower::ServiceBuilder;
 
 use crate::notes::{NotesError, NotesStore};
 use crate::queue::{self, Queue};
+pub use crate::shared::{may_use, principal_for_token, refuse, text, with_notes};
 use crate::signin;
-
-/// The demo identity provider: bearer token → principal.
-pub fn principal_for_token(token: &str) -> Option<&'static str> {
-    match token {
-        "alice-token" => Some("alice"),
-        "bob-token" => Some("bob"),
-        _ => None,
-    }
-}
-
-/// The demo access policy: which workspaces a principal may use (`load` exists only in the
-/// in-memory variant started for load tests).
-pub fn may_use(principal: &str, workspace: &str) -> bool {
-    matches!(
-        (principal, workspace),
-        ("alice", "personal" | "team" | "load") | ("bob", "team")
-    )
-}
 
 /// A store of nonces, browser approvals and standing approvals (every store of mcp-confirm is one).
 pub trait Store: ReplayStore + ApprovalStore + StandingStore {}
@@ -164,21 +147,6 @@ pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
         .fallback(signin::not_found)
 }
 
-/// Runs `f` on the notes store: on the blocking pool when the notes are files (so file I/O never
-/// stalls an async worker), in place when they are in memory.
-pub async fn with_notes<T: Send + 'static>(
-    store: &Arc<NotesStore>,
-    f: impl FnOnce(&NotesStore) -> Result<T, NotesError> + Send + 'static,
-) -> Result<T, NotesError> {
-    if !store.on_disk() {
-        return f(store);
-    }
-    let store = Arc::clone(store);
-    tokio::task::spawn_blocking(move || f(&store))
-        .await
-        .map_err(|e| NotesError::Storage(format!("the notes task failed: {e}")))?
-}
-
 /// Bearer-token authentication: the principal goes into the request extensions, where
 /// `ConfirmLayer` and the tool handlers find it.
 async fn authenticate(mut request: Request, next: Next) -> Response {
@@ -255,16 +223,6 @@ pub struct PurgeArgs {
     /// Read by the layer's hooks and the worker from the confirmed arguments; here for the schema.
     #[allow(dead_code)]
     title: String,
-}
-
-/// A tool result of one text.
-pub fn text(result: String) -> CallToolResult {
-    CallToolResult::success(vec![ContentBlock::text(result)])
-}
-
-/// A tool result that refuses, with its reason as text.
-pub fn refuse(result: impl Into<String>) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(result.into())])
 }
 
 /// The outcome of a notes operation as a tool result.

@@ -25,8 +25,8 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions, current_timestamp};
 use sha2::{Digest, Sha256};
 
-use crate::app::{refuse, text};
 use crate::notes::{Note, NotesError, NotesStore};
+use crate::shared::{refuse, text};
 
 /// The id of the one choice a purge form offers: every note with the title.
 pub const WHOLE_SET: &str = "all";
@@ -151,7 +151,7 @@ impl Queue {
                 let title = grant.arguments["title"].as_str().unwrap_or_default();
                 let (workspace, title) = (notes.workspace_name(uri)?, title.to_owned());
                 let version = grant.version.unwrap_or_default();
-                crate::app::with_notes(&notes, move |notes| {
+                crate::shared::with_notes(&notes, move |notes| {
                     purge(notes, &workspace, &title, &version)
                 })
                 .await

@@ -20,7 +20,7 @@ use http::{HeaderValue, StatusCode, header};
 use mcp_confirm::Principal;
 use serde::Deserialize;
 
-use crate::app::principal_for_token;
+use crate::shared::principal_for_token;
 
 /// The session cookie's name.
 const COOKIE: &str = "notes_session";
