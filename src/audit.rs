@@ -24,9 +24,10 @@ pub(crate) fn refused(tool: &str, principal: Option<&Principal>, reason: &str) {
     tracing::warn!(target: TARGET, decision = "refused", tool, principal = subject(principal), reason);
 }
 
-/// The approval page refused a post before reading the approval it names (so no tool yet).
-pub(crate) fn page_refused(principal: &Principal, reason: &str) {
-    tracing::warn!(target: TARGET, decision = "refused", channel = "approval_page",
+/// A page (`channel`: `approval_page`, `standing_page`) refused a post before reading what it
+/// names (so no tool yet).
+pub(crate) fn page_refused(channel: &'static str, principal: &Principal, reason: &str) {
+    tracing::warn!(target: TARGET, decision = "refused", channel,
         principal = principal.subject(), reason);
 }
 

@@ -158,6 +158,7 @@ mod layer;
 mod limit;
 mod listing;
 mod message;
+mod page;
 mod policy;
 mod principal;
 mod protocol;
@@ -345,5 +346,5 @@ pub use protocol::{
 };
 pub use rpc::{JsonRpcMessage, JsonRpcReply};
 pub use service::Confirm;
-pub use standing::StandingApprovals;
+pub use standing::{StandingApprovals, StandingPage};
 pub use token::keyring::{KeyError, KeyRing};

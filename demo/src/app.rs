@@ -129,6 +129,20 @@ pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
             signin::from_cookie,
         ))
         .service(confirm.approval_page().sign_in_url("/signin"));
+    // The standing-approvals page: the same session, headers and origin rules.
+    let standing = confirm.standing_approvals().map(|approvals| {
+        ServiceBuilder::new()
+            .layer(HostOriginLayer::localhost())
+            .layer(middleware::from_fn_with_state(
+                sessions.clone(),
+                signin::from_cookie,
+            ))
+            .service(
+                approvals
+                    .page(format!("{}/standing", options.public_url))
+                    .sign_in_url("/signin"),
+            )
+    });
     let sign_in = axum::routing::get(signin::form)
         .post(signin::submit)
         .fallback(signin::method_not_allowed("GET, HEAD, POST"))
@@ -138,13 +152,16 @@ pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
         .fallback(signin::method_not_allowed("POST"))
         .with_state(sessions)
         .layer(HostOriginLayer::localhost());
-    Router::new()
+    let mut router = Router::new()
         .nest_service("/mcp", guard.layer(confirm).service(rmcp))
         .route_service("/confirm/{id}", page)
         .route("/signin", sign_in)
-        .route("/signout", sign_out)
-        // Anything else (`/confirm/`, `/confirm/a/b`) is a 404 with the pages' headers.
-        .fallback(signin::not_found)
+        .route("/signout", sign_out);
+    if let Some(standing) = standing {
+        router = router.route_service("/standing", standing);
+    }
+    // Anything else (`/confirm/`, `/confirm/a/b`) is a 404 with the pages' headers.
+    router.fallback(signin::not_found)
 }
 
 /// Bearer-token authentication: the principal goes into the request extensions, where
@@ -346,7 +363,10 @@ impl NotesServer {
         confirm_title = "Yes, delete this note",
         // Room for the server's facts, a title and an excerpt (each capped in `Note::label`).
         max_label_chars = 112,
-        no_candidates_text = "No note with that title in a workspace you can access; nothing was changed."
+        no_candidates_text = "No note with that title in a workspace you can access; nothing was changed.",
+        // The user may also allow deleting notes in this one workspace for up to ten minutes
+        // (at most 20 later calls, each still resolving exactly one note and re-checked live).
+        standing(up_to = "10m", uses = 20, scope = Self::workspace_scope)
     )]
     async fn notes_delete(
         &self,
@@ -527,6 +547,15 @@ impl NotesServer {
             notes.find_by_title(&workspace, &title)
         })
         .await
+    }
+
+    /// What a standing approval of `notes_delete` covers: one workspace, by its canonical name
+    /// (every spelling of its URI maps to the same name; a URI that names no workspace of this
+    /// principal is covered by nothing, so it always gets the form).
+    fn workspace_scope(&self, lookup: &Lookup) -> Option<String> {
+        let uri = lookup.arguments["workspaceUri"].as_str()?;
+        let workspace = self.store.workspace_name(uri).ok()?;
+        may_use(lookup.principal.subject(), &workspace).then(|| format!("workspace {workspace}"))
     }
 
     /// The notes of `title` in the workspace this principal may use: what the form offers.

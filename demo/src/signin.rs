@@ -86,9 +86,10 @@ impl Sessions {
     }
 }
 
-/// Where the sign-in page may send the person afterwards: approval pages only.
+/// Where the sign-in page may send the person afterwards: approval pages and the
+/// standing-approvals page only.
 fn safe_next(next: &str) -> &str {
-    let ok = next.starts_with("/confirm/")
+    let ok = (next.starts_with("/confirm/") || next == "/standing")
         && next.len() <= 64
         && next[1..]
             .bytes()

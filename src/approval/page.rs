@@ -11,20 +11,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 
 use super::html::{self, gone, not_yours, page, render, unavailable};
 use crate::audit;
 use crate::config::Config;
-use crate::guard::{media_type, origin_of};
 use crate::kernel::{BoxFuture, hex, unhex};
+use crate::page::{form_value, method_not_allowed, read_form, same_origin};
 use crate::principal::Principal;
 use crate::store::approval::{Approval, ApprovalId, Decided, Decision};
-
-/// The most a decision's form body may hold.
-const MAX_FORM_BYTES: usize = 16 * 1024;
 
 /// The approval page: `GET …/{id}` shows the approval, `POST …/{id}` decides it. Get it from
 /// [`ConfirmLayer::approval_page`](crate::ConfirmLayer::approval_page).
@@ -77,11 +74,7 @@ impl ApprovalPage {
         let principal = self.config.principal.extract(request.extensions());
         let method = request.method().clone();
         if method != Method::GET && method != Method::POST {
-            let mut response = page(StatusCode::METHOD_NOT_ALLOWED, "Not allowed", "");
-            response
-                .headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static("GET, POST"));
-            return response;
+            return method_not_allowed("GET, POST");
         }
         let Some(principal) = principal else {
             return html::sign_in(self.sign_in.as_deref(), &path);
@@ -89,35 +82,18 @@ impl ApprovalPage {
         if method == Method::GET {
             return self.show(id, &principal, None).await;
         }
-        if let Err(refusal) = self.same_origin(&request) {
-            audit::page_refused(&principal, refusal);
+        if let Err(refusal) = same_origin(request.headers(), self.config.approval_url.as_deref()) {
+            audit::page_refused("approval_page", &principal, refusal);
             return page(
                 StatusCode::FORBIDDEN,
                 "Refused",
                 "<p>This request did not come from the approval page.</p>",
             );
         }
-        let form_encoded =
-            media_type(request.headers()).as_deref() == Some("application/x-www-form-urlencoded");
-        if !form_encoded {
-            return page(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "Refused",
-                "<p>Send the page's form.</p>",
-            );
-        }
-        let body = match Limited::new(request.into_body(), MAX_FORM_BYTES)
-            .collect()
-            .await
-        {
-            Ok(body) => body.to_bytes(),
-            Err(_) => {
-                return page(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "Refused",
-                    "<p>The form is too large.</p>",
-                );
-            }
+        let (parts, body) = request.into_parts();
+        let body = match read_form(&parts.headers, body).await {
+            Ok(body) => body,
+            Err(refusal) => return refusal,
         };
         self.decide(id, &principal, &body).await
     }
@@ -169,31 +145,6 @@ impl ApprovalPage {
             .is_used(approval.nonce, approval.principal)
             .await
             .unwrap_or(true)
-    }
-
-    /// A decision must come from a page of the approval URL's origin: a cross-site form post is
-    /// refused before anything is read.
-    fn same_origin<B>(&self, request: &Request<B>) -> Result<(), &'static str> {
-        let headers = request.headers();
-        if let Some(site) = headers.get("sec-fetch-site")
-            && site.as_bytes() != b"same-origin"
-        {
-            return Err("approval POST from another site (Sec-Fetch-Site)");
-        }
-        let Some(origin) = headers.get(header::ORIGIN) else {
-            // Not a browser form post; the anti-forgery token still has to match.
-            return Ok(());
-        };
-        let expected = self
-            .config
-            .approval_url
-            .as_deref()
-            .and_then(|url| url.parse::<http::Uri>().ok())
-            .and_then(|uri| origin_of(&uri));
-        match expected {
-            Some(expected) if origin.as_bytes() == expected.as_bytes() => Ok(()),
-            _ => Err("approval POST from another origin"),
-        }
     }
 
     /// The approval as its principal sees it, with the decision form while it is open.
@@ -373,27 +324,5 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let page = self.clone();
         Box::pin(async move { Ok(page.answer(request).await) })
-    }
-}
-
-/// The first value of each name in an `application/x-www-form-urlencoded` body.
-fn form_value(body: &[u8], name: &str) -> Option<String> {
-    form_urlencoded::parse(body)
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.into_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn form_values_decode_and_the_first_counts() {
-        let body = b"csrf=ab%2Fc&decision=approve&typed=note-7+x&bad=%zz&x=%4&csrf=second";
-        assert_eq!(form_value(body, "csrf").as_deref(), Some("ab/c"));
-        assert_eq!(form_value(body, "typed").as_deref(), Some("note-7 x"));
-        assert_eq!(form_value(body, "bad").as_deref(), Some("%zz"));
-        assert_eq!(form_value(body, "x").as_deref(), Some("%4"));
-        assert_eq!(form_value(body, "missing"), None);
     }
 }

@@ -107,14 +107,18 @@ pub fn outcome(answer: &Answer) -> Value {
 }
 
 /// A page request as `principal` (the auth layer in front put it in the extensions).
-pub async fn visit(
-    page: &ApprovalPage,
+pub async fn visit<P>(
+    page: &P,
     method: &str,
     url: &str,
     principal: Option<&str>,
     headers: &[(&str, &str)],
     body: impl Into<Bytes>,
-) -> (StatusCode, http::HeaderMap, String) {
+) -> (StatusCode, http::HeaderMap, String)
+where
+    P: tower::Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = Infallible>
+        + Clone,
+{
     let mut request = Request::builder().method(method).uri(url);
     for (name, value) in headers {
         request = request.header(*name, *value);

@@ -1,6 +1,13 @@
 //! The standing approvals a layer grants, for the people who hold them: list a principal's live
 //! ones and revoke one or all, on every instance sharing the store (a revocation stops the next
 //! use everywhere).
+//!
+//! - [`StandingApprovals`]: the library API (list, revoke);
+//! - `page`: the [`StandingPage`] tower service where a person does the same in her browser.
+
+mod page;
+
+pub use page::StandingPage;
 
 use std::fmt;
 use std::sync::Arc;
@@ -31,6 +38,14 @@ impl StandingApprovals {
     pub(crate) fn new(config: Arc<Config>) -> Option<Self> {
         let store = Arc::clone(config.standing.as_ref()?);
         Some(Self { config, store })
+    }
+
+    /// The page where a signed-in person lists and revokes her standing approvals: a tower
+    /// service to mount at `url` (the page's own absolute URL, e.g.
+    /// `https://notes.example/standing`: its origin is the only one a revocation may come from),
+    /// behind the same authentication as the [approval page](crate::ConfirmLayer::approval_page).
+    pub fn page(&self, url: impl Into<String>) -> StandingPage {
+        StandingPage::new(self.clone(), url.into())
     }
 
     /// `principal`'s live standing approvals in this deployment, soonest expiry first.

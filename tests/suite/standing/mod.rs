@@ -13,6 +13,8 @@ use mcp_confirm::{
 };
 use serde_json::{Value, json};
 
+mod page;
+
 /// The scope of a notes call: its workspace.
 fn workspace(lookup: &Lookup) -> Option<String> {
     lookup.arguments["workspaceUri"].as_str().map(str::to_owned)
