@@ -81,16 +81,17 @@ lap
 echo "built ($took)"
 
 # Exactly ./personal/note-7.md is gone from data dir $1 since the file list $2, nothing added.
-expect_only_note_7_gone() {
+expect_only_gone() { # data-dir notes-before expected-gone (sorted, one ./<ws>/<id>.md a line)
   local notes_after gone added
   notes_after=$(cd "$1" && find . -type f | sort)
   gone=$(comm -23 <(echo "$2") <(echo "$notes_after"))
   added=$(comm -13 <(echo "$2") <(echo "$notes_after"))
   echo "before: $(echo $2)"
   echo "after:  $(echo $notes_after)"
-  [[ $gone == "./personal/note-7.md" && -z $added ]] ||
-    die "expected exactly ./personal/note-7.md to be gone; gone: [$(echo $gone)], new: [$(echo $added)]"
-  echo "exactly personal/note-7.md is gone, the other notes remain"
+  [[ $gone == "$3" && -z $added ]] ||
+    die "expected exactly [$(echo $3)] to be gone; gone: [$(echo $gone)], new: [$(echo $added)]"
+  echo "exactly $(echo $3) gone, the other notes remain"
 }
+expect_only_note_7_gone() { expect_only_gone "$1" "$2" "./personal/note-7.md"; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -2,8 +2,11 @@
 # The MCP Inspector's web UI (@modelcontextprotocol/inspector 2.12.0, "modern" protocol era, i.e.
 # MCP 2026-07-28) drives notes_delete's form confirmation against the notes server in headless
 # Chromium: connect over Streamable HTTP as alice, execute notes_delete on the personal workspace's
-# "Groceries", pick the second note the form offers (note-7), tick the confirmation, submit; then
-# exactly personal/note-7.md must be gone from disk and every other note still there.
+# "Groceries", pick the second note the form offers (note-7), tick the confirmation, choose the
+# standing option ("also allow notes_delete on workspace personal for the next 10 minutes"),
+# submit; then "Taxes 2026" in the same workspace runs with no form, and "Sprint plan" in the team
+# workspace gets the form again. Exactly personal/note-7.md, personal/note-1.md and team/note-5.md
+# must be gone from disk and every other note still there.
 #
 # Installs what it needs itself through .ci/headless.sh (Debian's chromium, and Node 22, which the
 # Inspector needs at >= 22.19, the Inspector and playwright-core from npm under
@@ -91,13 +94,14 @@ echo "Inspector $inspector_version web UI at http://127.0.0.1:$ui_port ($took)"
 
 echo "== drive it in headless Chromium: notes_delete Groceries, pick the second note, confirm, submit"
 status=0
-INSPECTOR_URL=$ui_url NOTES_SERVER="127.0.0.1:$port" WORKSPACE_URI=$workspace CHROMIUM=$chromium_bin \
+INSPECTOR_URL=$ui_url NOTES_SERVER="127.0.0.1:$port" WORKSPACE_URI=$workspace \
+  TEAM_URI="file://$(cd "$work/notes/team" && pwd -P)" CHROMIUM=$chromium_bin \
   PLAYWRIGHT_FROM=$node_dir OUT=$out "$node" .ci/clients/inspector.mjs 2>&1 | tee "$out/driver.out" || status=$?
 [[ $status -eq 0 ]] || die "the browser drive failed (exit $status); screenshots and logs in $out"
 lap
 echo "drove the form ($took)"
 
 echo "== the notes on disk"
-expect_only_note_7_gone "$work/notes" "$notes_before"
-echo "screenshots: $out/inspector-form.png $out/inspector-done.png"
+expect_only_gone "$work/notes" "$notes_before" "$(printf './personal/note-1.md\n./personal/note-7.md\n./team/note-5.md')"
+echo "screenshots: $out/inspector-form.png $out/inspector-done.png $out/inspector-standing.png"
 echo "== MCP Inspector step passed in ${SECONDS}s"

@@ -1,11 +1,12 @@
 // Drives the MCP Inspector web UI (the Inspector's own React app, in headless Chromium through
 // playwright-core) through notes_delete's form confirmation against the notes server, the way a
 // person would: connect, open the tool, fill its arguments, execute, pick the second note in the
-// elicitation form, tick the confirmation, submit, read the result.
+// elicitation form, tick the confirmation, choose the standing option, submit, read the result;
+// then a call in the same workspace runs with no form, and one in another workspace is asked.
 //
 // Run by .ci/inspector.sh, which starts both servers and checks the note files on disk afterwards.
 // Environment: INSPECTOR_URL (the web UI, with its API token), NOTES_SERVER (the card's name in the
-// UI), WORKSPACE_URI, CHROMIUM (executable), PLAYWRIGHT_FROM (a directory whose node_modules has
+// UI), WORKSPACE_URI, TEAM_URI (another workspace of alice's), CHROMIUM (executable), PLAYWRIGHT_FROM (a directory whose node_modules has
 // playwright-core), OUT (screenshots and the traffic log). Prints one JSON line on success; on any
 // step that does not behave, prints the step, the error, the page's text and the MCP traffic seen so
 // far, saves OUT/inspector-failure.png and exits 1.
@@ -21,6 +22,7 @@ const env = (name) => {
 const inspectorUrl = env("INSPECTOR_URL");
 const serverName = env("NOTES_SERVER");
 const workspaceUri = env("WORKSPACE_URI");
+const teamUri = env("TEAM_URI");
 const out = env("OUT");
 const { chromium } = createRequire(join(env("PLAYWRIGHT_FROM"), "package.json"))("playwright-core");
 
@@ -186,6 +188,19 @@ async function run() {
   if (await confirm.isChecked()) throw new Error("the confirmation box is ticked before the user ticks it");
   await confirm.check();
   if (!(await submit.isEnabled())) throw new Error("Submit stays disabled with a note picked and the box ticked");
+
+  step = "choose the standing option";
+  const howLong = dialog.getByRole("textbox", { name: "How long" });
+  await howLong.click();
+  const spans = page.getByRole("listbox").getByRole("option");
+  await spans.first().waitFor();
+  const spanTexts = await spans.allInnerTexts();
+  log(`"How long" offers: ${JSON.stringify(spanTexts)}`);
+  const wider = spanTexts.findIndex((t) => t.startsWith("Also allow notes_delete on workspace personal for the next 10 minutes"));
+  if (spanTexts[0] !== "Only this time" || wider !== 1) {
+    throw new Error(`expected "Only this time" then the standing option, the form offers ${JSON.stringify(spanTexts)}`);
+  }
+  await spans.nth(1).click();
   await page.screenshot({ path: join(out, "inspector-form.png") });
   log(`picked ${JSON.stringify(picked)}, confirmation ticked; screenshot ${join(out, "inspector-form.png")}`);
 
@@ -207,7 +222,8 @@ async function run() {
   const [first, retry] = calls.map((m) => m.params);
   if (first.inputResponses || first.requestState) throw new Error("the first call already carries an answer");
   const answer = retry.inputResponses?.delete_choice;
-  if (answer?.action !== "accept" || answer.content?.note_id !== "note-7" || answer.content?.confirm !== true) {
+  if (answer?.action !== "accept" || answer.content?.note_id !== "note-7" || answer.content?.confirm !== true
+      || answer.content?.remember !== "standing") {
     throw new Error(`the retry's inputResponses are ${JSON.stringify(retry.inputResponses)}`);
   }
   if (typeof retry.requestState !== "string" || !retry.requestState) throw new Error("the retry has no requestState");
@@ -218,6 +234,45 @@ async function run() {
     throw new Error("the retry's arguments differ from the first call's");
   }
   log(`retry: inputResponses ${JSON.stringify(retry.inputResponses)} with a ${retry.requestState.length}-character requestState`);
+
+  step = "the next call in the same workspace runs under the standing approval, with no form";
+  // The Results panel stands where the tool's form was: close it to get the form back.
+  const reopen = async () => {
+    await page.getByRole("button", { name: "Close results" }).click();
+    await title.waitFor();
+  };
+  await reopen();
+  await title.fill("Taxes 2026");
+  await workspace.fill(workspaceUri);
+  await page.getByRole("button", { name: "Execute Tool" }).click();
+  const taxes = page.getByText(/^Deleted note-1 \(Taxes 2026\) from personal\.$/);
+  await taxes.waitFor({ timeout: 10_000 });
+  if (await dialog.isVisible()) throw new Error("a form was shown for a call the standing approval covers");
+  const taxesCalls = sent.filter((m) => m?.method === "tools/call" && m.params?.arguments?.title === "Taxes 2026");
+  if (taxesCalls.length !== 1 || taxesCalls[0].params.requestState) {
+    throw new Error(`expected one Taxes 2026 call and no retry, saw ${JSON.stringify(taxesCalls)}`);
+  }
+  log(`under the standing approval: ${JSON.stringify(await taxes.innerText())}, one request, no form`);
+
+  step = "a call in another workspace is asked again";
+  await reopen();
+  await title.fill("Sprint plan");
+  await workspace.fill(teamUri);
+  await page.getByRole("button", { name: "Execute Tool" }).click();
+  await dialog.waitFor();
+  await choice.click();
+  await options.first().waitFor();
+  const teamOffered = (await options.allInnerTexts()).map((text) => text.split(" ")[0]);
+  if (JSON.stringify(teamOffered) !== JSON.stringify(["note-5"])) {
+    throw new Error(`expected note-5 in the team form, it offers ${JSON.stringify(teamOffered)}`);
+  }
+  await options.first().click();
+  await confirm.check();
+  await page.screenshot({ path: join(out, "inspector-standing.png") });
+  await submit.click();
+  await dialog.waitFor({ state: "hidden" });
+  await page.getByText(/^Deleted note-5 \(Sprint plan\) from team\.$/).waitFor({ timeout: 10_000 });
+  log("out of scope: the form was shown again; note-5 deleted once confirmed");
   if (problems.length) throw new Error(`the page logged errors:\n${problems.join("\n")}`);
 
   writeFileSync(join(out, "inspector-traffic.log"), traffic.join("\n") + "\n");
