@@ -18,6 +18,7 @@ use crate::confirmed::{Confirmed, Waived, WaiverReason};
 use crate::engine::{self, Declared, Refused};
 use crate::form::{self, Answer};
 use crate::grant::{Grant, GrantId, GrantState, GrantStoreError};
+use crate::kernel::{Nonce, PrincipalKey};
 use crate::message::{self, ToolCall};
 use crate::policy::{Candidate, Channel, Lookup, Revalidation, Settlement, ToolPolicy, Versions};
 use crate::principal::Principal;
@@ -25,7 +26,7 @@ use crate::protocol::{self, Ask, Outcome, Reply, RpcError};
 use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decision as ApprovalDecision,
 };
-use crate::store::standing::{Standing, StandingKey, Use};
+use crate::store::standing::{Standing, StandingKey, StandingRef, Use};
 use crate::store::{Claim, ClaimRequest, Owner, StoreError};
 use crate::token::StateError;
 use crate::token::candidates::{Candidates, Shown};
@@ -434,8 +435,8 @@ impl Attempt<'_> {
         // A store that cannot answer covers nothing: the form is shown, as without a standing
         // approval (never a refusal the form would have avoided, never a pass).
         let standing = match store.find(key).await {
-            Ok(Some(standing)) => standing,
-            Ok(None) => return Ok(None),
+            Ok(Some(standing)) if standing.is_live(config.sealer.now()) => standing,
+            Ok(_) => return Ok(None),
             Err(e) => {
                 audit::refused(
                     call.tool.as_str(),
@@ -467,6 +468,28 @@ impl Attempt<'_> {
         };
         let tool = call.tool.as_str();
         let id = standing.id.to_hex();
+        let arguments = self.guarded.confirmed_arguments(call, chosen.as_deref());
+        let digest = arguments_digest(Some(&arguments), None);
+        let nonce = Nonce::random();
+        // A queued tool's grant is stored before the use is spent (a grant store that refuses
+        // leaves the approval's uses as they were), bound to the standing approval so that
+        // revoking it stops the grant if the work has not begun; withdrawn if the use is not
+        // spent or the revalidation refuses.
+        let grant = if policy.settlement == Settlement::Queued {
+            check_grant_arguments(&arguments)?;
+            let terms = GrantTerms {
+                principal: principal_key,
+                arguments_digest: digest,
+                nonce,
+                standing: Some(standing.reference()),
+            };
+            Some(
+                self.issue_grant(terms, &arguments, &chosen, &version)
+                    .await?,
+            )
+        } else {
+            None
+        };
         let spent = store.use_one(key, standing.id).await.unwrap_or_else(|e| {
             audit::refused(
                 tool,
@@ -485,11 +508,10 @@ impl Attempt<'_> {
                     _ => "unknown",
                 };
                 audit::standing_ended(tool, self.principal, &id, outcome);
+                withdraw(config, grant).await;
                 return Ok(None);
             }
         };
-        let arguments = self.guarded.confirmed_arguments(call, chosen.as_deref());
-        let digest = arguments_digest(Some(&arguments), None);
         audit::standing_used(
             tool,
             self.principal,
@@ -510,6 +532,7 @@ impl Attempt<'_> {
             };
             if let Err(refusal) = hook.revalidate(check).await {
                 audit::refused(tool, Some(self.principal), refusal.reason());
+                withdraw(config, grant).await;
                 return Ok(Some(self.outcome(
                     Outcome::Revoked,
                     "The action is no longer allowed or its target changed; nothing was changed.",
@@ -519,7 +542,6 @@ impl Attempt<'_> {
         let body = message::forward_body(call, &arguments).ok_or_else(|| {
             Refused::new(RpcError::internal(), "confirmed body could not be rebuilt")
         })?;
-        let nonce = crate::kernel::Nonce::random();
         let confirmed = Confirmed {
             principal: self.principal.clone(),
             tool: tool.into(),
@@ -528,7 +550,7 @@ impl Attempt<'_> {
             nonce,
             expires_at: standing.expires_at,
             claimed: true,
-            grant: None,
+            grant,
             selected_into: policy.select_into.as_deref().map(Arc::from),
             standing: Some(standing.id),
             arguments: digest,
@@ -771,8 +793,14 @@ impl Attempt<'_> {
             {
                 return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
             }
+            let terms = GrantTerms {
+                principal: claims.principal,
+                arguments_digest: claims.arguments,
+                nonce: claims.nonce,
+                standing: None,
+            };
             Some(
-                self.issue_grant(claims, &arguments, &chosen, &version)
+                self.issue_grant(terms, &arguments, &chosen, &version)
                     .await?,
             )
         } else {
@@ -847,7 +875,7 @@ impl Attempt<'_> {
     /// confirmation unspent (the claim comes after), so the same answer can be sent again.
     async fn issue_grant(
         &self,
-        claims: &Claims,
+        terms: GrantTerms,
         arguments: &Value,
         chosen: &Option<String>,
         version: &Option<String>,
@@ -861,17 +889,18 @@ impl Attempt<'_> {
         let grant = Grant {
             id: GrantId::random(),
             audience: config.audience.clone(),
-            principal: claims.principal,
+            principal: terms.principal,
             subject: self.principal.subject().to_owned(),
             tool: self.call.tool.as_str().to_owned(),
             arguments: arguments.clone(),
-            arguments_digest: claims.arguments,
+            arguments_digest: terms.arguments_digest,
             chosen: chosen.clone(),
             version: version.clone(),
-            nonce: claims.nonce,
+            nonce: terms.nonce,
             issued_at: now,
             expires_at: now + config.grant_ttl,
             state: GrantState::Granted,
+            standing: terms.standing,
         };
         store.issue(&grant).await.map_err(|e| {
             let error = match &e {
@@ -889,6 +918,16 @@ impl Attempt<'_> {
         let result = protocol::outcome_result(outcome, text, self.config.server_info.as_ref());
         Decision::Reply(Reply::result(&self.call.id, &result))
     }
+}
+
+/// What a grant is issued on: the principal's key, the digest of the arguments approved, the
+/// nonce of the confirmation (or of the standing approval's use), and the standing approval it
+/// was issued under, if any.
+struct GrantTerms {
+    principal: PrincipalKey,
+    arguments_digest: [u8; 32],
+    nonce: Nonce,
+    standing: Option<StandingRef>,
 }
 
 /// The most a queued call's arguments may weigh in its grant, as JSON.

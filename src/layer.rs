@@ -196,7 +196,12 @@ impl ConfirmLayer {
                 Some((name.clone(), Arc::clone(tool.policy.revalidate.as_ref()?)))
             })
             .collect();
-        Some(Grants::with_hooks(store, &self.config.audience, hooks))
+        Some(Grants::with_hooks(
+            store,
+            &self.config.audience,
+            hooks,
+            self.config.standing.clone(),
+        ))
     }
 }
 

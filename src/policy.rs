@@ -749,10 +749,10 @@ impl PolicyShape {
                  trusts as the user's choice",
             );
         }
-        if self.standing && (self.queued || self.claimed_by_handler) {
+        if self.standing && self.claimed_by_handler {
             return Err(
-                "`standing` cannot go with `queued` or `claimed_by_handler`: a call under a \
-                 standing approval has no confirmation of its own to hand over",
+                "`standing` cannot go with `claimed_by_handler`: a call under a standing \
+                 approval has no confirmation of its own for the handler to claim",
             );
         }
         if self.queued && self.claimed_by_handler {

@@ -35,6 +35,7 @@ pub fn grant(clock: &ManualClock, ttl: Duration) -> Grant {
         tool: "notes_purge".to_owned(),
         arguments: serde_json::json!({"workspace": "personal", "id": "note-7"}),
         arguments_digest: [7; 32],
+        standing: None,
         chosen: Some("note-7".to_owned()),
         version: Some("v1".to_owned()),
         nonce: Nonce::random(),

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::audit;
 use crate::kernel::{Nonce, PrincipalKey, hex, unhex};
+use crate::store::standing::StandingRef;
 
 /// The unguessable id of a grant: 128 random bits. The only thing a queued job needs to carry.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -169,6 +170,9 @@ pub struct Grant {
     pub expires_at: SystemTime,
     /// Where it is now.
     pub state: GrantState,
+    /// The standing approval it was issued under, if a call covered by one issued it instead
+    /// of a confirmation of its own: revoking that approval stops the grant if it has not begun.
+    pub standing: Option<StandingRef>,
 }
 
 /// The right to run one attempt of a grant, until `until`.

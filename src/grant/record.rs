@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Grant, GrantId, GrantState};
 use crate::kernel::{Nonce, PrincipalKey, hex, unhex};
+use crate::store::standing::StandingRef;
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,6 +28,8 @@ struct Stored {
     state: String,
     attempt: Option<u32>,
     lease_until_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    standing: Option<String>,
 }
 
 fn millis(at: SystemTime) -> u64 {
@@ -71,6 +74,7 @@ pub(crate) fn encode(grant: &Grant) -> String {
         state: state.to_owned(),
         attempt,
         lease_until_ms,
+        standing: grant.standing.map(|s| s.to_text()),
     };
     serde_json::to_string(&stored).unwrap_or_default()
 }
@@ -108,6 +112,10 @@ pub(crate) fn decode(text: &str) -> Option<Grant> {
         issued_at: time(s.issued_at_ms),
         expires_at: time(s.expires_at_ms),
         state,
+        standing: match s.standing {
+            Some(text) => Some(StandingRef::from_text(&text)?),
+            None => None,
+        },
     })
 }
 
@@ -142,5 +150,23 @@ mod tests {
         assert_eq!(decode(&text.replace("\"expired\"", "\"paused\"")), None);
         assert_eq!(decode(&text.replace("}", ",\"extra\":1}")), None);
         assert_eq!(decode("not json"), None);
+    }
+
+    #[test]
+    fn the_standing_approval_a_grant_was_issued_under_round_trips() {
+        use crate::store::standing::{StandingId, StandingKey};
+        let clock = crate::clock::ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+        let mut grant = super::super::conformance::grant(&clock, Duration::from_secs(60));
+        assert!(!encode(&grant).contains("standing"), "absent when none");
+        grant.standing = Some(StandingRef {
+            key: StandingKey::from_bytes([3; 16]),
+            id: StandingId::from_bytes([9; 16]),
+        });
+        let text = encode(&grant);
+        assert_eq!(decode(&text), Some(grant.clone()));
+        let spelled = grant.standing.map(|s| s.to_text()).unwrap_or_default();
+        for bad in ["", "03", &spelled.replace('.', ""), &format!("{spelled}0")] {
+            assert_eq!(decode(&text.replace(&spelled, bad)), None, "{bad:?}");
+        }
     }
 }

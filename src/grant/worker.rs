@@ -18,6 +18,7 @@ use crate::audit;
 use crate::clock::{Clock, SystemClock};
 use crate::policy::{Refusal, Revalidate, Revalidation};
 use crate::principal::Principal;
+use crate::store::standing::StandingStore;
 
 /// Why a queued action must not run now. Only [`is_retryable`](Self::is_retryable) errors may
 /// succeed on a later attempt; the others are final.
@@ -87,6 +88,7 @@ pub struct Grants<S = Arc<dyn GrantStore>> {
     hooks: Arc<HashMap<String, Arc<dyn Revalidate>>>,
     audience: Option<String>,
     clock: Arc<dyn Clock>,
+    standing: Option<Arc<dyn StandingStore>>,
 }
 
 impl<S: Clone> Clone for Grants<S> {
@@ -97,6 +99,7 @@ impl<S: Clone> Clone for Grants<S> {
             hooks: Arc::clone(&self.hooks),
             audience: self.audience.clone(),
             clock: Arc::clone(&self.clock),
+            standing: self.standing.clone(),
         }
     }
 }
@@ -111,6 +114,7 @@ impl<S: fmt::Debug> fmt::Debug for Grants<S> {
             .field("tools", &tools)
             .field("audience", &self.audience)
             .field("clock", &self.clock)
+            .field("standing", &self.standing.is_some())
             .finish()
     }
 }
@@ -131,6 +135,7 @@ impl<S: GrantStore> Grants<S> {
             hooks: Arc::default(),
             audience: None,
             clock: Arc::new(SystemClock),
+            standing: None,
         }
     }
 
@@ -158,6 +163,17 @@ impl<S: GrantStore> Grants<S> {
         self
     }
 
+    /// Where the standing approvals are kept (the layer's
+    /// [`standing_store`](crate::ConfirmLayerBuilder::standing_store); set by
+    /// [`ConfirmLayer::grants`](crate::ConfirmLayer::grants)). A grant issued under a standing
+    /// approval begins only if that approval was not revoked; without this store such a grant
+    /// is refused (and left for a worker that has it).
+    #[must_use]
+    pub fn standing_store(mut self, store: impl StandingStore) -> Self {
+        self.standing = Some(Arc::new(store));
+        self
+    }
+
     /// Re-checks grants of `tool` with `hook` before they run (usually the hook of the tool's
     /// [`ToolPolicy::revalidate`](crate::ToolPolicy::revalidate)).
     pub fn revalidate(mut self, tool: impl Into<String>, hook: impl Revalidate) -> Self {
@@ -169,6 +185,7 @@ impl<S: GrantStore> Grants<S> {
         store: S,
         audience: &str,
         hooks: HashMap<String, Arc<dyn Revalidate>>,
+        standing: Option<Arc<dyn StandingStore>>,
     ) -> Self {
         Self {
             store,
@@ -176,6 +193,7 @@ impl<S: GrantStore> Grants<S> {
             hooks: Arc::new(hooks),
             audience: Some(audience.to_owned()),
             clock: Arc::new(SystemClock),
+            standing,
         }
     }
 
@@ -190,6 +208,7 @@ impl<S: GrantStore> Grants<S> {
     /// # Errors
     /// [`GrantError`]: retry later if [`is_retryable`](GrantError::is_retryable), never otherwise.
     pub async fn begin(&self, id: GrantId) -> Result<Attempt<'_, S>, GrantError> {
+        self.stop_if_standing_revoked(id).await?;
         let lease = match self
             .store
             .begin(id, self.lease)
@@ -354,6 +373,65 @@ impl<S: GrantStore> Grants<S> {
     }
 
     /// The tool's revalidation hook on what the grant recorded; no hook is a refusal.
+    /// A grant issued under a standing approval and not yet begun is revoked if that approval
+    /// was revoked (or is no longer on record: it ended and was forgotten, or was replaced). A
+    /// revocation that completes before the work begins stops it; work already begun is not
+    /// interrupted. A handle with no standing store to ask refuses to begin it and leaves it.
+    async fn stop_if_standing_revoked(&self, id: GrantId) -> Result<(), GrantError> {
+        let grant = match self.store.get(id).await {
+            Ok(Some(grant)) => grant,
+            // `begin` answers for a grant it cannot read.
+            Ok(None) | Err(_) => return Ok(()),
+        };
+        let Some(under) = grant.standing else {
+            return Ok(());
+        };
+        if grant.state != GrantState::Granted
+            || self.audience.as_ref().is_some_and(|a| *a != grant.audience)
+        {
+            return Ok(());
+        }
+        let Some(store) = &self.standing else {
+            // A worker set up without the standing store cannot tell: it leaves the grant to one
+            // that can.
+            audit::refused(
+                &grant.tool,
+                None,
+                "grant issued under a standing approval, and this worker has no standing store \
+                 (Grants::standing_store)",
+            );
+            return Err(GrantError::Refused(Refusal::new(
+                "the grant was issued under a standing approval this worker cannot check",
+            )));
+        };
+        let standing = store
+            .find(under.key)
+            .await
+            .map_err(|e| GrantError::Unavailable(e.into()))?;
+        if standing.is_some_and(|s| s.id == under.id && !s.revoked) {
+            return Ok(());
+        }
+        audit::refused(
+            &grant.tool,
+            None,
+            "the standing approval the grant was issued under was revoked or is gone",
+        );
+        match self
+            .store
+            .revoke(id)
+            .await
+            .map_err(GrantError::Unavailable)?
+        {
+            Revoke::Revoked => {
+                audit::grant_revoked(&grant.audit());
+                Err(GrantError::Ended(GrantState::Revoked))
+            }
+            Revoke::Ended(state) => Err(GrantError::Ended(state)),
+            Revoke::Stopping { until } => Err(GrantError::Busy { retry_after: until }),
+            _ => Err(GrantError::Unknown),
+        }
+    }
+
     pub(super) async fn check(&self, grant: &Grant) -> Result<(), Refusal> {
         let Some(hook) = self.hooks.get(&grant.tool) else {
             return Err(Refusal::new("no revalidation hook for this tool"));

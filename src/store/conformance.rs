@@ -419,10 +419,11 @@ pub async fn standing_uses_are_counted_exactly<S: StandingStore>(store: &S) {
         Use::Used { left: 0 }
     );
     assert_eq!(store.use_one(s.key(), s.id).await.unwrap(), Use::Exhausted);
+    let exhausted = store.find(s.key()).await.unwrap();
     assert_eq!(
-        store.find(s.key()).await.unwrap(),
-        None,
-        "exhausted is not live"
+        exhausted.map(|f| (f.id, f.used, f.revoked)),
+        Some((s.id, 2, false)),
+        "found until it expires, with every use spent"
     );
     let again = standing(alice, "personal", 5, Duration::from_secs(60));
     store.grant(&again).await.expect("grant again");
@@ -462,6 +463,12 @@ pub async fn standing_approvals_are_revoked_and_expire<S: StandingStore>(store: 
         "not hers"
     );
     assert_eq!(store.use_one(a.key(), a.id).await.unwrap(), Use::Revoked);
+    let revoked = store.find(a.key()).await.unwrap();
+    assert_eq!(
+        revoked.map(|f| (f.id, f.revoked)),
+        Some((a.id, true)),
+        "found until it expires, revoked"
+    );
     assert_eq!(store.revoke(alice, None).await.unwrap(), 1);
     assert_eq!(store.use_one(b.key(), b.id).await.unwrap(), Use::Revoked);
     assert!(store.list(alice).await.unwrap().is_empty());

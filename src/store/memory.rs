@@ -372,7 +372,7 @@ impl StandingStore for MemoryReplayStore {
             .inner
             .standing
             .get(&key)
-            .filter(|s| s.is_live(now))
+            .filter(|s| now < s.expires_at)
             .map(|s| s.clone());
         Box::pin(std::future::ready(Ok(found)))
     }

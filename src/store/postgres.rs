@@ -436,7 +436,7 @@ impl StandingStore for PostgresReplayStore {
                 .await
                 .map_err(backend)?;
             match row {
-                Some(row) => Ok(Some(standing_row(&row)?).filter(|s| s.is_live(now))),
+                Some(row) => Ok(Some(standing_row(&row)?).filter(|s| now < s.expires_at)),
                 None => Ok(None),
             }
         }))

@@ -419,7 +419,7 @@ impl StandingStore for RedisReplayStore {
                 .read_standing(&key)
                 .await?
                 .map(|(_, standing)| standing)
-                .filter(|standing| standing.is_live(now)))
+                .filter(|standing| now < standing.expires_at))
         })
     }
 

@@ -94,6 +94,33 @@ impl StandingKey {
     }
 }
 
+/// Which standing approval something was done under: its key and its id. A grant a queued tool
+/// issued under a standing approval carries it, so that revoking the approval stops the grant if
+/// it has not begun.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StandingRef {
+    /// Where the approval is found.
+    pub key: StandingKey,
+    /// Which approval under that key (granting again replaces it with another id).
+    pub id: StandingId,
+}
+
+impl StandingRef {
+    /// `<key hex>.<id hex>`: how a grant record keeps it.
+    pub fn to_text(&self) -> String {
+        format!("{}.{}", hex(self.key.as_bytes()), self.id.to_hex())
+    }
+
+    /// Reads [`to_text`](Self::to_text)'s spelling, and nothing else.
+    pub fn from_text(text: &str) -> Option<Self> {
+        let (key, id) = text.split_once('.')?;
+        Some(Self {
+            key: StandingKey::from_bytes(crate::kernel::unhex(key)?),
+            id: StandingId::from_hex(id)?,
+        })
+    }
+}
+
 /// One standing approval, as stored.
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -172,6 +199,14 @@ impl Standing {
     /// The key later calls find it by.
     pub fn key(&self) -> StandingKey {
         StandingKey::new(&self.audience, self.principal, &self.tool, &self.scope)
+    }
+
+    /// This approval, by key and id.
+    pub fn reference(&self) -> StandingRef {
+        StandingRef {
+            key: self.key(),
+            id: self.id,
+        }
     }
 
     /// Whether it may still cover a call at `now`.
@@ -283,7 +318,9 @@ pub trait StandingStore: fmt::Debug + Send + Sync + 'static {
     /// Stores `standing`, replacing the approval its key held, if any.
     fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// The live approval under `key`, if any.
+    /// The approval under `key` until it expires, live or ended (revoked, every use spent): a
+    /// later call is covered only if it [is live](Standing::is_live), and a grant issued under it
+    /// begins only if it was not revoked.
     fn find(&self, key: StandingKey) -> BoxFuture<'_, Result<Option<Standing>, StoreError>>;
 
     /// Spends one use of the approval `id` under `key`, atomically, by [`Standing::use_one`].

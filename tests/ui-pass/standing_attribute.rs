@@ -1,4 +1,4 @@
-use mcp_confirm::{Candidate, Lookup, PolicyError, confirm_router};
+use mcp_confirm::{Candidate, Lookup, PolicyError, Refusal, Revalidation, confirm_router};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::{tool, tool_router};
 
@@ -21,6 +21,17 @@ impl Server {
     #[confirm(standing(up_to = "1h", uses = 1, scope = workspace_of))]
     async fn notes_wipe(&self) -> String {
         String::new()
+    }
+
+    #[tool(description = "Purge notes in the background.")]
+    #[confirm(pick_one = Self::matching, revalidate = Self::check, queued,
+              standing(up_to = "90s", uses = 3, scope = Self::workspace))]
+    async fn notes_purge(&self) -> String {
+        String::new()
+    }
+
+    async fn check(&self, _check: Revalidation) -> Result<(), Refusal> {
+        Ok(())
     }
 
     async fn matching(&self, _lookup: Lookup) -> Result<Vec<Candidate>, PolicyError> {

@@ -14,6 +14,7 @@ use mcp_confirm::{
 use serde_json::{Value, json};
 
 mod page;
+mod queued;
 
 /// The scope of a notes call: its workspace.
 fn workspace(lookup: &Lookup) -> Option<String> {
@@ -296,7 +297,6 @@ fn standing_is_refused_where_it_cannot_be_kept() {
             offer(delete_policy(&notes).claimed_by_handler()),
             "claimed_by_handler",
         ),
-        (offer(delete_policy(&notes).queued()), "queued"),
         (
             offer(delete_policy(&notes).approve_in_browser()),
             "approve_in_browser",

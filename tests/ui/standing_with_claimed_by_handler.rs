@@ -7,14 +7,14 @@ struct Server {
     tool_router: ToolRouter<Self>,
 }
 
-// A call under a standing approval has no confirmation of its own to turn into a grant.
+// A call under a standing approval has no confirmation of its own for the handler to claim.
 #[confirm_router]
 #[tool_router(router = tool_router)]
 impl Server {
-    #[tool(description = "Purge notes.")]
-    #[confirm(pick_one = Self::matching, revalidate = Self::check, queued,
+    #[tool(description = "Delete a note.")]
+    #[confirm(pick_one = Self::matching, revalidate = Self::check, claimed_by_handler,
               standing(up_to = "10m", uses = 3, scope = Self::workspace))]
-    async fn notes_purge(&self) -> String {
+    async fn notes_delete(&self) -> String {
         String::new()
     }
 
