@@ -178,10 +178,12 @@ pub(crate) fn page_decided(
     nonce: &Nonce,
     decision: &crate::store::approval::Decision,
 ) {
-    let (decision, chosen) = match decision {
-        crate::store::approval::Decision::Approved { chosen } => ("page_approved", chosen.as_str()),
-        crate::store::approval::Decision::Declined => ("page_declined", "-"),
+    let (decision, chosen, standing) = match decision {
+        crate::store::approval::Decision::Approved { chosen, standing } => {
+            ("page_approved", chosen.as_str(), *standing)
+        }
+        crate::store::approval::Decision::Declined => ("page_declined", "-", false),
     };
     tracing::info!(target: TARGET, decision, tool, principal = principal.subject(),
-        nonce = %nonce.short(), chosen);
+        nonce = %nonce.short(), chosen, standing);
 }

@@ -95,6 +95,12 @@ impl Config {
         self.sealer.principal_digest(principal.subject())
     }
 
+    /// `principal`'s digest under every key of the ring, the signing key's first: records keyed
+    /// by principal (standing approvals) made before a key rotation are still hers.
+    pub(crate) fn principal_keys(&self, principal: &Principal) -> Vec<PrincipalKey> {
+        self.sealer.keys().principal_digests(principal.subject())
+    }
+
     /// The epoch a state binds: the replay store's, or zeros for a store whose entries outlive
     /// the process.
     pub(crate) fn store_epoch(&self) -> [u8; 16] {

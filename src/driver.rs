@@ -26,7 +26,7 @@ use crate::protocol::{self, Ask, Outcome, Reply, RpcError};
 use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decision as ApprovalDecision,
 };
-use crate::store::standing::{Standing, StandingKey, StandingRef, Use};
+use crate::store::standing::{MAX_STANDING_SCOPE_BYTES, Standing, StandingKey, StandingRef, Use};
 use crate::store::{Claim, ClaimRequest, Owner, StoreError};
 use crate::token::StateError;
 use crate::token::candidates::{Candidates, Shown};
@@ -291,13 +291,11 @@ impl Attempt<'_> {
             )
             .map_err(|e| Refused::new(RpcError::internal(), format!("seal: {e}")))?;
         audit::challenged(&call.tool, self.principal, &claims.nonce, candidates.len());
+        let words = offer.map(|(scope, terms)| self.standing_words(&scope, terms));
         let ask = match policy.channel {
-            Channel::Form => {
-                let words = offer.map(|(scope, terms)| self.standing_words(&scope, terms));
-                Ask::Form(form::schema(policy, &candidates, words))
-            }
+            Channel::Form => Ask::Form(form::schema(policy, &candidates, words)),
             Channel::Browser { typed_id } => {
-                let approval = self.approval(&claims, &candidates, typed_id);
+                let approval = self.approval(&claims, &candidates, typed_id, words);
                 self.approvals()?
                     .propose(&approval)
                     .await
@@ -349,7 +347,11 @@ impl Attempt<'_> {
     fn standing_offer(&self) -> Option<(String, StandingTerms)> {
         let offer = self.policy().standing.as_ref()?;
         self.config.standing.as_ref()?;
-        let scope = offer.scope.scope_of(&self.lookup())?;
+        // A scope too long to keep is offered nothing: the form says "only this time".
+        let scope = offer
+            .scope
+            .scope_of(&self.lookup())
+            .filter(|scope| scope.len() <= MAX_STANDING_SCOPE_BYTES)?;
         let terms = StandingTerms {
             scope: StandingTerms::scope_digest(&scope),
             for_secs: u32::try_from(offer.up_to.as_secs()).unwrap_or(u32::MAX),
@@ -397,9 +399,11 @@ impl Attempt<'_> {
         let secs = u64::from(terms.for_secs).min(offer.up_to.as_secs());
         let uses = terms.uses.min(offer.uses);
         let now = self.config.sealer.now();
+        // Under the digest of the key that signs now (not the one that sealed the state): where
+        // this instance lists it, and where every instance that signs with it looks first.
         let standing = Standing::new(
             &self.config.audience,
-            claims.principal,
+            self.config.principal_key(self.principal),
             self.principal.subject(),
             tool,
             &scope,
@@ -430,21 +434,34 @@ impl Attempt<'_> {
         let Some(scope) = offer.scope.scope_of(&self.lookup()) else {
             return Ok(None);
         };
-        let principal_key = config.principal_key(self.principal);
-        let key = StandingKey::new(&config.audience, principal_key, call.tool.as_str(), &scope);
-        // A store that cannot answer covers nothing: the form is shown, as without a standing
-        // approval (never a refusal the form would have avoided, never a pass).
-        let standing = match store.find(key).await {
-            Ok(Some(standing)) if standing.is_live(config.sealer.now()) => standing,
-            Ok(_) => return Ok(None),
-            Err(e) => {
-                audit::refused(
-                    call.tool.as_str(),
-                    Some(self.principal),
-                    &format!("standing store unavailable, asking instead: {e}"),
-                );
-                return Ok(None);
+        if scope.len() > MAX_STANDING_SCOPE_BYTES {
+            return Ok(None);
+        }
+        // Granted under the digest of any key of the ring: during a rotation, instances that
+        // still sign with the old key grant under it. The signing key's first.
+        let mut found = None;
+        for principal_key in config.principal_keys(self.principal) {
+            let key = StandingKey::new(&config.audience, principal_key, call.tool.as_str(), &scope);
+            // A store that cannot answer covers nothing: the form is shown, as without a
+            // standing approval (never a refusal the form would have avoided, never a pass).
+            match store.find(key).await {
+                Ok(Some(standing)) if standing.is_live(config.sealer.now()) => {
+                    found = Some((key, principal_key, standing));
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    audit::refused(
+                        call.tool.as_str(),
+                        Some(self.principal),
+                        &format!("standing store unavailable, asking instead: {e}"),
+                    );
+                    return Ok(None);
+                }
             }
+        }
+        let Some((key, principal_key, standing)) = found else {
+            return Ok(None);
         };
         // As unambiguous as a confirmed call: exactly one record, versioned as the policy asks.
         let (chosen, version) = match &policy.resolver {
@@ -575,7 +592,13 @@ impl Attempt<'_> {
     }
 
     /// The approval record the browser channel's page shows and decides.
-    fn approval(&self, claims: &Claims, candidates: &[Candidate], typed_id: bool) -> Approval {
+    fn approval(
+        &self,
+        claims: &Claims,
+        candidates: &[Candidate],
+        typed_id: bool,
+        standing: Option<String>,
+    ) -> Approval {
         let policy = self.policy();
         Approval {
             id: ApprovalId::for_nonce(&claims.nonce),
@@ -595,6 +618,7 @@ impl Attempt<'_> {
                 })
                 .collect(),
             typed: typed_id,
+            standing,
             expires_at: std::time::UNIX_EPOCH + std::time::Duration::from_secs(claims.expires_at),
             decision: None,
         }
@@ -713,11 +737,19 @@ impl Attempt<'_> {
                 Ok(Verdict::Pending)
             }
             Some(ApprovalDecision::Declined) => Ok(Verdict::Decline { unconfirmed: false }),
-            Some(ApprovalDecision::Approved { chosen }) => {
+            Some(ApprovalDecision::Approved { chosen, standing }) => {
+                // The page offers the standing approval only where the state did; a record that
+                // says otherwise is not an answer to this state.
+                if standing && claims.standing.is_none() {
+                    return Err(Refused::new(
+                        RpcError::invalid_input_responses(),
+                        "the page's decision names a standing approval the state did not offer",
+                    ));
+                }
                 if self.policy().resolver.is_none() {
                     return Ok(Verdict::Accept {
                         chosen: None,
-                        standing: false,
+                        standing,
                     });
                 }
                 // Only a signed candidate; the page could offer nothing else, and this checks it.
@@ -729,7 +761,7 @@ impl Attempt<'_> {
                 }
                 Ok(Verdict::Accept {
                     chosen: Some(chosen),
-                    standing: false,
+                    standing,
                 })
             }
         }

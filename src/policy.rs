@@ -667,12 +667,6 @@ impl ToolPolicy {
                     crate::store::standing::MAX_STANDING_USES
                 ));
             }
-            if self.channel != Channel::Form {
-                return Err(format!(
-                    "tool {tool:?}: `standing` is offered in the form only, not with \
-                     `approve_in_browser`"
-                ));
-            }
             let remember = REMEMBER_FIELD;
             if self.confirm_field == remember
                 || (self.resolver.is_some() && self.choice_field == remember)

@@ -342,9 +342,14 @@ impl NotesStore {
     }
 
     /// The seeded notes, in memory, under the (never touched) data directory `data_dir`; plus,
-    /// for load tests, a workspace `load` holding `load_titles` titles `load-<k>` of three notes
-    /// each.
-    pub fn in_memory(data_dir: &Path, load_titles: u64) -> Result<Self, NotesError> {
+    /// for load tests, a workspace `load` holding `load_titles` titles `load-<k>` of
+    /// `per_title` notes each (three: every form offers three; one: a standing approval covers
+    /// each call).
+    pub fn in_memory(
+        data_dir: &Path,
+        load_titles: u64,
+        per_title: u64,
+    ) -> Result<Self, NotesError> {
         let root_path =
             std::path::absolute(data_dir).map_err(|e| NotesError::Storage(e.to_string()))?;
         let store = Self {
@@ -356,9 +361,9 @@ impl NotesStore {
             let mut workspaces = workspaces.lock().map_err(|_| poisoned())?;
             let load = workspaces.entry("load".to_owned()).or_default();
             for k in 0..load_titles {
-                for i in 0..3 {
+                for i in 0..per_title {
                     load.insert(
-                        3 * k + i + 1,
+                        per_title * k + i + 1,
                         &format!("load-{k}"),
                         "A note for load tests.",
                         None,

@@ -6,7 +6,7 @@
 //!     [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory]
 //!     [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS]
 //!     [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N]
-//!     [--without-confirmation]
+//!     [--load-notes-per-title 1..3] [--without-confirmation]
 //! ```
 //!
 //! On first run the data directory is created and seeded: workspace `personal` with three notes
@@ -41,7 +41,7 @@ use mcp_confirm_demo::notes;
 const USAGE: &str = "usage: notes_server [--addr HOST:PORT] [--data-dir DIR] [--key HEX] \
      [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory] \
      [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS] \
-     [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--without-confirmation]";
+     [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--load-notes-per-title 1..3] [--without-confirmation]";
 
 struct Flags {
     addr: SocketAddr,
@@ -52,6 +52,8 @@ struct Flags {
     /// Keep the notes in memory (for load tests) instead of files.
     memory_notes: bool,
     load_titles: u64,
+    /// Notes per load title, in memory (1 to 3; 3 by default).
+    load_per_title: u64,
     without_confirmation: bool,
     principal_budget: Option<usize>,
     challenge_rate: ChallengeRate,
@@ -80,6 +82,7 @@ fn flags() -> Result<Flags, String> {
         replay_store: "memory".to_owned(),
         memory_notes: false,
         load_titles: 0,
+        load_per_title: 3,
         without_confirmation: false,
         principal_budget: None,
         challenge_rate: ChallengeRate::Default,
@@ -115,6 +118,14 @@ fn flags() -> Result<Flags, String> {
                 flags.load_titles = value()?
                     .parse()
                     .map_err(|e| format!("--load-titles: {e}"))?;
+            }
+            "--load-notes-per-title" => {
+                flags.load_per_title = value()?
+                    .parse()
+                    .map_err(|e| format!("--load-notes-per-title: {e}"))?;
+                if !(1..=3).contains(&flags.load_per_title) {
+                    return Err("--load-notes-per-title: 1, 2 or 3".into());
+                }
             }
             "--principal-budget" => {
                 let budget: usize = value()?
@@ -195,7 +206,7 @@ async fn run() -> Result<(), String> {
         }
     };
     let store = if flags.memory_notes {
-        notes::NotesStore::in_memory(&flags.data_dir, flags.load_titles)
+        notes::NotesStore::in_memory(&flags.data_dir, flags.load_titles, flags.load_per_title)
     } else {
         notes::NotesStore::open_with_load(&flags.data_dir, flags.load_titles)
     };

@@ -83,6 +83,17 @@ pub(super) fn render(approval: &Approval, token: &str, error: Option<&str>) -> S
         }
         html.push_str("</fieldset>");
     }
+    if let Some(words) = &approval.standing {
+        let _ = write!(
+            html,
+            "<fieldset><legend>How long</legend>\
+             <label><input type=\"radio\" name=\"remember\" id=\"remember-once\" value=\"once\" \
+             checked> Only this time</label><br>\
+             <label><input type=\"radio\" name=\"remember\" id=\"remember-standing\" \
+             value=\"standing\"> {}</label></fieldset>",
+            escape(words)
+        );
+    }
     if approval.typed {
         html.push_str(
             "<p><label>Type the id of the record to approve: \

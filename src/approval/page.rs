@@ -259,7 +259,16 @@ impl ApprovalPage {
                         )
                         .await;
                 }
-                Decision::Approved { chosen }
+                let standing = match form_value(body, "remember").as_deref() {
+                    None | Some("once") => false,
+                    Some("standing") if approval.standing.is_some() => true,
+                    Some(_) => {
+                        return self
+                            .show(id, principal, Some("Choose how long to allow it."))
+                            .await;
+                    }
+                };
+                Decision::Approved { chosen, standing }
             }
             _ => {
                 return page(

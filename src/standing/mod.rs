@@ -48,14 +48,26 @@ impl StandingApprovals {
         StandingPage::new(self.clone(), url.into())
     }
 
-    /// `principal`'s live standing approvals in this deployment, soonest expiry first.
+    /// `principal`'s live standing approvals in this deployment, soonest expiry first: those
+    /// granted under every key of the ring (during a key rotation, instances that sign with the
+    /// old key keep granting under it).
     ///
     /// # Errors
     /// The store's, if it cannot be read.
     pub async fn list(&self, principal: &Principal) -> Result<Vec<Standing>, StoreError> {
-        let key = self.config.principal_key(principal);
-        let mut live = self.store.list(key).await?;
-        live.retain(|s| s.audience == self.config.audience);
+        let mut live = Vec::new();
+        for key in self.config.principal_keys(principal) {
+            live.extend(
+                self.store
+                    .list(key)
+                    .await?
+                    .into_iter()
+                    .filter(|s| s.audience == self.config.audience),
+            );
+        }
+        // A ring may hold one secret under two ids: the same record is then listed once.
+        live.sort_by_key(|s| (s.expires_at, s.id));
+        live.dedup_by_key(|s| s.id);
         Ok(live)
     }
 
@@ -69,11 +81,13 @@ impl StandingApprovals {
         principal: &Principal,
         id: Option<StandingId>,
     ) -> Result<usize, StoreError> {
-        let key = self.config.principal_key(principal);
         let mut revoked = 0;
         for standing in self.list(principal).await? {
             if id.is_none_or(|id| id == standing.id) {
-                let done = self.store.revoke(key, Some(standing.id)).await?;
+                let done = self
+                    .store
+                    .revoke(standing.principal, Some(standing.id))
+                    .await?;
                 if done > 0 {
                     crate::audit::standing_revoked(
                         &standing.tool,

@@ -138,6 +138,9 @@ pub enum Decision {
     Approved {
         /// The chosen record's id.
         chosen: String,
+        /// Also the standing approval the page offered ([`Approval::standing`]).
+        #[serde(default)]
+        standing: bool,
     },
     /// Declined.
     Declined,
@@ -187,6 +190,10 @@ pub struct Approval {
     pub choices: Vec<ApprovalChoice>,
     /// Whether approving requires typing the chosen record's id.
     pub typed: bool,
+    /// The standing approval the page may offer besides "only this time", in words (the
+    /// policy's [`standing`](crate::ToolPolicy::standing) and the call's scope); `None`: only
+    /// this time.
+    pub standing: Option<String>,
     /// When the confirmation expires; the approval with it.
     pub expires_at: SystemTime,
     /// The decision, once made.
@@ -225,13 +232,13 @@ impl Approval {
         if self.decision.is_some() {
             return Decided::AlreadyDecided;
         }
-        if let Decision::Approved { chosen } = &decision {
+        if let Decision::Approved { chosen, standing } = &decision {
             let offered = if self.choices.is_empty() {
                 chosen.is_empty()
             } else {
                 self.choices.iter().any(|c| &c.id == chosen)
             };
-            if !offered {
+            if !offered || (*standing && self.standing.is_none()) {
                 return Decided::InvalidChoice;
             }
         }
@@ -252,6 +259,7 @@ impl Approval {
             message: self.message.clone(),
             choices: self.choices.clone(),
             typed: self.typed,
+            standing: self.standing.clone(),
             expires_at_ms: self
                 .expires_at
                 .duration_since(UNIX_EPOCH)
@@ -275,6 +283,7 @@ impl Approval {
             message: s.message,
             choices: s.choices,
             typed: s.typed,
+            standing: s.standing,
             expires_at: UNIX_EPOCH + std::time::Duration::from_millis(s.expires_at_ms),
             decision: s.decision,
         })
@@ -293,6 +302,8 @@ struct Stored {
     message: String,
     choices: Vec<ApprovalChoice>,
     typed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    standing: Option<String>,
     expires_at_ms: u64,
     decision: Option<Decision>,
 }
@@ -317,6 +328,7 @@ mod tests {
                 ApprovalChoice::new("note-7", "Groceries (note-7)", Some("g4".into())),
             ],
             typed: true,
+            standing: None,
             expires_at: now + Duration::from_secs(300),
             decision: None,
         }
@@ -327,7 +339,10 @@ mod tests {
         let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let alice = PrincipalKey::from_bytes([1; 16]);
         let bob = PrincipalKey::from_bytes([2; 16]);
-        let approve = |id: &str| Decision::Approved { chosen: id.into() };
+        let approve = |id: &str| Decision::Approved {
+            chosen: id.into(),
+            standing: false,
+        };
         let mut a = approval(now);
         assert_eq!(a.decide(bob, approve("note-7"), now), Decided::NotYours);
         assert_eq!(
@@ -357,6 +372,19 @@ mod tests {
             confirm_only.decide(alice, approve(""), now),
             Decided::Recorded
         );
+        // The standing approval only where the page offered it.
+        let standing = Decision::Approved {
+            chosen: "note-7".into(),
+            standing: true,
+        };
+        let mut not_offered = approval(now);
+        assert_eq!(
+            not_offered.decide(alice, standing.clone(), now),
+            Decided::InvalidChoice
+        );
+        let mut offered = approval(now);
+        offered.standing = Some("Also allow notes_delete on personal".into());
+        assert_eq!(offered.decide(alice, standing, now), Decided::Recorded);
     }
 
     #[test]
@@ -367,6 +395,7 @@ mod tests {
         a.decision = Some(Decision::Declined);
         assert_eq!(Approval::decode(&a.encode()), Some(a.clone()));
         a.decision = Some(Decision::Approved {
+            standing: false,
             chosen: "note-3".into(),
         });
         assert_eq!(Approval::decode(&a.encode()), Some(a.clone()));

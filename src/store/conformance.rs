@@ -25,7 +25,8 @@ use super::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
 };
 use super::standing::{
-    MAX_STANDING_PER_PRINCIPAL, Standing, StandingId, StandingKey, StandingStore, Use,
+    MAX_STANDING_PER_PRINCIPAL, MAX_STANDING_SCOPE_BYTES, Standing, StandingId, StandingKey,
+    StandingStore, Use,
 };
 use super::{Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError};
 
@@ -256,6 +257,9 @@ pub fn approval(principal: PrincipalKey, ttl: Duration) -> Approval {
             ApprovalChoice::new("note-7", "Groceries (note-7)", Some("g4".into())),
         ],
         typed: false,
+        standing: Some(
+            "Also allow notes_delete on workspace personal for the next 10 minutes".into(),
+        ),
         // Whole milliseconds: what every store keeps.
         expires_at: SystemTime::UNIX_EPOCH
             + Duration::from_millis(
@@ -276,7 +280,10 @@ pub async fn approvals_are_decided_once<S: ApprovalStore>(store: &S) {
     store.propose(&a).await.expect("propose");
     assert!(store.propose(&a).await.is_err(), "an id is proposed once");
     assert_eq!(store.approval(a.id).await.unwrap(), Some(a.clone()));
-    let approve = |id: &str| Decision::Approved { chosen: id.into() };
+    let approve = |id: &str| Decision::Approved {
+        chosen: id.into(),
+        standing: id == "note-7",
+    };
     assert_eq!(
         store.decide(a.id, bob, approve("note-7")).await.unwrap(),
         Decided::NotYours
@@ -358,6 +365,7 @@ pub async fn one_decision_among_concurrent_deciders<S: ApprovalStore>(store: Arc
                 } else {
                     Decision::Approved {
                         chosen: "note-3".into(),
+                        standing: false,
                     }
                 };
                 store.decide(a.id, alice, decision).await.expect("decide")
@@ -523,6 +531,55 @@ pub async fn standing_approvals_are_capped_per_principal<S: StandingStore>(store
         ))
         .await
         .expect("another principal");
+    // Only live ones count: revoking one, then spending the last use of another, makes room.
+    let held = store.list(alice).await.unwrap();
+    assert_eq!(held.len(), MAX_STANDING_PER_PRINCIPAL);
+    assert_eq!(store.revoke(alice, Some(held[0].id)).await.unwrap(), 1);
+    store
+        .grant(&standing(alice, "after-revoke", 1, Duration::from_secs(60)))
+        .await
+        .expect("a revoked one does not count");
+    let single = held
+        .iter()
+        .skip(1)
+        .find(|s| s.uses == 1)
+        .expect("one with a single use");
+    assert_eq!(
+        store.use_one(single.key(), single.id).await.unwrap(),
+        Use::Used { left: 0 }
+    );
+    store
+        .grant(&standing(alice, "after-spend", 1, Duration::from_secs(60)))
+        .await
+        .expect("one with every use spent does not count");
+    let over = store
+        .grant(&standing(alice, "full-again", 1, Duration::from_secs(60)))
+        .await;
+    assert!(
+        matches!(over, Err(StoreError::OverBudget { .. })),
+        "{over:?}"
+    );
+}
+
+/// A scope longer than [`MAX_STANDING_SCOPE_BYTES`] is not kept.
+pub async fn an_oversize_scope_is_not_kept<S: StandingStore>(store: &S) {
+    let alice = principal();
+    let at_most = standing(
+        alice,
+        &"s".repeat(MAX_STANDING_SCOPE_BYTES),
+        1,
+        Duration::from_secs(60),
+    );
+    store.grant(&at_most).await.expect("at the bound");
+    let over = standing(
+        alice,
+        &"s".repeat(MAX_STANDING_SCOPE_BYTES + 1),
+        1,
+        Duration::from_secs(60),
+    );
+    assert!(store.grant(&over).await.is_err());
+    assert_eq!(store.find(over.key()).await.unwrap(), None);
+    assert_eq!(store.list(alice).await.unwrap().len(), 1);
 }
 
 /// Of 16 concurrent uses of a standing approval for 3, exactly 3 are spent.
@@ -662,6 +719,9 @@ macro_rules! standing_store_conformance {
             #[tokio::test]
             conformance_standing_approvals_are_capped_per_principal =
                 standing_approvals_are_capped_per_principal(&store),
+            #[tokio::test]
+            conformance_an_oversize_scope_is_not_kept =
+                an_oversize_scope_is_not_kept(&store),
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             conformance_concurrent_uses_never_exceed_the_count =
                 concurrent_uses_never_exceed_the_count(::std::sync::Arc::new(store)),

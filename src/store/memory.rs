@@ -335,6 +335,7 @@ impl StandingStore for MemoryReplayStore {
     fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>> {
         let inner = &self.inner;
         let answer = (|| {
+            standing.check_keepable()?;
             let _one_at_a_time = inner.granting.lock().map_err(|_| StoreError::Full)?;
             let now = inner.clock.now();
             inner.standing.retain(|_, s| now < s.expires_at);

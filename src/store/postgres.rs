@@ -374,6 +374,9 @@ fn standing_row(row: &tokio_postgres::Row) -> Result<Standing, StoreError> {
 
 impl StandingStore for PostgresReplayStore {
     fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>> {
+        if let Err(e) = standing.check_keepable() {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         let t = &self.table;
         let lock = "SELECT pg_advisory_xact_lock(hashtext($1))".to_owned();
         let held = format!(

@@ -278,6 +278,33 @@ impl RedisReplayStore {
         Ok(Some((text, standing)))
     }
 
+    /// Drops from a principal's index every member whose approval is no longer live (revoked,
+    /// every use spent, gone) and answers how many are left: what the cap counts.
+    async fn prune_ended(&self, index: &str, now: SystemTime) -> Result<usize, StoreError> {
+        let mut members = redis::cmd("ZRANGE");
+        members.arg(index).arg(0).arg(-1);
+        let members: Vec<String> = self.bounded(self.connection.query(&members)).await?;
+        let mut live = 0;
+        for member in members {
+            let key = crate::kernel::unhex(&member).map(StandingKey::from_bytes);
+            let alive = match key {
+                Some(key) => self
+                    .read_standing(&key)
+                    .await?
+                    .is_some_and(|(_, standing)| standing.is_live(now)),
+                None => false,
+            };
+            if alive {
+                live += 1;
+            } else {
+                let mut drop = redis::cmd("ZREM");
+                drop.arg(index).arg(&member);
+                let _: i64 = self.bounded(self.connection.query(&drop)).await?;
+            }
+        }
+        Ok(live)
+    }
+
     fn live_key(&self, principal: &PrincipalKey) -> String {
         format!("{}{{{}}}:live", self.prefix, principal.to_hex())
     }
@@ -364,6 +391,9 @@ impl ReplayStore for RedisReplayStore {
 
 impl StandingStore for RedisReplayStore {
     fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>> {
+        if let Err(e) = standing.check_keepable() {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         let key = standing.key();
         let (record, used) = self.standing_keys(&key);
         let index = self.standing_index(&standing.principal);
@@ -382,10 +412,14 @@ impl StandingStore for RedisReplayStore {
             let _: i64 = self.bounded(self.connection.query(&prune)).await?;
             let mut held = redis::cmd("ZCARD");
             held.arg(&index);
-            let held: usize = self.bounded(self.connection.query(&held)).await?;
+            let mut held: usize = self.bounded(self.connection.query(&held)).await?;
             let mut mine = redis::cmd("ZSCORE");
             mine.arg(&index).arg(&member);
             let replacing: Option<f64> = self.bounded(self.connection.query(&mine)).await?;
+            if replacing.is_none() && held >= cap {
+                // The index keeps members until they expire; only live approvals count.
+                held = self.prune_ended(&index, now).await?;
+            }
             if replacing.is_none() && held >= cap {
                 let mut oldest = redis::cmd("ZRANGE");
                 oldest.arg(&index).arg(0).arg(0).arg("WITHSCORES");

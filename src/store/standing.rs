@@ -25,6 +25,11 @@ pub const MAX_STANDING_USES: u32 = 1_000;
 /// and is refused ([`StoreError::OverBudget`]).
 pub const MAX_STANDING_PER_PRINCIPAL: usize = 32;
 
+/// The longest scope a standing approval keeps, in bytes: a policy's scope function that names a
+/// longer one for a call gets no standing option for it (only this time), and a store refuses
+/// to keep one ([`StoreError::Backend`]).
+pub const MAX_STANDING_SCOPE_BYTES: usize = 1024;
+
 /// The random id of one standing approval: what its holder lists and revokes it by.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StandingId([u8; 16]);
@@ -194,6 +199,21 @@ impl Standing {
             used: 0,
             revoked: false,
         }
+    }
+
+    /// Whether a store may keep it: its scope is at most [`MAX_STANDING_SCOPE_BYTES`]. Every
+    /// store checks this before it keeps anything.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] naming the bound.
+    pub fn check_keepable(&self) -> Result<(), StoreError> {
+        if self.scope.len() > MAX_STANDING_SCOPE_BYTES {
+            return Err(StoreError::Backend(
+                format!("a standing approval's scope is at most {MAX_STANDING_SCOPE_BYTES} bytes")
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The key later calls find it by.

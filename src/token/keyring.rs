@@ -165,6 +165,15 @@ impl KeyRing {
         })
     }
 
+    /// `subject`'s principal digest under each key of the ring, the signing key's first: where
+    /// records a principal made before a rotation are found.
+    pub(crate) fn principal_digests(&self, subject: &str) -> Vec<PrincipalKey> {
+        self.keys
+            .iter()
+            .map(|key| key.principal_digest(subject))
+            .collect()
+    }
+
     pub(crate) fn signing(&self) -> &RingKey {
         &self.keys[0]
     }

@@ -249,8 +249,10 @@ async fn three_groceries_pick_note_7_confirm_only_note_7_is_gone() {
 
 #[tokio::test]
 async fn the_in_memory_variant_confirms_the_same_way_and_never_touches_the_disk() {
-    let server =
-        Server::start_on(false, |data| notes::NotesStore::in_memory(data, 2).unwrap()).await;
+    let server = Server::start_on(false, |data| {
+        notes::NotesStore::in_memory(data, 2, 3).unwrap()
+    })
+    .await;
     let alice = form_client(&server, "alice-token").await;
     let (state, ids) = challenge(&alice, &server, "Groceries").await;
     assert_eq!(ids, ["note-3", "note-7", "note-14"]);
@@ -797,7 +799,7 @@ async fn the_delete_itself_is_conditional_on_the_confirmed_version() {
     ));
 
     // In memory: versions are generations, and ids only grow (note-14 is never handed out again).
-    let memory = notes::NotesStore::in_memory(&server.base().join("memory"), 0).unwrap();
+    let memory = notes::NotesStore::in_memory(&server.base().join("memory"), 0, 3).unwrap();
     let shown = memory.load("personal", "note-14").unwrap();
     memory
         .delete_if_version("personal", "note-14", &shown.version)

@@ -13,6 +13,7 @@ use mcp_confirm::{
 };
 use serde_json::{Value, json};
 
+mod browser;
 mod page;
 mod queued;
 
@@ -296,10 +297,6 @@ fn standing_is_refused_where_it_cannot_be_kept() {
         (
             offer(delete_policy(&notes).claimed_by_handler()),
             "claimed_by_handler",
-        ),
-        (
-            offer(delete_policy(&notes).approve_in_browser()),
-            "approve_in_browser",
         ),
         (
             offer(delete_policy(&notes).choice_field("remember")),

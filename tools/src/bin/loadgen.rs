@@ -3,7 +3,7 @@
 //! ```text
 //! cargo build --release --all-features --example notes_server
 //! cargo build --release -p mcp-confirm-tools --bin loadgen
-//! target/release/loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|challenges]
+//! target/release/loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|challenges]
 //!     [--clients 8] [--duration 10] [--runs 3] [--requests N] [--redis redis://127.0.0.1:6379]
 //!     [--warmup-ms 300] [--server-threads N] [--wrap 'taskset -c 1']
 //! ```
@@ -32,6 +32,13 @@
 //! - `files-vs-memory`: `confirm` and `confirm-files` alternating for `--runs` runs each, then
 //!   the file-backed rate as a share of the in-memory one (medians, and run by run).
 //! - `confirm-redis`: the same with the Redis replay store.
+//! - `standing`: deletes under a standing approval (the demo's `notes_delete` offers one for 10
+//!   minutes and 20 calls per workspace): each call names a title of one note, so a live
+//!   approval covers it with no form; when its uses run out (every 20th delete, or another
+//!   client's grant replaced it), the call gets the form and the client answers it choosing the
+//!   standing option again. One operation is one note deleted, either way. Alternates for
+//!   `--runs` runs each with `notes_list` through the layer (plain pass-through) and with the
+//!   two-round `confirm` flow, and prints the rates as ratios (medians).
 //! - `challenges`: first calls only, never answered: the server's memory (RSS) at the start and
 //!   at the end shows that a challenge keeps no server state.
 
@@ -48,7 +55,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|challenges] \
+const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|challenges] \
     [--clients N] [--duration SECS] [--runs N] [--requests N] [--redis URL] [--warmup-ms MS] \
     [--server-threads N] [--wrap 'COMMAND ARGS']";
 const KEY: &str = "6d63702d636f6e6669726d2d6c6f616467656e2d6b65792d3031323334353637";
@@ -144,7 +151,14 @@ fn run() -> Result<(), String> {
     );
     print_header();
     let flows: &[&str] = match flags.flow.as_str() {
-        "all" => &["list", "confirm", "confirm-files", "confirm-redis"],
+        "all" => &[
+            "list",
+            "confirm",
+            "confirm-files",
+            "confirm-redis",
+            "standing",
+        ],
+        "standing" => &["standing"],
         "list" => &["list"],
         "confirm" => &["confirm"],
         "confirm-files" => &["confirm-files"],
@@ -185,6 +199,33 @@ fn run() -> Result<(), String> {
                     paired[0],
                     paired[paired.len() - 1],
                     (cpu_l / cpu_b - 1.0) * 100.0,
+                );
+            }
+            "standing" => {
+                let (mut standing, mut list, mut confirm) = (Vec::new(), Vec::new(), Vec::new());
+                for _ in 0..flags.runs {
+                    standing.push(rt.block_on(measure(
+                        &flags,
+                        &server_bin,
+                        Flow::Standing,
+                        true,
+                    ))?);
+                    list.push(rt.block_on(measure(&flags, &server_bin, Flow::List, true))?);
+                    confirm.push(rt.block_on(measure(&flags, &server_bin, Flow::Confirm, true))?);
+                }
+                errors += standing
+                    .iter()
+                    .chain(&list)
+                    .chain(&confirm)
+                    .map(|r| r.errors)
+                    .sum::<u64>();
+                let rate = |r: &[Report]| median(r, Report::rate);
+                let (s, l, c) = (rate(&standing), rate(&list), rate(&confirm));
+                let forms = median(&standing, |r| r.forms as f64 / r.ops.max(1) as f64 * 100.0);
+                println!(
+                    "deletes under a standing approval: {s:.0}/s; {:.2}× notes_list passing                      through the layer ({l:.0}/s), {:.1}× confirming every delete in two rounds                      ({c:.0} flows/s) (medians); {forms:.1}% of the deletes showed a form (the                      approval's uses ran out and the client granted it again)",
+                    s / l,
+                    s / c,
                 );
             }
             "files-vs-memory" => {
@@ -256,6 +297,7 @@ enum Flow {
     Confirm,
     ConfirmFiles,
     ConfirmRedis,
+    Standing,
     Challenges,
 }
 
@@ -267,6 +309,7 @@ impl Flow {
             (Flow::Confirm, _) => "confirm (memory)",
             (Flow::ConfirmFiles, _) => "confirm (files)",
             (Flow::ConfirmRedis, _) => "confirm (redis)",
+            (Flow::Standing, _) => "standing (memory)",
             (Flow::Challenges, _) => "challenges only",
         }
     }
@@ -276,6 +319,8 @@ impl Flow {
 struct Report {
     ops: u64,
     errors: u64,
+    /// Operations that showed a form (the standing flow's re-grants).
+    forms: u64,
     elapsed: Duration,
     /// Operation latencies, sorted, in nanoseconds.
     latencies: Vec<u64>,
@@ -350,7 +395,7 @@ async fn measure(
     layered: bool,
 ) -> Result<Report, String> {
     let titles = match flow {
-        Flow::Confirm | Flow::ConfirmRedis => match flags.requests {
+        Flow::Confirm | Flow::ConfirmRedis | Flow::Standing => match flags.requests {
             Some(n) => n + 1,
             None => TITLES_PER_SECOND * flags.duration.as_secs(),
         },
@@ -373,12 +418,14 @@ async fn measure(
         titles,
         started: AtomicU64::new(0),
         limit: flags.requests.unwrap_or(u64::MAX),
+        forms: AtomicU64::new(0),
     };
     let setup = Arc::new(setup);
     // Warm up connections and caches for a moment, not measured.
     let warm = drive(&setup, flow, flags.clients, flags.warmup).await?;
     drop(warm);
     setup.started.store(0, Ordering::SeqCst);
+    setup.forms.store(0, Ordering::SeqCst);
     let rss_start = server.rss_kib();
     let (cpu_server, cpu_self) = (server.cpu()?, own_cpu()?);
     let start = Instant::now();
@@ -395,6 +442,7 @@ async fn measure(
     let report = Report {
         ops: latencies.len() as u64,
         errors,
+        forms: setup.forms.load(Ordering::SeqCst),
         elapsed,
         latencies,
         server_cpu: cpu_server_end.saturating_sub(cpu_server),
@@ -420,6 +468,8 @@ struct Setup {
     titles: u64,
     started: AtomicU64,
     limit: u64,
+    /// Operations that got a form (the standing flow).
+    forms: AtomicU64,
 }
 
 /// Runs `clients` connections until `duration` has passed or the operation limit is reached;
@@ -448,6 +498,7 @@ async fn drive(
                     Flow::Confirm | Flow::ConfirmFiles | Flow::ConfirmRedis => {
                         confirm(&mut conn, &setup, &mut id).await
                     }
+                    Flow::Standing => under_standing(&mut conn, &setup, &mut id).await,
                     Flow::Challenges => challenge_only(&mut conn, &setup, &mut id).await,
                 };
                 match ok {
@@ -613,6 +664,38 @@ async fn confirm(conn: &mut Conn, setup: &Setup, id: &mut u64) -> Result<(), Str
     Ok(())
 }
 
+/// One delete of a one-note title: covered by the standing approval (no form), or, when it is
+/// used up, confirmed with the form while granting it again.
+async fn under_standing(conn: &mut Conn, setup: &Setup, id: &mut u64) -> Result<(), String> {
+    let (arguments, first) = first_call(conn, setup, id, next_title(setup)?).await?;
+    let done = if first["resultType"] == "input_required" {
+        setup.forms.fetch_add(1, Ordering::Relaxed);
+        let form =
+            &first["inputRequests"]["delete_choice"]["params"]["requestedSchema"]["properties"];
+        let (Some(state), Some(choice), Some("standing")) = (
+            first["requestState"].as_str(),
+            form["note_id"]["oneOf"][0]["const"].as_str(),
+            form["remember"]["oneOf"][1]["const"].as_str(),
+        ) else {
+            return Err(format!("unexpected form {first}"));
+        };
+        let params = json!({
+            "arguments": arguments,
+            "requestState": state,
+            "inputResponses": {"delete_choice": {"action":"accept","content":{
+                "note_id": choice, "confirm": true, "remember": "standing"}}},
+        });
+        call(conn, setup, id, "notes_delete", params).await?
+    } else {
+        first
+    };
+    let text = done["content"][0]["text"].as_str().unwrap_or_default();
+    if done["isError"] == true || !text.starts_with("Deleted ") {
+        return Err(format!("unexpected delete {done}"));
+    }
+    Ok(())
+}
+
 /// A notes server child process, killed on drop.
 struct Server {
     child: Child,
@@ -668,6 +751,10 @@ impl Server {
                 if files { "files" } else { "memory" },
             ])
             .args(["--load-titles", &titles.to_string()])
+            .args([
+                "--load-notes-per-title",
+                if flow == Flow::Standing { "1" } else { "3" },
+            ])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -687,7 +774,7 @@ impl Server {
                 command.args(["--replay-store", &flags.redis]);
                 command.args(["--principal-budget", &room]);
             }
-            Flow::Confirm | Flow::ConfirmFiles => {
+            Flow::Confirm | Flow::ConfirmFiles | Flow::Standing => {
                 command.args(["--replay-store", &format!("memory:{room}")]);
                 command.args(["--principal-budget", &room]);
             }
