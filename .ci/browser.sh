@@ -4,7 +4,9 @@
 # (.ci/clients/approval.mjs): alice follows the page's sign-in link, sees the candidates, approves
 # note-7 by typing its id, and the client's retry deletes exactly personal/note-7.md; the captured
 # approve POST replayed is refused with 409; bob, signed in, is refused alice's approval (403, no
-# note shown) and it stays undecided; a declined approval makes the retry's result declined.
+# note shown) and it stays undecided; a declined approval makes the retry's result declined; a
+# standing approval alice grants (deleting personal/note-1.md) is listed on her /standing page,
+# revoked there, and her next call is asked again.
 #
 # Installs what it needs itself through .ci/headless.sh, shared with .ci/inspector.sh (one install:
 # Debian's chromium, and Node, playwright-core and the Inspector from npm under
@@ -65,7 +67,7 @@ grep -qx './personal/note-7.md' <<<"$notes_before" || die "no personal/note-7.md
 lap
 echo "notes server at $mcp_url, workspace personal is $workspace ($took)"
 
-echo "== in headless Chromium: sign in, approve, replay, another user, decline"
+echo "== in headless Chromium: sign in, approve, replay, another user, decline, standing"
 status=0
 MCP_URL=$mcp_url WORKSPACE_URI=$workspace DATA_DIR=$data_dir CHROMIUM=$chromium_bin \
   PLAYWRIGHT_FROM=$node_dir OUT=$out "$node" .ci/clients/approval.mjs 2>&1 | tee "$out/approval-driver.out" || status=$?
@@ -74,7 +76,7 @@ lap
 echo "drove the page ($took)"
 
 echo "== the notes on disk"
-expect_only_note_7_gone "$data_dir" "$notes_before"
+expect_only_gone "$data_dir" "$notes_before" "$(printf './personal/note-1.md\n./personal/note-7.md')"
 ! grep -q "panicked" "$server_log" || die "the notes server panicked"
 
 echo "screenshot: $out/approval-page.png"

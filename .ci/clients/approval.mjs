@@ -11,6 +11,10 @@
 //                 same context (same URL, body, session cookie and Origin): 409, before the client's
 //                 retry and after it; nothing else changes.
 //   4 decline     alice declines a fresh request in the browser; the retry's result is declined.
+//   5 standing    alice confirms notes_delete of "Taxes 2026" through the form, choosing "also
+//                 allow notes_delete on workspace personal for the next 10 minutes"; her
+//                 /standing page lists it (bob's does not); she revokes it there; her next call
+//                 in that workspace is asked again, and nothing more is deleted.
 //
 // Run by .ci/browser.sh, which starts the notes server and checks the note files on disk at the end
 // too. Environment: MCP_URL, WORKSPACE_URI, DATA_DIR (the server's --data-dir), CHROMIUM
@@ -93,7 +97,6 @@ async function fail(error) {
 // ---- the MCP side: plain JSON-RPC over HTTP POST, stateless 2026-07-28 ----
 
 async function destroyCall(retry) {
-  const id = nextId++;
   const params = {
     _meta: {
       "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -106,6 +109,29 @@ async function destroyCall(retry) {
     params.requestState = retry.state;
     params.inputResponses = { [INPUT_KEY]: { action: "accept" } };
   }
+  return toolCall(params);
+}
+
+/// notes_delete of `title` from a client that shows forms; `retry`: the state and the answer.
+async function deleteCall(title, retry) {
+  const params = {
+    _meta: {
+      "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+      "io.modelcontextprotocol/clientCapabilities": { elicitation: { form: {} } },
+    },
+    name: "notes_delete",
+    arguments: { workspaceUri, title },
+  };
+  if (retry) {
+    params.requestState = retry.state;
+    params.inputResponses = { delete_choice: retry.answer };
+  }
+  return toolCall(params);
+}
+
+/// One tools/call as alice; returns its result.
+async function toolCall(params) {
+  const id = nextId++;
   const request = { jsonrpc: "2.0", id, method: "tools/call", params };
   const response = await fetch(mcpUrl, {
     method: "POST",
@@ -114,7 +140,7 @@ async function destroyCall(retry) {
       Accept: "application/json, text/event-stream",
       "MCP-Protocol-Version": "2026-07-28",
       "Mcp-Method": "tools/call",
-      "Mcp-Name": TOOL,
+      "Mcp-Name": params.name,
       Authorization: "Bearer alice-token",
     },
     body: JSON.stringify(request),
@@ -432,6 +458,57 @@ async function run() {
   expectNotes(afterDelete, "after the declined retry");
   done(`_meta["${OUTCOME}"] = "declined", "${text(refusal)}"; nothing deleted`);
 
+  // ---- 5 standing ----
+  begin("5 standing: alice confirms Taxes 2026 with the form, choosing the standing option");
+  const asked = await deleteCall("Taxes 2026");
+  check(asked.resultType === "input_required", `the first notes_delete is ${asked.resultType}, not input_required`);
+  const schema = asked.inputRequests?.delete_choice?.params?.requestedSchema?.properties ?? {};
+  const wider = schema.remember?.oneOf?.[1];
+  check(wider?.const === "standing" && /^Also allow notes_delete on workspace personal for the next 10 minutes/.test(wider.title),
+    `the form's standing option is ${JSON.stringify(schema.remember)}`);
+  const granted = await deleteCall("Taxes 2026", {
+    state: asked.requestState,
+    answer: { action: "accept", content: { note_id: "note-1", confirm: true, remember: "standing" } },
+  });
+  check(!granted.isError && text(granted) === "Deleted note-1 (Taxes 2026) from personal.",
+    `the accepted retry's result is ${JSON.stringify(granted)}`);
+  const afterTaxes = afterDelete.filter((f) => f !== "personal/note-1.md");
+  expectNotes(afterTaxes, "after the standing grant exactly personal/note-1.md more must be gone");
+  done(`"${text(granted)}"; the standing option was "${wider.title}"`);
+
+  begin("5 standing: her /standing page lists it; bob's does not");
+  const standingUrl = `${origin}/standing`;
+  check(await visit(page, standingUrl) === 200, `alice's /standing answered HTTP ${currentStatus}`);
+  const rows = page.locator("#standing tbody tr");
+  check(await rows.count() === 1, `alice's page lists ${await rows.count()} standing approvals, not 1`);
+  const row = (await rows.first().innerText()).replace(/\s+/g, " ").trim();
+  check(row.includes("notes_delete") && row.includes("workspace personal") && row.includes("20 of 20"),
+    `the row reads ${JSON.stringify(row)}`);
+  check(await visit(bobPage, standingUrl) === 200, `bob's /standing answered HTTP ${currentStatus}`);
+  check(await bobPage.locator("#none").count() === 1 && !(await saying(bobPage)).includes("personal"),
+    `bob's page shows ${JSON.stringify(await saying(bobPage))}`);
+  current = page;
+  done(`alice: "${row}"; bob: none`);
+
+  begin("5 standing: alice revokes it on the page");
+  const [revoked] = await Promise.all([
+    page.waitForResponse((r) => r.url() === standingUrl && r.request().method() === "POST"),
+    page.getByRole("button", { name: "Revoke", exact: true }).click(),
+  ]);
+  await page.waitForLoadState("load");
+  currentStatus = revoked.status();
+  check(currentStatus === 200, `the revoke POST answered HTTP ${currentStatus}`);
+  const after = await saying(page);
+  check(after.includes("Revoked one standing approval.") && await page.locator("#none").count() === 1,
+    `the page after Revoke says ${JSON.stringify(after)}`);
+  done(`HTTP 200 "${after}"`);
+
+  begin("5 standing: her next call in the workspace is asked again");
+  const again = await deleteCall("Holiday ideas");
+  check(again.resultType === "input_required", `after the revocation notes_delete is ${again.resultType}, not asked`);
+  expectNotes(afterTaxes, "after the revocation nothing more may be deleted");
+  done("input_required: the form again; nothing deleted");
+
   await browser.close();
   browser = undefined;
   console.log(`[approval] notes on disk: ${notesOnDisk().join(" ")}`);
@@ -440,5 +517,5 @@ async function run() {
   console.log(`[approval]   ${seconds(Date.now() - started).padStart(7)}  total (with Chromium's start)`);
 }
 
-const watchdog = setTimeout(() => fail(new Error("the whole drive took over 120 s")), 120_000);
+const watchdog = setTimeout(() => fail(new Error("the whole drive took over 150 s")), 150_000);
 run().then(() => clearTimeout(watchdog), fail);
