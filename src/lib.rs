@@ -121,6 +121,9 @@
 //!   and how; [`Confirmed`] and [`Waived`] are what the inner service learns.
 //! - [`store`]: replay stores (memory, Redis, Postgres) that make a confirmation single-use.
 //! - [`approval`]: approval in the browser, its page and its store.
+//! - [`StandingApprovals`] and [`StandingPage`]: the standing approvals a
+//!   [policy](ToolPolicy::standing) lets the user give ("allow for 10 minutes"), listed and
+//!   revoked through the API or a page; [`store::standing`] keeps them.
 //! - [`grant`]: durable grants for work that runs later, and the worker API.
 //! - [`guard`]: Host/Origin validation to stack in front; [`scope`]: workspace containment for
 //!   file tools; `rmcp` (feature `rmcp`): the handler-side `Confirmation`; `testing` (feature
