@@ -11,6 +11,30 @@ use crate::principal::Principal;
 /// The `tracing` target of every audit event.
 pub const TARGET: &str = "mcp_confirm::audit";
 
+/// One decision as the decision log records it (feature `audit-log`; without a log, nothing is
+/// built from it): digests and prefixes, never argument values.
+#[derive(Default)]
+#[cfg_attr(not(feature = "audit-log"), allow(dead_code))]
+pub(crate) struct Event<'a> {
+    /// What happened (`challenged`, `accepted`, `refused`, …).
+    pub(crate) event: &'static str,
+    pub(crate) tool: Option<&'a str>,
+    pub(crate) principal: Option<&'a Principal>,
+    /// The digest of the arguments the decision is about.
+    pub(crate) arguments: Option<[u8; 32]>,
+    pub(crate) chosen: Option<&'a str>,
+    pub(crate) version: Option<&'a str>,
+    /// A digest of what the user was shown.
+    pub(crate) shown: Option<[u8; 32]>,
+    pub(crate) nonce: Option<&'a Nonce>,
+    pub(crate) grant: Option<String>,
+    pub(crate) standing: Option<String>,
+    /// A refusal's class (its wire reason or code).
+    pub(crate) class: Option<String>,
+    /// A refusal's real reason.
+    pub(crate) reason: Option<&'a str>,
+}
+
 fn subject(principal: Option<&Principal>) -> &str {
     principal.map_or("-", Principal::subject)
 }

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::audit::Event;
+use crate::engine::Refused;
 use crate::grant::GrantStore;
 use crate::kernel::PrincipalKey;
 use crate::limit::ChallengeLimiter;
@@ -52,6 +54,9 @@ pub(crate) struct Config {
     pub(crate) grant_ttl: Duration,
     /// The approval page's URL up to the id (ends with `/`), for browser-approved tools.
     pub(crate) approval_url: Option<String>,
+    /// Where every decision is recorded as evidence.
+    #[cfg(feature = "audit-log")]
+    pub(crate) log: Option<crate::audit_log::AuditLog>,
 }
 
 /// What the layer does with a `tools/call` of one tool.
@@ -99,6 +104,91 @@ impl Config {
     /// by principal (standing approvals) made before a key rotation are still hers.
     pub(crate) fn principal_keys(&self, principal: &Principal) -> Vec<PrincipalKey> {
         self.sealer.keys().principal_digests(principal.subject())
+    }
+
+    /// Records `event` in the decision log, if there is one; a log that is down loses it (it
+    /// counts what it loses). For what does not run anything.
+    #[cfg_attr(
+        not(feature = "audit-log"),
+        allow(unused_variables, clippy::unused_self)
+    )]
+    pub(crate) fn note(&self, event: Event<'_>) {
+        #[cfg(feature = "audit-log")]
+        if let Some(log) = &self.log {
+            let _ = log.append(self.record(event));
+        }
+    }
+
+    /// Records `event`, a decision that lets a call run: with a log that is down, refused
+    /// unless its policy is to fail open.
+    #[cfg_attr(
+        not(feature = "audit-log"),
+        allow(unused_variables, clippy::unused_self)
+    )]
+    pub(crate) fn note_decisive(&self, event: Event<'_>) -> Result<(), Refused> {
+        #[cfg(feature = "audit-log")]
+        if let Some(log) = &self.log
+            && log.append(self.record(event)).is_err()
+        {
+            return self.when_log_down(log);
+        }
+        Ok(())
+    }
+
+    /// Whether a decision that lets a call run could be recorded now: asked before anything is
+    /// claimed, so that a log that is down costs no one a confirmation.
+    #[cfg_attr(not(feature = "audit-log"), allow(clippy::unused_self))]
+    pub(crate) fn log_ready(&self) -> Result<(), Refused> {
+        #[cfg(feature = "audit-log")]
+        if let Some(log) = &self.log
+            && !log.is_healthy()
+        {
+            return self.when_log_down(log);
+        }
+        Ok(())
+    }
+
+    #[cfg(feature = "audit-log")]
+    fn when_log_down(&self, log: &crate::audit_log::AuditLog) -> Result<(), Refused> {
+        match log.options().when_down {
+            crate::audit_log::WhenDown::FailOpen => {
+                tracing::error!(target: crate::audit::TARGET, decision = "log_bypassed",
+                    "the decision log is down and its policy is to fail open: a call runs unrecorded");
+                Ok(())
+            }
+            _ => Err(Refused::new(
+                crate::protocol::RpcError::log_unavailable(),
+                "the decision log is down (full queue or a failed write); fail closed",
+            )),
+        }
+    }
+
+    /// The log's record of `event`.
+    #[cfg(feature = "audit-log")]
+    fn record(&self, event: Event<'_>) -> crate::audit_log::Record {
+        use crate::kernel::hex;
+        let mut record = crate::audit_log::Record::new(event.event);
+        record.at_ms = self
+            .sealer
+            .now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        record.audience.clone_from(&self.audience);
+        record.tool = event.tool.map(str::to_owned);
+        if let Some(principal) = event.principal {
+            record.principal = Some(self.principal_key(principal).to_hex());
+            record.subject = Some(principal.subject().to_owned());
+        }
+        record.arguments = event.arguments.map(|d| hex(&d));
+        record.chosen = event.chosen.map(str::to_owned);
+        record.version = event.version.map(str::to_owned);
+        record.shown = event.shown.map(|d| hex(&d));
+        record.nonce = event.nonce.map(crate::kernel::Nonce::short);
+        record.grant = event.grant;
+        record.standing = event.standing;
+        record.class = event.class;
+        record.reason = event.reason.map(str::to_owned);
+        record
     }
 
     /// The epoch a state binds: the replay store's, or zeros for a store whose entries outlive

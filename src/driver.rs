@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::audit;
+use crate::audit::{self, Event};
 use crate::completion::CompletionGuard;
 use crate::config::{Config, GuardedTool};
 use crate::confirmed::{Confirmed, Waived, WaiverReason};
@@ -69,10 +69,56 @@ pub(crate) async fn decide(
 ) -> Decision {
     let principal = match admit(&config, &call, principal, declared.as_ref()) {
         Ok(principal) => principal,
-        Err(refused) => return Decision::Reply(refused.reply(&call, None)),
+        Err(refused) => {
+            config.note(refused.event(&call.tool, None));
+            return Decision::Reply(refused.reply(&call, None));
+        }
     };
-    match try_decide(&config, &guarded, &call, &principal).await {
+    let decision = match try_decide(&config, &guarded, &call, &principal).await {
         Ok(decision) => decision,
+        Err(refused) => {
+            config.note(refused.event(&call.tool, Some(&principal)));
+            return Decision::Reply(refused.reply(&call, Some(&principal)));
+        }
+    };
+    // A call runs only once its record is in the decision log (or the log's policy says to
+    // fail open). Should the log go down between the check before the claim and here, the
+    // claimed confirmation is spent and nothing runs.
+    let recorded = match &decision {
+        Decision::Reply(_) => Ok(()),
+        Decision::Pass { waived, .. } => config.note_decisive(Event {
+            event: "waived",
+            tool: Some(&call.tool),
+            principal: Some(&principal),
+            arguments: Some(waived.arguments),
+            reason: Some(match waived.reason {
+                WaiverReason::Exempt => "exempt",
+                _ => "the policy's condition is false",
+            }),
+            ..Event::default()
+        }),
+        Decision::Forward(approved) => {
+            let c = &approved.confirmed;
+            config.note_decisive(Event {
+                event: if c.standing.is_some() {
+                    "standing_used"
+                } else {
+                    "accepted"
+                },
+                tool: Some(&c.tool),
+                principal: Some(&principal),
+                arguments: Some(c.arguments),
+                chosen: c.chosen.as_deref(),
+                version: c.version.as_deref(),
+                nonce: Some(&c.nonce),
+                grant: c.grant.map(|g| g.short()),
+                standing: c.standing.map(|s| s.to_hex()[..8].to_owned()),
+                ..Event::default()
+            })
+        }
+    };
+    match recorded {
+        Ok(()) => decision,
         Err(refused) => Decision::Reply(refused.reply(&call, Some(&principal))),
     }
 }
@@ -279,6 +325,9 @@ impl Attempt<'_> {
             }
         }
         let offer = self.standing_offer();
+        let words = offer
+            .as_ref()
+            .map(|(scope, terms)| self.standing_words(scope, *terms));
         let (token, claims) = config
             .sealer
             .seal(
@@ -291,7 +340,15 @@ impl Attempt<'_> {
             )
             .map_err(|e| Refused::new(RpcError::internal(), format!("seal: {e}")))?;
         audit::challenged(&call.tool, self.principal, &claims.nonce, candidates.len());
-        let words = offer.map(|(scope, terms)| self.standing_words(&scope, terms));
+        config.note(Event {
+            event: "challenged",
+            tool: Some(&call.tool),
+            principal: Some(self.principal),
+            arguments: Some(claims.arguments),
+            shown: Some(shown_digest(&candidates, words.as_deref())),
+            nonce: Some(&claims.nonce),
+            ..Event::default()
+        });
         let ask = match policy.channel {
             Channel::Form => Ask::Form(form::schema(policy, &candidates, words)),
             Channel::Browser { typed_id } => {
@@ -414,6 +471,14 @@ impl Attempt<'_> {
         match store.grant(&standing).await {
             Ok(()) => {
                 audit::standing_granted(tool, self.principal, &standing.id.to_hex(), secs, uses);
+                self.config.note(Event {
+                    event: "standing_granted",
+                    tool: Some(tool),
+                    principal: Some(self.principal),
+                    nonce: Some(&claims.nonce),
+                    standing: Some(standing.id.to_hex()[..8].to_owned()),
+                    ..Event::default()
+                });
             }
             Err(e) => audit::refused(
                 tool,
@@ -488,6 +553,8 @@ impl Attempt<'_> {
         let arguments = self.guarded.confirmed_arguments(call, chosen.as_deref());
         let digest = arguments_digest(Some(&arguments), None);
         let nonce = Nonce::random();
+        // A log that is down refuses before a use is spent.
+        config.log_ready()?;
         // A queued tool's grant is stored before the use is spent (a grant store that refuses
         // leaves the approval's uses as they were), bound to the standing approval so that
         // revoking it stops the grant if the work has not begun; withdrawn if the use is not
@@ -780,6 +847,13 @@ impl Attempt<'_> {
             return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
         }
         audit::cancelled(&self.call.tool, self.principal, &claims.nonce);
+        self.config.note(Event {
+            event: "cancelled",
+            tool: Some(&self.call.tool),
+            principal: Some(self.principal),
+            nonce: Some(&claims.nonce),
+            ..Event::default()
+        });
         Ok(self.outcome(
             Outcome::Cancelled,
             "The confirmation was cancelled; nothing was changed.",
@@ -794,6 +868,14 @@ impl Attempt<'_> {
         // the same.
         let _ = self.config.store.complete(&request).await;
         audit::declined(&self.call.tool, self.principal, &claims.nonce, unconfirmed);
+        self.config.note(Event {
+            event: "declined",
+            tool: Some(&self.call.tool),
+            principal: Some(self.principal),
+            nonce: Some(&claims.nonce),
+            reason: unconfirmed.then_some("accepted without confirming"),
+            ..Event::default()
+        });
         Ok(self.outcome(Outcome::Declined, "The user declined; nothing was changed."))
     }
 
@@ -805,6 +887,8 @@ impl Attempt<'_> {
         standing: bool,
     ) -> Result<Decision, Refused> {
         let (config, call, policy) = (self.config, self.call, self.policy());
+        // A log that is down refuses before anything is claimed: no confirmation is spent.
+        config.log_ready()?;
         let principal = self.principal.clone();
         let request = claim_request(config, claims);
         // The version of the record the user chose, exactly as the state signed it.
@@ -950,6 +1034,19 @@ impl Attempt<'_> {
         let result = protocol::outcome_result(outcome, text, self.config.server_info.as_ref());
         Decision::Reply(Reply::result(&self.call.id, &result))
     }
+}
+
+/// A digest of what the user was shown: each candidate's id, version and label as the form
+/// cleaned it, and the standing option's words.
+fn shown_digest(candidates: &[Candidate], standing: Option<&str>) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let shown: Vec<(&str, Option<&str>, Option<&str>)> = candidates
+        .iter()
+        .map(|c| (c.id(), c.version(), c.label()))
+        .collect();
+    let mut hash = Sha256::new();
+    hash.update(serde_json::to_vec(&(shown, standing)).unwrap_or_default());
+    hash.finalize().into()
 }
 
 /// What a grant is issued on: the principal's key, the digest of the arguments approved, the

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::audit;
+use crate::audit::{self, Event};
 use crate::kernel::Nonce;
 use crate::message::{TOOLS_CALL, ToolCall};
 use crate::principal::Principal;
@@ -78,6 +78,35 @@ impl Refused {
         Self {
             error: Refused::state(e).error,
             why: Why::Replay { nonce, state },
+        }
+    }
+
+    /// The decision log's record of this refusal: its class (what the wire says), and its
+    /// real reason.
+    pub(crate) fn event<'a>(
+        &'a self,
+        tool: &'a str,
+        principal: Option<&'a Principal>,
+    ) -> Event<'a> {
+        let class = self
+            .error
+            .data
+            .as_ref()
+            .and_then(|d| d.get("reason"))
+            .and_then(serde_json::Value::as_str)
+            .map_or_else(|| self.error.code.to_string(), str::to_owned);
+        let (event, reason, nonce) = match &self.why {
+            Why::Reason(reason) => ("refused", Some(reason.as_str()), None),
+            Why::Replay { nonce, state } => ("replay_blocked", Some(*state), Some(nonce)),
+        };
+        Event {
+            event,
+            tool: Some(tool),
+            principal,
+            nonce,
+            class: Some(class),
+            reason,
+            ..Event::default()
         }
     }
 

@@ -163,6 +163,8 @@ impl ConfirmLayer {
             grants: None,
             grant_ttl: DEFAULT_GRANT_TTL,
             approval_url: None,
+            #[cfg(feature = "audit-log")]
+            log: None,
         }
     }
 
@@ -241,6 +243,8 @@ pub struct ConfirmLayerBuilder {
     grants: Option<Arc<dyn GrantStore>>,
     grant_ttl: Duration,
     approval_url: Option<String>,
+    #[cfg(feature = "audit-log")]
+    log: Option<crate::audit_log::AuditLog>,
 }
 
 impl fmt::Debug for ConfirmLayerBuilder {
@@ -297,6 +301,17 @@ impl ConfirmLayerBuilder {
     /// unless no replay store is given either, when the default memory store keeps them.
     pub fn standing_store(mut self, store: impl StandingStore) -> Self {
         self.standing = Some(Arc::new(store));
+        self
+    }
+
+    /// Records every decision in `log`, a tamper-evident decision log (feature `audit-log`).
+    /// A call is let through only once its record is queued; while the log is down, the log's
+    /// [`WhenDown`](crate::audit_log::WhenDown) policy says what happens (by default such calls
+    /// are refused, nothing runs and no confirmation is spent).
+    #[cfg(feature = "audit-log")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "audit-log")))]
+    pub fn audit_log(mut self, log: crate::audit_log::AuditLog) -> Self {
+        self.log = Some(log);
         self
     }
 
@@ -662,6 +677,8 @@ impl ConfirmLayerBuilder {
                 grants: self.grants,
                 grant_ttl: self.grant_ttl,
                 approval_url: self.approval_url,
+                #[cfg(feature = "audit-log")]
+                log: self.log,
             }),
         })
     }

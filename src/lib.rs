@@ -145,6 +145,9 @@
 
 pub mod approval;
 pub mod audit;
+#[cfg(feature = "audit-log")]
+#[cfg_attr(docsrs, doc(cfg(feature = "audit-log")))]
+pub mod audit_log;
 pub mod body;
 pub mod clock;
 mod completion;

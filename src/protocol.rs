@@ -230,6 +230,18 @@ impl RpcError {
         .with_data(json!({ "reason": "replay_store_unavailable", "retryable": true }))
     }
 
+    /// The decision log cannot take the record of a call that would run (and its policy is to
+    /// fail closed): nothing ran, the confirmation is unspent.
+    #[cfg_attr(not(feature = "audit-log"), allow(dead_code))]
+    pub(crate) fn log_unavailable() -> Self {
+        Self::new(
+            code::STORE_UNAVAILABLE,
+            "Confirmation could not be recorded; nothing was changed, retry later",
+            StatusCode::SERVICE_UNAVAILABLE,
+        )
+        .with_data(json!({ "reason": "decision_log_unavailable", "retryable": true }))
+    }
+
     /// A state that verified but predates the restart of a store that forgets (the memory store).
     pub(crate) fn restarted() -> Self {
         Self::new(

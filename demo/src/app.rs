@@ -60,6 +60,8 @@ pub struct Options {
     pub challenge_rate: ChallengeRate,
     /// Serve without `ConfirmLayer` (only for measuring what the layer costs).
     pub without_confirmation: bool,
+    /// Where every decision is recorded, tamper-evident; `None`: no decision log.
+    pub audit_log: Option<mcp_confirm::audit_log::AuditLog>,
 }
 
 /// The per-principal challenge rate limit.
@@ -109,6 +111,9 @@ pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
         .server_info(server_info());
     if let Some(replay_store) = options.replay_store {
         confirm = confirm.store(replay_store);
+    }
+    if let Some(log) = options.audit_log {
+        confirm = confirm.audit_log(log);
     }
     confirm = match options.challenge_rate {
         ChallengeRate::Default => confirm,

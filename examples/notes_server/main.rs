@@ -7,6 +7,7 @@
 //!     [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS]
 //!     [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N]
 //!     [--load-notes-per-title 1..3] [--without-confirmation]
+//!     [--audit-dir DIR] [--audit-key-file FILE] [--no-audit-log]
 //! ```
 //!
 //! On first run the data directory is created and seeded: workspace `personal` with three notes
@@ -41,7 +42,8 @@ use mcp_confirm_demo::notes;
 const USAGE: &str = "usage: notes_server [--addr HOST:PORT] [--data-dir DIR] [--key HEX] \
      [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory] \
      [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS] \
-     [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--load-notes-per-title 1..3] [--without-confirmation]";
+     [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--load-notes-per-title 1..3] [--without-confirmation] \
+     [--audit-dir DIR] [--audit-key-file FILE] [--no-audit-log]";
 
 struct Flags {
     addr: SocketAddr,
@@ -58,6 +60,12 @@ struct Flags {
     principal_budget: Option<usize>,
     challenge_rate: ChallengeRate,
     limits: Limits,
+    /// The decision log's directory (default: `<data-dir>-decisions`).
+    audit_dir: Option<PathBuf>,
+    /// The file holding the decision log's signing seed (default: `<audit-dir>.key`).
+    audit_key_file: Option<PathBuf>,
+    /// No decision log (load tests measure with and without).
+    no_audit_log: bool,
 }
 
 /// What one connection and one request may take.
@@ -92,6 +100,9 @@ fn flags() -> Result<Flags, String> {
             request_timeout: Duration::from_secs(30),
             max_in_flight: 256,
         },
+        audit_dir: None,
+        audit_key_file: None,
+        no_audit_log: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -147,6 +158,9 @@ fn flags() -> Result<Flags, String> {
                     .max(1);
             }
             "--without-confirmation" => flags.without_confirmation = true,
+            "--audit-dir" => flags.audit_dir = Some(PathBuf::from(value()?)),
+            "--audit-key-file" => flags.audit_key_file = Some(PathBuf::from(value()?)),
+            "--no-audit-log" => flags.no_audit_log = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
@@ -231,6 +245,25 @@ async fn run() -> Result<(), String> {
         );
     }
     let grant_store = grant_store(&flags.replay_store).await;
+    let (audit_log, log_dir) = if flags.no_audit_log || flags.without_confirmation {
+        (None, None)
+    } else {
+        let (log, dir) = audit_log(&flags)?;
+        (Some(log), Some(dir))
+    };
+    if let Some(log) = &audit_log {
+        // Stopped by a signal, the log signs what it holds first.
+        let log = log.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = log.flush();
+            std::process::exit(0);
+        });
+    }
+    let log_lines = audit_log
+        .as_ref()
+        .zip(log_dir)
+        .map(|(log, dir)| (log.verifier().to_string(), dir.display().to_string()));
     let options = app::Options {
         keys,
         audience,
@@ -239,6 +272,7 @@ async fn run() -> Result<(), String> {
         public_url: format!("http://{addr}"),
         challenge_rate: flags.challenge_rate,
         without_confirmation: flags.without_confirmation,
+        audit_log,
     };
     let router = app::app(Arc::clone(&store), options);
     let personal = store.workspace_uri("personal");
@@ -260,6 +294,15 @@ async fn run() -> Result<(), String> {
         println!("  data: {}", store.root_path().display());
     }
     println!("  tokens: alice-token (personal, team), bob-token (team)");
+    match &log_lines {
+        Some((vkey, dir)) => {
+            println!("  decision log: {dir}");
+            println!(
+                "    verify it: cargo run -p mcp-confirm-audit -- verify --dir {dir} --key {vkey}"
+            );
+        }
+        None => println!("  decision log: off"),
+    }
     if flags.without_confirmation {
         println!("  WITHOUT ConfirmLayer: notes_delete refuses every call");
     }
@@ -271,6 +314,95 @@ async fn run() -> Result<(), String> {
     println!("  (workspace personal is {personal})");
     serve(listener, router, flags.limits).await;
     Ok(())
+}
+
+/// The decision log's directory: `--audit-dir`, or `<data-dir>-decisions` beside the notes.
+fn audit_dir(flags: &Flags) -> PathBuf {
+    flags.audit_dir.clone().unwrap_or_else(|| {
+        let mut name = flags.data_dir.as_os_str().to_owned();
+        name.push("-decisions");
+        PathBuf::from(name)
+    })
+}
+
+/// The demo's decision log: its signing seed is kept in `--audit-key-file` (created, mode 0600,
+/// on first start). A real deployment keeps the key away from the log's disk: whoever holds both
+/// can rewrite history and sign it.
+fn audit_log(flags: &Flags) -> Result<(mcp_confirm::audit_log::AuditLog, PathBuf), String> {
+    use mcp_confirm::audit_log::{AuditLog, LogKey, LogOptions};
+    let dir = audit_dir(flags);
+    let key_file = flags.audit_key_file.clone().unwrap_or_else(|| {
+        let mut name = dir.as_os_str().to_owned();
+        name.push(".key");
+        PathBuf::from(name)
+    });
+    let seed = match std::fs::read_to_string(&key_file) {
+        Ok(text) => text.trim().to_owned(),
+        Err(_) => {
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed).map_err(|e| format!("random: {e}"))?;
+            let hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+            write_secret(&key_file, &hex)?;
+            hex
+        }
+    };
+    let seed: [u8; 32] = (0..32)
+        .map(|i| {
+            seed.get(2 * i..2 * i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        })
+        .collect::<Option<Vec<u8>>>()
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or_else(|| format!("{}: not 64 hex digits", key_file.display()))?;
+    let key = LogKey::from_seed("notes.example/decisions", seed).map_err(|e| e.to_string())?;
+    let options = LogOptions {
+        every: Duration::from_secs(1),
+        ..LogOptions::default()
+    };
+    match AuditLog::file(&dir, key, options.clone()) {
+        Err(mcp_confirm::audit_log::LogError::Locked) if flags.audit_dir.is_none() => {
+            // Another instance on the same notes writes the default log: this one keeps its own.
+            let mut own = dir.as_os_str().to_owned();
+            own.push(format!("-{}", std::process::id()));
+            let own = PathBuf::from(own);
+            let key =
+                LogKey::from_seed("notes.example/decisions", seed).map_err(|e| e.to_string())?;
+            let log = AuditLog::file(&own, key, options)
+                .map_err(|e| format!("decision log {}: {e}", own.display()))?;
+            Ok((log, own))
+        }
+        other => other
+            .map(|log| (log, dir.clone()))
+            .map_err(|e| format!("decision log {}: {e}", dir.display())),
+    }
+}
+
+fn write_secret(path: &std::path::Path, text: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
 }
 
 /// Serves `router` on every connection `listener` accepts, over HTTP/1.1, within `limits`.

@@ -15,6 +15,7 @@ mod notes_http;
 mod audit;
 mod browser;
 mod confirm_flow;
+mod decision_log;
 mod demo;
 mod grants;
 mod regressions;

@@ -293,6 +293,7 @@ impl Demo {
             public_url: format!("http://{addr}"),
             challenge_rate: app::ChallengeRate::Default,
             without_confirmation: false,
+            audit_log: None,
         };
         let router = app::app(store, options);
         tokio::spawn(async move { axum::serve(listener, router).await });

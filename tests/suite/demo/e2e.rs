@@ -93,6 +93,7 @@ impl Server {
             public_url: format!("http://{addr}"),
             challenge_rate: app::ChallengeRate::Default,
             without_confirmation,
+            audit_log: None,
         };
         let router = app::app(Arc::clone(&store), options);
         let url = format!("http://{addr}/mcp");

@@ -100,6 +100,7 @@ async fn instance(store: &Arc<notes::NotesStore>, grants: Arc<dyn GrantStore>) -
         public_url: format!("http://{addr}"),
         challenge_rate: app::ChallengeRate::Default,
         without_confirmation: false,
+        audit_log: None,
     };
     let router = app::app(Arc::clone(store), options);
     tokio::spawn(async move { axum::serve(listener, router).await });

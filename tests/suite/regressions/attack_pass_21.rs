@@ -216,6 +216,7 @@ mod demo_fixture {
             public_url: format!("http://{addr}"),
             challenge_rate: app::ChallengeRate::Off,
             without_confirmation: false,
+            audit_log: None,
         };
         let router = app::app(Arc::clone(&store), options);
         tokio::spawn(async move { axum::serve(listener, router).await });

@@ -3,7 +3,7 @@
 //! ```text
 //! cargo build --release --all-features --example notes_server
 //! cargo build --release -p mcp-confirm-tools --bin loadgen
-//! target/release/loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|challenges]
+//! target/release/loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|challenges]
 //!     [--clients 8] [--duration 10] [--runs 3] [--requests N] [--redis redis://127.0.0.1:6379]
 //!     [--warmup-ms 300] [--server-threads N] [--wrap 'taskset -c 1']
 //! ```
@@ -39,6 +39,10 @@
 //!   standing option again. One operation is one note deleted, either way. Alternates for
 //!   `--runs` runs each with `notes_list` through the layer (plain pass-through) and with the
 //!   two-round `confirm` flow, and prints the rates as ratios (medians).
+//! - `audit-log`: the two-round `confirm` flow without the decision log, then with it (the
+//!   demo's file sink in a fresh directory, fsync per batch), alternating for `--runs` runs each;
+//!   prints the rate with the log as a share of the rate without (medians). Every other flow
+//!   runs its server without the log.
 //! - `challenges`: first calls only, never answered: the server's memory (RSS) at the start and
 //!   at the end shows that a challenge keeps no server state.
 
@@ -55,7 +59,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|challenges] \
+const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|challenges] \
     [--clients N] [--duration SECS] [--runs N] [--requests N] [--redis URL] [--warmup-ms MS] \
     [--server-threads N] [--wrap 'COMMAND ARGS']";
 const KEY: &str = "6d63702d636f6e6669726d2d6c6f616467656e2d6b65792d3031323334353637";
@@ -159,6 +163,7 @@ fn run() -> Result<(), String> {
             "standing",
         ],
         "standing" => &["standing"],
+        "audit-log" => &["audit-log"],
         "list" => &["list"],
         "confirm" => &["confirm"],
         "confirm-files" => &["confirm-files"],
@@ -237,6 +242,38 @@ fn run() -> Result<(), String> {
                     median(&confirm, cpu),
                 );
             }
+            "audit-log" => {
+                let (mut off, mut on) = (Vec::new(), Vec::new());
+                for _ in 0..flags.runs {
+                    off.push(rt.block_on(measure(&flags, &server_bin, Flow::Confirm, true))?);
+                    on.push(rt.block_on(measure(
+                        &flags,
+                        &server_bin,
+                        Flow::ConfirmLogged,
+                        true,
+                    ))?);
+                }
+                errors += off.iter().chain(&on).map(|r| r.errors).sum::<u64>();
+                let (a, b) = (median(&off, Report::rate), median(&on, Report::rate));
+                let mut paired: Vec<f64> = off
+                    .iter()
+                    .zip(&on)
+                    .map(|(off, on)| on.rate() / off.rate() * 100.0)
+                    .collect();
+                paired.sort_by(f64::total_cmp);
+                let cpu = |r: &Report| r.per_op_us(r.server_cpu);
+                println!(
+                    "two-round confirmation with the decision log (file sink): {b:.0} flows/s \
+                     against {a:.0} without ({:.1}% of it, {:+.1}%, medians); run by run {:.1}% \
+                     to {:.1}%; server CPU {:.0} against {:.0} µs/flow (medians)",
+                    b / a * 100.0,
+                    (b / a - 1.0) * 100.0,
+                    paired[0],
+                    paired[paired.len() - 1],
+                    median(&on, cpu),
+                    median(&off, cpu),
+                );
+            }
             "files-vs-memory" => {
                 let mut memory = Vec::new();
                 let mut files = Vec::new();
@@ -306,6 +343,8 @@ enum Flow {
     Confirm,
     ConfirmFiles,
     ConfirmRedis,
+    /// `Confirm` with the decision log on.
+    ConfirmLogged,
     Standing,
     Challenges,
 }
@@ -319,6 +358,7 @@ impl Flow {
             (Flow::ConfirmFiles, _) => "confirm (files)",
             (Flow::ConfirmRedis, _) => "confirm (redis)",
             (Flow::Standing, _) => "standing (memory)",
+            (Flow::ConfirmLogged, _) => "confirm + log",
             (Flow::Challenges, _) => "challenges only",
         }
     }
@@ -404,10 +444,12 @@ async fn measure(
     layered: bool,
 ) -> Result<Report, String> {
     let titles = match flow {
-        Flow::Confirm | Flow::ConfirmRedis | Flow::Standing => match flags.requests {
-            Some(n) => n + 1,
-            None => TITLES_PER_SECOND * flags.duration.as_secs(),
-        },
+        Flow::Confirm | Flow::ConfirmRedis | Flow::ConfirmLogged | Flow::Standing => {
+            match flags.requests {
+                Some(n) => n + 1,
+                None => TITLES_PER_SECOND * flags.duration.as_secs(),
+            }
+        }
         // The warm-up confirms too: room for it.
         Flow::ConfirmFiles => match flags.requests {
             Some(n) => n + 1 + FILE_TITLES_PER_SECOND * flags.warmup.as_millis() as u64 / 1_000,
@@ -504,9 +546,10 @@ async fn drive(
                 let began = Instant::now();
                 let ok = match flow {
                     Flow::List => list(&mut conn, &setup, &mut id).await,
-                    Flow::Confirm | Flow::ConfirmFiles | Flow::ConfirmRedis => {
-                        confirm(&mut conn, &setup, &mut id).await
-                    }
+                    Flow::Confirm
+                    | Flow::ConfirmFiles
+                    | Flow::ConfirmRedis
+                    | Flow::ConfirmLogged => confirm(&mut conn, &setup, &mut id).await,
                     Flow::Standing => under_standing(&mut conn, &setup, &mut id).await,
                     Flow::Challenges => challenge_only(&mut conn, &setup, &mut id).await,
                 };
@@ -713,6 +756,8 @@ struct Server {
     clock_ticks: u64,
     /// Remove `data_dir` when the server is gone.
     owns_data_dir: bool,
+    /// The decision log's directory, removed (with its key file) when the server is gone.
+    log_dir: Option<PathBuf>,
 }
 
 /// Numbers the runs, for their data directories.
@@ -783,11 +828,29 @@ impl Server {
                 command.args(["--replay-store", &flags.redis]);
                 command.args(["--principal-budget", &room]);
             }
-            Flow::Confirm | Flow::ConfirmFiles | Flow::Standing => {
+            Flow::Confirm | Flow::ConfirmFiles | Flow::ConfirmLogged | Flow::Standing => {
                 command.args(["--replay-store", &format!("memory:{room}")]);
                 command.args(["--principal-budget", &room]);
             }
             Flow::List | Flow::Challenges => {}
+        }
+        // The decision log only where it is measured, in a directory of its own.
+        let log_dir = (flow == Flow::ConfirmLogged).then(|| {
+            std::env::temp_dir().join(format!(
+                "loadgen-decisions-{}-{}",
+                std::process::id(),
+                RUN.fetch_add(1, Ordering::Relaxed)
+            ))
+        });
+        match &log_dir {
+            Some(dir) => {
+                let key = dir.with_extension("key");
+                command.arg("--audit-dir").arg(dir);
+                command.arg("--audit-key-file").arg(&key);
+            }
+            None => {
+                command.arg("--no-audit-log");
+            }
         }
         if let Some(threads) = flags.server_threads {
             command.env("TOKIO_WORKER_THREADS", threads.to_string());
@@ -801,6 +864,7 @@ impl Server {
             data_dir,
             clock_ticks: clock_ticks(),
             owns_data_dir: files,
+            log_dir,
         };
         // Seeding hundreds of thousands of files takes a while.
         let deadline = Instant::now() + Duration::from_secs(600);
@@ -851,6 +915,10 @@ impl Drop for Server {
         }
         if self.owns_data_dir {
             let _ = std::fs::remove_dir_all(&self.data_dir);
+        }
+        if let Some(dir) = &self.log_dir {
+            let _ = std::fs::remove_dir_all(dir);
+            let _ = std::fs::remove_file(dir.with_extension("key"));
         }
     }
 }

@@ -1,0 +1,242 @@
+//! `mcp-confirm-audit`: checks an mcp-confirm decision log offline, with nothing but its
+//! directory and the log's public key, and answers questions about it.
+//!
+//! ```text
+//! mcp-confirm-audit verify --dir DIR --key VKEY [--seen CHECKPOINT_FILE]...
+//! mcp-confirm-audit prove  --dir DIR --key VKEY --seq N         (inclusion in the newest checkpoint)
+//! mcp-confirm-audit check-proof --key VKEY --proof FILE          (checks what `prove` printed)
+//! mcp-confirm-audit show   --dir DIR [--event E] [--tool T] [--chosen ID] [--subject S]
+//! mcp-confirm-audit export --dir DIR                               (every record, JSON lines)
+//! ```
+//!
+//! `VKEY` is the log's verifier key text (`<name>+<id>+<key>`), as the server prints it. Exit
+//! status: 0 when everything holds, 1 when a fault was found (each is printed), 2 on a usage or
+//! read error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use mcp_confirm::audit_log::{Record, VerifierKey, merkle, verify};
+use serde_json::{Value, json};
+
+const USAGE: &str = "usage:
+  mcp-confirm-audit verify --dir DIR --key VKEY [--seen CHECKPOINT_FILE]...
+  mcp-confirm-audit prove --dir DIR --key VKEY --seq N
+  mcp-confirm-audit check-proof --key VKEY --proof FILE
+  mcp-confirm-audit show --dir DIR [--event E] [--tool T] [--chosen ID] [--subject S]
+  mcp-confirm-audit export --dir DIR";
+
+#[derive(Default)]
+struct Args {
+    dir: Option<PathBuf>,
+    key: Option<String>,
+    seen: Vec<PathBuf>,
+    seq: Option<u64>,
+    proof: Option<PathBuf>,
+    event: Option<String>,
+    tool: Option<String>,
+    chosen: Option<String>,
+    subject: Option<String>,
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(sound) => {
+            if sound {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> Result<bool, String> {
+    let mut argv = std::env::args().skip(1);
+    let command = argv.next().ok_or(USAGE)?;
+    let mut args = Args::default();
+    while let Some(flag) = argv.next() {
+        let mut value = || {
+            argv.next()
+                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
+        };
+        match flag.as_str() {
+            "--dir" => args.dir = Some(value()?.into()),
+            "--key" => args.key = Some(value()?),
+            "--seen" => args.seen.push(value()?.into()),
+            "--seq" => args.seq = Some(value()?.parse().map_err(|e| format!("--seq: {e}"))?),
+            "--proof" => args.proof = Some(value()?.into()),
+            "--event" => args.event = Some(value()?),
+            "--tool" => args.tool = Some(value()?),
+            "--chosen" => args.chosen = Some(value()?),
+            "--subject" => args.subject = Some(value()?),
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown flag {other}\n{USAGE}")),
+        }
+    }
+    match command.as_str() {
+        "verify" => verify_log(&args),
+        "prove" => prove(&args),
+        "check-proof" => check_proof(&args),
+        "show" => show(&args, true),
+        "export" => show(&args, false),
+        other => Err(format!("unknown command {other}\n{USAGE}")),
+    }
+}
+
+fn dir(args: &Args) -> Result<&PathBuf, String> {
+    args.dir
+        .as_ref()
+        .ok_or_else(|| format!("--dir is required\n{USAGE}"))
+}
+
+fn key(args: &Args) -> Result<VerifierKey, String> {
+    args.key
+        .as_deref()
+        .ok_or_else(|| format!("--key is required\n{USAGE}"))?
+        .parse()
+        .map_err(|e| format!("--key: {e}"))
+}
+
+fn verify_log(args: &Args) -> Result<bool, String> {
+    let key = key(args)?;
+    let seen = args
+        .seen
+        .iter()
+        .map(|p| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let verified = verify(dir(args)?, &key, &seen).map_err(|e| e.to_string())?;
+    for finding in &verified.findings {
+        println!("FAULT  {finding}");
+    }
+    let latest = verified.latest().map_or("no checkpoint".to_owned(), |c| {
+        format!(
+            "newest checkpoint: {} records, root {}",
+            c.size,
+            STANDARD.encode(c.root)
+        )
+    });
+    println!(
+        "{} records, {} checkpoints signed by {}; {latest}; {}",
+        verified.records.len(),
+        verified.checkpoints.len(),
+        key.name(),
+        if verified.is_sound() {
+            "sound"
+        } else {
+            "NOT sound"
+        }
+    );
+    Ok(verified.is_sound())
+}
+
+fn prove(args: &Args) -> Result<bool, String> {
+    let key = key(args)?;
+    let seq = args
+        .seq
+        .ok_or_else(|| format!("--seq is required\n{USAGE}"))?;
+    let verified = verify(dir(args)?, &key, &[]).map_err(|e| e.to_string())?;
+    if !verified.is_sound() {
+        return Err("the log is not sound; run verify".into());
+    }
+    let signed = verified
+        .checkpoints
+        .last()
+        .ok_or("no checkpoint yet: nothing to prove against")?;
+    let size = usize::try_from(signed.checkpoint.size).map_err(|e| e.to_string())?;
+    let index = usize::try_from(seq).map_err(|e| e.to_string())?;
+    let proof = merkle::inclusion_proof(&verified.leaves[..size], index)
+        .ok_or_else(|| format!("record {seq} is not in the newest checkpoint ({size} records)"))?;
+    let record = &verified.records[index];
+    println!(
+        "{}",
+        json!({
+            "record": record.to_line(),
+            "index": seq,
+            "size": size,
+            "proof": proof.iter().map(|h| STANDARD.encode(h)).collect::<Vec<_>>(),
+            "checkpoint": signed.text,
+        })
+    );
+    Ok(true)
+}
+
+fn check_proof(args: &Args) -> Result<bool, String> {
+    let key = key(args)?;
+    let path = args
+        .proof
+        .as_ref()
+        .ok_or_else(|| format!("--proof is required\n{USAGE}"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let proof: Value = serde_json::from_str(&text).map_err(|e| format!("not a proof: {e}"))?;
+    let field = |name: &str| {
+        proof
+            .get(name)
+            .ok_or_else(|| format!("the proof has no {name}"))
+    };
+    let signed = key
+        .open(
+            field("checkpoint")?
+                .as_str()
+                .ok_or("checkpoint is not text")?,
+        )
+        .map_err(|e| format!("checkpoint: {e}"))?;
+    let line = field("record")?.as_str().ok_or("record is not text")?;
+    let record = Record::from_line(line).ok_or("the record is not canonical")?;
+    let index = field("index")?.as_u64().ok_or("index is not a number")?;
+    let hashes = field("proof")?
+        .as_array()
+        .ok_or("proof is not a list")?
+        .iter()
+        .map(|h| {
+            h.as_str()
+                .and_then(|h| STANDARD.decode(h).ok())
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .ok_or("a proof hash is not 32 bytes of base64")
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let holds = record.seq == index
+        && merkle::verify_inclusion(
+            index,
+            signed.checkpoint.size,
+            &merkle::leaf_hash(line.as_bytes()),
+            &hashes,
+            &signed.checkpoint.root,
+        );
+    println!(
+        "record {index} {} in the checkpoint of {} records signed by {}",
+        if holds { "IS" } else { "is NOT" },
+        signed.checkpoint.size,
+        key.name()
+    );
+    Ok(holds)
+}
+
+fn show(args: &Args, filtered: bool) -> Result<bool, String> {
+    let path = dir(args)?.join(mcp_confirm::audit_log::file::RECORDS);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let wanted = |field: &Option<String>, value: Option<&str>| {
+        field.as_deref().is_none_or(|want| value == Some(want))
+    };
+    for line in text.lines() {
+        let Some(record) = Record::from_line(line) else {
+            eprintln!("skipped a line that is not a record (run verify)");
+            continue;
+        };
+        let shown = !filtered
+            || (wanted(&args.event, Some(&record.event))
+                && wanted(&args.tool, record.tool.as_deref())
+                && wanted(&args.chosen, record.chosen.as_deref())
+                && wanted(&args.subject, record.subject.as_deref()));
+        if shown {
+            println!("{line}");
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,202 @@
+//! The layer writes its decisions to the log: what each record says, "who approved deleting
+//! note-7" answered and proved from the log alone, and what a destructive call gets while the
+//! log cannot take its record (fail closed by default: nothing runs, no confirmation is spent).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use mcp_confirm::audit_log::{
+    AuditLog, FileLog, Fsync, LogError, LogOptions, LogSink, Record, SignedCheckpoint, WhenDown,
+    merkle, verify,
+};
+use mcp_confirm::clock::ManualClock;
+use mcp_confirm::store::MemoryReplayStore;
+use serde_json::json;
+
+use super::{fresh_dir, key};
+use crate::common::*;
+
+/// A file log that fails every write while `down` is set, as a full disk does.
+struct Flaky {
+    log: FileLog,
+    down: Arc<AtomicBool>,
+}
+
+impl LogSink for Flaky {
+    fn append(&mut self, records: &mut [Record]) -> Result<u64, LogError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("no space left on device").into());
+        }
+        self.log.append(records)
+    }
+    fn checkpoint(&mut self) -> Result<Option<SignedCheckpoint>, LogError> {
+        self.log.checkpoint()
+    }
+    fn recover(&mut self) -> Result<(), LogError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("no space left on device").into());
+        }
+        self.log.recover()
+    }
+    fn size(&self) -> u64 {
+        self.log.size()
+    }
+}
+
+struct Logged {
+    f: Fixture,
+    log: AuditLog,
+    dir: std::path::PathBuf,
+    down: Arc<AtomicBool>,
+}
+
+fn logged(when_down: WhenDown) -> Logged {
+    let dir = fresh_dir("layer");
+    let down = Arc::new(AtomicBool::new(false));
+    let sink = Flaky {
+        log: FileLog::open(&dir, key(), Fsync::Never).unwrap(),
+        down: Arc::clone(&down),
+    };
+    let options = LogOptions {
+        when_down,
+        every: std::time::Duration::from_millis(5),
+        instance: "test-1".into(),
+        ..LogOptions::default()
+    };
+    let log = AuditLog::new(sink, key().verifier(), options).unwrap();
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = base_builder(&notes, &clock, &store)
+        .audit_log(log.clone())
+        .build();
+    Logged {
+        f: Fixture::new(layer, notes, clock, store),
+        log,
+        dir,
+        down,
+    }
+}
+
+fn records(l: &Logged) -> Vec<Record> {
+    l.log.flush().unwrap();
+    verify(&l.dir, &key().verifier(), &[]).unwrap().records
+}
+
+/// Down, and seen to be down by the writer (a write failed).
+fn take_down(l: &Logged) {
+    l.down.store(true, Ordering::SeqCst);
+    let _ = l.log.append(Record::new("probe"));
+    for _ in 0..500 {
+        if !l.log.is_healthy() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    panic!("the log never noticed it was down");
+}
+
+fn bring_up(l: &Logged) {
+    l.down.store(false, Ordering::SeqCst);
+    for _ in 0..500 {
+        if l.log.is_healthy() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    panic!("the log never came back");
+}
+
+#[tokio::test]
+async fn every_decision_is_recorded_and_who_approved_note_7_is_proved() {
+    let l = logged(WhenDown::FailClosed);
+    let first = l.f.alice(&delete_call(json!(1), "Groceries")).await;
+    let done = l.f.accept(&first.state(), json!(2), "note-7").await;
+    assert_ran(&done);
+    // A second confirmation, declined; then a replay of the first.
+    let second = l.f.alice(&delete_call(json!(3), "Groceries")).await;
+    l.f.alice(&retry(
+        delete_call(json!(3), "Groceries"),
+        json!(4),
+        &second.state(),
+        json!({"delete_choice": {"action": "decline"}}),
+    ))
+    .await;
+    l.f.accept(&first.state(), json!(5), "note-7").await;
+    let all = records(&l);
+    let events: Vec<&str> = all.iter().map(|r| r.event.as_str()).collect();
+    assert_eq!(
+        events,
+        [
+            "challenged",
+            "accepted",
+            "challenged",
+            "declined",
+            "replay_blocked"
+        ],
+        "{all:?}"
+    );
+    let (challenged, accepted) = (&all[0], &all[1]);
+    assert_eq!(accepted.subject.as_deref(), Some("alice"));
+    assert_eq!(accepted.tool.as_deref(), Some("notes_delete"));
+    assert_eq!(accepted.chosen.as_deref(), Some("note-7"));
+    assert_eq!(accepted.version, Some(l.f.notes.version("note-7")));
+    assert_eq!(accepted.nonce, challenged.nonce, "the two rounds correlate");
+    assert_eq!(accepted.principal, challenged.principal);
+    assert_eq!(accepted.instance, "test-1");
+    assert!(challenged.shown.as_ref().is_some_and(|s| s.len() == 64));
+    assert!(accepted.arguments.as_ref().is_some_and(|a| a.len() == 64));
+    // No argument values anywhere in the log.
+    let text = std::fs::read_to_string(l.dir.join("records.jsonl")).unwrap();
+    assert!(
+        !text.contains("Groceries") && !text.contains(PERSONAL),
+        "{text}"
+    );
+    // Who approved deleting note-7: found, and proved included in a signed checkpoint.
+    let verified = verify(&l.dir, &key().verifier(), &[]).unwrap();
+    assert!(verified.is_sound(), "{:?}", verified.findings);
+    let who = verified
+        .records
+        .iter()
+        .position(|r| r.event == "accepted" && r.chosen.as_deref() == Some("note-7"))
+        .unwrap();
+    let latest = verified.latest().unwrap();
+    let size = latest.size as usize;
+    let proof = merkle::inclusion_proof(&verified.leaves[..size], who).unwrap();
+    assert!(merkle::verify_inclusion(
+        who as u64,
+        latest.size,
+        &verified.leaves[who],
+        &proof,
+        &latest.root
+    ));
+}
+
+#[tokio::test]
+async fn a_log_that_is_down_refuses_the_call_and_spends_no_confirmation() {
+    let l = logged(WhenDown::FailClosed);
+    let first = l.f.alice(&delete_call(json!(1), "Groceries")).await;
+    take_down(&l);
+    let refused = l.f.accept(&first.state(), json!(2), "note-7").await;
+    assert_eq!(
+        refused.error()["data"]["reason"],
+        "decision_log_unavailable",
+        "{:?}",
+        refused.json()
+    );
+    assert_eq!(l.f.seen.count(), 0, "nothing ran");
+    // Once the log is back, the same answer goes through: the confirmation was not spent.
+    bring_up(&l);
+    assert_ran(&l.f.accept(&first.state(), json!(3), "note-7").await);
+    let events: Vec<String> = records(&l).into_iter().map(|r| r.event).collect();
+    assert!(events.contains(&"accepted".to_owned()), "{events:?}");
+}
+
+#[tokio::test]
+async fn failing_open_is_a_choice_and_lets_the_call_run() {
+    let l = logged(WhenDown::FailOpen);
+    let first = l.f.alice(&delete_call(json!(1), "Groceries")).await;
+    take_down(&l);
+    assert_ran(&l.f.accept(&first.state(), json!(2), "note-7").await);
+    assert!(l.log.dropped() > 0);
+}
