@@ -106,21 +106,30 @@ impl PostgresGrantStore {
     /// [`GrantStoreError`] if the database refuses.
     pub async fn migrate(&self) -> Result<(), GrantStoreError> {
         let t = &self.table;
-        // Under a lock: instances starting together would otherwise race `CREATE … IF NOT EXISTS`
-        // (PostgreSQL reports the loser as a duplicate type).
+        // Instances starting beside live ones only read the catalog when the table is there;
+        // otherwise the DDL runs under a lock (instances starting together would race
+        // `CREATE … IF NOT EXISTS`, and PostgreSQL reports the loser as a duplicate type).
+        let current = format!(
+            "SELECT to_regclass('{t}') IS NOT NULL AND to_regclass('{t}_keep_until') IS NOT NULL"
+        );
         let sql = format!(
-            "BEGIN;
-             SELECT pg_advisory_xact_lock(hashtext('mcp-confirm:migrate:{t}'));
+            "SELECT pg_advisory_xact_lock(hashtext('mcp-confirm:migrate:{t}'));
              CREATE TABLE IF NOT EXISTS {t} (
                 id text PRIMARY KEY,
                 record text NOT NULL,
                 keep_until timestamptz NOT NULL);
-             CREATE INDEX IF NOT EXISTS {t}_keep_until ON {t} (keep_until);
-             COMMIT;"
+             CREATE INDEX IF NOT EXISTS {t}_keep_until ON {t} (keep_until);"
         );
         bounded(self.timeout, async {
-            let client = self.pool.get().await.map_err(backend)?;
-            client.batch_execute(&sql).await.map_err(backend)
+            let mut client = self.pool.get().await.map_err(backend)?;
+            let row = client.query_one(&current, &[]).await.map_err(backend)?;
+            if row.try_get::<_, bool>(0).map_err(backend)? {
+                return Ok(());
+            }
+            // Dropped unfinished, the transaction rolls back: the pooled connection is not left in it.
+            let tx = client.transaction().await.map_err(backend)?;
+            tx.batch_execute(&sql).await.map_err(backend)?;
+            tx.commit().await.map_err(backend)
         })
         .await
     }

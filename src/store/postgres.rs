@@ -104,8 +104,27 @@ impl PostgresReplayStore {
     /// [`StoreError`] if the database cannot be reached or refuses.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let t = &self.table;
+        // An instance starting beside live ones must not lock their tables: when every table,
+        // column and index is there (the usual start) it only reads the catalog. Otherwise the
+        // DDL runs once, under a lock, in one transaction that takes each table's strongest lock
+        // first (`ALTER` before `CREATE INDEX`): upgrading a lock held beside a live writer's
+        // deadlocks.
+        let current = format!(
+            "SELECT to_regclass('{t}') IS NOT NULL
+                AND to_regclass('{t}_approvals') IS NOT NULL
+                AND to_regclass('{t}_standing') IS NOT NULL
+                AND to_regclass('{t}_expires_at') IS NOT NULL
+                AND to_regclass('{t}_principal') IS NOT NULL
+                AND to_regclass('{t}_approvals_expires_at') IS NOT NULL
+                AND to_regclass('{t}_approvals_principal') IS NOT NULL
+                AND to_regclass('{t}_standing_principal') IS NOT NULL
+                AND (SELECT count(*) FROM pg_attribute
+                     WHERE attname = 'principal' AND NOT attisdropped
+                       AND attrelid IN (to_regclass('{t}'), to_regclass('{t}_approvals'))) = 2"
+        );
         let sql = format!(
-            "CREATE TABLE IF NOT EXISTS {t} (
+            "SELECT pg_advisory_xact_lock(hashtext('mcp-confirm:migrate:{t}'));
+             CREATE TABLE IF NOT EXISTS {t} (
                 nonce bytea PRIMARY KEY,
                 state text NOT NULL CHECK (state IN ('in_flight', 'consumed')),
                 owner bytea,
@@ -119,8 +138,8 @@ impl PostgresReplayStore {
                 principal bytea NOT NULL,
                 record text NOT NULL,
                 expires_at timestamptz NOT NULL);
-             CREATE INDEX IF NOT EXISTS {t}_approvals_expires_at ON {t}_approvals (expires_at);
              ALTER TABLE {t}_approvals ADD COLUMN IF NOT EXISTS principal bytea;
+             CREATE INDEX IF NOT EXISTS {t}_approvals_expires_at ON {t}_approvals (expires_at);
              CREATE INDEX IF NOT EXISTS {t}_approvals_principal ON {t}_approvals (principal, expires_at);
              CREATE TABLE IF NOT EXISTS {t}_standing (
                 key bytea PRIMARY KEY,
@@ -131,8 +150,15 @@ impl PostgresReplayStore {
              CREATE INDEX IF NOT EXISTS {t}_standing_principal ON {t}_standing (principal, expires_at);"
         );
         self.bounded(async {
-            let client = self.pool.get().await.map_err(backend)?;
-            client.batch_execute(&sql).await.map_err(backend)
+            let mut client = self.pool.get().await.map_err(backend)?;
+            let row = client.query_one(&current, &[]).await.map_err(backend)?;
+            if row.try_get::<_, bool>(0).map_err(backend)? {
+                return Ok(());
+            }
+            // Dropped unfinished, the transaction rolls back: the pooled connection is not left in it.
+            let tx = client.transaction().await.map_err(backend)?;
+            tx.batch_execute(&sql).await.map_err(backend)?;
+            tx.commit().await.map_err(backend)
         })
         .await
     }

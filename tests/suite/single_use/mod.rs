@@ -3,6 +3,7 @@
 //! floods.
 
 mod concurrency;
+mod migrations;
 mod multi_instance;
 mod redis_cluster;
 mod stale_restarts_floods;
