@@ -35,6 +35,20 @@ pub(crate) struct Event<'a> {
     pub(crate) reason: Option<&'a str>,
 }
 
+/// A digest of what a person was shown (each choice's id, version and label, and the standing
+/// option's words): the same for the form and the approval page, so a record can be matched
+/// to what either displayed.
+pub(crate) fn shown_digest<'a>(
+    shown: impl Iterator<Item = (&'a str, Option<&'a str>, Option<&'a str>)>,
+    standing: Option<&str>,
+) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let shown: Vec<_> = shown.collect();
+    let mut hash = Sha256::new();
+    hash.update(serde_json::to_vec(&(shown, standing)).unwrap_or_default());
+    hash.finalize().into()
+}
+
 fn subject(principal: Option<&Principal>) -> &str {
     principal.map_or("-", Principal::subject)
 }

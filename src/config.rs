@@ -106,6 +106,14 @@ impl Config {
         self.sealer.keys().principal_digests(principal.subject())
     }
 
+    /// What grants of this layer write to its decision log.
+    pub(crate) fn grant_log(&self) -> crate::grant::log::GrantLog {
+        crate::grant::log::GrantLog {
+            #[cfg(feature = "audit-log")]
+            log: self.log.clone(),
+        }
+    }
+
     /// Records `event` in the decision log, if there is one; a log that is down loses it (it
     /// counts what it loses). For what does not run anything.
     #[cfg_attr(

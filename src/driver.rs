@@ -592,6 +592,14 @@ impl Attempt<'_> {
                     _ => "unknown",
                 };
                 audit::standing_ended(tool, self.principal, &id, outcome);
+                config.note(Event {
+                    event: "standing_ended",
+                    tool: Some(tool),
+                    principal: Some(self.principal),
+                    standing: Some(id[..8].to_owned()),
+                    class: Some(outcome.to_owned()),
+                    ..Event::default()
+                });
                 withdraw(config, grant).await;
                 return Ok(None);
             }
@@ -605,6 +613,14 @@ impl Attempt<'_> {
         );
         if left == 0 {
             audit::standing_ended(tool, self.principal, &id, "exhausted");
+            config.note(Event {
+                event: "standing_ended",
+                tool: Some(tool),
+                principal: Some(self.principal),
+                standing: Some(id[..8].to_owned()),
+                class: Some("exhausted".to_owned()),
+                ..Event::default()
+            });
         }
         if let Some(hook) = &policy.revalidate {
             let check = Revalidation {
@@ -1026,6 +1042,7 @@ impl Attempt<'_> {
             Refused::new(error, format!("grant store: {e}"))
         })?;
         audit::grant_issued(&grant.audit(), grant.chosen.as_deref());
+        let _ = config.grant_log().note("grant_issued", &grant, None, now);
         Ok(grant.id)
     }
 
@@ -1039,14 +1056,10 @@ impl Attempt<'_> {
 /// A digest of what the user was shown: each candidate's id, version and label as the form
 /// cleaned it, and the standing option's words.
 fn shown_digest(candidates: &[Candidate], standing: Option<&str>) -> [u8; 32] {
-    use sha2::{Digest, Sha256};
-    let shown: Vec<(&str, Option<&str>, Option<&str>)> = candidates
-        .iter()
-        .map(|c| (c.id(), c.version(), c.label()))
-        .collect();
-    let mut hash = Sha256::new();
-    hash.update(serde_json::to_vec(&(shown, standing)).unwrap_or_default());
-    hash.finalize().into()
+    audit::shown_digest(
+        candidates.iter().map(|c| (c.id(), c.version(), c.label())),
+        standing,
+    )
 }
 
 /// What a grant is issued on: the principal's key, the digest of the arguments approved, the

@@ -203,6 +203,7 @@ impl ConfirmLayer {
             &self.config.audience,
             hooks,
             self.config.standing.clone(),
+            self.config.grant_log(),
         ))
     }
 }

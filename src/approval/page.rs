@@ -193,6 +193,42 @@ impl ApprovalPage {
     }
 
     /// Records the person's decision, once.
+    /// Records the page's decision in the decision log: who decided, the choice and its version
+    /// as the page showed them, and a digest of all it showed.
+    fn note_decided(&self, approval: &Approval, principal: &Principal, decision: &Decision) {
+        let (event, chosen, standing) = match decision {
+            Decision::Approved { chosen, standing } => {
+                ("approval_approved", Some(chosen.as_str()), *standing)
+            }
+            Decision::Declined => ("approval_declined", None, false),
+        };
+        let version = chosen.and_then(|chosen| {
+            approval
+                .choices
+                .iter()
+                .find(|c| c.id == chosen)
+                .and_then(|c| c.version.as_deref())
+        });
+        let shown = audit::shown_digest(
+            approval
+                .choices
+                .iter()
+                .map(|c| (c.id.as_str(), c.version.as_deref(), Some(c.label.as_str()))),
+            approval.standing.as_deref(),
+        );
+        self.config.note(audit::Event {
+            event,
+            tool: Some(&approval.tool),
+            principal: Some(principal),
+            chosen,
+            version,
+            shown: Some(shown),
+            nonce: Some(&approval.nonce),
+            class: standing.then(|| "standing".to_owned()),
+            ..audit::Event::default()
+        });
+    }
+
     async fn decide(
         &self,
         id: ApprovalId,
@@ -287,6 +323,7 @@ impl ApprovalPage {
         {
             Ok(Decided::Recorded) => {
                 audit::page_decided(&approval.tool, principal, &approval.nonce, &decision);
+                self.note_decided(&approval, principal, &decision);
                 let text = match decision {
                     Decision::Approved { .. } => {
                         "Approved. Return to your client and continue: the request runs there."

@@ -43,6 +43,7 @@ use crate::store::StoreError;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-support")))]
 pub mod conformance;
 mod lifecycle;
+pub(crate) mod log;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;

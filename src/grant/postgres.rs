@@ -209,6 +209,7 @@ impl Grants<PostgresGrantStore> {
     where
         F: for<'t> FnOnce(&'t Transaction<'t>, &'t Grant) -> BoxFuture<'t, Result<T, E>>,
     {
+        self.log.ready().map_err(RunError::Grant)?;
         let store = &self.store;
         let unavailable = |e: GrantStoreError| RunError::Grant(GrantError::Unavailable(e));
         let select = format!(
@@ -255,16 +256,29 @@ impl Grants<PostgresGrantStore> {
                     write(&tx, &grant).await?;
                     commit(store, tx).await.map_err(unavailable)?;
                     audit::grant_expired(&id.short(), Some(&grant.nonce));
+                    let _ = self
+                        .log
+                        .note("grant_expired", &grant, None, store.clock.now());
                 }
                 return Err(RunError::Grant(GrantError::Ended(state)));
             }
         };
         audit::grant_executing(&grant.audit(), lease.attempt);
+        // Unrecorded, nothing acts: the transaction rolls back and the grant stays as it was.
+        self.log
+            .note("grant_begun", &grant, None, store.clock.now())
+            .map_err(RunError::Grant)?;
         if let Err(refusal) = self.check(&grant).await {
             grant.finish(&lease, Finish::Failed);
             write(&tx, &grant).await?;
             commit(store, tx).await.map_err(unavailable)?;
             audit::grant_failed(&grant.audit(), refusal.reason());
+            let _ = self.log.note(
+                "grant_failed",
+                &grant,
+                Some(refusal.reason()),
+                store.clock.now(),
+            );
             return Err(RunError::Grant(GrantError::Refused(refusal)));
         }
         // On an error the transaction is dropped: the change and the grant roll back together.
@@ -273,6 +287,9 @@ impl Grants<PostgresGrantStore> {
         write(&tx, &grant).await?;
         commit(store, tx).await.map_err(unavailable)?;
         audit::grant_consumed(&grant.audit(), lease.attempt);
+        let _ = self
+            .log
+            .note("grant_consumed", &grant, None, store.clock.now());
         Ok(value)
     }
 }

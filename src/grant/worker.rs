@@ -20,6 +20,8 @@ use crate::policy::{Refusal, Revalidate, Revalidation};
 use crate::principal::Principal;
 use crate::store::standing::StandingStore;
 
+use super::log::GrantLog;
+
 /// Why a queued action must not run now. Only [`is_retryable`](Self::is_retryable) errors may
 /// succeed on a later attempt; the others are final.
 #[derive(Debug, thiserror::Error)]
@@ -51,13 +53,19 @@ pub enum GrantError {
     /// The principal asking is not the one the grant was issued to; nothing changed.
     #[error("the grant belongs to another principal")]
     NotOwner,
+    /// The decision log is down and its policy is to fail closed: nothing began. Retry later.
+    #[error("the decision log is unavailable")]
+    LogUnavailable,
 }
 
 impl GrantError {
     /// Whether a later attempt may succeed (the store was unavailable, or another attempt holds
     /// the lease). Every other error is final.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Unavailable(_) | Self::Busy { .. })
+        matches!(
+            self,
+            Self::Unavailable(_) | Self::Busy { .. } | Self::LogUnavailable
+        )
     }
 }
 
@@ -89,6 +97,7 @@ pub struct Grants<S = Arc<dyn GrantStore>> {
     audience: Option<String>,
     clock: Arc<dyn Clock>,
     standing: Option<Arc<dyn StandingStore>>,
+    pub(super) log: GrantLog,
 }
 
 impl<S: Clone> Clone for Grants<S> {
@@ -100,6 +109,7 @@ impl<S: Clone> Clone for Grants<S> {
             audience: self.audience.clone(),
             clock: Arc::clone(&self.clock),
             standing: self.standing.clone(),
+            log: self.log.clone(),
         }
     }
 }
@@ -136,6 +146,7 @@ impl<S: GrantStore> Grants<S> {
             audience: None,
             clock: Arc::new(SystemClock),
             standing: None,
+            log: GrantLog::default(),
         }
     }
 
@@ -174,6 +185,17 @@ impl<S: GrantStore> Grants<S> {
         self
     }
 
+    /// Records each grant's life in `log` (feature `audit-log`; set by
+    /// [`ConfirmLayer::grants`](crate::ConfirmLayer::grants) when the layer has one): begun,
+    /// consumed, failed, revoked, expired. With a log that is down, a grant does not begin
+    /// ([`GrantError::LogUnavailable`], retryable) unless the log's policy is to fail open.
+    #[cfg(feature = "audit-log")]
+    #[must_use]
+    pub fn audit_log(mut self, log: crate::audit_log::AuditLog) -> Self {
+        self.log = GrantLog { log: Some(log) };
+        self
+    }
+
     /// Re-checks grants of `tool` with `hook` before they run (usually the hook of the tool's
     /// [`ToolPolicy::revalidate`](crate::ToolPolicy::revalidate)).
     pub fn revalidate(mut self, tool: impl Into<String>, hook: impl Revalidate) -> Self {
@@ -186,6 +208,7 @@ impl<S: GrantStore> Grants<S> {
         audience: &str,
         hooks: HashMap<String, Arc<dyn Revalidate>>,
         standing: Option<Arc<dyn StandingStore>>,
+        log: GrantLog,
     ) -> Self {
         Self {
             store,
@@ -194,6 +217,7 @@ impl<S: GrantStore> Grants<S> {
             audience: Some(audience.to_owned()),
             clock: Arc::new(SystemClock),
             standing,
+            log,
         }
     }
 
@@ -209,6 +233,7 @@ impl<S: GrantStore> Grants<S> {
     /// [`GrantError`]: retry later if [`is_retryable`](GrantError::is_retryable), never otherwise.
     pub async fn begin(&self, id: GrantId) -> Result<Attempt<'_, S>, GrantError> {
         self.stop_if_standing_revoked(id).await?;
+        self.log.ready()?;
         let lease = match self
             .store
             .begin(id, self.lease)
@@ -222,8 +247,13 @@ impl<S: GrantStore> Grants<S> {
                 if state == GrantState::Expired {
                     // This begin may be what expired it: record it, with the nonce if the
                     // store still answers.
-                    let nonce = self.store.get(id).await.ok().flatten().map(|g| g.nonce);
-                    audit::grant_expired(&id.short(), nonce.as_ref());
+                    let grant = self.store.get(id).await.ok().flatten();
+                    audit::grant_expired(&id.short(), grant.as_ref().map(|g| &g.nonce));
+                    if let Some(grant) = &grant {
+                        let _ = self
+                            .log
+                            .note("grant_expired", grant, None, self.clock.now());
+                    }
                 }
                 return Err(GrantError::Ended(state));
             }
@@ -243,8 +273,17 @@ impl<S: GrantStore> Grants<S> {
             )));
         }
         audit::grant_executing(&grant.audit(), lease.attempt);
+        // Unrecorded, the attempt does not act: its lease runs out and a later one starts over.
+        self.log
+            .note("grant_begun", &grant, None, self.clock.now())?;
         if let Err(refusal) = self.check(&grant).await {
             audit::grant_failed(&grant.audit(), refusal.reason());
+            let _ = self.log.note(
+                "grant_failed",
+                &grant,
+                Some(refusal.reason()),
+                self.clock.now(),
+            );
             // If this write is lost the lease runs out and the next attempt is refused the same way.
             let _ = self.store.finish(lease, Finish::Failed).await;
             return Err(GrantError::Refused(refusal));
@@ -268,6 +307,8 @@ impl<S: GrantStore> Grants<S> {
             store: &self.store,
             grant,
             lease,
+            log: self.log.clone(),
+            clock: Arc::clone(&self.clock),
         })
     }
 
@@ -324,7 +365,12 @@ impl<S: GrantStore> Grants<S> {
             .await
             .map_err(GrantError::Unavailable)?;
         match revoked {
-            Revoke::Revoked | Revoke::Stopping { .. } => audit::grant_revoked(&grant.audit()),
+            Revoke::Revoked | Revoke::Stopping { .. } => {
+                audit::grant_revoked(&grant.audit());
+                let _ = self
+                    .log
+                    .note("grant_revoked", &grant, None, self.clock.now());
+            }
             Revoke::Unknown => return Err(GrantError::Unknown),
             _ => {}
         }
@@ -424,6 +470,10 @@ impl<S: GrantStore> Grants<S> {
         {
             Revoke::Revoked => {
                 audit::grant_revoked(&grant.audit());
+                let reason = "its standing approval was revoked or is gone";
+                let _ = self
+                    .log
+                    .note("grant_revoked", &grant, Some(reason), self.clock.now());
                 Err(GrantError::Ended(GrantState::Revoked))
             }
             Revoke::Ended(state) => Err(GrantError::Ended(state)),
@@ -457,6 +507,8 @@ pub struct Attempt<'a, S> {
     store: &'a S,
     grant: Grant,
     lease: Lease,
+    log: GrantLog,
+    clock: Arc<dyn Clock>,
 }
 
 impl<S: GrantStore> Attempt<'_, S> {
@@ -479,6 +531,9 @@ impl<S: GrantStore> Attempt<'_, S> {
     pub async fn consumed(self) -> Result<(), GrantError> {
         self.finish(Finish::Consumed).await?;
         audit::grant_consumed(&self.grant.audit(), self.lease.attempt);
+        let _ = self
+            .log
+            .note("grant_consumed", &self.grant, None, self.clock.now());
         Ok(())
     }
 
@@ -489,6 +544,9 @@ impl<S: GrantStore> Attempt<'_, S> {
     pub async fn failed(self, reason: &str) -> Result<(), GrantError> {
         self.finish(Finish::Failed).await?;
         audit::grant_failed(&self.grant.audit(), reason);
+        let _ = self
+            .log
+            .note("grant_failed", &self.grant, Some(reason), self.clock.now());
         Ok(())
     }
 

@@ -94,6 +94,13 @@ impl StandingApprovals {
                         principal,
                         &standing.id.to_hex(),
                     );
+                    self.config.note(crate::audit::Event {
+                        event: "standing_revoked",
+                        tool: Some(&standing.tool),
+                        principal: Some(principal),
+                        standing: Some(standing.id.to_hex()[..8].to_owned()),
+                        ..crate::audit::Event::default()
+                    });
                 }
                 revoked += done;
             }

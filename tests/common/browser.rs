@@ -27,7 +27,7 @@ pub fn destroy_policy(notes: &Notes) -> ToolPolicy {
 }
 
 /// A builder on `store` and `clock` with the approval page at [`BASE`], and no tool yet.
-fn base(keys: KeyRing, clock: &ManualClock, store: &MemoryReplayStore) -> ConfirmLayerBuilder {
+pub fn base(keys: KeyRing, clock: &ManualClock, store: &MemoryReplayStore) -> ConfirmLayerBuilder {
     ConfirmLayer::builder(keys)
         .without_tool_list()
         .audience("notes.example")

@@ -10,7 +10,9 @@ use mcp_confirm::audit_log::{
     merkle, verify,
 };
 use mcp_confirm::clock::ManualClock;
+use mcp_confirm::grant::{GrantError, GrantState, GrantStore, Grants, MemoryGrantStore, Revoke};
 use mcp_confirm::store::MemoryReplayStore;
+use mcp_confirm::{ConfirmLayerBuilder, KeyRing, Principal};
 use serde_json::json;
 
 use super::{fresh_dir, key};
@@ -45,12 +47,23 @@ impl LogSink for Flaky {
 
 struct Logged {
     f: Fixture,
+    /// The layer's grant worker, for queued tools.
+    grants: Option<Grants>,
     log: AuditLog,
     dir: std::path::PathBuf,
     down: Arc<AtomicBool>,
 }
 
 fn logged(when_down: WhenDown) -> Logged {
+    logged_with(when_down, |builder, _| builder)
+}
+
+/// A fixture whose layer is `base_builder`'s, changed by `adjust`, with a log on a sink that
+/// can be taken down.
+fn logged_with(
+    when_down: WhenDown,
+    adjust: impl FnOnce(ConfirmLayerBuilder, &Notes) -> ConfirmLayerBuilder,
+) -> Logged {
     let dir = fresh_dir("layer");
     let down = Arc::new(AtomicBool::new(false));
     let sink = Flaky {
@@ -67,10 +80,11 @@ fn logged(when_down: WhenDown) -> Logged {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let layer = base_builder(&notes, &clock, &store)
+    let layer = adjust(base_builder(&notes, &clock, &store), &notes)
         .audit_log(log.clone())
         .build();
     Logged {
+        grants: layer.grants(),
         f: Fixture::new(layer, notes, clock, store),
         log,
         dir,
@@ -199,4 +213,126 @@ async fn failing_open_is_a_choice_and_lets_the_call_run() {
     take_down(&l);
     assert_ran(&l.f.accept(&first.state(), json!(2), "note-7").await);
     assert!(l.log.dropped() > 0);
+}
+
+#[tokio::test]
+async fn a_grants_life_is_recorded_and_a_log_that_is_down_keeps_it_from_beginning() {
+    let grants = Arc::new(MemoryGrantStore::new());
+    let store = Arc::clone(&grants);
+    let l = logged_with(WhenDown::FailClosed, move |builder, notes| {
+        builder
+            .tool("notes_delete", delete_policy(notes).queued())
+            .grant_store(store)
+    });
+    let worker = l.grants.clone().unwrap();
+    let approve = async |n: u64| {
+        let state = l.f.alice(&delete_call(json!(n), "Groceries")).await.state();
+        assert_ran(&l.f.accept(&state, json!(n + 1), "note-7").await);
+        l.f.seen.last().confirmed.unwrap().grant.unwrap()
+    };
+    let (run, revoke) = (approve(1).await, approve(3).await);
+    // Down: the grant does not begin (retryably), and is left as it was.
+    take_down(&l);
+    let refused = worker.begin(run).await;
+    assert!(
+        matches!(refused, Err(GrantError::LogUnavailable)),
+        "{:?}",
+        refused.map(|a| a.lease())
+    );
+    assert!(refused.is_err_and(|e| e.is_retryable()));
+    assert_eq!(
+        grants.get(run).await.unwrap().unwrap().state,
+        GrantState::Granted
+    );
+    // Back: it begins, runs and is consumed; the other is revoked by alice.
+    bring_up(&l);
+    worker.begin(run).await.unwrap().consumed().await.unwrap();
+    assert_eq!(
+        worker
+            .revoke(revoke, &Principal::new("alice"))
+            .await
+            .unwrap(),
+        Revoke::Revoked
+    );
+    let all = records(&l);
+    let of = |id: mcp_confirm::grant::GrantId| -> Vec<&str> {
+        let prefix = id.to_string();
+        all.iter()
+            .filter(|r| r.event.starts_with("grant_"))
+            .filter(|r| {
+                r.grant
+                    .as_ref()
+                    .is_some_and(|g| prefix.starts_with(g.as_str()))
+            })
+            .map(|r| r.event.as_str())
+            .collect()
+    };
+    assert_eq!(
+        of(run),
+        ["grant_issued", "grant_begun", "grant_consumed"],
+        "{all:?}"
+    );
+    assert_eq!(of(revoke), ["grant_issued", "grant_revoked"], "{all:?}");
+    let begun = all.iter().find(|r| r.event == "grant_begun").unwrap();
+    let accepted = all.iter().find(|r| r.event == "accepted").unwrap();
+    assert_eq!(
+        begun.arguments, accepted.arguments,
+        "the digest of what was approved"
+    );
+    assert_eq!(begun.chosen.as_deref(), Some("note-7"));
+    assert_eq!(begun.version, Some(l.f.notes.version("note-7")));
+    assert_eq!(begun.principal, accepted.principal);
+    assert_eq!(begun.subject.as_deref(), Some("alice"));
+}
+
+#[tokio::test]
+async fn approval_page_decisions_are_recorded_with_what_the_page_showed() {
+    use crate::common::browser::*;
+    let dir = fresh_dir("page");
+    let log = AuditLog::file(&dir, key(), LogOptions::default()).unwrap();
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
+        .tool("notes_destroy", destroy_policy(&notes))
+        .audit_log(log.clone())
+        .build();
+    let page = layer.approval_page();
+    let f = Fixture::new(layer, notes, clock, store);
+    let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
+    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let form = format!("csrf={}&choice=note-7&decision=approve", csrf(&html));
+    assert_eq!(
+        decide(&page, &url, "alice", &form).await.0,
+        http::StatusCode::OK
+    );
+    assert_ran(&f.alice(&went_to_page(&state, json!(2))).await);
+    let (url, _, _) = elicitation(&f.alice(&destroy_call(json!(3))).await);
+    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let form = format!("csrf={}&decision=decline", csrf(&html));
+    assert_eq!(
+        decide(&page, &url, "alice", &form).await.0,
+        http::StatusCode::OK
+    );
+    log.flush().unwrap();
+    let all = verify(&dir, &key().verifier(), &[]).unwrap().records;
+    let events: Vec<&str> = all.iter().map(|r| r.event.as_str()).collect();
+    assert_eq!(
+        events,
+        [
+            "challenged",
+            "approval_approved",
+            "accepted",
+            "challenged",
+            "approval_declined"
+        ],
+        "{all:?}"
+    );
+    let (challenged, approved) = (&all[0], &all[1]);
+    assert_eq!(approved.nonce, challenged.nonce);
+    assert_eq!(approved.chosen.as_deref(), Some("note-7"));
+    assert_eq!(approved.version, Some(f.notes.version("note-7")));
+    assert_eq!(approved.subject.as_deref(), Some("alice"));
+    assert!(approved.shown.as_ref().is_some_and(|s| s.len() == 64));
+    assert_eq!(all[4].chosen, None);
 }
