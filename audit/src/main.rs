@@ -7,7 +7,11 @@
 //! mcp-confirm-audit check-proof --key VKEY --proof FILE          (checks what `prove` printed)
 //! mcp-confirm-audit show   --dir DIR [--event E] [--tool T] [--chosen ID] [--subject S]
 //! mcp-confirm-audit export --dir DIR                               (every record, JSON lines)
+//! mcp-confirm-audit pull   --postgres URL [--table T] --dir DIR   (a PostgreSQL log, copied)
 //! ```
+//!
+//! `pull` copies a log kept in PostgreSQL into a new directory byte for byte, judging nothing:
+//! then verify the directory like any other.
 //!
 //! `VKEY` is the log's verifier key text (`<name>+<id>+<key>`), as the server prints it. Exit
 //! status: 0 when everything holds, 1 when a fault was found (each is printed), 2 on a usage or
@@ -26,7 +30,8 @@ const USAGE: &str = "usage:
   mcp-confirm-audit prove --dir DIR --key VKEY --seq N
   mcp-confirm-audit check-proof --key VKEY --proof FILE
   mcp-confirm-audit show --dir DIR [--event E] [--tool T] [--chosen ID] [--subject S]
-  mcp-confirm-audit export --dir DIR";
+  mcp-confirm-audit export --dir DIR
+  mcp-confirm-audit pull --postgres URL [--table T] --dir DIR";
 
 #[derive(Default)]
 struct Args {
@@ -39,6 +44,8 @@ struct Args {
     tool: Option<String>,
     chosen: Option<String>,
     subject: Option<String>,
+    postgres: Option<String>,
+    table: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -76,6 +83,8 @@ fn run() -> Result<bool, String> {
             "--tool" => args.tool = Some(value()?),
             "--chosen" => args.chosen = Some(value()?),
             "--subject" => args.subject = Some(value()?),
+            "--postgres" => args.postgres = Some(value()?),
+            "--table" => args.table = Some(value()?),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
@@ -86,6 +95,7 @@ fn run() -> Result<bool, String> {
         "check-proof" => check_proof(&args),
         "show" => show(&args, true),
         "export" => show(&args, false),
+        "pull" => pull(&args),
         other => Err(format!("unknown command {other}\n{USAGE}")),
     }
 }
@@ -238,5 +248,24 @@ fn show(args: &Args, filtered: bool) -> Result<bool, String> {
             println!("{line}");
         }
     }
+    Ok(true)
+}
+
+fn pull(args: &Args) -> Result<bool, String> {
+    let url = args
+        .postgres
+        .as_deref()
+        .ok_or_else(|| format!("--postgres is required\n{USAGE}"))?;
+    let table = args
+        .table
+        .as_deref()
+        .unwrap_or(mcp_confirm::audit_log::PostgresLog::DEFAULT_TABLE);
+    let dir = dir(args)?;
+    let copied =
+        mcp_confirm::audit_log::postgres::export(url, table, dir).map_err(|e| e.to_string())?;
+    println!(
+        "copied {copied} records and the checkpoints of {table} into {}; now verify it",
+        dir.display()
+    );
     Ok(true)
 }

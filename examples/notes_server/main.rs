@@ -7,7 +7,7 @@
 //!     [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS]
 //!     [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N]
 //!     [--load-notes-per-title 1..3] [--without-confirmation]
-//!     [--audit-dir DIR] [--audit-key-file FILE] [--no-audit-log]
+//!     [--audit-dir DIR | --audit-postgres postgres://… [--audit-table NAME]] [--audit-key-file FILE] [--no-audit-log]
 //! ```
 //!
 //! On first run the data directory is created and seeded: workspace `personal` with three notes
@@ -43,7 +43,7 @@ const USAGE: &str = "usage: notes_server [--addr HOST:PORT] [--data-dir DIR] [--
      [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory] \
      [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS] \
      [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--load-notes-per-title 1..3] [--without-confirmation] \
-     [--audit-dir DIR] [--audit-key-file FILE] [--no-audit-log]";
+     [--audit-dir DIR | --audit-postgres postgres://… [--audit-table NAME]] [--audit-key-file FILE] [--no-audit-log]";
 
 struct Flags {
     addr: SocketAddr,
@@ -64,6 +64,10 @@ struct Flags {
     audit_dir: Option<PathBuf>,
     /// The file holding the decision log's signing seed (default: `<audit-dir>.key`).
     audit_key_file: Option<PathBuf>,
+    /// Keep the decision log in this PostgreSQL database, shared with other instances.
+    audit_postgres: Option<String>,
+    /// Its table there (default `PostgresLog::DEFAULT_TABLE`).
+    audit_table: Option<String>,
     /// No decision log (load tests measure with and without).
     no_audit_log: bool,
 }
@@ -102,6 +106,8 @@ fn flags() -> Result<Flags, String> {
         },
         audit_dir: None,
         audit_key_file: None,
+        audit_postgres: None,
+        audit_table: None,
         no_audit_log: false,
     };
     let mut args = std::env::args().skip(1);
@@ -160,6 +166,8 @@ fn flags() -> Result<Flags, String> {
             "--without-confirmation" => flags.without_confirmation = true,
             "--audit-dir" => flags.audit_dir = Some(PathBuf::from(value()?)),
             "--audit-key-file" => flags.audit_key_file = Some(PathBuf::from(value()?)),
+            "--audit-postgres" => flags.audit_postgres = Some(value()?),
+            "--audit-table" => flags.audit_table = Some(value()?),
             "--no-audit-log" => flags.no_audit_log = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
@@ -260,10 +268,20 @@ async fn run() -> Result<(), String> {
             std::process::exit(0);
         });
     }
-    let log_lines = audit_log
-        .as_ref()
-        .zip(log_dir)
-        .map(|(log, dir)| (log.verifier().to_string(), dir.display().to_string()));
+    let log_lines = audit_log.as_ref().zip(log_dir).map(|(log, dir)| {
+        let vkey = log.verifier().to_string();
+        match &flags.audit_postgres {
+            Some(url) => (
+                vkey.clone(),
+                format!(
+                    "PostgreSQL table {table} at {url}\n    copy it: cargo run -p mcp-confirm-audit -- pull --postgres {url} --table {table} --dir DIR",
+                    table = audit_table(&flags)
+                ),
+                "DIR".to_owned(),
+            ),
+            None => (vkey, dir.display().to_string(), dir.display().to_string()),
+        }
+    });
     let options = app::Options {
         keys,
         audience,
@@ -295,8 +313,8 @@ async fn run() -> Result<(), String> {
     }
     println!("  tokens: alice-token (personal, team), bob-token (team)");
     match &log_lines {
-        Some((vkey, dir)) => {
-            println!("  decision log: {dir}");
+        Some((vkey, place, dir)) => {
+            println!("  decision log: {place}");
             println!(
                 "    verify it: cargo run -p mcp-confirm-audit -- verify --dir {dir} --key {vkey}"
             );
@@ -359,6 +377,15 @@ fn audit_log(flags: &Flags) -> Result<(mcp_confirm::audit_log::AuditLog, PathBuf
         every: Duration::from_secs(1),
         ..LogOptions::default()
     };
+    if let Some(url) = &flags.audit_postgres {
+        // Shared by every instance given the same URL (and key file): one sequence, one tree.
+        let table = audit_table(flags);
+        let sink = mcp_confirm::audit_log::PostgresLog::connect(url, table, key)
+            .map_err(|e| format!("decision log in {url}: {e}"))?;
+        let verifier = key_again(seed)?.verifier();
+        let log = AuditLog::new(sink, verifier, options).map_err(|e| e.to_string())?;
+        return Ok((log, dir));
+    }
     match AuditLog::file(&dir, key, options.clone()) {
         Err(mcp_confirm::audit_log::LogError::Locked) if flags.audit_dir.is_none() => {
             // Another instance on the same notes writes the default log: this one keeps its own.
@@ -375,6 +402,18 @@ fn audit_log(flags: &Flags) -> Result<(mcp_confirm::audit_log::AuditLog, PathBuf
             .map(|log| (log, dir.clone()))
             .map_err(|e| format!("decision log {}: {e}", dir.display())),
     }
+}
+
+fn audit_table(flags: &Flags) -> &str {
+    flags
+        .audit_table
+        .as_deref()
+        .unwrap_or(mcp_confirm::audit_log::PostgresLog::DEFAULT_TABLE)
+}
+
+fn key_again(seed: [u8; 32]) -> Result<mcp_confirm::audit_log::LogKey, String> {
+    mcp_confirm::audit_log::LogKey::from_seed("notes.example/decisions", seed)
+        .map_err(|e| e.to_string())
 }
 
 fn write_secret(path: &std::path::Path, text: &str) -> Result<(), String> {

@@ -13,6 +13,8 @@
 //! - [`merkle`]: leaf and node hashing, the writer's frontier, proofs and their verification;
 //! - [`checkpoint`]: the signing key, the verifier key, signed checkpoints;
 //! - [`file`]: the log in a directory, crash recovery that never rewrites a signed prefix;
+//! - `postgres` (feature `postgres`): the log in one table shared by several instances, one
+//!   sequence, checkpoints signed by the instance holding an advisory lock;
 //! - [`verify`]: checking a log offline and naming each fault;
 //! - [`AuditLog`]: the handle a layer appends through: a bounded queue and a writer thread, so
 //!   writing never blocks a decision; what a layer does while the log is down is its
@@ -21,12 +23,16 @@
 pub mod checkpoint;
 pub mod file;
 pub mod merkle;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod record;
 pub mod verify;
 mod writer;
 
 pub use checkpoint::{Checkpoint, CheckpointError, LogKey, SignedCheckpoint, VerifierKey};
 pub use file::{FileLog, Fsync};
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresLog;
 pub use record::Record;
 pub use verify::{Finding, Verified, verify};
 pub use writer::{AuditLog, LogOptions, LogSink, WhenDown};
@@ -46,6 +52,9 @@ pub enum LogError {
     /// Another writer (another process, or another handle in this one) has the directory open.
     #[error("another writer has the decision log open")]
     Locked,
+    /// The database refused or did not answer (a [`PostgresLog`](postgres::PostgresLog)).
+    #[error("decision log database: {0}")]
+    Backend(String),
     /// The writer is stopped or its queue is full.
     #[error("the decision log is not accepting records")]
     Unavailable,

@@ -81,6 +81,12 @@ pub trait LogSink: Send + 'static {
     fn recover(&mut self) -> Result<(), LogError>;
     /// How many records it holds.
     fn size(&self) -> u64;
+    /// Whether others append to it too (a shared database): the writer then calls
+    /// [`checkpoint`](Self::checkpoint) every [`every`](LogOptions::every) even when it appended
+    /// nothing itself, so that the signing instance signs what the others wrote.
+    fn polls(&self) -> bool {
+        false
+    }
 }
 
 impl LogSink for FileLog {
@@ -273,6 +279,7 @@ fn write_loop(
             options.every.saturating_sub(at.elapsed())
         });
         let mut flush = None;
+        let mut timed_out = false;
         let closed = match receiver.recv_timeout(wait) {
             Ok(Command::Append(record)) => {
                 batch.push(*record);
@@ -293,7 +300,10 @@ fn write_loop(
                 flush = Some(done);
                 false
             }
-            Err(RecvTimeoutError::Timeout) => false,
+            Err(RecvTimeoutError::Timeout) => {
+                timed_out = true;
+                false
+            }
             Err(RecvTimeoutError::Disconnected) => true,
         };
         if !shared.healthy.load(Ordering::Acquire) {
@@ -339,7 +349,8 @@ fn write_loop(
         let due = since_checkpoint >= options.every_records
             || oldest_unsigned.is_some_and(|at| at.elapsed() >= options.every)
             || flush.is_some()
-            || closed;
+            || closed
+            || (timed_out && log.polls());
         if due && shared.healthy.load(Ordering::Acquire) {
             let signed = log.checkpoint();
             match &signed {

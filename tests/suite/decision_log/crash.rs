@@ -46,7 +46,11 @@ fn child_appends_until_killed() {
         return;
     };
     let log = AuditLog::file(dir, key(), options(7)).unwrap();
-    for i in 0.. {
+    // Something signed before the parent starts its clock, however slowly this started.
+    log.append(decision(0)).unwrap();
+    log.flush().unwrap();
+    println!("READY");
+    for i in 1.. {
         if log.append(decision(i)).is_err() {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -62,6 +66,16 @@ fn kill_9_in_a_loop_never_loses_a_signed_record_nor_signs_a_fork() {
         let mut writer = child("decision_log::crash::child_appends_until_killed", &dir)
             .spawn()
             .unwrap();
+        let mut ready = String::new();
+        let mut out = std::io::BufReader::new(writer.stdout.take().unwrap());
+        while !ready.contains("READY") {
+            ready.clear();
+            assert_ne!(
+                std::io::BufRead::read_line(&mut out, &mut ready).unwrap(),
+                0,
+                "round {round}: the child ended before it was ready"
+            );
+        }
         std::thread::sleep(Duration::from_millis(60 + (round * 37) % 150));
         writer.kill().unwrap();
         writer.wait().unwrap();

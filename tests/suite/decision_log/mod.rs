@@ -5,6 +5,7 @@
 mod crash;
 mod interop;
 mod layer;
+mod postgres;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,260 @@
+//! The decision log in PostgreSQL for several instances: one sequence however many write, one
+//! signing instance at a time (the holder of the advisory lock) that takes over when the other
+//! stops, an append-only table, and the attacks on it: a row edited or deleted by someone who
+//! disabled the trigger is named by the verifier on the export, and the signing instance
+//! refuses to sign over it.
+
+use std::time::Duration;
+
+use mcp_confirm::audit_log::postgres::export;
+use mcp_confirm::audit_log::{AuditLog, Finding, LogOptions, LogSink, PostgresLog, verify};
+
+use super::{decision, fresh_dir, key};
+
+/// A fresh table, dropped when the test ends.
+struct Table(String);
+
+impl Table {
+    fn fresh() -> Option<Self> {
+        let url = crate::backends::postgres_url();
+        match sql(&url, "SELECT 1") {
+            Ok(()) => {}
+            Err(e) => {
+                return crate::backends::unavailable("Postgres decision-log test", "Postgres", e);
+            }
+        }
+        let n = mcp_confirm::store::Nonce::random().to_hex();
+        Some(Self(format!("mcp_confirm_log_{}", &n[..12])))
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        let t = &self.0;
+        let _ = sql(
+            &crate::backends::postgres_url(),
+            &format!(
+                "DROP TABLE IF EXISTS {t}, {t}_checkpoints; DROP FUNCTION IF EXISTS {t}_append_only()"
+            ),
+        );
+    }
+}
+
+/// Runs `statements` on a connection of its own (from any thread, async or not).
+fn sql(url: &str, statements: &str) -> Result<(), String> {
+    let (url, statements) = (url.to_owned(), statements.to_owned());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .map_err(|e| e.to_string())?;
+            tokio::spawn(connection);
+            client.batch_execute(&statements).await.map_err(|e| {
+                e.as_db_error()
+                    .map_or_else(|| e.to_string(), |db| db.message().to_owned())
+            })
+        })
+    })
+    .join()
+    .map_err(|_| "panicked".to_owned())?
+}
+
+fn instance(table: &Table, name: &str) -> AuditLog {
+    let sink = PostgresLog::connect(&crate::backends::postgres_url(), &table.0, key()).unwrap();
+    let options = LogOptions {
+        every: Duration::from_millis(50),
+        every_records: 100,
+        instance: name.into(),
+        ..LogOptions::default()
+    };
+    AuditLog::new(sink, key().verifier(), options).unwrap()
+}
+
+fn exported(table: &Table) -> mcp_confirm::audit_log::Verified {
+    let dir = fresh_dir("pg-export");
+    export(&crate::backends::postgres_url(), &table.0, &dir).unwrap();
+    verify(&dir, &key().verifier(), &[]).unwrap()
+}
+
+/// Flushes `logs` until one of them has signed a checkpoint of all `n` records.
+fn signed_all(logs: &[&AuditLog], table: &Table, n: u64) {
+    for _ in 0..200 {
+        for log in logs {
+            log.flush().unwrap();
+        }
+        if exported(table).latest().is_some_and(|c| c.size == n) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no instance signed all {n} records");
+}
+
+#[test]
+fn two_instances_write_one_sequence_and_one_signed_tree() {
+    let Some(table) = Table::fresh() else { return };
+    let (a, b) = (instance(&table, "a"), instance(&table, "b"));
+    let writers: Vec<_> = [a.clone(), b.clone()]
+        .into_iter()
+        .map(|log| {
+            std::thread::spawn(move || {
+                for i in 0..300 {
+                    log.append(decision(i)).unwrap();
+                    if i % 50 == 0 {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    signed_all(&[&a, &b], &table, 600);
+    let verified = exported(&table);
+    assert!(verified.is_sound(), "{:?}", verified.findings);
+    assert_eq!(verified.records.len(), 600);
+    assert!(
+        verified
+            .records
+            .iter()
+            .enumerate()
+            .all(|(i, r)| r.seq == i as u64)
+    );
+    for name in ["a", "b"] {
+        assert_eq!(
+            verified
+                .records
+                .iter()
+                .filter(|r| r.instance == name)
+                .count(),
+            300
+        );
+    }
+    assert!(!verified.checkpoints.is_empty());
+}
+
+#[test]
+fn another_instance_signs_once_the_signing_one_stops() {
+    let Some(table) = Table::fresh() else { return };
+    let a = instance(&table, "a");
+    a.append(decision(0)).unwrap();
+    signed_all(&[&a], &table, 1);
+    let b = instance(&table, "b");
+    b.append(decision(1)).unwrap();
+    // `a` holds the lock: `b` signs nothing itself, but `a` signs what `b` wrote.
+    assert_eq!(b.flush().unwrap(), None);
+    signed_all(&[&a], &table, 2);
+    drop(a);
+    b.append(decision(2)).unwrap();
+    let signed = b.flush().unwrap().expect("b took over the signing");
+    assert_eq!(signed.checkpoint.size, 3);
+    let verified = exported(&table);
+    assert!(verified.is_sound(), "{:?}", verified.findings);
+}
+
+#[test]
+fn the_table_refuses_edits_and_deletes() {
+    let Some(table) = Table::fresh() else { return };
+    let a = instance(&table, "a");
+    a.append(decision(0)).unwrap();
+    signed_all(&[&a], &table, 1);
+    let url = crate::backends::postgres_url();
+    let t = &table.0;
+    let edit = sql(
+        &url,
+        &format!("UPDATE {t} SET line = replace(line, 'note-0', 'note-9')"),
+    );
+    assert!(edit.is_err_and(|e| e.contains("append-only")));
+    let delete = sql(&url, &format!("DELETE FROM {t}"));
+    assert!(delete.is_err_and(|e| e.contains("append-only")));
+    let forget = sql(&url, &format!("DELETE FROM {t}_checkpoints"));
+    assert!(forget.is_err_and(|e| e.contains("append-only")));
+}
+
+/// Someone with the right to disable the trigger edits a signed record: the export names it,
+/// and the signing instance stops rather than sign a tree that contradicts its checkpoint.
+#[test]
+fn an_edit_behind_the_triggers_back_is_named_and_never_signed_over() {
+    let Some(table) = Table::fresh() else { return };
+    let a = instance(&table, "a");
+    for i in 0..5 {
+        a.append(decision(i)).unwrap();
+    }
+    signed_all(&[&a], &table, 5);
+    drop(a);
+    let (url, t) = (crate::backends::postgres_url(), &table.0);
+    sql(
+        &url,
+        &format!(
+            "ALTER TABLE {t} DISABLE TRIGGER {t}_append_only;
+             UPDATE {t} SET line = replace(line, 'note-2', 'note-7') WHERE seq = 2;
+             ALTER TABLE {t} ENABLE TRIGGER {t}_append_only;"
+        ),
+    )
+    .unwrap();
+    let verified = exported(&table);
+    assert!(
+        verified
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::RootMismatch { .. })),
+        "{:?}",
+        verified.findings
+    );
+    // A new signing instance reads the tree, finds it does not match what was signed, and
+    // refuses: no checkpoint over the edit, and the log is down (fail closed).
+    let mut sink = PostgresLog::connect(&url, t, key()).unwrap();
+    assert!(matches!(
+        sink.checkpoint(),
+        Err(mcp_confirm::audit_log::LogError::Damaged(_))
+    ));
+    assert!(matches!(
+        sink.recover(),
+        Err(mcp_confirm::audit_log::LogError::Damaged(_))
+    ));
+    let b = instance(&table, "b");
+    b.append(decision(5)).unwrap();
+    assert!(b.flush().is_err());
+    let verified = exported(&table);
+    assert_eq!(
+        verified.latest().map(|c| c.size),
+        Some(5),
+        "nothing was signed after the edit"
+    );
+}
+
+#[test]
+fn a_deleted_row_is_named() {
+    let Some(table) = Table::fresh() else { return };
+    let a = instance(&table, "a");
+    for i in 0..4 {
+        a.append(decision(i)).unwrap();
+    }
+    signed_all(&[&a], &table, 4);
+    drop(a);
+    let (url, t) = (crate::backends::postgres_url(), &table.0);
+    sql(
+        &url,
+        &format!(
+            "ALTER TABLE {t} DISABLE TRIGGER {t}_append_only;
+             DELETE FROM {t} WHERE seq = 1;
+             ALTER TABLE {t} ENABLE TRIGGER {t}_append_only;"
+        ),
+    )
+    .unwrap();
+    let verified = exported(&table);
+    assert!(!verified.is_sound());
+    assert!(
+        verified
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::OutOfSequence { .. } | Finding::Truncated { .. })),
+        "{:?}",
+        verified.findings
+    );
+}
