@@ -114,6 +114,15 @@ impl Config {
         }
     }
 
+    /// Whether decisions are written to a decision log (what only the log needs is computed
+    /// only then).
+    pub(crate) fn logging(&self) -> bool {
+        #[cfg(feature = "audit-log")]
+        return self.log.is_some();
+        #[cfg(not(feature = "audit-log"))]
+        false
+    }
+
     /// Records `event` in the decision log, if there is one; a log that is down loses it (it
     /// counts what it loses). For what does not run anything.
     #[cfg_attr(

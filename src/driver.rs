@@ -345,7 +345,9 @@ impl Attempt<'_> {
             tool: Some(&call.tool),
             principal: Some(self.principal),
             arguments: Some(claims.arguments),
-            shown: Some(shown_digest(&candidates, words.as_deref())),
+            shown: config
+                .logging()
+                .then(|| shown_digest(&candidates, words.as_deref())),
             nonce: Some(&claims.nonce),
             ..Event::default()
         });

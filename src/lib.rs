@@ -125,6 +125,9 @@
 //!   [policy](ToolPolicy::standing) lets the user give ("allow for 10 minutes"), listed and
 //!   revoked through the API or a page; [`store::standing`] keeps them.
 //! - [`grant`]: durable grants for work that runs later, and the worker API.
+//! - `audit_log` (feature `audit-log`): the tamper-evident decision log (Merkle tree, signed
+//!   checkpoints, a file or a shared PostgreSQL table, the offline verifier's checks);
+//!   [`audit`] names the `tracing` target every decision is also reported under.
 //! - [`guard`]: Host/Origin validation to stack in front; [`scope`]: workspace containment for
 //!   file tools; `rmcp` (feature `rmcp`): the handler-side `Confirmation`; `testing` (feature
 //!   `testing`): a client for both rounds.

@@ -446,8 +446,10 @@ async fn shutdown_signal() {
 
 /// Serves `router` on every connection `listener` accepts, over HTTP/1.1, within `limits`.
 ///
-/// Stopping is as with `axum::serve` before: no signal handler is installed, so SIGTERM and SIGINT
-/// end the process at once (and a wrapper such as valgrind sees them).
+/// Stopping: with a decision log, SIGTERM and SIGINT make the log sign what it holds, then the
+/// process exits at once (connections are not drained); without one (`--no-audit-log`, as the
+/// load generator runs it) no handler is installed and the signals end the process directly (and
+/// a wrapper such as valgrind sees them).
 async fn serve(listener: tokio::net::TcpListener, router: axum::Router, limits: Limits) {
     let service = ServiceBuilder::new()
         .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight))

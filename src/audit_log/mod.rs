@@ -12,10 +12,10 @@
 //! - [`record`]: one record and its one canonical line;
 //! - [`merkle`]: leaf and node hashing, the writer's frontier, proofs and their verification;
 //! - [`checkpoint`]: the signing key, the verifier key, signed checkpoints;
-//! - [`file`]: the log in a directory, crash recovery that never rewrites a signed prefix;
+//! - [`file`](mod@file): the log in a directory, crash recovery that never rewrites a signed prefix;
 //! - `postgres` (feature `postgres`): the log in one table shared by several instances, one
 //!   sequence, checkpoints signed by the instance holding an advisory lock;
-//! - [`verify`]: checking a log offline and naming each fault;
+//! - [`verify`](mod@verify): checking a log offline and naming each fault;
 //! - [`AuditLog`]: the handle a layer appends through: a bounded queue and a writer thread, so
 //!   writing never blocks a decision; what a layer does while the log is down is its
 //!   [`WhenDown`] policy.
@@ -52,7 +52,7 @@ pub enum LogError {
     /// Another writer (another process, or another handle in this one) has the directory open.
     #[error("another writer has the decision log open")]
     Locked,
-    /// The database refused or did not answer (a [`PostgresLog`](postgres::PostgresLog)).
+    /// The database refused or did not answer (a `PostgresLog`).
     #[error("decision log database: {0}")]
     Backend(String),
     /// The writer is stopped or its queue is full.

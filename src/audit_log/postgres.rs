@@ -397,7 +397,7 @@ impl LogSink for PostgresLog {
 
 /// Copies the log in `table` at `url` into `dir` as the offline verifier reads it
 /// (`records.jsonl`, `checkpoints/`), byte for byte and in the table's order, without judging
-/// it: run [`verify`](super::verify) on the directory. Answers how many records it copied.
+/// it: run [`verify`](fn@super::verify) on the directory. Answers how many records it copied.
 ///
 /// # Errors
 /// [`LogError::Backend`] if the database cannot be read; [`LogError::Io`] if `dir` cannot be

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ pub enum WhenDown {
 pub struct LogOptions {
     /// Records waiting for the writer at most; past it the log is down (default 10,000).
     pub queue: usize,
-    /// A checkpoint after this many records (default 1,000)…
+    /// A checkpoint after this many records (default 10,000)…
     pub every_records: u64,
     /// …or this long after the first record it would cover (default 10 s), and on shutdown.
     pub every: Duration,
@@ -51,7 +51,7 @@ impl Default for LogOptions {
             .unwrap_or_default();
         Self {
             queue: 10_000,
-            every_records: 1_000,
+            every_records: 10_000,
             every: Duration::from_secs(10),
             fsync: Fsync::default(),
             subjects: true,
@@ -104,10 +104,12 @@ impl LogSink for FileLog {
     }
 }
 
+type FlushReply = SyncSender<Result<Option<SignedCheckpoint>, String>>;
+
 enum Command {
     Append(Box<Record>),
     /// Write what is queued, sign a checkpoint, answer.
-    Flush(SyncSender<Result<Option<SignedCheckpoint>, String>>),
+    Flush(FlushReply),
 }
 
 struct Shared {
@@ -263,6 +265,19 @@ impl Drop for AuditLog {
     }
 }
 
+/// How long a busy writer lets records gather before writing them.
+const LINGER: Duration = Duration::from_millis(10);
+
+/// The most records written at once.
+const MAX_BATCH: usize = 4_096;
+
+fn take(command: Command, batch: &mut Vec<Record>, flush: &mut Option<FlushReply>) {
+    match command {
+        Command::Append(record) => batch.push(*record),
+        Command::Flush(done) => *flush = Some(done),
+    }
+}
+
 /// The writer thread: batches what is queued, checkpoints on count, time and shutdown, and
 /// recovers after a failed write.
 fn write_loop(
@@ -274,38 +289,35 @@ fn write_loop(
     let mut since_checkpoint = 0u64;
     let mut oldest_unsigned: Option<Instant> = None;
     let mut batch: Vec<Record> = Vec::new();
+    // In a busy spell the writer sleeps for `LINGER` and takes what gathered, instead of being
+    // woken by every record: on a loaded machine a wake-up per decision costs more than the
+    // write. Idle, it blocks until the next record (or checkpoint) is due.
+    let mut busy = false;
     loop {
         let wait = oldest_unsigned.map_or(options.every, |at| {
             options.every.saturating_sub(at.elapsed())
         });
         let mut flush = None;
         let mut timed_out = false;
-        let closed = match receiver.recv_timeout(wait) {
-            Ok(Command::Append(record)) => {
-                batch.push(*record);
-                // Take whatever else is already queued: one write, one sync for all of it.
-                while batch.len() < 4_096 {
-                    match receiver.try_recv() {
-                        Ok(Command::Append(record)) => batch.push(*record),
-                        Ok(Command::Flush(done)) => {
-                            flush = Some(done);
-                            break;
-                        }
-                        Err(_) => break,
-                    }
-                }
-                false
+        let mut closed = false;
+        if busy {
+            std::thread::sleep(LINGER);
+        } else {
+            match receiver.recv_timeout(wait) {
+                Ok(command) => take(command, &mut batch, &mut flush),
+                Err(RecvTimeoutError::Timeout) => timed_out = true,
+                Err(RecvTimeoutError::Disconnected) => closed = true,
             }
-            Ok(Command::Flush(done)) => {
-                flush = Some(done);
-                false
+        }
+        // Take whatever else is queued: one write, one sync for all of it.
+        while !closed && flush.is_none() && batch.len() < MAX_BATCH {
+            match receiver.try_recv() {
+                Ok(command) => take(command, &mut batch, &mut flush),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => closed = true,
             }
-            Err(RecvTimeoutError::Timeout) => {
-                timed_out = true;
-                false
-            }
-            Err(RecvTimeoutError::Disconnected) => true,
-        };
+        }
+        busy = !batch.is_empty() && flush.is_none();
         if !shared.healthy.load(Ordering::Acquire) {
             // Down: what was queued is lost (each was counted when the layer refused the next);
             // try to recover on every wake-up.

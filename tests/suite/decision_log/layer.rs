@@ -99,6 +99,8 @@ fn records(l: &Logged) -> Vec<Record> {
 
 /// Down, and seen to be down by the writer (a write failed).
 fn take_down(l: &Logged) {
+    // What was queued before goes in first (a failed write loses the batch it was writing).
+    l.log.flush().unwrap();
     l.down.store(true, Ordering::SeqCst);
     let _ = l.log.append(Record::new("probe"));
     for _ in 0..500 {
