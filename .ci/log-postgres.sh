@@ -23,15 +23,15 @@ start() { # start NAME PORT
 a=$(free_port); start a "$a"
 b=$(free_port); start b "$b"
 client() { (cd "$work" && "$root/target/debug/examples/notes_client" --url "http://127.0.0.1:$1/mcp" "${@:2}"); }
-client "$a" --choose 2 delete --workspace personal Groceries | tee "$work/out" && grep -q "Deleted note-7" "$work/out"
-client "$b" --choose 1 delete --workspace personal Groceries | tee "$work/out" && grep -q "Deleted note-3" "$work/out"
+client "$a" --choose 2 delete --workspace personal Groceries | tee "$work/out"; grep -q "Deleted note-7" "$work/out"
+client "$b" --choose 1 delete --workspace personal Groceries | tee "$work/out"; grep -q "Deleted note-3" "$work/out"
 # Stopped (SIGTERM), each flushes; the signing instance signs what both wrote.
 for p in "${pids[@]}"; do kill "$p"; wait "$p" 2>/dev/null || true; done
 pids=()
 audit() { "$root/target/debug/mcp-confirm-audit" "$@"; }
 vkey=$(grep -o 'notes.example/decisions+[0-9a-f]*+[A-Za-z0-9+/=]*' "$work/a.log" | head -1)
 audit pull --postgres "$pg" --table "$table" --dir "$work/pulled"
-audit verify --dir "$work/pulled" --key "$vkey" | tee "$work/out" && grep -q "; sound$" "$work/out"
+audit verify --dir "$work/pulled" --key "$vkey" | tee "$work/out"; grep -q "; sound$" "$work/out"
 audit show --dir "$work/pulled" --event accepted | tee "$work/out"
 test "$(grep -c '"chosen":"note-7"' "$work/out")" = 1
 test "$(grep -c '"chosen":"note-3"' "$work/out")" = 1
