@@ -4,7 +4,8 @@
 //! ```text
 //! mcp-confirm-audit verify --dir DIR --key VKEY [--seen CHECKPOINT_FILE]...
 //! mcp-confirm-audit prove  --dir DIR --key VKEY --seq N         (inclusion in the newest checkpoint)
-//! mcp-confirm-audit check-proof --key VKEY --proof FILE          (checks what `prove` printed)
+//! mcp-confirm-audit prove  --dir DIR --key VKEY --from FILE     (an older checkpoint is a prefix of the newest)
+//! mcp-confirm-audit check-proof --key VKEY --proof FILE          (checks either proof `prove` printed)
 //! mcp-confirm-audit show   --dir DIR [--event E] [--tool T] [--chosen ID] [--subject S]
 //! mcp-confirm-audit export --dir DIR                               (every record, JSON lines)
 //! mcp-confirm-audit pull   --postgres URL [--table T] --dir DIR   (a PostgreSQL log, copied)
@@ -28,6 +29,7 @@ use serde_json::{Value, json};
 const USAGE: &str = "usage:
   mcp-confirm-audit verify --dir DIR --key VKEY [--seen CHECKPOINT_FILE]...
   mcp-confirm-audit prove --dir DIR --key VKEY --seq N
+  mcp-confirm-audit prove --dir DIR --key VKEY --from CHECKPOINT_FILE
   mcp-confirm-audit check-proof --key VKEY --proof FILE
   mcp-confirm-audit show --dir DIR [--event E] [--tool T] [--chosen ID] [--subject S]
   mcp-confirm-audit export --dir DIR
@@ -46,6 +48,7 @@ struct Args {
     subject: Option<String>,
     postgres: Option<String>,
     table: Option<String>,
+    from: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -85,6 +88,7 @@ fn run() -> Result<bool, String> {
             "--subject" => args.subject = Some(value()?),
             "--postgres" => args.postgres = Some(value()?),
             "--table" => args.table = Some(value()?),
+            "--from" => args.from = Some(value()?.into()),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
@@ -147,6 +151,9 @@ fn verify_log(args: &Args) -> Result<bool, String> {
 }
 
 fn prove(args: &Args) -> Result<bool, String> {
+    if args.from.is_some() {
+        return prove_consistency(args);
+    }
     let key = key(args)?;
     let seq = args
         .seq
@@ -177,6 +184,85 @@ fn prove(args: &Args) -> Result<bool, String> {
     Ok(true)
 }
 
+/// A consistency proof from the checkpoint in `--from` (one kept from earlier) to the newest.
+fn prove_consistency(args: &Args) -> Result<bool, String> {
+    let key = key(args)?;
+    let path = args.from.as_ref().ok_or(USAGE)?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let old = key
+        .open(&text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let verified =
+        verify(dir(args)?, &key, std::slice::from_ref(&text)).map_err(|e| e.to_string())?;
+    if !verified.is_sound() {
+        return Err(
+            "the log is not sound, or contradicts that checkpoint; run verify --seen".into(),
+        );
+    }
+    let new = verified
+        .checkpoints
+        .last()
+        .ok_or("no checkpoint yet: nothing to prove against")?;
+    let size = usize::try_from(new.checkpoint.size).map_err(|e| e.to_string())?;
+    let old_size = usize::try_from(old.checkpoint.size).map_err(|e| e.to_string())?;
+    let proof = merkle::consistency_proof(&verified.leaves[..size], old_size).ok_or_else(|| {
+        format!("the checkpoint of {old_size} records is not older than the newest ({size})")
+    })?;
+    println!(
+        "{}",
+        json!({
+            "old": old.text,
+            "new": new.text,
+            "proof": proof.iter().map(|h| STANDARD.encode(h)).collect::<Vec<_>>(),
+        })
+    );
+    Ok(true)
+}
+
+fn check_consistency(key: &VerifierKey, proof: &Value) -> Result<bool, String> {
+    let open = |name: &str| {
+        key.open(
+            proof
+                .get(name)
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("the proof has no {name} checkpoint"))?,
+        )
+        .map_err(|e| format!("{name} checkpoint: {e}"))
+    };
+    let (old, new) = (open("old")?, open("new")?);
+    let hashes = hashes(proof)?;
+    let holds = merkle::verify_consistency(
+        old.checkpoint.size,
+        new.checkpoint.size,
+        &old.checkpoint.root,
+        &new.checkpoint.root,
+        &hashes,
+    );
+    println!(
+        "the checkpoint of {} records {} a prefix of the checkpoint of {} records signed by {}",
+        old.checkpoint.size,
+        if holds { "IS" } else { "is NOT" },
+        new.checkpoint.size,
+        key.name()
+    );
+    Ok(holds)
+}
+
+fn hashes(proof: &Value) -> Result<Vec<[u8; 32]>, String> {
+    proof
+        .get("proof")
+        .and_then(Value::as_array)
+        .ok_or("the proof has no list of hashes")?
+        .iter()
+        .map(|h| {
+            h.as_str()
+                .and_then(|h| STANDARD.decode(h).ok())
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .ok_or_else(|| "a proof hash is not 32 bytes of base64".to_owned())
+        })
+        .collect()
+}
+
 fn check_proof(args: &Args) -> Result<bool, String> {
     let key = key(args)?;
     let path = args
@@ -185,6 +271,9 @@ fn check_proof(args: &Args) -> Result<bool, String> {
         .ok_or_else(|| format!("--proof is required\n{USAGE}"))?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let proof: Value = serde_json::from_str(&text).map_err(|e| format!("not a proof: {e}"))?;
+    if proof.get("old").is_some() {
+        return check_consistency(&key, &proof);
+    }
     let field = |name: &str| {
         proof
             .get(name)
@@ -200,17 +289,7 @@ fn check_proof(args: &Args) -> Result<bool, String> {
     let line = field("record")?.as_str().ok_or("record is not text")?;
     let record = Record::from_line(line).ok_or("the record is not canonical")?;
     let index = field("index")?.as_u64().ok_or("index is not a number")?;
-    let hashes = field("proof")?
-        .as_array()
-        .ok_or("proof is not a list")?
-        .iter()
-        .map(|h| {
-            h.as_str()
-                .and_then(|h| STANDARD.decode(h).ok())
-                .and_then(|b| <[u8; 32]>::try_from(b).ok())
-                .ok_or("a proof hash is not 32 bytes of base64")
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let hashes = hashes(&proof)?;
     let holds = record.seq == index
         && merkle::verify_inclusion(
             index,

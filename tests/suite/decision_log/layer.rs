@@ -49,6 +49,8 @@ struct Logged {
     f: Fixture,
     /// The layer's grant worker, for queued tools.
     grants: Option<Grants>,
+    /// The layer's standing approvals, where it offers them.
+    standing: Option<mcp_confirm::StandingApprovals>,
     log: AuditLog,
     dir: std::path::PathBuf,
     down: Arc<AtomicBool>,
@@ -85,6 +87,7 @@ fn logged_with(
         .build();
     Logged {
         grants: layer.grants(),
+        standing: layer.standing_approvals(),
         f: Fixture::new(layer, notes, clock, store),
         log,
         dir,
@@ -337,4 +340,59 @@ async fn approval_page_decisions_are_recorded_with_what_the_page_showed() {
     assert_eq!(approved.subject.as_deref(), Some("alice"));
     assert!(approved.shown.as_ref().is_some_and(|s| s.len() == 64));
     assert_eq!(all[4].chosen, None);
+}
+
+#[tokio::test]
+async fn standing_approvals_are_recorded_granted_used_and_revoked() {
+    let l = logged_with(WhenDown::FailClosed, |builder, notes| {
+        let standing = MemoryReplayStore::with_clock(10_000, ManualClock::new(now()));
+        let scope = |lookup: &mcp_confirm::Lookup| {
+            lookup.arguments["workspaceUri"].as_str().map(str::to_owned)
+        };
+        builder.standing_store(standing).tool(
+            "notes_delete",
+            delete_policy(notes).standing(std::time::Duration::from_secs(600), 5, scope),
+        )
+    });
+    let call = |id: u64, title: &str| {
+        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+            "_meta": meta(), "name":"notes_delete",
+            "arguments":{"workspaceUri": PERSONAL, "title": title}}})
+    };
+    let first = l.f.alice(&call(1, "Groceries")).await;
+    let answer = json!({"delete_choice":{"action":"accept","content":{
+        "note_id": "note-7", "confirm": true, "remember": "standing"}}});
+    assert_ran(
+        &l.f.alice(&retry(
+            call(1, "Groceries"),
+            json!(2),
+            &first.state(),
+            answer,
+        ))
+        .await,
+    );
+    // Covered: runs with no form, under the approval.
+    assert_ran(&l.f.alice(&call(3, "Taxes")).await);
+    let alice = Principal::new("alice");
+    let standing = l.standing.clone().unwrap();
+    assert_eq!(standing.revoke(&alice, None).await.unwrap(), 1);
+    let all = records(&l);
+    let events: Vec<&str> = all.iter().map(|r| r.event.as_str()).collect();
+    assert_eq!(
+        events,
+        [
+            "challenged",
+            "standing_granted",
+            "accepted",
+            "standing_used",
+            "standing_revoked"
+        ],
+        "{all:?}"
+    );
+    let (granted, used, revoked) = (&all[1], &all[3], &all[4]);
+    assert!(granted.standing.is_some());
+    assert_eq!(used.standing, granted.standing);
+    assert_eq!(revoked.standing, granted.standing);
+    assert!(used.arguments.as_ref().is_some_and(|a| a.len() == 64));
+    assert_eq!(used.subject.as_deref(), Some("alice"));
 }
