@@ -180,13 +180,9 @@ impl PostgresLog {
         let timeout = self.timeout;
         let client = self.client.as_mut().ok_or_else(down)?;
         self.runtime.block_on(bounded(timeout, async {
-            let row = client.query_one(&current, &[]).await.map_err(backend)?;
-            if row.try_get::<_, bool>(0).map_err(backend)? {
-                return Ok(());
-            }
-            let tx = client.transaction().await.map_err(backend)?;
-            tx.batch_execute(&ddl).await.map_err(backend)?;
-            tx.commit().await.map_err(backend)
+            crate::store::backend::migrate_once(client, &current, &ddl)
+                .await
+                .map_err(backend)
         }))
     }
 

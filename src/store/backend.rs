@@ -17,6 +17,28 @@ pub(crate) async fn bounded<T, E: From<StoreError>>(
         .unwrap_or_else(|_| Err(E::from(StoreError::Timeout)))
 }
 
+/// Brings a PostgreSQL schema up to date: when `current` (a query answering one boolean) says it
+/// is, only the catalog was read, so an instance starting beside live ones locks none of their
+/// tables; otherwise `ddl` runs in one transaction (rolled back if it fails, so the connection is
+/// not left inside it). Every migration of the crate goes through here.
+#[cfg(feature = "postgres")]
+pub(crate) async fn migrate_once(
+    client: &mut tokio_postgres::Client,
+    current: &str,
+    ddl: &str,
+) -> Result<(), tokio_postgres::Error> {
+    if client
+        .query_one(current, &[])
+        .await?
+        .try_get::<_, bool>(0)?
+    {
+        return Ok(());
+    }
+    let tx = client.transaction().await?;
+    tx.batch_execute(ddl).await?;
+    tx.commit().await
+}
+
 /// A backend's own error, kept as the source.
 pub(crate) fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Backend(Box::new(e))

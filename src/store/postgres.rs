@@ -151,14 +151,9 @@ impl PostgresReplayStore {
         );
         self.bounded(async {
             let mut client = self.pool.get().await.map_err(backend)?;
-            let row = client.query_one(&current, &[]).await.map_err(backend)?;
-            if row.try_get::<_, bool>(0).map_err(backend)? {
-                return Ok(());
-            }
-            // Dropped unfinished, the transaction rolls back: the pooled connection is not left in it.
-            let tx = client.transaction().await.map_err(backend)?;
-            tx.batch_execute(&sql).await.map_err(backend)?;
-            tx.commit().await.map_err(backend)
+            crate::store::backend::migrate_once(&mut client, &current, &sql)
+                .await
+                .map_err(backend)
         })
         .await
     }
