@@ -54,6 +54,8 @@ pub(crate) struct Config {
     pub(crate) grant_ttl: Duration,
     /// The approval page's URL up to the id (ends with `/`), for browser-approved tools.
     pub(crate) approval_url: Option<String>,
+    /// Hears of each new approval that others decide.
+    pub(crate) notifier: Option<Arc<dyn crate::notify::Notifier>>,
     /// Where every decision is recorded as evidence.
     #[cfg(feature = "audit-log")]
     pub(crate) log: Option<crate::audit_log::AuditLog>,

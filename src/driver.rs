@@ -20,7 +20,9 @@ use crate::form::{self, Answer};
 use crate::grant::{Grant, GrantId, GrantState, GrantStoreError};
 use crate::kernel::{Nonce, PrincipalKey};
 use crate::message::{self, ToolCall};
-use crate::policy::{Candidate, Channel, Lookup, Revalidation, Settlement, ToolPolicy, Versions};
+use crate::policy::{
+    ApproverQuery, Candidate, Channel, Lookup, Revalidation, Settlement, ToolPolicy, Versions,
+};
 use crate::principal::Principal;
 use crate::protocol::{self, Ask, Outcome, Reply, RpcError};
 use crate::store::approval::{
@@ -216,8 +218,11 @@ enum Verdict {
     /// answered for our key at all.
     AskAgain(Option<&'static str>),
     /// Asked and still undecided (the page has no decision yet): the same challenge again, with
-    /// the same state.
-    Pending,
+    /// the same state; `status` says how far the approvers got.
+    Pending { status: Option<String> },
+    /// Approved, but an approver may no longer approve (or the rule changed since): spend the
+    /// confirmation, run nothing.
+    Withdrawn(&'static str),
     /// The user dismissed the question.
     Cancel,
     /// The user declined; `unconfirmed` when they accepted with `confirm: false`.
@@ -359,7 +364,15 @@ impl Attempt<'_> {
                     .propose(&approval)
                     .await
                     .map_err(store_failed)?;
-                return Ok(self.ask_page(approval.id, &token));
+                let id = approval.id;
+                // Only where others decide: the caller has the URL already.
+                if let Some(notifier) = &self.config.notifier
+                    && !approval.approvers.is_caller_only()
+                {
+                    let notice = crate::notify::ApprovalNotice::of(&approval, &self.page_url(id));
+                    notifier.approval_requested(notice);
+                }
+                return Ok(self.ask_page(id, &token, None));
             }
         };
         Ok(self.ask(ask, &token))
@@ -705,26 +718,49 @@ impl Attempt<'_> {
             typed: typed_id,
             standing,
             expires_at: std::time::UNIX_EPOCH + std::time::Duration::from_secs(claims.expires_at),
+            approvers: policy.approvers.clone(),
+            endorsements: Vec::new(),
+            created_at: self.config.sealer.now(),
             decision: None,
         }
     }
 
-    /// The browser channel's question: open approval `id`'s page.
-    fn ask_page(&self, id: ApprovalId, token: &str) -> Decision {
-        let id = id.to_hex();
+    /// Approval `id`'s page.
+    fn page_url(&self, id: ApprovalId) -> String {
         let base = self.config.approval_url.as_deref().unwrap_or_default();
+        format!("{base}{}", id.to_hex())
+    }
+
+    /// The browser channel's question: open approval `id`'s page; `status`, where approvers
+    /// other than the caller decide, says how far they got.
+    fn ask_page(&self, id: ApprovalId, token: &str, status: Option<&str>) -> Decision {
+        let url = self.page_url(id);
         let ask: Ask<'_, ()> = Ask::Url {
-            url: &format!("{base}{id}"),
-            elicitation_id: &id,
+            url: &url,
+            elicitation_id: &id.to_hex(),
         };
-        self.ask(ask, token)
+        let message = self.guarded.message(self.call);
+        match status {
+            Some(status) => self.ask_with(ask, token, &format!("{message} {status}")),
+            None => self.ask_with(ask, token, &message),
+        }
     }
 
     /// The `input_required` answer asking `ask`, with the state `token`.
     fn ask<S: serde::Serialize>(&self, ask: Ask<'_, S>, token: &str) -> Decision {
+        self.ask_with(ask, token, &self.guarded.message(self.call))
+    }
+
+    /// The `input_required` answer asking `ask` with `message`, and the state `token`.
+    fn ask_with<S: serde::Serialize>(
+        &self,
+        ask: Ask<'_, S>,
+        token: &str,
+        message: &str,
+    ) -> Decision {
         let result = protocol::InputRequired {
             key: &self.policy().input_key,
-            message: &self.guarded.message(self.call),
+            message,
             ask,
             state: token,
             server_info: self.config.server_info.as_ref(),
@@ -746,14 +782,19 @@ impl Attempt<'_> {
                 }
                 self.challenge().await
             }
-            Verdict::Pending => {
+            Verdict::Pending { status } => {
                 audit::refused(
                     &self.call.tool,
                     Some(self.principal),
                     "not decided on the page yet",
                 );
-                Ok(self.ask_page(ApprovalId::for_nonce(&claims.nonce), token))
+                Ok(self.ask_page(
+                    ApprovalId::for_nonce(&claims.nonce),
+                    token,
+                    status.as_deref(),
+                ))
             }
+            Verdict::Withdrawn(reason) => self.withdrawn(claims, reason).await,
             Verdict::Cancel => self.cancel(claims).await,
             Verdict::Decline { unconfirmed } => self.decline(claims, unconfirmed).await,
             Verdict::Accept { chosen, standing } => self.accept(claims, chosen, standing).await,
@@ -801,7 +842,7 @@ impl Attempt<'_> {
         }) else {
             return Err(Refused::state(StateError::Consumed));
         };
-        match approval.decision {
+        match approval.decision.clone() {
             None => {
                 // Undecided on the page, but the client may have spent the state already
                 // (declined it): a used state gets the one answer every replay gets, never the
@@ -819,10 +860,25 @@ impl Attempt<'_> {
                         StateError::Consumed,
                     ));
                 }
-                Ok(Verdict::Pending)
+                let status = (!approval.approvers.is_caller_only()).then(|| {
+                    format!(
+                        "Waiting for approval by {}: {} of {} so far.",
+                        if approval.approvers.admits_caller() {
+                            "an approver"
+                        } else {
+                            "someone other than you"
+                        },
+                        approval.endorsements.len(),
+                        approval.approvers.required_approvals()
+                    )
+                });
+                Ok(Verdict::Pending { status })
             }
             Some(ApprovalDecision::Declined) => Ok(Verdict::Decline { unconfirmed: false }),
             Some(ApprovalDecision::Approved { chosen, standing }) => {
+                if let Err(reason) = self.approvers_hold(&approval).await? {
+                    return Ok(Verdict::Withdrawn(reason));
+                }
                 // The page offers the standing approval only where the state did; a record that
                 // says otherwise is not an answer to this state.
                 if standing && claims.standing.is_none() {
@@ -850,6 +906,86 @@ impl Attempt<'_> {
                 })
             }
         }
+    }
+
+    /// Whether the approvals recorded on `approval` still suffice as the approved call is about
+    /// to run: made under the rule the policy names now, by as many distinct approvers as it
+    /// requires, none of them the caller where it excludes them, each with a passkey where it
+    /// requires one, and each still an approver by the policy's [`recheck`](ToolPolicy::recheck_approvers).
+    /// `Err(reason)`: they do not.
+    async fn approvers_hold(
+        &self,
+        approval: &Approval,
+    ) -> Result<Result<(), &'static str>, Refused> {
+        let rule = &self.policy().approvers;
+        if approval.approvers != *rule {
+            return Ok(Err("the approver rule changed since the approval was made"));
+        }
+        let endorsements = &approval.endorsements;
+        let mut subjects: Vec<&str> = endorsements.iter().map(|e| e.subject.as_str()).collect();
+        subjects.sort_unstable();
+        subjects.dedup();
+        if rule.is_caller_only() && endorsements.is_empty() {
+            // Recorded before approvers: the caller's own decision, as the page checked it.
+            return Ok(Ok(()));
+        }
+        if subjects.len() != endorsements.len()
+            || endorsements.len() < usize::from(rule.required_approvals())
+        {
+            return Ok(Err("fewer distinct approvals than the rule requires"));
+        }
+        for endorsement in endorsements {
+            if endorsement.caller && !rule.admits_caller() {
+                return Ok(Err("the caller approved their own request"));
+            }
+            if rule.needs_passkey() && endorsement.passkey.is_none() {
+                return Ok(Err("an approval without the passkey the rule requires"));
+            }
+            if rule.still_names(&endorsement.subject) == Some(false) {
+                return Ok(Err("an approver the rule does not name"));
+            }
+            if let Some(check) = &self.policy().recheck_approvers {
+                let query = ApproverQuery {
+                    approver: endorsement.subject.clone(),
+                    tool: self.call.tool.as_str().to_owned(),
+                    caller: self.principal.clone(),
+                };
+                match check.still_approver(query).await {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(Err("an approver may no longer approve")),
+                    Err(e) => {
+                        return Err(Refused::new(
+                            RpcError::internal(),
+                            format!("approver re-check failed: {e}"),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Approved, but the approvals no longer hold (`reason`): the confirmation is spent, as
+    /// for a decline, and the call refused with the `revoked` outcome.
+    async fn withdrawn(&self, claims: &Claims, reason: &'static str) -> Result<Decision, Refused> {
+        let request = claim_request(self.config, claims);
+        claim(self.config, claims, &request).await?;
+        let _ = self.config.store.complete(&request).await;
+        audit::refused(&self.call.tool, Some(self.principal), reason);
+        self.config.note(Event {
+            event: "refused",
+            tool: Some(&self.call.tool),
+            principal: Some(self.principal),
+            nonce: Some(&claims.nonce),
+            class: Some("approval_withdrawn".to_owned()),
+            reason: Some(reason),
+            ..Event::default()
+        });
+        Ok(self.outcome(
+            Outcome::Revoked,
+            "The approval no longer holds (an approver's right to approve was withdrawn); \
+             nothing was changed. Call again to ask anew.",
+        ))
     }
 
     /// A cancel: nothing is consumed, so the same state may be answered again, unless it was

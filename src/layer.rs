@@ -14,6 +14,7 @@ use crate::config::{Config, GuardedTool};
 use crate::grant::{GrantStore, Grants};
 use crate::limit::ChallengeLimiter;
 use crate::listing::{self, ToolListing};
+use crate::notify::Notifier;
 use crate::policy::{Channel, Settlement, ToolPolicy};
 use crate::principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 use crate::protocol::PROTOCOL_VERSION;
@@ -163,6 +164,7 @@ impl ConfirmLayer {
             grants: None,
             grant_ttl: DEFAULT_GRANT_TTL,
             approval_url: None,
+            notifier: None,
             #[cfg(feature = "audit-log")]
             log: None,
         }
@@ -174,6 +176,13 @@ impl ConfirmLayer {
     /// shares this layer's keys, store and principal extractor.
     pub fn approval_page(&self) -> crate::approval::ApprovalPage {
         crate::approval::ApprovalPage::new(Arc::clone(&self.config))
+    }
+
+    /// The approvers' inbox: the approvals waiting for the signed-in principal
+    /// ([`ToolPolicy::approved_by`]), each linking to its approval page. Mount it behind the same
+    /// authentication as the approval page.
+    pub fn inbox_page(&self) -> crate::approval::InboxPage {
+        crate::approval::InboxPage::new(Arc::clone(&self.config))
     }
 
     /// The standing approvals this layer grants ([`ToolPolicy::standing`]): list and revoke a
@@ -244,6 +253,7 @@ pub struct ConfirmLayerBuilder {
     grants: Option<Arc<dyn GrantStore>>,
     grant_ttl: Duration,
     approval_url: Option<String>,
+    notifier: Option<Arc<dyn Notifier>>,
     #[cfg(feature = "audit-log")]
     log: Option<crate::audit_log::AuditLog>,
 }
@@ -511,6 +521,15 @@ impl ConfirmLayerBuilder {
         self
     }
 
+    /// Tells approvers of each new approval that others decide
+    /// ([`approved_by`](ToolPolicy::approved_by)): e.g. signed webhooks
+    /// (`notify::Webhooks`, feature `webhooks`). Called after the approval is stored, never
+    /// waited on; the caller's own approvals notify no one.
+    pub fn notifier(mut self, notifier: impl Notifier) -> Self {
+        self.notifier = Some(Arc::new(notifier));
+        self
+    }
+
     /// How long a grant may wait for its first attempt (default [`DEFAULT_GRANT_TTL`]); a grant
     /// not begun by then expires and never runs.
     pub fn grant_ttl(mut self, ttl: Duration) -> Self {
@@ -678,6 +697,7 @@ impl ConfirmLayerBuilder {
                 grants: self.grants,
                 grant_ttl: self.grant_ttl,
                 approval_url: self.approval_url,
+                notifier: self.notifier,
                 #[cfg(feature = "audit-log")]
                 log: self.log,
             }),

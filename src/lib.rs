@@ -147,6 +147,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod approval;
+mod approvers;
 pub mod audit;
 #[cfg(feature = "audit-log")]
 #[cfg_attr(docsrs, doc(cfg(feature = "audit-log")))]
@@ -167,6 +168,7 @@ mod layer;
 mod limit;
 mod listing;
 mod message;
+pub mod notify;
 mod page;
 mod policy;
 mod principal;
@@ -345,8 +347,8 @@ pub use approval::ApprovalPage;
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use mcp_confirm_macros::{confirm, confirm_router};
 pub use policy::{
-    Candidate, Condition, Lookup, PolicyError, Refusal, Resolver, Revalidate, Revalidation, Scope,
-    ToolPolicy,
+    ApproverCheck, ApproverQuery, Candidate, Condition, Lookup, PolicyError, Refusal, Resolver,
+    Revalidate, Revalidation, Scope, ToolPolicy,
 };
 pub use principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
 pub use protocol::{

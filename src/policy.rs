@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::approvers::Approvers;
 use crate::kernel::BoxFuture;
 use crate::principal::Principal;
 use crate::token::MAX_CANDIDATES;
@@ -179,6 +180,46 @@ where
     }
 }
 
+/// What an [`ApproverCheck`] is asked: whether `approver`, who approved `caller`'s call of
+/// `tool`, may still approve it now, as the approved call is about to run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ApproverQuery {
+    /// The approver's subject, as the page recorded it.
+    pub approver: String,
+    /// The tool.
+    pub tool: String,
+    /// Who asked for the call.
+    pub caller: Principal,
+}
+
+/// Re-checks, as an approved call is about to run, that each approver who approved it may still
+/// approve: a removed role, a disabled account, a revoked delegation. The layer cannot know
+/// these for a role (the approver is not the one sending the retry), so give this hook
+/// wherever the rule names a role.
+///
+/// `Ok(false)` for any approver refuses the call with the `revoked` outcome and spends the
+/// confirmation; `Err` refuses it too. Implemented for async closures
+/// `Fn(ApproverQuery) -> impl Future<Output = Result<bool, PolicyError>>`.
+pub trait ApproverCheck: Send + Sync + 'static {
+    /// Whether `query.approver` may still approve.
+    fn still_approver(&self, query: ApproverQuery)
+    -> BoxFuture<'static, Result<bool, PolicyError>>;
+}
+
+impl<F, Fut> ApproverCheck for F
+where
+    F: Fn(ApproverQuery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<bool, PolicyError>> + Send + 'static,
+{
+    fn still_approver(
+        &self,
+        query: ApproverQuery,
+    ) -> BoxFuture<'static, Result<bool, PolicyError>> {
+        Box::pin(self(query))
+    }
+}
+
 /// Decides, call by call, whether a call needs a confirmation at all: e.g. only deletes in shared
 /// workspaces, or only bulk deletes above a limit.
 ///
@@ -330,6 +371,10 @@ pub struct ToolPolicy {
     pub(crate) channel: Channel,
     /// The standing approval the form may offer besides "only this time".
     pub(crate) standing: Option<StandingOffer>,
+    /// Who decides on the approval page, and how many.
+    pub(crate) approvers: Approvers,
+    /// Re-checks each approver as the approved call is about to run.
+    pub(crate) recheck_approvers: Option<Arc<dyn ApproverCheck>>,
     /// Which of the keys the build-time rules are about were given, as given (`queued` and
     /// `claimed_by_handler` both, say, though the settlement keeps the last): the rules refuse
     /// the combination instead of one silently winning.
@@ -364,6 +409,8 @@ impl fmt::Debug for ToolPolicy {
             .field("versions", &self.versions)
             .field("channel", &self.channel)
             .field("standing", &self.standing)
+            .field("approvers", &self.approvers)
+            .field("recheck_approvers", &self.recheck_approvers.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -391,6 +438,8 @@ impl ToolPolicy {
             versions: Versions::Required,
             channel: Channel::Form,
             standing: None,
+            approvers: Approvers::caller(),
+            recheck_approvers: None,
             given: Given::default(),
         }
     }
@@ -535,6 +584,27 @@ impl ToolPolicy {
         self
     }
 
+    /// Someone else decides (implies [`approve_in_browser`](Self::approve_in_browser)): the
+    /// principals, role or "anyone but the caller" that `rule` names, as many as it requires,
+    /// with a passkey where it says so. The caller's client gets the page's URL as before; the
+    /// approvers find the approval in their [inbox](crate::approval::InboxPage) or in a
+    /// [notification](crate::notify); the caller's retries see it pending until it is decided.
+    ///
+    /// A rule that admits no one or cannot be met, or one with a [`standing`](Self::standing)
+    /// offer (later calls would run without the approvers), is refused when the layer is built.
+    /// Where the rule names a role, give [`recheck_approvers`](Self::recheck_approvers) too.
+    pub fn approved_by(mut self, rule: Approvers) -> Self {
+        self.approvers = rule;
+        self.approve_in_browser()
+    }
+
+    /// The live check of each approver as the approved call is about to run (needs
+    /// [`approved_by`](Self::approved_by)).
+    pub fn recheck_approvers(mut self, hook: impl ApproverCheck) -> Self {
+        self.recheck_approvers = Some(Arc::new(hook));
+        self
+    }
+
     /// With [`approve_in_browser`](Self::approve_in_browser): approving requires typing the
     /// chosen record's id on the page, so a reflexive click does not delete anything.
     pub fn require_typed_id(mut self) -> Self {
@@ -653,6 +723,20 @@ impl ToolPolicy {
             && (name.is_empty() || http::HeaderName::try_from(format!("mcp-param-{name}")).is_err())
         {
             return Err(format!("tool {tool:?}: invalid header name {name:?}"));
+        }
+        self.approvers
+            .validate()
+            .map_err(|e| format!("tool {tool:?}: {e}"))?;
+        if self.recheck_approvers.is_some() && self.approvers.is_caller_only() {
+            return Err(format!(
+                "tool {tool:?}: `recheck_approvers` needs `approved_by`: there is no one else to re-check"
+            ));
+        }
+        if self.standing.is_some() && !self.approvers.is_caller_only() {
+            return Err(format!(
+                "tool {tool:?}: `standing` cannot go with `approved_by`: the later calls it \
+                 covers would run without the approvers"
+            ));
         }
         if let Some(offer) = &self.standing {
             if offer.up_to.is_zero() || offer.up_to > MAX_STANDING_FOR {

@@ -12,9 +12,13 @@ use http::Extensions;
 ///
 /// Build it from the verified token only. If several issuers are trusted, include the issuer in the
 /// subject (`"https://issuer.example|user-42"`), so equal subjects from different issuers differ.
+///
+/// Roles, where the authenticator supplies them ([`with_roles`](Self::with_roles)), are what an
+/// [approver policy](crate::approval::Approvers::role) may name; nothing else reads them.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Principal {
     subject: Arc<str>,
+    roles: Arc<[Arc<str>]>,
 }
 
 impl Principal {
@@ -22,18 +26,42 @@ impl Principal {
     pub fn new(subject: impl Into<Arc<str>>) -> Self {
         Self {
             subject: subject.into(),
+            roles: Arc::new([]),
         }
+    }
+
+    /// The same principal holding `roles`, as the deployment's authenticator verified them
+    /// (e.g. a token's `roles` claim); never from anything the client says about itself.
+    #[must_use]
+    pub fn with_roles<R: Into<Arc<str>>>(mut self, roles: impl IntoIterator<Item = R>) -> Self {
+        self.roles = roles.into_iter().map(Into::into).collect();
+        self
     }
 
     /// The subject.
     pub fn subject(&self) -> &str {
         &self.subject
     }
+
+    /// The roles the authenticator supplied (none unless [`with_roles`](Self::with_roles)).
+    pub fn roles(&self) -> impl Iterator<Item = &str> {
+        self.roles.iter().map(|r| &**r)
+    }
+
+    /// Whether the authenticator supplied `role`.
+    pub fn has_role(&self, role: &str) -> bool {
+        self.roles.iter().any(|r| &**r == role)
+    }
 }
 
 impl fmt::Debug for Principal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Principal").field(&&*self.subject).finish()
+        let mut tuple = f.debug_tuple("Principal");
+        tuple.field(&&*self.subject);
+        if !self.roles.is_empty() {
+            tuple.field(&self.roles);
+        }
+        tuple.finish()
     }
 }
 

@@ -8,7 +8,7 @@ use http_body_util::Full;
 
 pub(super) use crate::page::page;
 use crate::page::{escape, http_date};
-use crate::store::approval::Approval;
+use crate::store::approval::{Approval, Decision};
 
 /// The sign-in page for a visitor with no principal.
 pub(super) fn sign_in(sign_in: Option<&str>, path: &str) -> Response<Full<Bytes>> {
@@ -27,7 +27,40 @@ pub(super) fn not_yours() -> Response<Full<Bytes>> {
     page(
         StatusCode::FORBIDDEN,
         "Not yours",
-        "<p>This approval was requested by someone else. Sign in as that person to decide it.</p>",
+        "<p>This approval is not yours to decide. Sign in as one of its approvers.</p>",
+    )
+}
+
+/// The caller's view of an approval someone else decides: who asked, and how far it got.
+pub(super) fn waiting(approval: &Approval) -> Response<Full<Bytes>> {
+    let text = match &approval.decision {
+        Some(Decision::Approved { .. }) => "It was approved. Return to your client to continue.",
+        Some(Decision::Declined) => "It was declined. Nothing will be changed.",
+        None => {
+            "It waits for its approvers; your client will see the decision when you continue there."
+        }
+    };
+    page(
+        StatusCode::OK,
+        "Waiting for approval",
+        &format!(
+            "<p>Someone {} must approve this request. {text}</p><p id=\"progress\">{}</p>",
+            if approval.approvers.admits_caller() {
+                "it names"
+            } else {
+                "other than you"
+            },
+            progress(approval)
+        ),
+    )
+}
+
+/// "1 of 2 approvals so far."
+pub(super) fn progress(approval: &Approval) -> String {
+    format!(
+        "{} of {} approvals so far.",
+        approval.endorsements.len(),
+        approval.approvers.required_approvals()
     )
 }
 
@@ -58,14 +91,24 @@ pub(super) fn render(approval: &Approval, token: &str, error: Option<&str>) -> S
         escape(&approval.subject),
         http_date(approval.expires_at)
     );
+    if !approval.approvers.is_caller_only() {
+        let _ = write!(html, "<p id=\"progress\">{}</p>", progress(approval));
+    }
     let _ = write!(
         html,
         "<form method=\"post\"><input type=\"hidden\" name=\"csrf\" value=\"{token}\">"
     );
-    if !approval.choices.is_empty() {
+    // Later approvers approve the first one's choice: only it is offered.
+    let first = approval.endorsements.first().map(|e| e.chosen.as_str());
+    let choices: Vec<_> = approval
+        .choices
+        .iter()
+        .filter(|c| first.is_none_or(|chosen| c.id == chosen))
+        .collect();
+    if !choices.is_empty() {
         html.push_str("<fieldset><legend>Which one</legend>");
-        let single = approval.choices.len() == 1;
-        for (i, choice) in approval.choices.iter().enumerate() {
+        let single = choices.len() == 1;
+        for (i, choice) in choices.iter().enumerate() {
             let version = choice
                 .version
                 .as_deref()

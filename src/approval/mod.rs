@@ -9,12 +9,22 @@
 //! - the [`Approval`] record, its one [`Decision`] and the [`ApprovalStore`] trait live with the
 //!   stores that keep them (`store/approval.rs`), and are published here;
 //! - `page`: the [`ApprovalPage`] tower service (show, decide once, anti-forgery, same origin);
+//! - `inbox`: the [`InboxPage`], where an approver sees what waits for them;
 //! - `html`: what the page renders, and the headers every answer carries.
+//!
+//! Someone other than the caller may decide: [`Approvers`] names who (the caller, named
+//! principals, a role, anyone but the caller) and how many, given with
+//! [`ToolPolicy::approved_by`](crate::ToolPolicy::approved_by); the record carries the rule, and
+//! every store applies it with the decision, atomically. [`crate::notify`] tells approvers.
 
 mod html;
+mod inbox;
 mod page;
 
+pub use crate::approvers::{Approvers, MAX_NAMED_APPROVERS, MAX_REQUIRED_APPROVALS};
 pub use crate::store::approval::{
-    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
+    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decider, Decision, Endorsement,
+    MAX_PENDING_APPROVALS,
 };
+pub use inbox::{INBOX_LIMIT, InboxPage};
 pub use page::ApprovalPage;

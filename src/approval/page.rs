@@ -15,13 +15,30 @@ use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
 
-use super::html::{self, gone, not_yours, page, render, unavailable};
+use super::html::{self, gone, not_yours, page, render, unavailable, waiting};
 use crate::audit;
 use crate::config::Config;
 use crate::kernel::{BoxFuture, hex, unhex};
 use crate::page::{form_value, method_not_allowed, read_form, same_origin};
 use crate::principal::Principal;
-use crate::store::approval::{Approval, ApprovalId, Decided, Decision};
+use crate::store::approval::{Approval, ApprovalId, Decided, Decider, Decision};
+
+/// What the signed-in principal may do with an approval.
+enum Access {
+    /// Decide it; `caller`: they are the one who asked.
+    Decide { caller: bool },
+    /// Only see how far it got: the caller, where others decide.
+    Watch,
+}
+
+/// The answer to a caller who tries to decide their own request where others must.
+fn own_request() -> Response<Full<Bytes>> {
+    page(
+        StatusCode::FORBIDDEN,
+        "Not yours to approve",
+        "<p>You asked for this; someone else must approve it. Nothing changed.</p>",
+    )
+}
 
 /// The approval page: `GET …/{id}` shows the approval, `POST …/{id}` decides it. Get it from
 /// [`ConfirmLayer::approval_page`](crate::ConfirmLayer::approval_page).
@@ -98,15 +115,16 @@ impl ApprovalPage {
         self.decide(id, &principal, &body).await
     }
 
-    /// Approval `id`, if it is live and `principal`'s: the one it was made for, under any key of
-    /// the ring (an approval made before a key rotation stays its principal's). Otherwise the
-    /// page to answer, and anyone else's attempt (`why`) in the audit log.
-    async fn owned(
+    /// Approval `id`, if it is live and this deployment's, and what `principal` may do with it:
+    /// decide it (the rule admits them; `caller` under any key of the ring, so an approval made
+    /// before a key rotation stays its caller's), or watch it (the caller, where others decide).
+    /// Otherwise the page to answer, and anyone else's attempt (`why`) in the audit log.
+    async fn access(
         &self,
         id: ApprovalId,
         principal: &Principal,
         why: &str,
-    ) -> Result<Approval, Response<Full<Bytes>>> {
+    ) -> Result<(Approval, Access), Response<Full<Bytes>>> {
         // A layer without an approval store has no browser-approved tool: nothing to show.
         let Some(approvals) = &self.config.approvals else {
             return Err(gone());
@@ -125,16 +143,22 @@ impl ApprovalPage {
             Ok(None) => return Err(gone()),
             Err(_) => return Err(unavailable()),
         };
-        let owns = self
+        let caller = self
             .config
             .sealer
             .keys()
             .principal_matches_any(&approval.principal, principal.subject());
-        if !owns {
-            audit::refused(&approval.tool, Some(principal), why);
-            return Err(not_yours());
+        if approval
+            .approvers
+            .admits(principal.subject(), principal.roles(), caller)
+        {
+            return Ok((approval, Access::Decide { caller }));
         }
-        Ok(approval)
+        if caller {
+            return Ok((approval, Access::Watch));
+        }
+        audit::refused(&approval.tool, Some(principal), why);
+        Err(not_yours())
     }
 
     /// Whether the client already spent the confirmation (declined, or a retry claimed it): the
@@ -155,10 +179,15 @@ impl ApprovalPage {
         error: Option<&str>,
     ) -> Response<Full<Bytes>> {
         let approval = match self
-            .owned(id, principal, "approval page opened by another principal")
+            .access(
+                id,
+                principal,
+                "approval page opened by someone it does not admit",
+            )
             .await
         {
-            Ok(approval) => approval,
+            Ok((approval, Access::Watch)) => return waiting(&approval),
+            Ok((approval, Access::Decide { .. })) => approval,
             Err(refusal) => return refusal,
         };
         if approval.decision.is_none() && self.answered_by_client(&approval).await {
@@ -180,6 +209,20 @@ impl ApprovalPage {
                 &format!("<p>{text} Return to your client to continue.</p>"),
             );
         }
+        if approval
+            .endorsements
+            .iter()
+            .any(|e| e.subject == principal.subject())
+        {
+            return page(
+                StatusCode::OK,
+                "You approved",
+                &format!(
+                    "<p>Your approval is recorded; it waits for the others.</p><p id=\"progress\">{}</p>",
+                    html::progress(&approval)
+                ),
+            );
+        }
         let token = hex(&self
             .config
             .sealer
@@ -192,13 +235,22 @@ impl ApprovalPage {
         )
     }
 
-    /// Records the person's decision, once.
     /// Records the page's decision in the decision log: who decided, the choice and its version
     /// as the page showed them, and a digest of all it showed.
-    fn note_decided(&self, approval: &Approval, principal: &Principal, decision: &Decision) {
+    fn note_decided(
+        &self,
+        approval: &Approval,
+        principal: &Principal,
+        decision: &Decision,
+        last: bool,
+    ) {
         let (event, chosen, standing) = match decision {
-            Decision::Approved { chosen, standing } => {
+            Decision::Approved { chosen, standing } if last => {
                 ("approval_approved", Some(chosen.as_str()), *standing)
+            }
+            // One of several approvals the rule requires: counted, not yet the decision.
+            Decision::Approved { chosen, standing } => {
+                ("approval_endorsed", Some(chosen.as_str()), *standing)
             }
             Decision::Declined => ("approval_declined", None, false),
         };
@@ -256,11 +308,23 @@ impl ApprovalPage {
                 "<p>This form has expired or was not issued to you. Reload the page.</p>",
             );
         }
-        let approval = match self
-            .owned(id, principal, "approval decided by another principal")
+        let (approval, caller) = match self
+            .access(
+                id,
+                principal,
+                "approval decided by someone it does not admit",
+            )
             .await
         {
-            Ok(approval) => approval,
+            Ok((approval, Access::Decide { caller })) => (approval, caller),
+            Ok((approval, Access::Watch)) => {
+                audit::refused(
+                    &approval.tool,
+                    Some(principal),
+                    "the caller decided their own request where others must",
+                );
+                return own_request();
+            }
             Err(refusal) => return refusal,
         };
         if self.answered_by_client(&approval).await {
@@ -278,10 +342,12 @@ impl ApprovalPage {
         let decision = match form_value(body, "decision").as_deref() {
             Some("decline") => Decision::Declined,
             Some("approve") => {
+                let first = approval.endorsements.first().map(|e| e.chosen.clone());
                 let chosen = match (approval.choices.len(), form_value(body, "choice")) {
                     (0, _) => String::new(),
-                    (1, None) => approval.choices[0].id.clone(),
                     (_, Some(choice)) => choice,
+                    (_, None) if first.is_some() => first.unwrap_or_default(),
+                    (1, None) => approval.choices[0].id.clone(),
                     (_, None) => return self.show(id, principal, Some("Choose one record.")).await,
                 };
                 if approval.typed
@@ -317,13 +383,26 @@ impl ApprovalPage {
         let Some(approvals) = &self.config.approvals else {
             return unavailable();
         };
-        match approvals
-            .decide(id, approval.principal, decision.clone())
-            .await
-        {
+        let decider = Decider::new(principal.subject(), principal.roles(), caller);
+        match approvals.decide(id, decider, decision.clone()).await {
+            Ok(Decided::Counted {
+                approvals,
+                required,
+            }) => {
+                audit::page_decided(&approval.tool, principal, &approval.nonce, &decision);
+                self.note_decided(&approval, principal, &decision, false);
+                page(
+                    StatusCode::OK,
+                    "Approval recorded",
+                    &format!(
+                        "<p>Your approval is recorded. It waits for the others.</p>\
+                         <p id=\"progress\">{approvals} of {required} approvals so far.</p>"
+                    ),
+                )
+            }
             Ok(Decided::Recorded) => {
                 audit::page_decided(&approval.tool, principal, &approval.nonce, &decision);
-                self.note_decided(&approval, principal, &decision);
+                self.note_decided(&approval, principal, &decision, true);
                 let text = match decision {
                     Decision::Approved { .. } => {
                         "Approved. Return to your client and continue: the request runs there."
@@ -342,6 +421,31 @@ impl ApprovalPage {
                     "<p>This request was already decided; nothing changed.</p>",
                 )
             }
+            Ok(Decided::AlreadyApproved) => {
+                audit::refused(
+                    &approval.tool,
+                    Some(principal),
+                    "approved twice by one approver",
+                );
+                page(
+                    StatusCode::CONFLICT,
+                    "Already approved",
+                    "<p>You already approved this request; an approver counts once.</p>",
+                )
+            }
+            Ok(Decided::OwnRequest) => {
+                audit::refused(
+                    &approval.tool,
+                    Some(principal),
+                    "the caller decided their own request where others must",
+                );
+                own_request()
+            }
+            Ok(Decided::PasskeyRequired) => page(
+                StatusCode::FORBIDDEN,
+                "Passkey required",
+                "<p>This approval must be made with your passkey.</p>",
+            ),
             Ok(Decided::NotYours) => not_yours(),
             Ok(Decided::InvalidChoice) => {
                 self.show(id, principal, Some("Choose one of the records shown."))

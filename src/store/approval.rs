@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::StoreError;
+use crate::approvers::Approvers;
 use crate::kernel::{BoxFuture, Nonce, PrincipalKey, hex, unhex};
 
 /// Where browser approvals wait for their one decision, shared by every instance (the page and
@@ -29,14 +30,24 @@ pub trait ApprovalStore: fmt::Debug + Send + Sync + 'static {
     /// The approval `id` with its decision, if any; `None` once it expired or if it never existed.
     fn approval(&self, id: ApprovalId) -> BoxFuture<'_, Result<Option<Approval>, StoreError>>;
 
-    /// Records `decision` by `principal` on approval `id`, atomically and once, by
-    /// [`Approval::decide`].
+    /// Records `decision` by `decider` on approval `id`, atomically, by [`Approval::decide`]:
+    /// two deciders racing are both applied, one after the other, never one over the other.
     fn decide(
         &self,
         id: ApprovalId,
-        principal: PrincipalKey,
+        decider: Decider,
         decision: Decision,
     ) -> BoxFuture<'_, Result<Decided, StoreError>>;
+
+    /// The undecided, unexpired approvals of `audience` filed under any of `routes` (an
+    /// approver's [inbox](crate::approval::InboxPage)), newest first, at most `limit`. Whether
+    /// the approver may decide each is for the caller to check ([`Approvers::admits`]).
+    fn inbox<'a>(
+        &'a self,
+        audience: &'a str,
+        routes: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>>;
 }
 
 impl<S: ApprovalStore + ?Sized> ApprovalStore for Arc<S> {
@@ -51,10 +62,19 @@ impl<S: ApprovalStore + ?Sized> ApprovalStore for Arc<S> {
     fn decide(
         &self,
         id: ApprovalId,
-        principal: PrincipalKey,
+        decider: Decider,
         decision: Decision,
     ) -> BoxFuture<'_, Result<Decided, StoreError>> {
-        (**self).decide(id, principal, decision)
+        (**self).decide(id, decider, decision)
+    }
+
+    fn inbox<'a>(
+        &'a self,
+        audience: &'a str,
+        routes: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+        (**self).inbox(audience, routes, limit)
     }
 }
 
@@ -150,16 +170,97 @@ pub enum Decision {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Decided {
-    /// The decision is recorded.
+    /// The decision is recorded, and it is final: declined, or the last approval required.
     Recorded,
+    /// This approval is recorded; `approvals` of the `required` are in, so it waits for more.
+    Counted {
+        /// Approvals recorded so far, this one included.
+        approvals: u8,
+        /// Approvals the rule requires.
+        required: u8,
+    },
     /// A decision was recorded before; this one changed nothing.
     AlreadyDecided,
-    /// The approval belongs to another principal; nothing changed.
+    /// This approver already approved (in this or another session); nothing changed.
+    AlreadyApproved,
+    /// The rule does not admit this principal; nothing changed.
     NotYours,
+    /// The caller, under a rule that excludes them (four eyes); nothing changed.
+    OwnRequest,
+    /// The rule requires a passkey and none verified this decision; nothing changed.
+    PasskeyRequired,
     /// No such approval, or it expired.
     Unknown,
-    /// The approval names no such choice; nothing changed.
+    /// The approval names no such choice (or not the one earlier approvers chose); nothing
+    /// changed.
     InvalidChoice,
+}
+
+/// Who decides, as the page established it: the principal signed in to the page, whether they
+/// are the caller, and the passkey that verified the decision, if one did.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Decider {
+    /// The decider's subject: approvals are counted per subject.
+    pub subject: String,
+    /// The roles the authenticator supplied.
+    pub roles: Vec<String>,
+    /// Whether the decider is the principal the confirmation is bound to (under any key of the
+    /// ring): the page compares keyed digests, the store cannot.
+    pub caller: bool,
+    /// The id of the passkey whose assertion, bound to this approval, verified the decision.
+    pub passkey: Option<String>,
+}
+
+impl Decider {
+    /// A decider who is (`caller`) or is not the caller, with the given subject and roles.
+    pub fn new<R: Into<String>>(
+        subject: impl Into<String>,
+        roles: impl IntoIterator<Item = R>,
+        caller: bool,
+    ) -> Self {
+        Self {
+            subject: subject.into(),
+            roles: roles.into_iter().map(Into::into).collect(),
+            caller,
+            passkey: None,
+        }
+    }
+
+    /// The same decider, verified by passkey `credential`.
+    #[must_use]
+    pub fn with_passkey(mut self, credential: impl Into<String>) -> Self {
+        self.passkey = Some(credential.into());
+        self
+    }
+}
+
+impl fmt::Debug for Decider {
+    /// No subject or roles: who decided goes to the decision log, not to debug output.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decider")
+            .field("caller", &self.caller)
+            .field("passkey", &self.passkey.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One approver's approval, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Endorsement {
+    /// Who approved.
+    pub subject: String,
+    /// What they approved (the first approver's choice; the others approve the same).
+    pub chosen: String,
+    /// Whether the approver was the caller.
+    #[serde(default)]
+    pub caller: bool,
+    /// The passkey that verified it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passkey: Option<String>,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
 }
 
 /// How many unexpired approvals one principal may hold at once, in every store: enough for any
@@ -196,7 +297,14 @@ pub struct Approval {
     pub standing: Option<String>,
     /// When the confirmation expires; the approval with it.
     pub expires_at: SystemTime,
-    /// The decision, once made.
+    /// Who may decide, and how many must approve.
+    pub approvers: Approvers,
+    /// The approvals recorded so far, in order.
+    pub endorsements: Vec<Endorsement>,
+    /// When the approval was proposed (the inbox shows the newest first).
+    pub created_at: SystemTime,
+    /// The decision, once final: declined by anyone the rule admits, or approved by as many as
+    /// it requires.
     pub decision: Option<Decision>,
 }
 
@@ -210,40 +318,90 @@ impl fmt::Debug for Approval {
             .field("choices", &self.choices.len())
             .field("typed", &self.typed)
             .field("expires_at", &self.expires_at)
+            .field("approvers", &self.approvers)
+            .field("endorsements", &self.endorsements.len())
             .field("decided", &self.decision.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl Approval {
-    /// Records `decision` by `principal` at `now`, once; the pure rule every store applies.
-    pub fn decide(
-        &mut self,
-        principal: PrincipalKey,
-        decision: Decision,
-        now: SystemTime,
-    ) -> Decided {
+    /// Records `decision` by `decider` at `now`; the pure rule every store applies, atomically.
+    ///
+    /// Only a decider the [rule](Approvers) admits, before expiry and before a final decision.
+    /// A decline is final. An approval counts once per subject, needs a passkey where the rule
+    /// says so, names an offered choice (the first approver's, for the later ones) and is final
+    /// when it is the last one required.
+    pub fn decide(&mut self, decider: Decider, decision: Decision, now: SystemTime) -> Decided {
         if now >= self.expires_at {
             return Decided::Unknown;
         }
-        if principal != self.principal {
-            return Decided::NotYours;
+        let admitted = self.approvers.admits(
+            &decider.subject,
+            decider.roles.iter().map(String::as_str),
+            decider.caller,
+        );
+        if !admitted {
+            return if decider.caller && !self.approvers.admits_caller() {
+                Decided::OwnRequest
+            } else {
+                Decided::NotYours
+            };
         }
         if self.decision.is_some() {
             return Decided::AlreadyDecided;
         }
-        if let Decision::Approved { chosen, standing } = &decision {
-            let offered = if self.choices.is_empty() {
-                chosen.is_empty()
-            } else {
-                self.choices.iter().any(|c| &c.id == chosen)
-            };
-            if !offered || (*standing && self.standing.is_none()) {
-                return Decided::InvalidChoice;
-            }
+        let Decision::Approved { chosen, standing } = decision else {
+            self.decision = Some(Decision::Declined);
+            return Decided::Recorded;
+        };
+        if self
+            .endorsements
+            .iter()
+            .any(|e| e.subject == decider.subject)
+        {
+            return Decided::AlreadyApproved;
         }
-        self.decision = Some(decision);
+        if self.approvers.needs_passkey() && decider.passkey.is_none() {
+            return Decided::PasskeyRequired;
+        }
+        let offered = if self.choices.is_empty() {
+            chosen.is_empty()
+        } else {
+            self.choices.iter().any(|c| c.id == chosen)
+        };
+        // A standing approval lets later calls run unasked: only the caller's own to give.
+        let standing_ok = !standing || (self.standing.is_some() && self.approvers.is_caller_only());
+        let same_as_first = self.endorsements.first().is_none_or(|e| e.chosen == chosen);
+        if !offered || !standing_ok || !same_as_first {
+            return Decided::InvalidChoice;
+        }
+        self.endorsements.push(Endorsement {
+            subject: decider.subject,
+            chosen: chosen.clone(),
+            caller: decider.caller,
+            passkey: decider.passkey,
+            at_ms: unix_ms(now),
+        });
+        let (approvals, required) = (
+            u8::try_from(self.endorsements.len()).unwrap_or(u8::MAX),
+            self.approvers.required_approvals(),
+        );
+        if approvals < required {
+            return Decided::Counted {
+                approvals,
+                required,
+            };
+        }
+        self.decision = Some(Decision::Approved { chosen, standing });
         Decided::Recorded
+    }
+
+    /// The inbox routes this approval is filed under (opaque digests of the named approvers,
+    /// the role, or everyone): a store indexes the approval under each, for
+    /// [`ApprovalStore::inbox`].
+    pub fn routes(&self) -> Vec<String> {
+        self.approvers.routes(&self.subject)
     }
 
     /// The approval as one JSON text, for the stores that keep it as a value.
@@ -260,10 +418,10 @@ impl Approval {
             choices: self.choices.clone(),
             typed: self.typed,
             standing: self.standing.clone(),
-            expires_at_ms: self
-                .expires_at
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            expires_at_ms: unix_ms(self.expires_at),
+            approvers: self.approvers.clone(),
+            endorsements: self.endorsements.clone(),
+            created_at_ms: unix_ms(self.created_at),
             decision: self.decision.clone(),
         };
         serde_json::to_string(&stored).unwrap_or_default()
@@ -285,9 +443,18 @@ impl Approval {
             typed: s.typed,
             standing: s.standing,
             expires_at: UNIX_EPOCH + std::time::Duration::from_millis(s.expires_at_ms),
+            approvers: s.approvers,
+            endorsements: s.endorsements,
+            created_at: UNIX_EPOCH + std::time::Duration::from_millis(s.created_at_ms),
             decision: s.decision,
         })
     }
+}
+
+/// Milliseconds since the Unix epoch (0 before it, saturating after `u64`).
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[derive(Serialize, Deserialize)]
@@ -305,6 +472,13 @@ struct Stored {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     standing: Option<String>,
     expires_at_ms: u64,
+    // Records written before approvers: the caller decides, nothing endorsed, created unknown.
+    #[serde(default)]
+    approvers: Approvers,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    endorsements: Vec<Endorsement>,
+    #[serde(default)]
+    created_at_ms: u64,
     decision: Option<Decision>,
 }
 
@@ -330,46 +504,61 @@ mod tests {
             typed: true,
             standing: None,
             expires_at: now + Duration::from_secs(300),
+            approvers: Approvers::caller(),
+            endorsements: Vec::new(),
+            created_at: now,
             decision: None,
         }
+    }
+
+    fn approve(id: &str) -> Decision {
+        Decision::Approved {
+            chosen: id.into(),
+            standing: false,
+        }
+    }
+
+    fn alice() -> Decider {
+        Decider::new("alice", ["staff"], true)
+    }
+
+    fn other(subject: &str) -> Decider {
+        Decider::new(subject, ["staff"], false)
     }
 
     #[test]
     fn one_decision_by_its_principal_for_an_offered_choice_before_expiry() {
         let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let alice = PrincipalKey::from_bytes([1; 16]);
-        let bob = PrincipalKey::from_bytes([2; 16]);
-        let approve = |id: &str| Decision::Approved {
-            chosen: id.into(),
-            standing: false,
-        };
         let mut a = approval(now);
-        assert_eq!(a.decide(bob, approve("note-7"), now), Decided::NotYours);
         assert_eq!(
-            a.decide(alice, approve("note-9"), now),
+            a.decide(other("bob"), approve("note-7"), now),
+            Decided::NotYours
+        );
+        assert_eq!(
+            a.decide(alice(), approve("note-9"), now),
             Decided::InvalidChoice
         );
-        assert_eq!(a.decide(alice, approve(""), now), Decided::InvalidChoice);
+        assert_eq!(a.decide(alice(), approve(""), now), Decided::InvalidChoice);
         assert_eq!(a.decision, None);
-        assert_eq!(a.decide(alice, approve("note-7"), now), Decided::Recorded);
+        assert_eq!(a.decide(alice(), approve("note-7"), now), Decided::Recorded);
         assert_eq!(
-            a.decide(alice, Decision::Declined, now),
+            a.decide(alice(), Decision::Declined, now),
             Decided::AlreadyDecided
         );
         assert_eq!(a.decision, Some(approve("note-7")));
         let mut late = approval(now);
         assert_eq!(
-            late.decide(alice, Decision::Declined, late.expires_at),
+            late.decide(alice(), Decision::Declined, late.expires_at),
             Decided::Unknown
         );
         let mut confirm_only = approval(now);
         confirm_only.choices.clear();
         assert_eq!(
-            confirm_only.decide(alice, approve("x"), now),
+            confirm_only.decide(alice(), approve("x"), now),
             Decided::InvalidChoice
         );
         assert_eq!(
-            confirm_only.decide(alice, approve(""), now),
+            confirm_only.decide(alice(), approve(""), now),
             Decided::Recorded
         );
         // The standing approval only where the page offered it.
@@ -379,12 +568,97 @@ mod tests {
         };
         let mut not_offered = approval(now);
         assert_eq!(
-            not_offered.decide(alice, standing.clone(), now),
+            not_offered.decide(alice(), standing.clone(), now),
             Decided::InvalidChoice
         );
         let mut offered = approval(now);
         offered.standing = Some("Also allow notes_delete on personal".into());
-        assert_eq!(offered.decide(alice, standing, now), Decided::Recorded);
+        assert_eq!(
+            offered.decide(alice(), standing.clone(), now),
+            Decided::Recorded
+        );
+        // ... and never by someone else, for the caller's later calls.
+        let mut by_another = approval(now);
+        by_another.standing = offered.standing.clone();
+        by_another.approvers = Approvers::any_of(["bob"]);
+        assert_eq!(
+            by_another.decide(other("bob"), standing, now),
+            Decided::InvalidChoice
+        );
+    }
+
+    #[test]
+    fn four_eyes_refuses_the_caller_in_any_session_and_counts_each_subject_once() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut a = approval(now);
+        a.approvers = Approvers::anyone_but_caller().required(2);
+        // The caller, however they come (another session is the same subject and digest).
+        assert_eq!(
+            a.decide(alice(), approve("note-7"), now),
+            Decided::OwnRequest
+        );
+        assert_eq!(
+            a.decide(alice(), Decision::Declined, now),
+            Decided::OwnRequest
+        );
+        assert_eq!(
+            a.decide(other("bob"), approve("note-7"), now),
+            Decided::Counted {
+                approvals: 1,
+                required: 2
+            }
+        );
+        assert_eq!(a.decision, None);
+        // Bob again (a second tab, a second session): counted once.
+        assert_eq!(
+            a.decide(other("bob"), approve("note-7"), now),
+            Decided::AlreadyApproved
+        );
+        // The second approver approves the first one's choice, or nothing.
+        assert_eq!(
+            a.decide(other("carol"), approve("note-3"), now),
+            Decided::InvalidChoice
+        );
+        assert_eq!(
+            a.decide(other("carol"), approve("note-7"), now),
+            Decided::Recorded
+        );
+        assert_eq!(a.decision, Some(approve("note-7")));
+        let who: Vec<&str> = a.endorsements.iter().map(|e| e.subject.as_str()).collect();
+        assert_eq!(who, ["bob", "carol"]);
+        assert_eq!(
+            a.decide(other("dave"), Decision::Declined, now),
+            Decided::AlreadyDecided
+        );
+    }
+
+    #[test]
+    fn a_decline_by_any_approver_is_final_and_roles_and_passkeys_are_checked() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut a = approval(now);
+        a.approvers = Approvers::role("admin").required(2).with_passkey();
+        let admin = |s: &str| Decider::new(s, ["admin"], false);
+        assert_eq!(
+            a.decide(other("bob"), approve("note-7"), now),
+            Decided::NotYours
+        );
+        assert_eq!(
+            a.decide(admin("bob"), approve("note-7"), now),
+            Decided::PasskeyRequired
+        );
+        assert_eq!(
+            a.decide(admin("bob").with_passkey("cred-1"), approve("note-7"), now),
+            Decided::Counted {
+                approvals: 1,
+                required: 2
+            }
+        );
+        assert_eq!(a.endorsements[0].passkey.as_deref(), Some("cred-1"));
+        assert_eq!(
+            a.decide(admin("carol"), Decision::Declined, now),
+            Decided::Recorded
+        );
+        assert_eq!(a.decision, Some(Decision::Declined));
     }
 
     #[test]
@@ -394,10 +668,14 @@ mod tests {
         assert_eq!(Approval::decode(&a.encode()), Some(a.clone()));
         a.decision = Some(Decision::Declined);
         assert_eq!(Approval::decode(&a.encode()), Some(a.clone()));
-        a.decision = Some(Decision::Approved {
-            standing: false,
-            chosen: "note-3".into(),
-        });
+        a.decision = None;
+        a.approvers = Approvers::any_of(["bob", "carol"])
+            .required(2)
+            .with_passkey();
+        assert!(matches!(
+            a.decide(other("bob").with_passkey("c"), approve("note-3"), now),
+            Decided::Counted { .. }
+        ));
         assert_eq!(Approval::decode(&a.encode()), Some(a.clone()));
         assert_eq!(
             Approval::decode(&a.encode().replace("}", ",\"x\":1}")),
@@ -407,5 +685,14 @@ mod tests {
         assert_eq!(ApprovalId::from_hex(&a.id.to_hex()), Some(a.id));
         assert_eq!(ApprovalId::from_hex(&a.id.to_hex().to_uppercase()), None);
         assert_eq!(ApprovalId::from_hex("00"), None);
+        // A record written before approvers reads as the caller's, undecided.
+        let mut old: serde_json::Value =
+            serde_json::from_str(&approval(now).encode()).unwrap_or_default();
+        if let Some(o) = old.as_object_mut() {
+            o.remove("approvers");
+            o.remove("created_at_ms");
+        }
+        let read = Approval::decode(&old.to_string()).map(|a| a.approvers);
+        assert_eq!(read, Some(Approvers::caller()));
     }
 }

@@ -22,13 +22,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::approval::{
-    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
+    Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decider, Decision,
+    MAX_PENDING_APPROVALS,
 };
 use super::standing::{
     MAX_STANDING_PER_PRINCIPAL, MAX_STANDING_SCOPE_BYTES, Standing, StandingId, StandingKey,
     StandingStore, Use,
 };
 use super::{Claim, ClaimRequest, Nonce, Owner, PrincipalKey, ReplayStore, StoreError};
+use crate::approvers::Approvers;
 
 fn soon() -> SystemTime {
     SystemTime::now() + Duration::from_secs(60)
@@ -261,21 +263,36 @@ pub fn approval(principal: PrincipalKey, ttl: Duration) -> Approval {
             "Also allow notes_delete on workspace personal for the next 10 minutes".into(),
         ),
         // Whole milliseconds: what every store keeps.
-        expires_at: SystemTime::UNIX_EPOCH
-            + Duration::from_millis(
-                (SystemTime::now() + ttl)
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            ),
+        expires_at: whole_ms(SystemTime::now() + ttl),
+        approvers: Approvers::caller(),
+        endorsements: Vec::new(),
+        created_at: whole_ms(SystemTime::now()),
         decision: None,
     }
+}
+
+fn whole_ms(at: SystemTime) -> SystemTime {
+    SystemTime::UNIX_EPOCH
+        + Duration::from_millis(
+            at.duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        )
+}
+
+/// The caller of [`approval`] (subject `alice`), as the page would name them.
+fn caller() -> Decider {
+    Decider::new("alice", Vec::<String>::new(), true)
+}
+
+/// Someone other than the caller.
+fn approver(subject: &str) -> Decider {
+    Decider::new(subject, ["notes-admin"], false)
 }
 
 /// An approval is stored once, read back whole, decided once by its principal only, for an
 /// offered choice, and an expired one is gone.
 pub async fn approvals_are_decided_once<S: ApprovalStore>(store: &S) {
     let alice = principal();
-    let bob = PrincipalKey::from_bytes(*Nonce::random().as_bytes());
     let a = approval(alice, Duration::from_secs(60));
     store.propose(&a).await.expect("propose");
     assert!(store.propose(&a).await.is_err(), "an id is proposed once");
@@ -285,20 +302,32 @@ pub async fn approvals_are_decided_once<S: ApprovalStore>(store: &S) {
         standing: id == "note-7",
     };
     assert_eq!(
-        store.decide(a.id, bob, approve("note-7")).await.unwrap(),
+        store
+            .decide(a.id, approver("bob"), approve("note-7"))
+            .await
+            .unwrap(),
         Decided::NotYours
     );
     assert_eq!(
-        store.decide(a.id, alice, approve("note-9")).await.unwrap(),
+        store
+            .decide(a.id, caller(), approve("note-9"))
+            .await
+            .unwrap(),
         Decided::InvalidChoice
     );
     assert_eq!(store.approval(a.id).await.unwrap().unwrap().decision, None);
     assert_eq!(
-        store.decide(a.id, alice, approve("note-7")).await.unwrap(),
+        store
+            .decide(a.id, caller(), approve("note-7"))
+            .await
+            .unwrap(),
         Decided::Recorded
     );
     assert_eq!(
-        store.decide(a.id, alice, Decision::Declined).await.unwrap(),
+        store
+            .decide(a.id, caller(), Decision::Declined)
+            .await
+            .unwrap(),
         Decided::AlreadyDecided
     );
     assert_eq!(
@@ -309,7 +338,7 @@ pub async fn approvals_are_decided_once<S: ApprovalStore>(store: &S) {
     assert_eq!(store.approval(unknown).await.unwrap(), None);
     assert_eq!(
         store
-            .decide(unknown, alice, Decision::Declined)
+            .decide(unknown, caller(), Decision::Declined)
             .await
             .unwrap(),
         Decided::Unknown
@@ -321,7 +350,7 @@ pub async fn approvals_are_decided_once<S: ApprovalStore>(store: &S) {
     gone.decision = None;
     assert_eq!(
         store
-            .decide(gone.id, alice, Decision::Declined)
+            .decide(gone.id, caller(), Decision::Declined)
             .await
             .unwrap(),
         Decided::Unknown
@@ -368,7 +397,10 @@ pub async fn one_decision_among_concurrent_deciders<S: ApprovalStore>(store: Arc
                         standing: false,
                     }
                 };
-                store.decide(a.id, alice, decision).await.expect("decide")
+                store
+                    .decide(a.id, caller(), decision)
+                    .await
+                    .expect("decide")
             })
         })
         .collect();
@@ -379,6 +411,194 @@ pub async fn one_decision_among_concurrent_deciders<S: ApprovalStore>(store: Arc
         }
     }
     assert_eq!(recorded, 1);
+}
+
+/// Under four eyes for two, the caller is refused, each approver counts once, the second
+/// approves the first one's choice, and a decline by an approver is final; what was endorsed is
+/// read back whole.
+pub async fn approvers_decide_as_their_rule_says<S: ApprovalStore>(store: &S) {
+    let mut a = approval(principal(), Duration::from_secs(60));
+    a.standing = None;
+    a.approvers = Approvers::role("notes-admin").except_caller().required(2);
+    store.propose(&a).await.expect("propose");
+    let approve = |id: &str| Decision::Approved {
+        chosen: id.into(),
+        standing: false,
+    };
+    let decide = |who: Decider, what: Decision| store.decide(a.id, who, what);
+    assert_eq!(
+        decide(caller(), approve("note-7")).await.unwrap(),
+        Decided::OwnRequest
+    );
+    let outsider = Decider::new("eve", ["reader"], false);
+    assert_eq!(
+        decide(outsider, approve("note-7")).await.unwrap(),
+        Decided::NotYours
+    );
+    assert_eq!(
+        decide(approver("bob"), approve("note-7")).await.unwrap(),
+        Decided::Counted {
+            approvals: 1,
+            required: 2
+        }
+    );
+    assert_eq!(
+        decide(approver("bob"), approve("note-7")).await.unwrap(),
+        Decided::AlreadyApproved
+    );
+    assert_eq!(
+        decide(approver("carol"), approve("note-3")).await.unwrap(),
+        Decided::InvalidChoice
+    );
+    let read = store.approval(a.id).await.unwrap().expect("kept");
+    assert_eq!(read.decision, None);
+    assert_eq!(read.endorsements.len(), 1);
+    assert_eq!(read.endorsements[0].subject, "bob");
+    assert_eq!(read.approvers, a.approvers);
+    assert_eq!(
+        decide(approver("carol"), approve("note-7")).await.unwrap(),
+        Decided::Recorded
+    );
+    let read = store.approval(a.id).await.unwrap().expect("kept");
+    assert_eq!(read.decision, Some(approve("note-7")));
+    let who: Vec<&str> = read
+        .endorsements
+        .iter()
+        .map(|e| e.subject.as_str())
+        .collect();
+    assert_eq!(who, ["bob", "carol"]);
+
+    let mut vetoed = approval(principal(), Duration::from_secs(60));
+    vetoed.approvers = Approvers::anyone_but_caller().required(2);
+    store.propose(&vetoed).await.expect("propose");
+    assert!(matches!(
+        store
+            .decide(vetoed.id, approver("bob"), approve("note-3"))
+            .await
+            .unwrap(),
+        Decided::Counted { .. }
+    ));
+    assert_eq!(
+        store
+            .decide(vetoed.id, approver("dave"), Decision::Declined)
+            .await
+            .unwrap(),
+        Decided::Recorded
+    );
+    assert_eq!(
+        store
+            .decide(vetoed.id, approver("carol"), approve("note-3"))
+            .await
+            .unwrap(),
+        Decided::AlreadyDecided
+    );
+    let read = store.approval(vetoed.id).await.unwrap().expect("kept");
+    assert_eq!(read.decision, Some(Decision::Declined));
+}
+
+/// Eight distinct approvers racing on a two-approval rule: exactly two are counted (one
+/// `Counted`, one final `Recorded`), in the record as in the answers; the rest change nothing.
+pub async fn racing_approvers_are_counted_exactly<S: ApprovalStore>(store: Arc<S>) {
+    let mut a = approval(principal(), Duration::from_secs(60));
+    a.approvers = Approvers::anyone_but_caller().required(2);
+    store.propose(&a).await.expect("propose");
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let decision = Decision::Approved {
+                    chosen: "note-7".into(),
+                    standing: false,
+                };
+                store
+                    .decide(a.id, approver(&format!("approver-{i}")), decision)
+                    .await
+                    .expect("decide")
+            })
+        })
+        .collect();
+    let (mut counted, mut recorded) = (0, 0);
+    for task in tasks {
+        match task.await.expect("task") {
+            Decided::Counted { .. } => counted += 1,
+            Decided::Recorded => recorded += 1,
+            Decided::AlreadyDecided => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((counted, recorded), (1, 1));
+    let read = store.approval(a.id).await.unwrap().expect("kept");
+    assert_eq!(read.endorsements.len(), 2);
+    assert_ne!(read.endorsements[0].subject, read.endorsements[1].subject);
+    assert!(read.decision.is_some());
+}
+
+/// An approver's inbox: the undecided, unexpired approvals of one audience filed under any of
+/// their routes, newest first; another audience's, a decided one and one for others are not in it.
+pub async fn inbox_lists_what_waits_for_an_approver<S: ApprovalStore>(store: &S) {
+    // Fresh routes for this run (a shared store holds earlier runs' approvals).
+    let role = format!("role-{}", Nonce::random().to_hex());
+    let bob = || Decider::new("bob", [role.clone()], false);
+    let mut made = Vec::new();
+    for (i, rule) in [
+        Approvers::role(role.clone()),
+        Approvers::role(role.clone()).except_caller(),
+        Approvers::role("someone-else"),
+        Approvers::role(role.clone()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut a = approval(principal(), Duration::from_secs(60));
+        a.standing = None;
+        a.approvers = rule;
+        a.created_at =
+            whole_ms(SystemTime::now() + Duration::from_secs(u64::try_from(i).unwrap_or(0)));
+        if i == 3 {
+            a.audience = "other.example".into();
+        }
+        store.propose(&a).await.expect("propose");
+        made.push(a);
+    }
+    let mut decided = approval(principal(), Duration::from_secs(60));
+    decided.approvers = Approvers::role(role.clone());
+    decided.created_at = whole_ms(SystemTime::now() + Duration::from_secs(9));
+    store.propose(&decided).await.expect("propose");
+    let routes = crate::approvers::routes_of("bob", [role.as_str()].into_iter());
+    assert_eq!(
+        store
+            .decide(decided.id, bob(), Decision::Declined)
+            .await
+            .unwrap(),
+        Decided::Recorded
+    );
+    let inbox = store
+        .inbox("notes.example", &routes, 50)
+        .await
+        .expect("inbox");
+    let ids: Vec<ApprovalId> = inbox.iter().map(|a| a.id).collect();
+    assert_eq!(
+        ids,
+        [made[1].id, made[0].id],
+        "newest first, this audience, undecided"
+    );
+    assert_eq!(inbox[0], made[1]);
+    let one = store
+        .inbox("notes.example", &routes, 1)
+        .await
+        .expect("inbox");
+    assert_eq!(one.len(), 1);
+    let other = store
+        .inbox("other.example", &routes, 50)
+        .await
+        .expect("inbox");
+    assert_eq!(other.iter().map(|a| a.id).collect::<Vec<_>>(), [made[3].id]);
+    let nobody = crate::approvers::routes_of("nobody", std::iter::empty());
+    let theirs = store
+        .inbox("notes.example", &nobody, 50)
+        .await
+        .expect("inbox");
+    assert!(theirs.iter().all(|a| !made.iter().any(|m| m.id == a.id)));
 }
 
 /// A standing approval for `principal` on `scope`, for `uses` calls, expiring `ttl` from now (in
@@ -692,9 +912,18 @@ macro_rules! approval_store_conformance {
             #[tokio::test]
             conformance_approvals_are_capped_per_principal =
                 approvals_are_capped_per_principal(&store),
+            #[tokio::test]
+            conformance_approvers_decide_as_their_rule_says =
+                approvers_decide_as_their_rule_says(&store),
+            #[tokio::test]
+            conformance_inbox_lists_what_waits_for_an_approver =
+                inbox_lists_what_waits_for_an_approver(&store),
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             conformance_one_decision_among_concurrent_deciders =
                 one_decision_among_concurrent_deciders(::std::sync::Arc::new(store)),
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            conformance_racing_approvers_are_counted_exactly =
+                racing_approvers_are_counted_exactly(::std::sync::Arc::new(store)),
         );
     };
     ($make:expr) => {

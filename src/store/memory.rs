@@ -10,7 +10,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 
 use super::approval::{
-    Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
+    Approval, ApprovalId, ApprovalStore, Decided, Decider, Decision, MAX_PENDING_APPROVALS,
 };
 use super::standing::{
     MAX_STANDING_PER_PRINCIPAL, Standing, StandingId, StandingKey, StandingStore, Use,
@@ -474,15 +474,44 @@ impl ApprovalStore for MemoryReplayStore {
     fn decide(
         &self,
         id: ApprovalId,
-        principal: PrincipalKey,
+        decider: Decider,
         decision: Decision,
     ) -> BoxFuture<'_, Result<Decided, StoreError>> {
         let now = self.inner.clock.now();
         let decided = match self.inner.approvals.get_mut(&id) {
-            Some(mut approval) => approval.decide(principal, decision, now),
+            Some(mut approval) => approval.decide(decider, decision, now),
             None => Decided::Unknown,
         };
         Box::pin(std::future::ready(Ok(decided)))
+    }
+
+    fn inbox<'a>(
+        &'a self,
+        audience: &'a str,
+        routes: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+        let now = self.inner.clock.now();
+        // A scan: the memory store holds one process's approvals, and `propose` scans as much.
+        let mut found: Vec<Approval> = self
+            .inner
+            .approvals
+            .iter()
+            .filter(|a| {
+                now < a.expires_at
+                    && a.decision.is_none()
+                    && a.audience == audience
+                    && a.routes().iter().any(|r| routes.contains(r))
+            })
+            .map(|a| a.clone())
+            .collect();
+        found.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then(a.id.as_bytes().cmp(b.id.as_bytes()))
+        });
+        found.truncate(limit);
+        Box::pin(std::future::ready(Ok(found)))
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::{GenericClient, Pool};
 
 use super::approval::{
-    Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
+    Approval, ApprovalId, ApprovalStore, Decided, Decider, Decision, MAX_PENDING_APPROVALS,
 };
 use super::backend::{backend, bounded, postgres_pool, table_name};
 use super::standing::{
@@ -118,6 +118,10 @@ impl PostgresReplayStore {
                 AND to_regclass('{t}_approvals_expires_at') IS NOT NULL
                 AND to_regclass('{t}_approvals_principal') IS NOT NULL
                 AND to_regclass('{t}_standing_principal') IS NOT NULL
+                AND to_regclass('{t}_approvals_routes') IS NOT NULL
+                AND (SELECT count(*) FROM pg_attribute
+                     WHERE attname IN ('routes', 'audience', 'created_at', 'decided')
+                       AND NOT attisdropped AND attrelid = to_regclass('{t}_approvals')) = 4
                 AND (SELECT count(*) FROM pg_attribute
                      WHERE attname = 'principal' AND NOT attisdropped
                        AND attrelid IN (to_regclass('{t}'), to_regclass('{t}_approvals'))) = 2"
@@ -138,9 +142,14 @@ impl PostgresReplayStore {
                 principal bytea NOT NULL,
                 record text NOT NULL,
                 expires_at timestamptz NOT NULL);
-             ALTER TABLE {t}_approvals ADD COLUMN IF NOT EXISTS principal bytea;
+             ALTER TABLE {t}_approvals ADD COLUMN IF NOT EXISTS principal bytea,
+                ADD COLUMN IF NOT EXISTS routes text[] NOT NULL DEFAULT '{{}}',
+                ADD COLUMN IF NOT EXISTS audience text NOT NULL DEFAULT '',
+                ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now(),
+                ADD COLUMN IF NOT EXISTS decided boolean NOT NULL DEFAULT false;
              CREATE INDEX IF NOT EXISTS {t}_approvals_expires_at ON {t}_approvals (expires_at);
              CREATE INDEX IF NOT EXISTS {t}_approvals_principal ON {t}_approvals (principal, expires_at);
+             CREATE INDEX IF NOT EXISTS {t}_approvals_routes ON {t}_approvals USING gin (routes);
              CREATE TABLE IF NOT EXISTS {t}_standing (
                 key bytea PRIMARY KEY,
                 principal bytea NOT NULL,
@@ -566,8 +575,14 @@ impl ApprovalStore for PostgresReplayStore {
             "SELECT count(*), min(expires_at) FROM {t}_approvals WHERE principal = $1 AND expires_at > $2"
         );
         let insert = format!(
-            "INSERT INTO {t}_approvals (id, principal, record, expires_at) VALUES ($1, $2, $3, $4)
+            "INSERT INTO {t}_approvals (id, principal, record, expires_at, routes, audience, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (id) DO NOTHING"
+        );
+        let (routes, audience, created_at) = (
+            approval.routes(),
+            approval.audience.clone(),
+            approval.created_at,
         );
         let class = format!("mcp-confirm:approvals:{t}:{}", approval.principal.to_hex());
         let (id, text, expires_at) = (approval.id.to_hex(), approval.encode(), approval.expires_at);
@@ -591,7 +606,18 @@ impl ApprovalStore for PostgresReplayStore {
                 return Err(StoreError::OverBudget { retry_after });
             }
             let inserted = tx
-                .execute(&insert, &[&id, &principal, &text, &expires_at])
+                .execute(
+                    &insert,
+                    &[
+                        &id,
+                        &principal,
+                        &text,
+                        &expires_at,
+                        &routes,
+                        &audience,
+                        &created_at,
+                    ],
+                )
                 .await
                 .map_err(backend)?;
             tx.commit().await.map_err(backend)?;
@@ -628,7 +654,7 @@ impl ApprovalStore for PostgresReplayStore {
     fn decide(
         &self,
         id: ApprovalId,
-        principal: PrincipalKey,
+        decider: Decider,
         decision: Decision,
     ) -> BoxFuture<'_, Result<Decided, StoreError>> {
         let select = format!(
@@ -636,7 +662,7 @@ impl ApprovalStore for PostgresReplayStore {
             self.table
         );
         let update = format!(
-            "UPDATE {}_approvals SET record = $2 WHERE id = $1",
+            "UPDATE {}_approvals SET record = $2, decided = $3 WHERE id = $1",
             self.table
         );
         Box::pin(self.bounded(async move {
@@ -649,14 +675,46 @@ impl ApprovalStore for PostgresReplayStore {
             let text: String = row.try_get(0).map_err(backend)?;
             let mut approval = Approval::decode(&text)
                 .ok_or_else(|| StoreError::Backend("an approval record does not decode".into()))?;
-            let decided = approval.decide(principal, decision, SystemTime::now());
-            if decided == Decided::Recorded {
-                tx.execute(&update, &[&key, &approval.encode()])
+            // Under the row's lock: two approvers racing are applied one after the other.
+            let decided = approval.decide(decider, decision, SystemTime::now());
+            if matches!(decided, Decided::Recorded | Decided::Counted { .. }) {
+                let done = approval.decision.is_some();
+                tx.execute(&update, &[&key, &approval.encode(), &done])
                     .await
                     .map_err(backend)?;
                 tx.commit().await.map_err(backend)?;
             }
             Ok(decided)
+        }))
+    }
+
+    fn inbox<'a>(
+        &'a self,
+        audience: &'a str,
+        routes: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+        let sql = format!(
+            "SELECT record FROM {}_approvals
+             WHERE routes && $1 AND audience = $2 AND NOT decided AND expires_at > $3
+             ORDER BY created_at DESC, id LIMIT $4",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let rows = client
+                .query(&sql, &[&routes, &audience, &SystemTime::now(), &limit])
+                .await
+                .map_err(backend)?;
+            rows.iter()
+                .map(|row| {
+                    let text: String = row.try_get(0).map_err(backend)?;
+                    Approval::decode(&text).ok_or_else(|| {
+                        StoreError::Backend("an approval record does not decode".into())
+                    })
+                })
+                .collect()
         }))
     }
 }

@@ -7,7 +7,7 @@ use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 
 use super::approval::{
-    Approval, ApprovalId, ApprovalStore, Decided, Decision, MAX_PENDING_APPROVALS,
+    Approval, ApprovalId, ApprovalStore, Decided, Decider, Decision, MAX_PENDING_APPROVALS,
 };
 use super::backend::{COMPARE_AND_SET, backend, millis_until, redis_connection};
 use super::standing::{
@@ -234,6 +234,15 @@ impl RedisReplayStore {
 
     fn approval_key(&self, id: &ApprovalId) -> String {
         format!("{}approval:{}", self.prefix, id.to_hex())
+    }
+
+    /// The approvals of `audience` filed under inbox `route` (a digest), by creation time.
+    fn inbox_key(&self, audience: &str, route: &str) -> String {
+        format!(
+            "{}inbox:{}:{route}",
+            self.prefix,
+            crate::kernel::hex(&audience_digest(audience))
+        )
     }
 
     /// The stored text and the approval under `key`, if it is there and unexpired.
@@ -549,6 +558,8 @@ impl ApprovalStore for RedisReplayStore {
         let pending = format!("{}approvals:{}", self.prefix, approval.principal.to_hex());
         let (now_ms, until_ms) = (unix_millis(now), unix_millis(approval.expires_at));
         let member = approval.id.to_hex();
+        let (routes, audience) = (approval.routes(), approval.audience.clone());
+        let created_ms = unix_millis(approval.created_at);
         Box::pin(async move {
             // The principal's pending approvals, by expiry: at most MAX_PENDING_APPROVALS. Two
             // keys in different slots, so checked, then added: concurrent calls can pass the cap
@@ -587,6 +598,19 @@ impl ApprovalStore for RedisReplayStore {
             let mut fresh = redis::cmd("PEXPIRE");
             fresh.arg(&pending).arg(ttl).arg("NX");
             let _: i64 = self.bounded(self.connection.query(&fresh)).await?;
+            // Filed in each inbox route's set, by creation time; a member outlives its record
+            // only until the set's own expiry, and reading skips it.
+            for route in routes {
+                let inbox = self.inbox_key(&audience, &route);
+                let mut add = redis::cmd("ZADD");
+                add.arg(&inbox).arg(created_ms).arg(&member);
+                let _: i64 = self.bounded(self.connection.query(&add)).await?;
+                for flag in ["GT", "NX"] {
+                    let mut keep = redis::cmd("PEXPIRE");
+                    keep.arg(&inbox).arg(ttl).arg(flag);
+                    let _: i64 = self.bounded(self.connection.query(&keep)).await?;
+                }
+            }
             Ok(())
         })
     }
@@ -604,18 +628,19 @@ impl ApprovalStore for RedisReplayStore {
     fn decide(
         &self,
         id: ApprovalId,
-        principal: PrincipalKey,
+        decider: Decider,
         decision: Decision,
     ) -> BoxFuture<'_, Result<Decided, StoreError>> {
         Box::pin(async move {
             let key = self.approval_key(&id);
-            // Read, decide in Rust, write back only if the record is still the one read.
+            // Read, decide in Rust, write back only if the record is still the one read: two
+            // approvers racing are applied one after the other.
             for _ in 0..16 {
                 let Some((old, mut approval)) = self.read_approval(&key).await? else {
                     return Ok(Decided::Unknown);
                 };
-                let decided = approval.decide(principal, decision.clone(), SystemTime::now());
-                if decided != Decided::Recorded {
+                let decided = approval.decide(decider.clone(), decision.clone(), SystemTime::now());
+                if !matches!(decided, Decided::Recorded | Decided::Counted { .. }) {
                     return Ok(decided);
                 }
                 let new = approval.encode();
@@ -623,7 +648,7 @@ impl ApprovalStore for RedisReplayStore {
                 cas.arg(&old).arg(&new);
                 let set: i64 = self.bounded(self.connection.invoke(&cas)).await?;
                 if set == 1 {
-                    return Ok(Decided::Recorded);
+                    return Ok(decided);
                 }
             }
             Err(StoreError::Backend(
@@ -631,4 +656,74 @@ impl ApprovalStore for RedisReplayStore {
             ))
         })
     }
+
+    fn inbox<'a>(
+        &'a self,
+        audience: &'a str,
+        routes: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+        Box::pin(async move {
+            let now = SystemTime::now();
+            let mut found: Vec<Approval> = Vec::new();
+            for route in routes {
+                let inbox = self.inbox_key(audience, route);
+                // Newest first; members whose records expired or were decided are skipped, and
+                // those older than the longest confirmation fall out with the set's expiry.
+                let mut newest = redis::cmd("ZRANGE");
+                newest
+                    .arg(&inbox)
+                    .arg("+inf")
+                    .arg("-inf")
+                    .arg("BYSCORE")
+                    .arg("REV")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(INBOX_SCAN);
+                let members: Vec<String> = self.bounded(self.connection.query(&newest)).await?;
+                for member in members {
+                    let Some(id) = ApprovalId::from_hex(&member) else {
+                        continue;
+                    };
+                    if found.iter().any(|a| a.id == id) {
+                        continue;
+                    }
+                    match self.read_approval(&self.approval_key(&id)).await? {
+                        Some((_, a))
+                            if a.decision.is_none()
+                                && a.audience == audience
+                                && now < a.expires_at =>
+                        {
+                            found.push(a);
+                        }
+                        Some(_) => {}
+                        None => {
+                            let mut drop = redis::cmd("ZREM");
+                            drop.arg(&inbox).arg(&member);
+                            let _: i64 = self.bounded(self.connection.query(&drop)).await?;
+                        }
+                    }
+                }
+            }
+            found.sort_by(|a, b| {
+                b.created_at
+                    .cmp(&a.created_at)
+                    .then(a.id.as_bytes().cmp(b.id.as_bytes()))
+            });
+            found.truncate(limit);
+            Ok(found)
+        })
+    }
+}
+
+/// How many members of one inbox route a read looks at: the newest, decided ones included.
+const INBOX_SCAN: usize = 200;
+
+/// Eight bytes of a digest of an audience: keys name no deployment, and any audience fits.
+fn audience_digest(audience: &str) -> [u8; 8] {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(audience.as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    bytes
 }

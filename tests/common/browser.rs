@@ -119,13 +119,37 @@ where
     P: tower::Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = Infallible>
         + Clone,
 {
+    visit_as(
+        page,
+        method,
+        url,
+        principal.map(Principal::new),
+        headers,
+        body,
+    )
+    .await
+}
+
+/// A page request as `principal`, roles and all.
+pub async fn visit_as<P>(
+    page: &P,
+    method: &str,
+    url: &str,
+    principal: Option<Principal>,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> (StatusCode, http::HeaderMap, String)
+where
+    P: tower::Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = Infallible>
+        + Clone,
+{
     let mut request = Request::builder().method(method).uri(url);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
     let mut request = request.body(Full::new(body.into())).unwrap();
     if let Some(p) = principal {
-        request.extensions_mut().insert(Principal::new(p));
+        request.extensions_mut().insert(p);
     }
     let response: Response<Full<Bytes>> = page
         .clone()

@@ -848,7 +848,7 @@ async fn holds_big_form_bodies_are_refused() {
 // ---------------------------------------------------------------------------------------------
 
 /// The stores to attack: memory, and Redis and Postgres when they answer.
-async fn stores(what: &str) -> Vec<(&'static str, Arc<dyn crate::common::Store>)> {
+pub(super) async fn stores(what: &str) -> Vec<(&'static str, Arc<dyn crate::common::Store>)> {
     let mut stores: Vec<(&'static str, Arc<dyn crate::common::Store>)> =
         vec![("memory", Arc::new(MemoryReplayStore::new()))];
     if let Some(url) = crate::backends::redis(what).await {
@@ -904,7 +904,7 @@ fn run_key() -> [u8; 32] {
 }
 
 /// As [`on_store`], with `policy` for `notes_destroy`.
-fn on_store_with(
+pub(super) fn on_store_with(
     store: &Arc<dyn crate::common::Store>,
     policy: ToolPolicy,
 ) -> (Confirm<Inner>, ApprovalPage, Recorder) {

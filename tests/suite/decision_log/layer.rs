@@ -342,6 +342,56 @@ async fn approval_page_decisions_are_recorded_with_what_the_page_showed() {
     assert_eq!(all[4].chosen, None);
 }
 
+/// Under approvers, each approval is recorded with who gave it: the first as counted
+/// (`approval_endorsed`), the last as the decision; a withdrawn one as a refusal with its class.
+#[tokio::test]
+async fn each_approvers_decision_is_recorded_with_who_gave_it() {
+    use crate::common::browser::*;
+    use mcp_confirm::approval::Approvers;
+    let dir = fresh_dir("approvers");
+    let log = AuditLog::file(&dir, key(), LogOptions::default()).unwrap();
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
+        .tool(
+            "notes_destroy",
+            destroy_policy(&notes).approved_by(Approvers::anyone_but_caller().required(2)),
+        )
+        .audit_log(log.clone())
+        .build();
+    let page = layer.approval_page();
+    let f = Fixture::new(layer, notes, clock, store);
+    let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
+    for who in ["bob", "carol"] {
+        let (_, _, html) = visit(&page, "GET", &url, Some(who), &[], "").await;
+        let form = format!("csrf={}&choice=note-7&decision=approve", csrf(&html));
+        assert_eq!(
+            decide(&page, &url, who, &form).await.0,
+            http::StatusCode::OK
+        );
+    }
+    assert_ran(&f.alice(&went_to_page(&state, json!(2))).await);
+    log.flush().unwrap();
+    let all = verify(&dir, &key().verifier(), &[]).unwrap().records;
+    let events: Vec<(&str, Option<&str>)> = all
+        .iter()
+        .map(|r| (r.event.as_str(), r.subject.as_deref()))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("challenged", Some("alice")),
+            ("approval_endorsed", Some("bob")),
+            ("approval_approved", Some("carol")),
+            ("accepted", Some("alice")),
+        ],
+        "{all:?}"
+    );
+    assert_eq!(all[1].nonce, all[0].nonce);
+    assert_eq!(all[2].chosen.as_deref(), Some("note-7"));
+}
+
 #[tokio::test]
 async fn standing_approvals_are_recorded_granted_used_and_revoked() {
     let l = logged_with(WhenDown::FailClosed, |builder, notes| {

@@ -1,0 +1,120 @@
+//! Telling approvers that an approval waits for them: a [`Notifier`] the layer calls once per
+//! new approval, never waiting on it, and (feature `webhooks`) `Webhooks`, which delivers
+//! signed [Standard Webhooks](https://www.standardwebhooks.com) with retries from a bounded
+//! queue.
+//!
+//! A notice carries the approval page's link, the tool, who asks, the approver rule and the
+//! expiry; the records' labels and the policy's message only where the rule says
+//! [`share_details`](crate::approval::Approvers::share_details). Never argument values. The
+//! page decides nothing from a notification: the approver signs in, and the page's own rules
+//! apply.
+//!
+//! - [`signature`]: signing and verifying Standard Webhooks (what a receiver runs);
+//! - [`payload`]: the JSON a notice becomes (the Standard Webhooks event, or a Slack message);
+//! - `webhooks` (feature `webhooks`): the delivering notifier.
+
+pub mod payload;
+pub mod signature;
+#[cfg(feature = "webhooks")]
+mod webhooks;
+
+use std::fmt;
+use std::time::SystemTime;
+
+pub use payload::Payload;
+pub use signature::{WebhookError, WebhookSecret, sign, verify};
+#[cfg(feature = "webhooks")]
+pub use webhooks::{WebhookEndpoint, Webhooks, WebhooksBuilder, WebhooksError, WebhooksStats};
+
+use crate::store::approval::Approval;
+
+/// Hears of each new approval that others decide. Called in the request that proposed it,
+/// after the approval is stored: return at once (queue the work), and never fail the request;
+/// a notifier that cannot deliver drops the notice and counts it.
+pub trait Notifier: Send + Sync + 'static {
+    /// A new approval waits for its approvers.
+    fn approval_requested(&self, notice: ApprovalNotice);
+}
+
+impl<N: Notifier + ?Sized> Notifier for std::sync::Arc<N> {
+    fn approval_requested(&self, notice: ApprovalNotice) {
+        (**self).approval_requested(notice);
+    }
+}
+
+/// What a notification says about a new approval.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApprovalNotice {
+    /// The approval's id (hex): the same on every retry of its notification.
+    pub id: String,
+    /// The deployment that asks (the layer's audience).
+    pub audience: String,
+    /// The approval page, where the approver signs in and decides.
+    pub url: String,
+    /// The tool that will run.
+    pub tool: String,
+    /// Who asks (the caller's subject).
+    pub requested_by: String,
+    /// Who may decide, in words ("anyone but the caller", "role notes-admin").
+    pub approvers: String,
+    /// How many must approve.
+    pub required: u8,
+    /// Whether approving needs a passkey.
+    pub passkey: bool,
+    /// When it expires.
+    pub expires_at: SystemTime,
+    /// The policy's message and the records' labels, where the rule shares them.
+    pub details: Option<Details>,
+}
+
+/// The details a rule may share: what the policy says the tool will do, and the records.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Details {
+    /// The policy's message.
+    pub message: String,
+    /// Each record's label, as the page shows it.
+    pub records: Vec<String>,
+}
+
+impl fmt::Debug for ApprovalNotice {
+    /// The id and tool only: who asks and about what stays out of logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApprovalNotice")
+            .field("id", &self.id)
+            .field("tool", &self.tool)
+            .field("required", &self.required)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Details {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Details")
+            .field("records", &self.records.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApprovalNotice {
+    /// The notice of `approval`, whose page is at `url`.
+    pub fn of(approval: &Approval, url: &str) -> Self {
+        let details = approval.approvers.shares_details().then(|| Details {
+            message: approval.message.clone(),
+            records: approval.choices.iter().map(|c| c.label.clone()).collect(),
+        });
+        Self {
+            id: approval.id.to_hex(),
+            audience: approval.audience.clone(),
+            url: url.to_owned(),
+            tool: approval.tool.clone(),
+            requested_by: approval.subject.clone(),
+            approvers: approval.approvers.describe(),
+            required: approval.approvers.required_approvals(),
+            passkey: approval.approvers.needs_passkey(),
+            expires_at: approval.expires_at,
+            details,
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! What a notice becomes on the wire: the Standard Webhooks event shape, or a message a Slack
+//! incoming webhook accepts (`text` and `blocks`; Slack ignores the signature headers, so verify
+//! with a receiver of your own where the signature matters).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use super::ApprovalNotice;
+
+/// The event type of a new approval.
+pub const APPROVAL_REQUESTED: &str = "approval.requested";
+
+/// The shape of a notification's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Payload {
+    /// `{"type": "approval.requested", "timestamp": RFC 3339, "data": {…}}`, the Standard
+    /// Webhooks event shape.
+    #[default]
+    Standard,
+    /// A Slack message: a line of text and a button to the page (Slack's incoming webhooks).
+    Slack,
+}
+
+impl Payload {
+    /// The body of the notification of `notice`, sent at `now`.
+    pub fn body(self, notice: &ApprovalNotice, now: SystemTime) -> Vec<u8> {
+        let value = match self {
+            Payload::Standard => standard(notice, now),
+            Payload::Slack => slack(notice),
+        };
+        serde_json::to_vec(&value).unwrap_or_default()
+    }
+}
+
+fn standard(notice: &ApprovalNotice, now: SystemTime) -> Value {
+    let mut data = json!({
+        "id": notice.id,
+        "audience": notice.audience,
+        "url": notice.url,
+        "tool": notice.tool,
+        "requested_by": notice.requested_by,
+        "approvers": notice.approvers,
+        "required": notice.required,
+        "passkey": notice.passkey,
+        "expires_at": rfc3339(notice.expires_at),
+    });
+    if let (Some(details), Some(map)) = (&notice.details, data.as_object_mut()) {
+        map.insert(
+            "details".into(),
+            json!({"message": details.message, "records": details.records}),
+        );
+    }
+    json!({"type": APPROVAL_REQUESTED, "timestamp": rfc3339(now), "data": data})
+}
+
+fn slack(notice: &ApprovalNotice) -> Value {
+    let mut text = format!(
+        "*{}* asks to run `{}` on {}. Approvers: {}{}; expires {}.",
+        mrkdwn(&notice.requested_by),
+        mrkdwn(&notice.tool),
+        mrkdwn(&notice.audience),
+        mrkdwn(&notice.approvers),
+        if notice.passkey {
+            ", with a passkey"
+        } else {
+            ""
+        },
+        rfc3339(notice.expires_at),
+    );
+    if let Some(details) = &notice.details {
+        text.push('\n');
+        text.push_str(&mrkdwn(&details.message));
+        for record in &details.records {
+            text.push_str("\n• ");
+            text.push_str(&mrkdwn(record));
+        }
+    }
+    json!({
+        "text": format!("Approval requested: {} by {}", mrkdwn(&notice.tool), mrkdwn(&notice.requested_by)),
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": text}},
+            {"type": "actions", "elements": [{
+                "type": "button",
+                "text": {"type": "plain_text", "text": "Open the approval page"},
+                "url": notice.url,
+            }]},
+        ],
+    })
+}
+
+/// Slack's three control characters escaped, so a label cannot become a link or a mention.
+fn mrkdwn(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// `at` as RFC 3339 in UTC, to the second (`2026-12-05T09:30:00Z`).
+pub(crate) fn rfc3339(at: SystemTime) -> String {
+    let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::notify::Details;
+
+    fn notice(details: bool) -> ApprovalNotice {
+        ApprovalNotice {
+            id: "00ff".into(),
+            audience: "notes.example".into(),
+            url: "https://notes.example/approve/00ff".into(),
+            tool: "notes_delete".into(),
+            requested_by: "alice".into(),
+            approvers: "anyone but the caller".into(),
+            required: 2,
+            passkey: true,
+            expires_at: UNIX_EPOCH + Duration::from_secs(1_796_000_000),
+            details: details.then(|| Details {
+                message: "Delete one note".into(),
+                records: vec!["Groceries <https://evil.example|click> & more".into()],
+            }),
+        }
+    }
+
+    #[test]
+    fn dates_are_rfc3339_utc() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(1_796_000_000)),
+            "2026-11-30T00:53:20Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(951_825_600)),
+            "2000-02-29T12:00:00Z"
+        );
+    }
+
+    #[test]
+    fn the_standard_event_carries_no_details_unless_shared() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_795_999_000);
+        let plain: Value = serde_json::from_slice(&Payload::Standard.body(&notice(false), now))
+            .unwrap_or_default();
+        assert_eq!(plain["type"], APPROVAL_REQUESTED);
+        assert_eq!(plain["data"]["url"], "https://notes.example/approve/00ff");
+        assert_eq!(plain["data"]["required"], 2);
+        assert!(plain["data"].get("details").is_none());
+        assert!(!plain.to_string().contains("Groceries"));
+        let shared: Value =
+            serde_json::from_slice(&Payload::Standard.body(&notice(true), now)).unwrap_or_default();
+        assert_eq!(shared["data"]["details"]["message"], "Delete one note");
+    }
+
+    #[test]
+    fn slack_gets_text_blocks_and_a_button_and_no_injected_links() {
+        let now = UNIX_EPOCH;
+        let body: Value =
+            serde_json::from_slice(&Payload::Slack.body(&notice(true), now)).unwrap_or_default();
+        assert!(body["text"].is_string());
+        assert_eq!(body["blocks"][0]["type"], "section");
+        assert_eq!(
+            body["blocks"][1]["elements"][0]["url"],
+            "https://notes.example/approve/00ff"
+        );
+        let text = body["blocks"][0]["text"]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            text.contains("&lt;https://evil.example|click&gt; &amp; more"),
+            "{text}"
+        );
+        assert!(!text.contains("<https://evil"));
+    }
+}
