@@ -25,6 +25,7 @@ use super::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decider, Decision,
     MAX_PENDING_APPROVALS,
 };
+use super::passkey::{MAX_PASSKEYS_PER_SUBJECT, PasskeyStore, Registered, RegisteredPasskey};
 use super::standing::{
     MAX_STANDING_PER_PRINCIPAL, MAX_STANDING_SCOPE_BYTES, Standing, StandingId, StandingKey,
     StandingStore, Use,
@@ -601,6 +602,112 @@ pub async fn inbox_lists_what_waits_for_an_approver<S: ApprovalStore>(store: &S)
     assert!(theirs.iter().all(|a| !made.iter().any(|m| m.id == a.id)));
 }
 
+fn passkey(id: &str, created_ms: u64) -> RegisteredPasskey {
+    RegisteredPasskey::new(
+        id,
+        format!("key {id}"),
+        SystemTime::UNIX_EPOCH + Duration::from_millis(created_ms),
+        format!("{{\"cred\":\"{id}\",\"counter\":0}}"),
+    )
+}
+
+/// A subject's passkeys are listed oldest first, updated and removed by id; an id is
+/// registered once across every subject; a subject holds at most
+/// [`MAX_PASSKEYS_PER_SUBJECT`]; and another subject sees none of them.
+pub async fn passkeys_are_kept_per_subject_with_unique_ids<S: PasskeyStore>(store: &S) {
+    let run = Nonce::random().to_hex();
+    let (alice, bob) = (format!("alice-{run}"), format!("bob-{run}"));
+    let id = |n: usize| format!("cred-{run}-{n}");
+    assert_eq!(store.passkeys(&alice).await.unwrap(), vec![]);
+    assert_eq!(
+        store.register(&alice, &passkey(&id(2), 2)).await.unwrap(),
+        Registered::Added
+    );
+    assert_eq!(
+        store.register(&alice, &passkey(&id(1), 1)).await.unwrap(),
+        Registered::Added
+    );
+    // The same credential id again, for alice or for bob: refused.
+    assert_eq!(
+        store.register(&alice, &passkey(&id(1), 5)).await.unwrap(),
+        Registered::Exists
+    );
+    assert_eq!(
+        store.register(&bob, &passkey(&id(1), 5)).await.unwrap(),
+        Registered::Exists
+    );
+    let held = store.passkeys(&alice).await.unwrap();
+    assert_eq!(
+        held.iter().map(|p| p.id.clone()).collect::<Vec<_>>(),
+        [id(1), id(2)],
+        "oldest first"
+    );
+    assert_eq!(held[0], passkey(&id(1), 1), "read back whole");
+    assert!(store.passkeys(&bob).await.unwrap().is_empty());
+    let mut moved = passkey(&id(1), 1);
+    moved.credential = "{\"counter\":7}".into();
+    assert!(store.update(&alice, &moved).await.unwrap());
+    assert!(!store.update(&bob, &moved).await.unwrap(), "not bob's");
+    assert_eq!(
+        store.passkeys(&alice).await.unwrap()[0].credential,
+        moved.credential
+    );
+    assert!(!store.remove(&bob, &id(1)).await.unwrap(), "not bob's");
+    assert!(store.remove(&alice, &id(1)).await.unwrap());
+    assert!(!store.remove(&alice, &id(1)).await.unwrap());
+    assert!(!store.update(&alice, &moved).await.unwrap(), "removed");
+    // A removed id may be registered again (by its owner, re-enrolling).
+    assert_eq!(
+        store.register(&alice, &passkey(&id(1), 9)).await.unwrap(),
+        Registered::Added
+    );
+    for n in 3..=MAX_PASSKEYS_PER_SUBJECT {
+        assert_eq!(
+            store
+                .register(&alice, &passkey(&id(n), 10 + n as u64))
+                .await
+                .unwrap(),
+            Registered::Added
+        );
+    }
+    assert_eq!(
+        store.register(&alice, &passkey(&id(99), 99)).await.unwrap(),
+        Registered::Full
+    );
+    assert_eq!(
+        store.register(&bob, &passkey(&id(99), 99)).await.unwrap(),
+        Registered::Added,
+        "another subject is not charged, and a refused id stays free"
+    );
+    let mut huge = passkey(&id(100), 1);
+    huge.credential = "x".repeat(super::passkey::MAX_CREDENTIAL_BYTES + 1);
+    assert!(store.register(&bob, &huge).await.is_err());
+}
+
+/// Sixteen registrations of one credential id race, for different subjects: one is added.
+pub async fn one_registration_of_an_id_among_racers<S: PasskeyStore>(store: Arc<S>) {
+    let run = Nonce::random().to_hex();
+    let id = format!("raced-{run}");
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let (store, id, run) = (Arc::clone(&store), id.clone(), run.clone());
+            tokio::spawn(async move {
+                store
+                    .register(&format!("subject-{run}-{i}"), &passkey(&id, 1))
+                    .await
+                    .expect("register")
+            })
+        })
+        .collect();
+    let mut added = 0;
+    for task in tasks {
+        if task.await.expect("task") == Registered::Added {
+            added += 1;
+        }
+    }
+    assert_eq!(added, 1);
+}
+
 /// A standing approval for `principal` on `scope`, for `uses` calls, expiring `ttl` from now (in
 /// whole milliseconds, what every store keeps).
 pub fn standing(principal: PrincipalKey, scope: &str, uses: u32, ttl: Duration) -> Standing {
@@ -928,6 +1035,24 @@ macro_rules! approval_store_conformance {
     };
     ($make:expr) => {
         $crate::approval_store_conformance!(optional ::core::option::Option::Some($make));
+    };
+}
+
+/// Generates one `#[tokio::test]` per passkey-store check, as the other macros do.
+#[macro_export]
+macro_rules! passkey_store_conformance {
+    (optional $make:expr) => {
+        $crate::replay_store_conformance!(@each store = $make;
+            #[tokio::test]
+            conformance_passkeys_are_kept_per_subject_with_unique_ids =
+                passkeys_are_kept_per_subject_with_unique_ids(&store),
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            conformance_one_registration_of_an_id_among_racers =
+                one_registration_of_an_id_among_racers(::std::sync::Arc::new(store)),
+        );
+    };
+    ($make:expr) => {
+        $crate::passkey_store_conformance!(optional ::core::option::Option::Some($make));
     };
 }
 

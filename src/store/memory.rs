@@ -12,6 +12,9 @@ use dashmap::mapref::entry::Entry as MapEntry;
 use super::approval::{
     Approval, ApprovalId, ApprovalStore, Decided, Decider, Decision, MAX_PENDING_APPROVALS,
 };
+use super::passkey::{
+    MAX_PASSKEYS_PER_SUBJECT, PasskeyStore, Registered, RegisteredPasskey, subject_key,
+};
 use super::standing::{
     MAX_STANDING_PER_PRINCIPAL, Standing, StandingId, StandingKey, StandingStore, Use,
 };
@@ -55,6 +58,11 @@ struct Inner {
     standing: DashMap<StandingKey, Standing>,
     /// Held while a grant counts and inserts, so two grants never both pass one cap.
     granting: std::sync::Mutex<()>,
+    /// Registered passkeys by subject digest; and each credential id's subject digest.
+    passkeys: DashMap<String, Vec<RegisteredPasskey>>,
+    passkey_owners: DashMap<String, String>,
+    /// Held while a passkey is registered or removed: the two maps change together.
+    registering: std::sync::Mutex<()>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -124,6 +132,9 @@ impl MemoryReplayStore {
                 approvals: DashMap::new(),
                 standing: DashMap::new(),
                 granting: std::sync::Mutex::new(()),
+                passkeys: DashMap::new(),
+                passkey_owners: DashMap::new(),
+                registering: std::sync::Mutex::new(()),
             }),
         }
     }
@@ -515,6 +526,91 @@ impl ApprovalStore for MemoryReplayStore {
     }
 }
 
+impl PasskeyStore for MemoryReplayStore {
+    fn passkeys<'a>(
+        &'a self,
+        subject: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<RegisteredPasskey>, StoreError>> {
+        let mut found = self
+            .inner
+            .passkeys
+            .get(&subject_key(subject))
+            .map(|p| p.clone())
+            .unwrap_or_default();
+        found.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then(a.id.cmp(&b.id)));
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn register<'a>(
+        &'a self,
+        subject: &'a str,
+        passkey: &'a RegisteredPasskey,
+    ) -> BoxFuture<'a, Result<Registered, StoreError>> {
+        let inner = &self.inner;
+        let answer = (|| {
+            passkey.check_keepable()?;
+            let _one_at_a_time = inner.registering.lock().map_err(|_| StoreError::Full)?;
+            if inner.passkey_owners.contains_key(&passkey.id) {
+                return Ok(Registered::Exists);
+            }
+            // One slot per subject and per id, within the store's capacity.
+            if inner.passkey_owners.len() >= inner.capacity {
+                return Err(StoreError::Full);
+            }
+            let key = subject_key(subject);
+            let mut held = inner.passkeys.entry(key.clone()).or_default();
+            if held.len() >= MAX_PASSKEYS_PER_SUBJECT {
+                return Ok(Registered::Full);
+            }
+            held.push(passkey.clone());
+            inner.passkey_owners.insert(passkey.id.clone(), key);
+            Ok(Registered::Added)
+        })();
+        Box::pin(std::future::ready(answer))
+    }
+
+    fn update<'a>(
+        &'a self,
+        subject: &'a str,
+        passkey: &'a RegisteredPasskey,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let answer = passkey.check_keepable().map(|()| {
+            self.inner
+                .passkeys
+                .get_mut(&subject_key(subject))
+                .and_then(|mut held| {
+                    let slot = held.iter_mut().find(|p| p.id == passkey.id)?;
+                    *slot = passkey.clone();
+                    Some(())
+                })
+                .is_some()
+        });
+        Box::pin(std::future::ready(answer))
+    }
+
+    fn remove<'a>(
+        &'a self,
+        subject: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let inner = &self.inner;
+        let answer = (|| {
+            let _one_at_a_time = inner.registering.lock().map_err(|_| StoreError::Full)?;
+            let key = subject_key(subject);
+            let removed = inner.passkeys.get_mut(&key).is_some_and(|mut held| {
+                let before = held.len();
+                held.retain(|p| p.id != id);
+                held.len() < before
+            });
+            if removed {
+                inner.passkey_owners.remove(id);
+            }
+            Ok(removed)
+        })();
+        Box::pin(std::future::ready(answer))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,6 +622,7 @@ mod tests {
         budgeted = |budget| MemoryReplayStore::new().principal_budget(budget)
     );
     crate::approval_store_conformance!(MemoryReplayStore::new());
+    crate::passkey_store_conformance!(MemoryReplayStore::new());
     crate::standing_store_conformance!(MemoryReplayStore::new());
 
     const ALICE: PrincipalKey = PrincipalKey::from_bytes([0xa1; 16]);

@@ -32,6 +32,7 @@ pub(crate) mod backend;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-support")))]
 pub mod conformance;
 mod memory;
+pub mod passkey;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]

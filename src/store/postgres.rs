@@ -9,6 +9,9 @@ use super::approval::{
     Approval, ApprovalId, ApprovalStore, Decided, Decider, Decision, MAX_PENDING_APPROVALS,
 };
 use super::backend::{backend, bounded, postgres_pool, table_name};
+use super::passkey::{
+    MAX_PASSKEYS_PER_SUBJECT, PasskeyStore, Registered, RegisteredPasskey, subject_key,
+};
 use super::standing::{
     MAX_STANDING_PER_PRINCIPAL, Standing, StandingId, StandingKey, StandingStore, Use,
 };
@@ -119,6 +122,7 @@ impl PostgresReplayStore {
                 AND to_regclass('{t}_approvals_principal') IS NOT NULL
                 AND to_regclass('{t}_standing_principal') IS NOT NULL
                 AND to_regclass('{t}_approvals_routes') IS NOT NULL
+                AND to_regclass('{t}_passkeys_subject') IS NOT NULL
                 AND (SELECT count(*) FROM pg_attribute
                      WHERE attname IN ('routes', 'audience', 'created_at', 'decided')
                        AND NOT attisdropped AND attrelid = to_regclass('{t}_approvals')) = 4
@@ -156,7 +160,13 @@ impl PostgresReplayStore {
                 record text NOT NULL,
                 used integer NOT NULL DEFAULT 0,
                 expires_at timestamptz NOT NULL);
-             CREATE INDEX IF NOT EXISTS {t}_standing_principal ON {t}_standing (principal, expires_at);"
+             CREATE INDEX IF NOT EXISTS {t}_standing_principal ON {t}_standing (principal, expires_at);
+             CREATE TABLE IF NOT EXISTS {t}_passkeys (
+                id text PRIMARY KEY,
+                subject text NOT NULL,
+                record text NOT NULL,
+                created_ms bigint NOT NULL);
+             CREATE INDEX IF NOT EXISTS {t}_passkeys_subject ON {t}_passkeys (subject, created_ms);"
         );
         self.bounded(async {
             let mut client = self.pool.get().await.map_err(backend)?;
@@ -563,6 +573,115 @@ impl StandingStore for PostgresReplayStore {
             }
             tx.commit().await.map_err(backend)?;
             Ok(revoked)
+        }))
+    }
+}
+
+impl PasskeyStore for PostgresReplayStore {
+    fn passkeys<'a>(
+        &'a self,
+        subject: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<RegisteredPasskey>, StoreError>> {
+        let sql = format!(
+            "SELECT record FROM {}_passkeys WHERE subject = $1 ORDER BY created_ms, id",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let rows = client
+                .query(&sql, &[&subject_key(subject)])
+                .await
+                .map_err(backend)?;
+            rows.iter()
+                .map(|row| {
+                    let text: String = row.try_get(0).map_err(backend)?;
+                    RegisteredPasskey::decode(&text)
+                })
+                .collect()
+        }))
+    }
+
+    fn register<'a>(
+        &'a self,
+        subject: &'a str,
+        passkey: &'a RegisteredPasskey,
+    ) -> BoxFuture<'a, Result<Registered, StoreError>> {
+        let t = &self.table;
+        let lock = "SELECT pg_advisory_xact_lock(hashtext($1))".to_owned();
+        let count = format!("SELECT count(*) FROM {t}_passkeys WHERE subject = $1");
+        let insert = format!(
+            "INSERT INTO {t}_passkeys (id, subject, record, created_ms) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (id) DO NOTHING"
+        );
+        let class = format!("mcp-confirm:passkeys:{t}:{}", subject_key(subject));
+        Box::pin(self.bounded(async move {
+            passkey.check_keepable()?;
+            let key = subject_key(subject);
+            let mut client = self.pool.get().await.map_err(backend)?;
+            let tx = client.transaction().await.map_err(backend)?;
+            // One subject's registrations one at a time, so the cap is exact.
+            tx.execute(&lock, &[&class]).await.map_err(backend)?;
+            let held: i64 = tx
+                .query_one(&count, &[&key])
+                .await
+                .and_then(|row| row.try_get(0))
+                .map_err(backend)?;
+            if usize::try_from(held).unwrap_or(usize::MAX) >= MAX_PASSKEYS_PER_SUBJECT {
+                return Ok(Registered::Full);
+            }
+            let created = i64::try_from(passkey.created_ms).unwrap_or(i64::MAX);
+            let inserted = tx
+                .execute(&insert, &[&passkey.id, &key, &passkey.encode(), &created])
+                .await
+                .map_err(backend)?;
+            tx.commit().await.map_err(backend)?;
+            Ok(if inserted == 1 {
+                Registered::Added
+            } else {
+                Registered::Exists
+            })
+        }))
+    }
+
+    fn update<'a>(
+        &'a self,
+        subject: &'a str,
+        passkey: &'a RegisteredPasskey,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let sql = format!(
+            "UPDATE {}_passkeys SET record = $3 WHERE id = $1 AND subject = $2",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            passkey.check_keepable()?;
+            let client = self.pool.get().await.map_err(backend)?;
+            let n = client
+                .execute(
+                    &sql,
+                    &[&passkey.id, &subject_key(subject), &passkey.encode()],
+                )
+                .await
+                .map_err(backend)?;
+            Ok(n == 1)
+        }))
+    }
+
+    fn remove<'a>(
+        &'a self,
+        subject: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let sql = format!(
+            "DELETE FROM {}_passkeys WHERE id = $1 AND subject = $2",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let n = client
+                .execute(&sql, &[&id, &subject_key(subject)])
+                .await
+                .map_err(backend)?;
+            Ok(n == 1)
         }))
     }
 }

@@ -10,6 +10,9 @@ use super::approval::{
     Approval, ApprovalId, ApprovalStore, Decided, Decider, Decision, MAX_PENDING_APPROVALS,
 };
 use super::backend::{COMPARE_AND_SET, backend, millis_until, redis_connection};
+use super::passkey::{
+    MAX_PASSKEYS_PER_SUBJECT, PasskeyStore, Registered, RegisteredPasskey, subject_key,
+};
 use super::standing::{
     MAX_STANDING_PER_PRINCIPAL, Standing, StandingId, StandingKey, StandingStore, Use,
 };
@@ -47,6 +50,15 @@ return {0, 0}
 const COMPLETE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[1], 'consumed', 'KEEPTTL')
+  return 1
+end
+return 0
+";
+
+/// Replaces field `ARGV[1]` of hash `KEYS[1]` with `ARGV[2]`, only if it exists: 1, else 0.
+const REPLACE_FIELD: &str = r"
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
   return 1
 end
 return 0
@@ -107,6 +119,7 @@ pub struct RedisReplayStore {
     claim: Script,
     complete: Script,
     cas: Script,
+    replace_field: Script,
     use_standing: Script,
     grant_standing: Script,
 }
@@ -200,6 +213,7 @@ impl RedisReplayStore {
             claim: Script::new(CLAIM),
             complete: Script::new(COMPLETE),
             cas: Script::new(COMPARE_AND_SET),
+            replace_field: Script::new(REPLACE_FIELD),
             use_standing: Script::new(USE_STANDING),
             grant_standing: Script::new(GRANT_STANDING),
         }
@@ -712,6 +726,110 @@ impl ApprovalStore for RedisReplayStore {
             });
             found.truncate(limit);
             Ok(found)
+        })
+    }
+}
+
+impl RedisReplayStore {
+    /// A subject's passkeys: one hash, credential id → record.
+    fn passkeys_key(&self, subject: &str) -> String {
+        format!("{}passkeys:{}", self.prefix, subject_key(subject))
+    }
+
+    /// Who holds credential `id` (its subject's digest): ids are unique across subjects.
+    fn passkey_owner_key(&self, id: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(id.as_bytes());
+        format!(
+            "{}passkey-owner:{}",
+            self.prefix,
+            crate::kernel::hex(&digest[..16])
+        )
+    }
+}
+
+impl PasskeyStore for RedisReplayStore {
+    fn passkeys<'a>(
+        &'a self,
+        subject: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<RegisteredPasskey>, StoreError>> {
+        Box::pin(async move {
+            let mut all = redis::cmd("HVALS");
+            all.arg(self.passkeys_key(subject));
+            let texts: Vec<String> = self.bounded(self.connection.query(&all)).await?;
+            let mut found = texts
+                .iter()
+                .map(|t| RegisteredPasskey::decode(t))
+                .collect::<Result<Vec<_>, _>>()?;
+            found.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then(a.id.cmp(&b.id)));
+            Ok(found)
+        })
+    }
+
+    fn register<'a>(
+        &'a self,
+        subject: &'a str,
+        passkey: &'a RegisteredPasskey,
+    ) -> BoxFuture<'a, Result<Registered, StoreError>> {
+        Box::pin(async move {
+            passkey.check_keepable()?;
+            let (held, owner) = (
+                self.passkeys_key(subject),
+                self.passkey_owner_key(&passkey.id),
+            );
+            // The id first, across subjects; the subject's cap then (two registrations of one
+            // subject at once may pass it by one: they are its own, not anyone else's).
+            let mut claim = redis::cmd("SET");
+            claim.arg(&owner).arg(subject_key(subject)).arg("NX");
+            let claimed: Option<String> = self.bounded(self.connection.query(&claim)).await?;
+            if claimed.is_none() {
+                return Ok(Registered::Exists);
+            }
+            let mut count = redis::cmd("HLEN");
+            count.arg(&held);
+            let n: usize = self.bounded(self.connection.query(&count)).await?;
+            if n >= MAX_PASSKEYS_PER_SUBJECT {
+                let mut release = redis::cmd("DEL");
+                release.arg(&owner);
+                let _: i64 = self.bounded(self.connection.query(&release)).await?;
+                return Ok(Registered::Full);
+            }
+            let mut add = redis::cmd("HSETNX");
+            add.arg(&held).arg(&passkey.id).arg(passkey.encode());
+            let _: i64 = self.bounded(self.connection.query(&add)).await?;
+            Ok(Registered::Added)
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        subject: &'a str,
+        passkey: &'a RegisteredPasskey,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            passkey.check_keepable()?;
+            let mut replace = self.replace_field.key(self.passkeys_key(subject));
+            replace.arg(&passkey.id).arg(passkey.encode());
+            let done: i64 = self.bounded(self.connection.invoke(&replace)).await?;
+            Ok(done == 1)
+        })
+    }
+
+    fn remove<'a>(
+        &'a self,
+        subject: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut drop = redis::cmd("HDEL");
+            drop.arg(self.passkeys_key(subject)).arg(id);
+            let removed: i64 = self.bounded(self.connection.query(&drop)).await?;
+            if removed == 1 {
+                let mut release = redis::cmd("DEL");
+                release.arg(self.passkey_owner_key(id));
+                let _: i64 = self.bounded(self.connection.query(&release)).await?;
+            }
+            Ok(removed == 1)
         })
     }
 }

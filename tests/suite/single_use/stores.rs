@@ -60,6 +60,7 @@ mod memory {
     );
     mcp_confirm::approval_store_conformance!(super::MemoryReplayStore::new());
     mcp_confirm::standing_store_conformance!(super::MemoryReplayStore::new());
+    mcp_confirm::passkey_store_conformance!(super::MemoryReplayStore::new());
 }
 
 mod redis {
@@ -69,6 +70,7 @@ mod redis {
     );
     mcp_confirm::approval_store_conformance!(optional super::redis_store(None).await);
     mcp_confirm::standing_store_conformance!(optional super::redis_store(None).await);
+    mcp_confirm::passkey_store_conformance!(optional super::redis_store(None).await);
 }
 
 mod postgres {
@@ -78,4 +80,5 @@ mod postgres {
     );
     mcp_confirm::approval_store_conformance!(optional super::postgres_store(None).await);
     mcp_confirm::standing_store_conformance!(optional super::postgres_store(None).await);
+    mcp_confirm::passkey_store_conformance!(optional super::postgres_store(None).await);
 }
