@@ -705,6 +705,7 @@ impl Attempt<'_> {
             principal: claims.principal,
             subject: self.principal.subject().to_owned(),
             tool: self.call.tool.as_str().to_owned(),
+            arguments: Some(claims.arguments),
             message: self.guarded.message(self.call).into_owned(),
             choices: candidates
                 .iter()
@@ -934,9 +935,19 @@ impl Attempt<'_> {
         {
             return Ok(Err("fewer distinct approvals than the rule requires"));
         }
+        let chosen = match &approval.decision {
+            Some(ApprovalDecision::Approved { chosen, .. }) => Some(chosen.as_str()),
+            _ => None,
+        };
         for endorsement in endorsements {
-            if endorsement.caller && !rule.admits_caller() {
+            // The caller is who sends this retry: their subject, whatever the record says of
+            // itself.
+            let by_caller = endorsement.caller || endorsement.subject == self.principal.subject();
+            if by_caller && !rule.admits_caller() {
                 return Ok(Err("the caller approved their own request"));
+            }
+            if chosen.is_some_and(|chosen| endorsement.chosen != chosen) {
+                return Ok(Err("approvals of different records"));
             }
             if rule.needs_passkey() && endorsement.passkey.is_none() {
                 return Ok(Err("an approval without the passkey the rule requires"));

@@ -122,6 +122,10 @@ pub enum ConfigError {
     /// an absolute `http(s)` URL.
     #[error("browser-approved tools need an absolute http(s) approval_url")]
     InvalidApprovalUrl,
+    /// A rule requires passkeys ([`Approvers::with_passkey`](crate::approval::Approvers::with_passkey))
+    /// and the layer has no `passkeys` to verify them (feature `passkeys`).
+    #[error("an approver rule requires passkeys: enable feature `passkeys` and give `passkeys`")]
+    MissingPasskeys,
     /// The grant TTL is zero or longer than [`MAX_GRANT_TTL`].
     #[error("the grant TTL must be between 1 second and 7 days")]
     InvalidGrantTtl,
@@ -165,6 +169,8 @@ impl ConfirmLayer {
             grant_ttl: DEFAULT_GRANT_TTL,
             approval_url: None,
             notifier: None,
+            #[cfg(feature = "passkeys")]
+            passkeys: None,
             #[cfg(feature = "audit-log")]
             log: None,
         }
@@ -183,6 +189,18 @@ impl ConfirmLayer {
     /// authentication as the approval page.
     pub fn inbox_page(&self) -> crate::approval::InboxPage {
         crate::approval::InboxPage::new(Arc::clone(&self.config))
+    }
+
+    /// Where approvers register and remove their passkeys: a tower service to mount behind the
+    /// same authentication as the approval page (e.g. at `/passkeys`). `None` without
+    /// [`passkeys`](ConfirmLayerBuilder::passkeys).
+    #[cfg(feature = "passkeys")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]
+    pub fn passkey_page(&self) -> Option<crate::approval::PasskeyPage> {
+        self.config
+            .passkeys
+            .is_some()
+            .then(|| crate::approval::PasskeyPage::new(Arc::clone(&self.config)))
     }
 
     /// The standing approvals this layer grants ([`ToolPolicy::standing`]): list and revoke a
@@ -254,6 +272,8 @@ pub struct ConfirmLayerBuilder {
     grant_ttl: Duration,
     approval_url: Option<String>,
     notifier: Option<Arc<dyn Notifier>>,
+    #[cfg(feature = "passkeys")]
+    passkeys: Option<crate::passkey::Passkeys>,
     #[cfg(feature = "audit-log")]
     log: Option<crate::audit_log::AuditLog>,
 }
@@ -530,6 +550,16 @@ impl ConfirmLayerBuilder {
         self
     }
 
+    /// Verifies approvers' passkeys where a rule requires them
+    /// ([`Approvers::with_passkey`](crate::approval::Approvers::with_passkey)); required with
+    /// such a rule ([`ConfigError::MissingPasskeys`]).
+    #[cfg(feature = "passkeys")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]
+    pub fn passkeys(mut self, passkeys: crate::passkey::Passkeys) -> Self {
+        self.passkeys = Some(passkeys);
+        self
+    }
+
     /// How long a grant may wait for its first attempt (default [`DEFAULT_GRANT_TTL`]); a grant
     /// not begun by then expires and never runs.
     pub fn grant_ttl(mut self, ttl: Duration) -> Self {
@@ -647,6 +677,13 @@ impl ConfirmLayerBuilder {
                 Some(ChallengeLimiter::new(per_second, burst))
             }
         };
+        #[cfg(feature = "passkeys")]
+        let verifies_passkeys = self.passkeys.is_some();
+        #[cfg(not(feature = "passkeys"))]
+        let verifies_passkeys = false;
+        if !verifies_passkeys && policies.values().any(|p| p.approvers.needs_passkey()) {
+            return Err(ConfigError::MissingPasskeys);
+        }
         let browser = policies.values().any(|p| p.channel != Channel::Form);
         let standing_offered = policies.values().any(|p| p.standing.is_some());
         // With no replay store given, the default memory store keeps the rest too; with one
@@ -698,6 +735,8 @@ impl ConfirmLayerBuilder {
                 grant_ttl: self.grant_ttl,
                 approval_url: self.approval_url,
                 notifier: self.notifier,
+                #[cfg(feature = "passkeys")]
+                passkeys: self.passkeys,
                 #[cfg(feature = "audit-log")]
                 log: self.log,
             }),

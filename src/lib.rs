@@ -170,6 +170,9 @@ mod listing;
 mod message;
 pub mod notify;
 mod page;
+#[cfg(feature = "passkeys")]
+#[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]
+pub mod passkey;
 mod policy;
 mod principal;
 mod protocol;

@@ -48,6 +48,40 @@ pub(crate) fn sign_in(sign_in: Option<&str>, path: &str, title: &str) -> Respons
 
 /// A complete page with the headers every answer carries.
 pub(crate) fn page(status: StatusCode, title: &str, body: &str) -> Response<Full<Bytes>> {
+    page_with(status, title, body, None)
+}
+
+/// A complete page that runs one inline `script` (the passkey ceremonies: WebAuthn is a
+/// browser API). The policy admits that script by its hash and nothing else: no other inline
+/// code, no script from anywhere, no connections.
+#[cfg_attr(not(feature = "passkeys"), allow(dead_code))]
+pub(crate) fn page_with_script(
+    status: StatusCode,
+    title: &str,
+    body: &str,
+    script: &str,
+) -> Response<Full<Bytes>> {
+    page_with(status, title, body, Some(script))
+}
+
+fn page_with(
+    status: StatusCode,
+    title: &str,
+    body: &str,
+    script: Option<&str>,
+) -> Response<Full<Bytes>> {
+    use base64::Engine as _;
+    use sha2::{Digest, Sha256};
+    let (body, csp) = match script {
+        None => (body.to_owned(), CSP.to_owned()),
+        Some(script) => {
+            let hash = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(script));
+            (
+                format!("{body}<script>{script}</script>"),
+                format!("{CSP}; script-src 'sha256-{hash}'"),
+            )
+        }
+    };
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width\"><title>{title}</title>\
@@ -60,9 +94,11 @@ pub(crate) fn page(status: StatusCode, title: &str, body: &str) -> Response<Full
     let mut response = Response::new(Full::new(Bytes::from(html)));
     *response.status_mut() = status;
     let headers = response.headers_mut();
+    if let Ok(csp) = HeaderValue::from_str(&csp) {
+        headers.insert(header::CONTENT_SECURITY_POLICY, csp);
+    }
     for (name, value) in [
         (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-        (header::CONTENT_SECURITY_POLICY, CSP),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),

@@ -68,11 +68,10 @@ impl InboxPage {
             .inbox(&self.config.audience, &routes, INBOX_LIMIT)
             .await
             .map_err(|_| ())?;
-        let keys = self.config.sealer.keys();
         Ok(found
             .into_iter()
             .filter(|a| {
-                let caller = keys.principal_matches_any(&a.principal, principal.subject());
+                let caller = super::page::is_caller(&self.config, a, principal);
                 a.approvers
                     .admits(principal.subject(), principal.roles(), caller)
                     && !a

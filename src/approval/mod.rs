@@ -20,6 +20,8 @@
 mod html;
 mod inbox;
 mod page;
+#[cfg(feature = "passkeys")]
+mod passkeys;
 
 pub use crate::approvers::{Approvers, MAX_NAMED_APPROVERS, MAX_REQUIRED_APPROVALS};
 pub use crate::store::approval::{
@@ -28,3 +30,6 @@ pub use crate::store::approval::{
 };
 pub use inbox::{INBOX_LIMIT, InboxPage};
 pub use page::ApprovalPage;
+#[cfg(feature = "passkeys")]
+#[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]
+pub use passkeys::PasskeyPage;

@@ -23,6 +23,17 @@ use crate::page::{form_value, method_not_allowed, read_form, same_origin};
 use crate::principal::Principal;
 use crate::store::approval::{Approval, ApprovalId, Decided, Decider, Decision};
 
+/// Whether `principal` is the one who asked for `approval`: their keyed digest under any key
+/// of the ring, or their subject as recorded. Either suffices, so a page whose ring lacks the
+/// key the approval was made under still knows the caller (and refuses them under four eyes).
+pub(super) fn is_caller(config: &Config, approval: &Approval, principal: &Principal) -> bool {
+    let by_digest = config
+        .sealer
+        .keys()
+        .principal_matches_any(&approval.principal, principal.subject());
+    by_digest | (approval.subject == principal.subject())
+}
+
 /// What the signed-in principal may do with an approval.
 enum Access {
     /// Decide it; `caller`: they are the one who asked.
@@ -143,11 +154,7 @@ impl ApprovalPage {
             Ok(None) => return Err(gone()),
             Err(_) => return Err(unavailable()),
         };
-        let caller = self
-            .config
-            .sealer
-            .keys()
-            .principal_matches_any(&approval.principal, principal.subject());
+        let caller = is_caller(&self.config, &approval, principal);
         if approval
             .approvers
             .admits(principal.subject(), principal.roles(), caller)
@@ -281,6 +288,36 @@ impl ApprovalPage {
         });
     }
 
+    /// The passkey step of an approval (feature `passkeys`): the verified credential's id, or
+    /// the page to answer (the step itself, or a refusal).
+    #[cfg(feature = "passkeys")]
+    async fn passkey(
+        &self,
+        approval: &Approval,
+        principal: &Principal,
+        chosen: &str,
+        body: &[u8],
+    ) -> Result<String, Response<Full<Bytes>>> {
+        super::passkeys::step(&self.config, approval, principal, chosen, body).await
+    }
+
+    /// Without feature `passkeys` no layer with such a rule builds; a record that says so
+    /// anyway is refused here (and by the store, which finds no passkey).
+    #[cfg(not(feature = "passkeys"))]
+    async fn passkey(
+        &self,
+        _: &Approval,
+        _: &Principal,
+        _: &str,
+        _: &[u8],
+    ) -> Result<String, Response<Full<Bytes>>> {
+        Err(page(
+            StatusCode::FORBIDDEN,
+            "Passkey required",
+            "<p>This approval must be made with a passkey, which this deployment cannot verify.</p>",
+        ))
+    }
+
     async fn decide(
         &self,
         id: ApprovalId,
@@ -383,7 +420,16 @@ impl ApprovalPage {
         let Some(approvals) = &self.config.approvals else {
             return unavailable();
         };
-        let decider = Decider::new(principal.subject(), principal.roles(), caller);
+        let mut decider = Decider::new(principal.subject(), principal.roles(), caller);
+        // A rule that requires a passkey: an approval is made with one, bound to this decision.
+        if let Decision::Approved { chosen, .. } = &decision
+            && approval.approvers.needs_passkey()
+        {
+            match self.passkey(&approval, principal, chosen, body).await {
+                Ok(credential) => decider = decider.with_passkey(credential),
+                Err(step) => return step,
+            }
+        }
         match approvals.decide(id, decider, decision.clone()).await {
             Ok(Decided::Counted {
                 approvals,

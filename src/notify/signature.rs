@@ -131,7 +131,10 @@ pub fn verify(
     if id.is_empty() || id.len() > 256 {
         return Err(WebhookError::Header);
     }
-    let sent = UNIX_EPOCH + Duration::from_secs(timestamp);
+    // A timestamp past what the clock can hold is no time this delivery was sent.
+    let sent = UNIX_EPOCH
+        .checked_add(Duration::from_secs(timestamp))
+        .ok_or(WebhookError::Stale)?;
     let off = now
         .duration_since(sent)
         .or_else(|e| Ok::<_, ()>(e.duration()))
@@ -223,6 +226,8 @@ mod tests {
         ] {
             assert!(check(&headers(i, t, s), body, now).is_err(), "{i} {t} {s}");
         }
+        let huge = headers(id, &u64::MAX.to_string(), &good);
+        assert_eq!(check(&huge, body, now), Err(WebhookError::Stale));
         let mut twice = h.clone();
         twice.append(WEBHOOK_SIGNATURE, http::HeaderValue::from_static("v1,AAAA"));
         assert_eq!(check(&twice, body, now), Err(WebhookError::Header));

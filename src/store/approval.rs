@@ -285,6 +285,9 @@ pub struct Approval {
     pub subject: String,
     /// The tool that will run.
     pub tool: String,
+    /// The digest of the call's arguments, as the state binds it: what a passkey assertion
+    /// binds besides the approval and the chosen version. `None` in records made before.
+    pub arguments: Option<[u8; 32]>,
     /// What the tool will do, in the policy's words.
     pub message: String,
     /// What may be approved: one of these (none for a confirm-only tool).
@@ -414,6 +417,7 @@ impl Approval {
             principal: self.principal.to_hex(),
             subject: self.subject.clone(),
             tool: self.tool.clone(),
+            arguments: self.arguments.map(|a| hex(&a)),
             message: self.message.clone(),
             choices: self.choices.clone(),
             typed: self.typed,
@@ -438,6 +442,10 @@ impl Approval {
             principal: PrincipalKey::from_bytes(unhex(&s.principal)?),
             subject: s.subject,
             tool: s.tool,
+            arguments: match s.arguments {
+                Some(text) => Some(unhex(&text)?),
+                None => None,
+            },
             message: s.message,
             choices: s.choices,
             typed: s.typed,
@@ -466,6 +474,8 @@ struct Stored {
     principal: String,
     subject: String,
     tool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    arguments: Option<String>,
     message: String,
     choices: Vec<ApprovalChoice>,
     typed: bool,
@@ -496,6 +506,7 @@ mod tests {
             principal: PrincipalKey::from_bytes([1; 16]),
             subject: "alice".into(),
             tool: "notes_delete".into(),
+            arguments: Some([9; 32]),
             message: "Delete it?".into(),
             choices: vec![
                 ApprovalChoice::new("note-3", "Groceries (note-3)", Some("g1".into())),

@@ -254,6 +254,7 @@ pub fn approval(principal: PrincipalKey, ttl: Duration) -> Approval {
         principal,
         subject: "alice".into(),
         tool: "notes_delete".into(),
+        arguments: Some([7; 32]),
         message: "Delete one note?".into(),
         choices: vec![
             ApprovalChoice::new("note-3", "Groceries (note-3)", Some("g1".into())),

@@ -573,7 +573,6 @@ impl ApprovalStore for RedisReplayStore {
         let (now_ms, until_ms) = (unix_millis(now), unix_millis(approval.expires_at));
         let member = approval.id.to_hex();
         let (routes, audience) = (approval.routes(), approval.audience.clone());
-        let created_ms = unix_millis(approval.created_at);
         Box::pin(async move {
             // The principal's pending approvals, by expiry: at most MAX_PENDING_APPROVALS. Two
             // keys in different slots, so checked, then added: concurrent calls can pass the cap
@@ -612,12 +611,15 @@ impl ApprovalStore for RedisReplayStore {
             let mut fresh = redis::cmd("PEXPIRE");
             fresh.arg(&pending).arg(ttl).arg("NX");
             let _: i64 = self.bounded(self.connection.query(&fresh)).await?;
-            // Filed in each inbox route's set, by creation time; a member outlives its record
-            // only until the set's own expiry, and reading skips it.
+            // Filed in each inbox route's set, scored by expiry: the expired leave on every
+            // proposal and read, so a set holds only live approvals, however long it lives.
             for route in routes {
                 let inbox = self.inbox_key(&audience, &route);
+                let mut prune = redis::cmd("ZREMRANGEBYSCORE");
+                prune.arg(&inbox).arg("-inf").arg(now_ms);
+                let _: i64 = self.bounded(self.connection.query(&prune)).await?;
                 let mut add = redis::cmd("ZADD");
-                add.arg(&inbox).arg(created_ms).arg(&member);
+                add.arg(&inbox).arg(until_ms).arg(&member);
                 let _: i64 = self.bounded(self.connection.query(&add)).await?;
                 for flag in ["GT", "NX"] {
                     let mut keep = redis::cmd("PEXPIRE");
@@ -682,8 +684,11 @@ impl ApprovalStore for RedisReplayStore {
             let mut found: Vec<Approval> = Vec::new();
             for route in routes {
                 let inbox = self.inbox_key(audience, route);
-                // Newest first; members whose records expired or were decided are skipped, and
-                // those older than the longest confirmation fall out with the set's expiry.
+                let mut prune = redis::cmd("ZREMRANGEBYSCORE");
+                prune.arg(&inbox).arg("-inf").arg(unix_millis(now));
+                let _: i64 = self.bounded(self.connection.query(&prune)).await?;
+                // The latest to expire first (the newest, where confirmations live alike; the
+                // list is sorted by creation below); decided ones are skipped.
                 let mut newest = redis::cmd("ZRANGE");
                 newest
                     .arg(&inbox)

@@ -17,6 +17,7 @@ pub const MAX_KEY_ID_LEN: usize = 32;
 const MAC_KEY_INFO: &[u8] = b"mcp-confirm/requestState/v1/mac";
 const PRINCIPAL_KEY_INFO: &[u8] = b"mcp-confirm/requestState/v1/principal";
 const PAGE_KEY_INFO: &[u8] = b"mcp-confirm/approval-page/v1/csrf";
+const SEAL_KEY_INFO: &[u8] = b"mcp-confirm/pages/v1/sealed-values";
 
 pub(crate) type HmacSha256 = hmac::Hmac<Sha256>;
 
@@ -68,6 +69,8 @@ pub(crate) struct RingKey {
     mac: HmacSha256,
     principal: HmacSha256,
     page: HmacSha256,
+    /// Tags the pages' own sealed values (a passkey ceremony's state).
+    seal: HmacSha256,
 }
 
 impl KeyRing {
@@ -157,6 +160,22 @@ impl KeyRing {
             .any(|key| bool::from(key.csrf_token(id, subject)[..].ct_eq(token)))
     }
 
+    /// A tag over `data` for the pages' own sealed values (`domain` separates their uses), by
+    /// the signing key.
+    #[cfg_attr(not(feature = "passkeys"), allow(dead_code))]
+    pub(crate) fn page_tag(&self, domain: &[u8], data: &[u8]) -> [u8; 32] {
+        self.signing().page_tag(domain, data)
+    }
+
+    /// Whether `tag` is [`page_tag`](Self::page_tag) of `data` under any key of the ring,
+    /// compared in constant time.
+    #[cfg_attr(not(feature = "passkeys"), allow(dead_code))]
+    pub(crate) fn page_tag_matches(&self, domain: &[u8], data: &[u8], tag: &[u8]) -> bool {
+        self.keys.iter().fold(false, |found, key| {
+            found | bool::from(key.page_tag(domain, data)[..].ct_eq(tag))
+        })
+    }
+
     /// Whether `digest` is `subject`'s principal digest under any key of the ring (a record made
     /// before a rotation still belongs to its principal), compared in constant time.
     pub(crate) fn principal_matches_any(&self, digest: &PrincipalKey, subject: &str) -> bool {
@@ -213,11 +232,14 @@ impl RingKey {
         let _ = hk.expand(MAC_KEY_INFO, &mut mac[..]);
         let _ = hk.expand(PRINCIPAL_KEY_INFO, &mut principal[..]);
         let _ = hk.expand(PAGE_KEY_INFO, &mut page[..]);
+        let mut seal = Zeroizing::new([0u8; 32]);
+        let _ = hk.expand(SEAL_KEY_INFO, &mut seal[..]);
         Self {
             id,
             mac: keyed(&mac[..]),
             principal: keyed(&principal[..]),
             page: keyed(&page[..]),
+            seal: keyed(&seal[..]),
         }
     }
 
@@ -245,6 +267,19 @@ impl RingKey {
                 .as_bytes()
                 .ct_eq(digest.as_bytes()),
         )
+    }
+
+    /// A tag over `data` under the sealing key (its own, apart from the anti-forgery key).
+    fn page_tag(&self, domain: &[u8], data: &[u8]) -> [u8; 32] {
+        let mut mac = self.seal.clone();
+        mac.update(
+            &u64::try_from(domain.len())
+                .unwrap_or(u64::MAX)
+                .to_be_bytes(),
+        );
+        mac.update(domain);
+        mac.update(data);
+        mac.finalize().into_bytes().into()
     }
 
     /// The approval page's anti-forgery token for `subject` deciding approval `id`.

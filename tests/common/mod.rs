@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod audit_events;
+pub mod authenticator;
 pub mod browser;
 pub mod queued;
 

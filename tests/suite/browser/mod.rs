@@ -2,5 +2,7 @@
 
 mod approval;
 mod approvers;
+mod attack_pass_23;
 mod attacks;
+mod passkeys;
 mod webhooks;

@@ -1,0 +1,412 @@
+//! Passkeys on the pages (feature `passkeys`): the approval page's passkey step, and the
+//! [`PasskeyPage`] where approvers register and remove theirs. Each ceremony page runs one
+//! inline script, admitted by its hash; everything else is the pages' usual protections (the
+//! signed-in principal only, anti-forgery token, same origin, no framing, no caching).
+
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::Full;
+
+use super::html::{page, unavailable};
+use crate::audit;
+use crate::config::Config;
+use crate::kernel::{BoxFuture, hex, unhex};
+use crate::page::{
+    escape, form_value, method_not_allowed, page_with_script, read_form, same_origin,
+};
+use crate::passkey::{Binding, PasskeyError, Passkeys};
+use crate::principal::Principal;
+use crate::store::approval::Approval;
+
+/// Base64url and the `PublicKeyCredential` to JSON, as webauthn-rs reads it.
+const HELPERS: &str = "const d=s=>Uint8Array.from(atob(s.replace(/-/g,'+').replace(/_/g,'/')),c=>c.charCodeAt(0)),\
+e=b=>btoa(String.fromCharCode(...new Uint8Array(b))).replace(/\\+/g,'-').replace(/\\//g,'_').replace(/=+$/,''),\
+o=JSON.parse(document.getElementById('options').textContent).publicKey,\
+b=document.getElementById('passkey'),f=document.getElementById('passkey-form'),m=document.getElementById('status');\
+o.challenge=d(o.challenge);";
+
+/// The approval page's passkey step: `navigator.credentials.get`, then post the assertion.
+fn assert_script() -> String {
+    format!(
+        "(()=>{{{HELPERS}(o.allowCredentials||[]).forEach(c=>c.id=d(c.id));\
+         b.addEventListener('click',async()=>{{b.disabled=true;m.textContent='Waiting for your passkey…';try{{\
+         const c=await navigator.credentials.get({{publicKey:o}}),r=c.response;\
+         f.elements.response.value=JSON.stringify({{id:c.id,rawId:e(c.rawId),type:c.type,extensions:{{}},\
+         response:{{authenticatorData:e(r.authenticatorData),clientDataJSON:e(r.clientDataJSON),\
+         signature:e(r.signature),userHandle:r.userHandle?e(r.userHandle):null}}}});f.submit();}}\
+         catch(x){{m.textContent='The passkey was not used ('+x.name+').';b.disabled=false;}}}});}})();"
+    )
+}
+
+/// The registration: `navigator.credentials.create`, then post the credential.
+fn register_script() -> String {
+    format!(
+        "(()=>{{{HELPERS}o.user.id=d(o.user.id);(o.excludeCredentials||[]).forEach(c=>c.id=d(c.id));\
+         b.addEventListener('click',async()=>{{b.disabled=true;m.textContent='Waiting for your authenticator…';try{{\
+         const c=await navigator.credentials.create({{publicKey:o}}),r=c.response;\
+         f.elements.response.value=JSON.stringify({{id:c.id,rawId:e(c.rawId),type:c.type,extensions:{{}},\
+         response:{{attestationObject:e(r.attestationObject),clientDataJSON:e(r.clientDataJSON),\
+         transports:r.getTransports?r.getTransports():[]}}}});f.submit();}}\
+         catch(x){{m.textContent='No passkey was created ('+x.name+').';b.disabled=false;}}}});}})();"
+    )
+}
+
+/// JSON inside a `<script type="application/json">`: no `<` that could close it.
+fn data_block(json: &str) -> String {
+    format!(
+        "<script type=\"application/json\" id=\"options\">{}</script>",
+        json.replace('<', "\\u003c")
+    )
+}
+
+/// The decision a passkey step binds: this approval, its arguments, the chosen record and the
+/// version the page showed, and the approver.
+pub(super) fn binding(approval: &Approval, chosen: &str, subject: &str) -> Binding {
+    let version = approval
+        .choices
+        .iter()
+        .find(|c| c.id == chosen)
+        .and_then(|c| c.version.clone())
+        .unwrap_or_default();
+    Binding {
+        approval: approval.id.to_hex(),
+        arguments: approval.arguments.map(|a| hex(&a)).unwrap_or_default(),
+        chosen: chosen.to_owned(),
+        version,
+        subject: subject.to_owned(),
+    }
+}
+
+/// The approval page's passkey step for an approval the rule requires a passkey for: with an
+/// assertion in the form, verify it (`Ok(credential id)`); without one, the page that asks for
+/// it, carrying the rest of the form along.
+pub(super) async fn step(
+    config: &Config,
+    approval: &Approval,
+    principal: &Principal,
+    chosen: &str,
+    body: &[u8],
+) -> Result<String, Response<Full<Bytes>>> {
+    let Some(passkeys) = &config.passkeys else {
+        return Err(refused_page());
+    };
+    let keys = config.sealer.keys();
+    let now = config.sealer.now();
+    let binding = binding(approval, chosen, principal.subject());
+    if let (Some(sealed), Some(response)) =
+        (form_value(body, "ceremony"), form_value(body, "response"))
+    {
+        return passkeys
+            .verify_assertion(keys, principal.subject(), &binding, &sealed, &response, now)
+            .await
+            .map_err(|e| {
+                audit::refused(&approval.tool, Some(principal), &format!("passkey: {e}"));
+                match e {
+                    PasskeyError::Store(_) => unavailable(),
+                    _ => refused_page(),
+                }
+            });
+    }
+    let ceremony = match passkeys
+        .start_assertion(keys, principal.subject(), &binding, now)
+        .await
+    {
+        Ok(ceremony) => ceremony,
+        Err(PasskeyError::NoPasskey) => {
+            return Err(page(
+                StatusCode::FORBIDDEN,
+                "Passkey required",
+                "<p>This approval must be made with a passkey, and you have none registered. \
+                 Register one, then come back.</p>",
+            ));
+        }
+        Err(PasskeyError::Store(_)) => return Err(unavailable()),
+        Err(e) => {
+            audit::refused(&approval.tool, Some(principal), &format!("passkey: {e}"));
+            return Err(refused_page());
+        }
+    };
+    let mut html = format!(
+        "<p>Confirm with your passkey: approve <strong>{}</strong> on <strong>{}</strong>{}, \
+         requested by {}.</p>",
+        escape(&approval.tool),
+        escape(if chosen.is_empty() {
+            "this request"
+        } else {
+            chosen
+        }),
+        if binding.version.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " <span class=\"version\">version {}</span>",
+                escape(&binding.version)
+            )
+        },
+        escape(&approval.subject),
+    );
+    html.push_str(&data_block(&ceremony.options));
+    html.push_str("<form method=\"post\" id=\"passkey-form\">");
+    // The rest of the form as it was posted, so the verified post decides the same thing.
+    for field in ["csrf", "decision", "choice", "typed", "remember"] {
+        if let Some(value) = form_value(body, field) {
+            let _ = write!(
+                html,
+                "<input type=\"hidden\" name=\"{field}\" value=\"{}\">",
+                escape(&value)
+            );
+        }
+    }
+    let _ = write!(
+        html,
+        "<input type=\"hidden\" name=\"ceremony\" value=\"{}\">\
+         <input type=\"hidden\" name=\"response\" value=\"\"></form>\
+         <p><button type=\"button\" id=\"passkey\">Use my passkey</button></p>\
+         <p id=\"status\" role=\"status\"></p>",
+        escape(&ceremony.sealed)
+    );
+    Err(page_with_script(
+        StatusCode::OK,
+        "Confirm with your passkey",
+        &html,
+        &assert_script(),
+    ))
+}
+
+fn refused_page() -> Response<Full<Bytes>> {
+    page(
+        StatusCode::FORBIDDEN,
+        "Passkey not accepted",
+        "<p>The passkey did not confirm this decision. Nothing changed; reload the approval \
+         page to try again.</p>",
+    )
+}
+
+/// The anti-forgery token's id on the passkey page (one page per principal).
+fn page_id() -> [u8; 16] {
+    use sha2::{Digest, Sha256};
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&Sha256::digest(b"mcp-confirm/passkey-page/v1")[..16]);
+    id
+}
+
+/// Where approvers register and remove their passkeys: `GET` lists the signed-in principal's
+/// passkeys and offers to register one; `POST` registers (`action=register`) or removes
+/// (`action=remove`). Get it from
+/// [`ConfirmLayer::passkey_page`](crate::ConfirmLayer::passkey_page).
+#[derive(Clone)]
+pub struct PasskeyPage {
+    config: Arc<Config>,
+    sign_in: Option<String>,
+}
+
+impl std::fmt::Debug for PasskeyPage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PasskeyPage")
+            .field("sign_in", &self.sign_in)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PasskeyPage {
+    pub(crate) fn new(config: Arc<Config>) -> Self {
+        Self {
+            config,
+            sign_in: None,
+        }
+    }
+
+    /// Where a visitor who is not signed in is sent, as for the approval page.
+    #[must_use]
+    pub fn sign_in_url(mut self, url: impl Into<String>) -> Self {
+        self.sign_in = Some(url.into());
+        self
+    }
+
+    fn passkeys(&self) -> Option<&Passkeys> {
+        self.config.passkeys.as_ref()
+    }
+
+    async fn answer<B>(self, request: Request<B>) -> Response<Full<Bytes>>
+    where
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let method = request.method().clone();
+        if method != Method::GET && method != Method::POST {
+            return method_not_allowed("GET, POST");
+        }
+        let Some(principal) = self.config.principal.extract(request.extensions()) else {
+            return crate::page::sign_in(
+                self.sign_in.as_deref(),
+                request.uri().path(),
+                "Sign in to manage your passkeys",
+            );
+        };
+        if method == Method::GET {
+            return self.show(&principal, None).await;
+        }
+        if let Err(refusal) = same_origin(request.headers(), self.config.approval_url.as_deref()) {
+            audit::page_refused("passkey_page", &principal, refusal);
+            return page(
+                StatusCode::FORBIDDEN,
+                "Refused",
+                "<p>This request did not come from the passkey page.</p>",
+            );
+        }
+        let (parts, body) = request.into_parts();
+        let body = match read_form(&parts.headers, body).await {
+            Ok(body) => body,
+            Err(refusal) => return refusal,
+        };
+        let keys = self.config.sealer.keys();
+        let token_ok = form_value(&body, "csrf")
+            .as_deref()
+            .and_then(unhex::<32>)
+            .is_some_and(|t| keys.csrf_matches(&t, &page_id(), principal.subject()));
+        if !token_ok {
+            audit::refused(
+                "-",
+                Some(&principal),
+                "passkey POST without a valid anti-forgery token",
+            );
+            return page(
+                StatusCode::FORBIDDEN,
+                "Refused",
+                "<p>This form has expired or was not issued to you. Reload the page.</p>",
+            );
+        }
+        let Some(passkeys) = self.passkeys() else {
+            return unavailable();
+        };
+        let now = self.config.sealer.now();
+        match form_value(&body, "action").as_deref() {
+            Some("register") => {
+                let (Some(sealed), Some(response)) =
+                    (form_value(&body, "ceremony"), form_value(&body, "response"))
+                else {
+                    return self.show(&principal, Some("No passkey was posted.")).await;
+                };
+                let name = form_value(&body, "name").unwrap_or_default();
+                let name = if name.trim().is_empty() {
+                    "passkey".to_owned()
+                } else {
+                    name
+                };
+                match passkeys
+                    .finish_registration(keys, principal.subject(), &sealed, &response, &name, now)
+                    .await
+                {
+                    Ok(_) => self.show(&principal, None).await,
+                    Err(PasskeyError::Store(_)) => unavailable(),
+                    Err(e) => {
+                        audit::refused(
+                            "-",
+                            Some(&principal),
+                            &format!("passkey registration: {e}"),
+                        );
+                        self.show(&principal, Some("The passkey was not registered."))
+                            .await
+                    }
+                }
+            }
+            Some("remove") => {
+                let id = form_value(&body, "id").unwrap_or_default();
+                match passkeys.remove(principal.subject(), &id).await {
+                    Ok(_) => self.show(&principal, None).await,
+                    Err(_) => unavailable(),
+                }
+            }
+            _ => page(
+                StatusCode::BAD_REQUEST,
+                "Refused",
+                "<p>Register or remove.</p>",
+            ),
+        }
+    }
+
+    async fn show(&self, principal: &Principal, error: Option<&str>) -> Response<Full<Bytes>> {
+        let Some(passkeys) = self.passkeys() else {
+            return unavailable();
+        };
+        let keys = self.config.sealer.keys();
+        let now = self.config.sealer.now();
+        let Ok(held) = passkeys.registered(principal.subject()).await else {
+            return unavailable();
+        };
+        let Ok(ceremony) = passkeys
+            .start_registration(keys, principal.subject(), now)
+            .await
+        else {
+            return unavailable();
+        };
+        let token = hex(&keys.csrf_token(&page_id(), principal.subject()));
+        let mut html = String::new();
+        if let Some(error) = error {
+            let _ = write!(
+                html,
+                "<p class=\"error\" role=\"alert\">{}</p>",
+                escape(error)
+            );
+        }
+        if held.is_empty() {
+            html.push_str("<p id=\"none\">You have no passkey registered.</p>");
+        } else {
+            html.push_str("<ul id=\"passkeys\">");
+            for p in &held {
+                let _ = write!(
+                    html,
+                    "<li><strong>{}</strong> <form method=\"post\" style=\"display:inline\">\
+                     <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
+                     <input type=\"hidden\" name=\"action\" value=\"remove\">\
+                     <input type=\"hidden\" name=\"id\" value=\"{}\">\
+                     <button type=\"submit\">Remove</button></form></li>",
+                    escape(&p.name),
+                    escape(&p.id)
+                );
+            }
+            html.push_str("</ul>");
+        }
+        html.push_str(&data_block(&ceremony.options));
+        let _ = write!(
+            html,
+            "<form method=\"post\" id=\"passkey-form\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
+             <input type=\"hidden\" name=\"action\" value=\"register\">\
+             <input type=\"hidden\" name=\"ceremony\" value=\"{}\">\
+             <input type=\"hidden\" name=\"response\" value=\"\">\
+             <p><label>Name: <input name=\"name\" id=\"name\" value=\"passkey\" maxlength=\"64\"></label></p></form>\
+             <p><button type=\"button\" id=\"passkey\">Register a passkey</button></p>\
+             <p id=\"status\" role=\"status\"></p>",
+            escape(&ceremony.sealed)
+        );
+        page_with_script(StatusCode::OK, "Your passkeys", &html, &register_script())
+    }
+}
+
+impl<B> tower_service::Service<Request<B>> for PasskeyPage
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let page = self.clone();
+        Box::pin(async move { Ok(page.answer(request).await) })
+    }
+}
