@@ -346,6 +346,7 @@ pub mod defaults {
     pub use crate::policy::MAX_STANDING_FOR;
 }
 pub use approval::ApprovalPage;
+pub use approvers::Approvers;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use mcp_confirm_macros::{confirm, confirm_router};

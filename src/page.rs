@@ -36,12 +36,12 @@ pub(crate) fn sign_in(sign_in: Option<&str>, path: &str, title: &str) -> Respons
                 .append_pair("next", path)
                 .finish();
             format!(
-                "<p><a href=\"{}?{}\">Sign in</a> as the person who asked, then come back.</p>",
+                "<p><a href=\"{}?{}\">Sign in</a>, then come back.</p>",
                 escape(url),
                 escape(&query)
             )
         }
-        None => "<p>Sign in as the person who asked, then reload this page.</p>".to_owned(),
+        None => "<p>Sign in, then reload this page.</p>".to_owned(),
     };
     page(StatusCode::UNAUTHORIZED, title, &link)
 }

@@ -12,12 +12,16 @@ use http::StatusCode;
 use mcp_confirm::approval::ApprovalStore;
 use mcp_confirm::grant::GrantStore;
 use mcp_confirm::guard::HostOriginLayer;
+use mcp_confirm::notify::Webhooks;
+use mcp_confirm::passkey::Passkeys;
 use mcp_confirm::rmcp::Confirmation;
+use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::store::ReplayStore;
+use mcp_confirm::store::passkey::PasskeyStore;
 use mcp_confirm::store::standing::StandingStore;
 use mcp_confirm::{
-    Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, Principal, Refusal, Revalidation,
-    confirm_router,
+    ApproverQuery, Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, Principal, Refusal,
+    Revalidation, confirm_router,
 };
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -40,9 +44,9 @@ pub use crate::shared::{may_use, principal_for_token, refuse, text, with_notes};
 use crate::signin;
 
 /// A store of nonces, browser approvals and standing approvals (every store of mcp-confirm is one).
-pub trait Store: ReplayStore + ApprovalStore + StandingStore {}
+pub trait Store: ReplayStore + ApprovalStore + StandingStore + PasskeyStore {}
 
-impl<S: ReplayStore + ApprovalStore + StandingStore> Store for S {}
+impl<S: ReplayStore + ApprovalStore + StandingStore + PasskeyStore> Store for S {}
 
 /// How the server is put together.
 pub struct Options {
@@ -62,6 +66,32 @@ pub struct Options {
     pub without_confirmation: bool,
     /// Where every decision is recorded, tamper-evident; `None`: no decision log.
     pub audit_log: Option<mcp_confirm::audit_log::AuditLog>,
+    /// Who is told of each approval waiting for someone else (`notes_shred`); `None`: no one
+    /// (the approvers' inbox lists them all the same).
+    pub notifier: Option<Webhooks>,
+}
+
+/// The passkeys' relying party for the server at `public_url`: its host, when that is a name.
+/// WebAuthn takes no IP address as a relying party, so a server at `127.0.0.1:PORT` verifies
+/// passkeys for `localhost:PORT`: approvers open its pages there (`--public-url`).
+pub fn passkey_origin(public_url: &str) -> (String, String) {
+    let rest = public_url
+        .split_once("://")
+        .map_or(public_url, |(_, rest)| rest);
+    let authority = rest.split('/').next().unwrap_or_default();
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || host.starts_with('[') => (host, Some(port)),
+        _ => (authority, None),
+    };
+    let is_ip = host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok();
+    if !is_ip {
+        return (host.to_owned(), public_url.trim_end_matches('/').to_owned());
+    }
+    let origin = match port {
+        Some(port) => format!("http://localhost:{port}"),
+        None => "http://localhost".to_owned(),
+    };
+    ("localhost".to_owned(), origin)
 }
 
 /// The per-principal challenge rate limit.
@@ -102,15 +132,26 @@ pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
     // What is confirmed comes from the tools themselves, in one call: the `#[confirm]` policies
     // with the tools' definitions; and every other tool whose annotations say destructive (none
     // today; a later one is covered) gets the generic form naming it.
+    // One store for nonces, approvals, standing approvals and the approvers' passkeys.
+    let store: Arc<dyn Store> = options
+        .replay_store
+        .unwrap_or_else(|| Arc::new(MemoryReplayStore::new()));
+    let (rp_id, rp_origin) = passkey_origin(&options.public_url);
+    let passkeys = match Passkeys::new(&rp_id, &rp_origin, Arc::clone(&store)) {
+        Ok(passkeys) => passkeys,
+        Err(e) => panic!("the passkeys' relying party {rp_id} at {rp_origin}: {e}"),
+    };
     let mut confirm = ConfirmLayer::builder(options.keys)
         .audience(options.audience)
         .declarations(declarations)
         .confirm_destructive()
         .grant_store(options.grant_store)
         .approval_url(format!("{}/confirm/", options.public_url))
-        .server_info(server_info());
-    if let Some(replay_store) = options.replay_store {
-        confirm = confirm.store(replay_store);
+        .server_info(server_info())
+        .store(store)
+        .passkeys(passkeys);
+    if let Some(notifier) = options.notifier {
+        confirm = confirm.notifier(notifier);
     }
     if let Some(log) = options.audit_log {
         confirm = confirm.audit_log(log);
@@ -134,6 +175,19 @@ pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
             signin::from_cookie,
         ))
         .service(confirm.approval_page().sign_in_url("/signin"));
+    // The approvers' inbox and their passkeys: the same session, headers and origin rules.
+    let signed_in = || {
+        ServiceBuilder::new()
+            .layer(HostOriginLayer::localhost())
+            .layer(middleware::from_fn_with_state(
+                sessions.clone(),
+                signin::from_cookie,
+            ))
+    };
+    let inbox = signed_in().service(confirm.inbox_page().sign_in_url("/signin"));
+    let passkey_page = confirm
+        .passkey_page()
+        .map(|page| signed_in().service(page.sign_in_url("/signin")));
     // The standing-approvals page: the same session, headers and origin rules.
     let standing = confirm.standing_approvals().map(|approvals| {
         ServiceBuilder::new()
@@ -160,10 +214,14 @@ pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
     let mut router = Router::new()
         .nest_service("/mcp", guard.layer(confirm).service(rmcp))
         .route_service("/confirm/{id}", page)
+        .route_service("/inbox", inbox)
         .route("/signin", sign_in)
         .route("/signout", sign_out);
     if let Some(standing) = standing {
         router = router.route_service("/standing", standing);
+    }
+    if let Some(passkey_page) = passkey_page {
+        router = router.route_service("/passkeys", passkey_page);
     }
     // Anything else (`/confirm/`, `/confirm/a/b`) is a 404 with the pages' headers.
     router.fallback(signin::not_found)
@@ -413,6 +471,42 @@ impl NotesServer {
         self.delete_confirmed(&confirmation, &principal, args).await
     }
 
+    /// Like `notes_destroy`, under four eyes: someone other than the caller approves it on the
+    /// server's page, with a passkey registered at `/passkeys`; the approval link reaches them
+    /// in their inbox (`/inbox`) and, with `--webhook-url`, as a signed webhook.
+    #[tool(
+        description = "Permanently shred one note, chosen by title. Someone other than the caller approves it on the server's approval page, with a passkey.",
+        annotations(
+            title = "Shred a note (four eyes)",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    #[confirm(
+        pick_one = Self::matching_notes,
+        revalidate = Self::still_the_note_shown,
+        approved_by(
+            anyone_but_caller,
+            passkey,
+            share_details,
+            recheck = Self::still_an_account
+        ),
+        message = "Someone other than the caller approves shredding one note with this title, with a passkey. This cannot be undone.",
+        input_key = "shred_approval",
+        max_label_chars = 112,
+        no_candidates_text = "No note with that title in a workspace you can access; nothing was changed."
+    )]
+    async fn notes_shred(
+        &self,
+        confirmation: Confirmation,
+        principal: Principal,
+        Parameters(args): Parameters<DeleteArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.delete_confirmed(&confirmation, &principal, args).await
+    }
+
     /// Deletes the note the user chose, at the version the user saw. The `Confirmation` exists
     /// only if the layer confirmed exactly this call (else the call never got here).
     async fn delete_confirmed(
@@ -588,6 +682,12 @@ impl NotesServer {
             .into_iter()
             .map(|n| Candidate::labelled(n.id.clone(), n.label()).with_version(n.version))
             .collect())
+    }
+
+    /// As an approved shred is about to run: the approver's account still exists (the demo's
+    /// identity provider knows it); a deployment asks its directory here.
+    async fn still_an_account(&self, query: ApproverQuery) -> Result<bool, PolicyError> {
+        Ok(matches!(query.approver.as_str(), "alice" | "bob"))
     }
 
     /// Right before the delete: the principal may still use the workspace, and the note is still

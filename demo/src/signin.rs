@@ -86,10 +86,11 @@ impl Sessions {
     }
 }
 
-/// Where the sign-in page may send the person afterwards: approval pages and the
-/// standing-approvals page only.
+/// Where the sign-in page may send the person afterwards: approval pages, the
+/// standing-approvals page, the approvers' inbox and their passkeys only.
 fn safe_next(next: &str) -> &str {
-    let ok = (next.starts_with("/confirm/") || next == "/standing")
+    let ok = (next.starts_with("/confirm/")
+        || ["/standing", "/inbox", "/passkeys"].contains(&next))
         && next.len() <= 64
         && next[1..]
             .bytes()

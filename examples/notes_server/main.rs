@@ -8,6 +8,7 @@
 //!     [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N]
 //!     [--load-notes-per-title 1..3] [--without-confirmation]
 //!     [--audit-dir DIR | --audit-postgres postgres://… [--audit-table NAME]] [--audit-key-file FILE] [--no-audit-log]
+//!     [--public-url URL] [--webhook-url URL [--webhook-secret-file FILE] [--webhook-slack]]
 //! ```
 //!
 //! On first run the data directory is created and seeded: workspace `personal` with three notes
@@ -43,7 +44,8 @@ const USAGE: &str = "usage: notes_server [--addr HOST:PORT] [--data-dir DIR] [--
      [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory] \
      [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS] \
      [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--load-notes-per-title 1..3] [--without-confirmation] \
-     [--audit-dir DIR | --audit-postgres postgres://… [--audit-table NAME]] [--audit-key-file FILE] [--no-audit-log]";
+     [--audit-dir DIR | --audit-postgres postgres://… [--audit-table NAME]] [--audit-key-file FILE] [--no-audit-log] \
+     [--public-url URL] [--webhook-url URL [--webhook-secret-file FILE] [--webhook-slack]]";
 
 struct Flags {
     addr: SocketAddr,
@@ -70,6 +72,15 @@ struct Flags {
     audit_table: Option<String>,
     /// No decision log (load tests measure with and without).
     no_audit_log: bool,
+    /// Where browsers reach the server (default `http://ADDR`); the approval links and the
+    /// passkeys' relying party come from it.
+    public_url: Option<String>,
+    /// Tell approvers of each approval waiting for them with a signed webhook to this URL.
+    webhook_url: Option<String>,
+    /// The file holding the webhook signing secret (default: `<data-dir>-webhook.secret`).
+    webhook_secret_file: Option<PathBuf>,
+    /// Post Slack incoming-webhook messages instead of Standard Webhooks events.
+    webhook_slack: bool,
 }
 
 /// What one connection and one request may take.
@@ -109,6 +120,10 @@ fn flags() -> Result<Flags, String> {
         audit_postgres: None,
         audit_table: None,
         no_audit_log: false,
+        public_url: None,
+        webhook_url: None,
+        webhook_secret_file: None,
+        webhook_slack: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -169,6 +184,10 @@ fn flags() -> Result<Flags, String> {
             "--audit-postgres" => flags.audit_postgres = Some(value()?),
             "--audit-table" => flags.audit_table = Some(value()?),
             "--no-audit-log" => flags.no_audit_log = true,
+            "--public-url" => flags.public_url = Some(public_url(&value()?)?),
+            "--webhook-url" => flags.webhook_url = Some(value()?),
+            "--webhook-secret-file" => flags.webhook_secret_file = Some(PathBuf::from(value()?)),
+            "--webhook-slack" => flags.webhook_slack = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
@@ -282,15 +301,24 @@ async fn run() -> Result<(), String> {
             None => (vkey, dir.display().to_string(), dir.display().to_string()),
         }
     });
+    let public_url = flags
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}"));
+    let notifier = match &flags.webhook_url {
+        Some(url) => Some(webhooks(&flags, url)?),
+        None => None,
+    };
     let options = app::Options {
         keys,
         audience,
         replay_store,
         grant_store,
-        public_url: format!("http://{addr}"),
+        public_url: public_url.clone(),
         challenge_rate: flags.challenge_rate,
         without_confirmation: flags.without_confirmation,
         audit_log,
+        notifier,
     };
     let router = app::app(Arc::clone(&store), options);
     let personal = store.workspace_uri("personal");
@@ -312,6 +340,19 @@ async fn run() -> Result<(), String> {
         println!("  data: {}", store.root_path().display());
     }
     println!("  tokens: alice-token (personal, team), bob-token (team)");
+    if !flags.without_confirmation {
+        let (rp_id, rp_origin) = app::passkey_origin(&public_url);
+        println!(
+            "  notes_shred is approved by someone else with a passkey: register one at \
+             {rp_origin}/passkeys (relying party {rp_id}); approvals wait at {rp_origin}/inbox"
+        );
+        if let Some(url) = &flags.webhook_url {
+            println!(
+                "  webhooks: to {url}, signed with the secret in {}",
+                webhook_secret_file(&flags).display()
+            );
+        }
+    }
     match &log_lines {
         Some((vkey, place, dir)) => {
             println!("  decision log: {place}");
@@ -332,6 +373,50 @@ async fn run() -> Result<(), String> {
     println!("  (workspace personal is {personal})");
     serve(listener, router, flags.limits).await;
     Ok(())
+}
+
+/// `--public-url`: an absolute `http(s)` origin, with no path.
+fn public_url(text: &str) -> Result<String, String> {
+    let trimmed = text.trim_end_matches('/');
+    let rest = trimmed
+        .strip_prefix("http://")
+        .or_else(|| trimmed.strip_prefix("https://"))
+        .ok_or_else(|| format!("--public-url: expected http://HOST[:PORT], got {text:?}"))?;
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
+        return Err(format!(
+            "--public-url: expected an origin (scheme, host, port), got {text:?}"
+        ));
+    }
+    Ok(trimmed.to_owned())
+}
+
+/// The webhook signing secret's file: `--webhook-secret-file`, or `<data-dir>-webhook.secret`.
+fn webhook_secret_file(flags: &Flags) -> PathBuf {
+    flags.webhook_secret_file.clone().unwrap_or_else(|| {
+        let mut name = flags.data_dir.as_os_str().to_owned();
+        name.push("-webhook.secret");
+        PathBuf::from(name)
+    })
+}
+
+/// The approvers' notifier: signed webhooks to `url`, the secret kept in its file (created, mode
+/// 0600, on first start) for the receiving side to read; never printed.
+fn webhooks(flags: &Flags, url: &str) -> Result<mcp_confirm::notify::Webhooks, String> {
+    use mcp_confirm::notify::{Payload, WebhookEndpoint, WebhookSecret, Webhooks};
+    let file = webhook_secret_file(flags);
+    let secret = match std::fs::read_to_string(&file) {
+        Ok(text) => WebhookSecret::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?,
+        Err(_) => {
+            let secret = WebhookSecret::random();
+            write_secret(&file, &secret.expose())?;
+            secret
+        }
+    };
+    let mut endpoint = WebhookEndpoint::new(url, secret);
+    if flags.webhook_slack {
+        endpoint = endpoint.payload(Payload::Slack);
+    }
+    Webhooks::new([endpoint]).map_err(|e| format!("--webhook-url: {e}"))
 }
 
 /// The decision log's directory: `--audit-dir`, or `<data-dir>-decisions` beside the notes.

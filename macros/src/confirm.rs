@@ -46,6 +46,75 @@ pub(crate) struct StandingArgs {
     scope: Path,
 }
 
+/// `approved_by(…)`: who decides, as `mcp_confirm::Approvers` says it. Exactly one of
+/// `anyone_but_caller`, `any_of` and `role`; the rest refine it.
+#[derive(Debug, Default, FromMeta)]
+#[darling(default)]
+pub(crate) struct ApprovedByArgs {
+    anyone_but_caller: Flag,
+    any_of: Option<syn::ExprArray>,
+    role: Option<LitStr>,
+    except_caller: Flag,
+    required: Option<u8>,
+    passkey: Flag,
+    share_details: Flag,
+    recheck: Option<Path>,
+}
+
+impl ApprovedByArgs {
+    /// The `Approvers` expression and the `recheck_approvers` hook's path, or a compile error.
+    fn rule(&self) -> Result<TokenStream, TokenStream> {
+        let error = |span: Span, message: &str| {
+            Err(quote_spanned!(span=> ::core::compile_error!(#message)))
+        };
+        let named = usize::from(self.anyone_but_caller.is_present())
+            + usize::from(self.any_of.is_some())
+            + usize::from(self.role.is_some());
+        if named != 1 {
+            return error(
+                Span::call_site(),
+                "`approved_by` names who decides with exactly one of `anyone_but_caller`, \
+                 `any_of = [\"…\"]` and `role = \"…\"`",
+            );
+        }
+        let mut rule = if let Some(array) = &self.any_of {
+            let mut names = Vec::new();
+            for element in &array.elems {
+                match element {
+                    syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(name),
+                        ..
+                    }) => names.push(name.clone()),
+                    other => {
+                        return error(
+                            other.span(),
+                            "`any_of` lists principals as string literals: [\"bob\", \"carol\"]",
+                        );
+                    }
+                }
+            }
+            quote!(::mcp_confirm::Approvers::any_of([#(#names),*]))
+        } else if let Some(role) = &self.role {
+            quote!(::mcp_confirm::Approvers::role(#role))
+        } else {
+            quote!(::mcp_confirm::Approvers::anyone_but_caller())
+        };
+        if self.except_caller.is_present() {
+            rule = quote!(#rule.except_caller());
+        }
+        if let Some(n) = self.required {
+            rule = quote!(#rule.required(#n));
+        }
+        if self.passkey.is_present() {
+            rule = quote!(#rule.with_passkey());
+        }
+        if self.share_details.is_present() {
+            rule = quote!(#rule.share_details());
+        }
+        Ok(rule)
+    }
+}
+
 /// Seconds in `"90s"`, `"10m"`, `"1h"`.
 fn seconds(text: &str) -> Option<u64> {
     let split = text.find(|c: char| !c.is_ascii_digit())?;
@@ -85,6 +154,7 @@ pub(crate) struct ConfirmArgs {
     approve_in_browser: Flag,
     require_typed_id: Flag,
     standing: Option<StandingArgs>,
+    approved_by: Option<ApprovedByArgs>,
 }
 
 impl ConfirmArgs {
@@ -241,6 +311,22 @@ impl ConfirmArgs {
             }};
             policy = quote!(#policy.standing(#up_to, #uses, #scope));
         }
+        if let Some(approved_by) = &self.approved_by {
+            let rule = match approved_by.rule() {
+                Ok(rule) => rule,
+                Err(error) => return error,
+            };
+            policy = quote!(#policy.approved_by(#rule));
+            if let Some(path) = &approved_by.recheck {
+                let hook = hook(
+                    path,
+                    quote!(query: ::mcp_confirm::ApproverQuery),
+                    quote!(query),
+                    quote!(bool, ::mcp_confirm::PolicyError),
+                );
+                policy = quote!(#policy.recheck_approvers(#hook));
+            }
+        }
         policy
     }
 }
@@ -312,6 +398,49 @@ mod tests {
 
     fn text(tokens: TokenStream) -> String {
         tokens.to_string().replace(' ', "")
+    }
+
+    #[test]
+    fn approved_by_becomes_the_rule_and_its_recheck() {
+        let given = args(quote!(#[confirm(approved_by(
+            any_of = ["bob", "carol"], except_caller, required = 2, passkey, share_details,
+            recheck = Self::still_approver
+        ))]))
+        .unwrap();
+        let policy = text(given.policy());
+        assert!(
+            policy.contains(
+                ".approved_by(::mcp_confirm::Approvers::any_of([\"bob\",\"carol\"])\
+                 .except_caller().required(2u8).with_passkey().share_details())"
+            ),
+            "{policy}"
+        );
+        assert!(policy.contains(".recheck_approvers("), "{policy}");
+        assert!(
+            policy.contains("Self::still_approver(&this,query)"),
+            "{policy}"
+        );
+        let four_eyes = args(quote!(#[confirm(approved_by(anyone_but_caller))])).unwrap();
+        assert!(
+            text(four_eyes.policy())
+                .ends_with(".approved_by(::mcp_confirm::Approvers::anyone_but_caller())"),
+        );
+        let role = args(quote!(#[confirm(approved_by(role = "admin"))])).unwrap();
+        assert!(text(role.policy()).contains("Approvers::role(\"admin\")"));
+    }
+
+    #[test]
+    fn approved_by_names_exactly_one_kind_of_approver() {
+        for attr in [
+            quote!(#[confirm(approved_by(passkey))]),
+            quote!(#[confirm(approved_by(anyone_but_caller, role = "admin"))]),
+            quote!(#[confirm(approved_by(any_of = [bob]))]),
+        ] {
+            let policy = text(args(attr).unwrap().policy());
+            assert!(policy.contains("compile_error!"), "{policy}");
+        }
+        assert!(args(quote!(#[confirm(approved_by(anyone_but_caller, required = 300))])).is_err());
+        assert!(args(quote!(#[confirm(approved_by(anyone))])).is_err());
     }
 
     #[test]

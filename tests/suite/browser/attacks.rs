@@ -294,6 +294,7 @@ impl Demo {
             challenge_rate: app::ChallengeRate::Default,
             without_confirmation: false,
             audit_log: None,
+            notifier: None,
         };
         let router = app::app(store, options);
         tokio::spawn(async move { axum::serve(listener, router).await });

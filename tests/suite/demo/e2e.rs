@@ -94,6 +94,7 @@ impl Server {
             challenge_rate: app::ChallengeRate::Default,
             without_confirmation,
             audit_log: None,
+            notifier: None,
         };
         let router = app::app(Arc::clone(&store), options);
         let url = format!("http://{addr}/mcp");
@@ -511,7 +512,8 @@ async fn list_and_create_pass_through_the_layer() {
             "notes_delete",
             "notes_destroy",
             "notes_list",
-            "notes_purge"
+            "notes_purge",
+            "notes_shred"
         ]
     );
 }
@@ -526,7 +528,8 @@ async fn the_confirmed_handlers_refuse_to_run_without_the_layer() {
     sneaky.insert("note_id".into(), json!("note-7"));
     for (tool, arguments) in [
         ("notes_delete", sneaky.clone()),
-        ("notes_destroy", sneaky),
+        ("notes_destroy", sneaky.clone()),
+        ("notes_shred", sneaky),
         ("notes_purge", delete_args(&server, "Groceries")),
     ] {
         let refused = round(

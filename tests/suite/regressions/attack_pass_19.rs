@@ -101,6 +101,7 @@ async fn instance(store: &Arc<notes::NotesStore>, grants: Arc<dyn GrantStore>) -
         challenge_rate: app::ChallengeRate::Default,
         without_confirmation: false,
         audit_log: None,
+        notifier: None,
     };
     let router = app::app(Arc::clone(store), options);
     tokio::spawn(async move { axum::serve(listener, router).await });

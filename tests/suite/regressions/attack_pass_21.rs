@@ -217,6 +217,7 @@ mod demo_fixture {
             challenge_rate: app::ChallengeRate::Off,
             without_confirmation: false,
             audit_log: None,
+            notifier: None,
         };
         let router = app::app(Arc::clone(&store), options);
         tokio::spawn(async move { axum::serve(listener, router).await });
