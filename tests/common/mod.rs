@@ -17,6 +17,7 @@ use http_body_util::{BodyExt, Full};
 use mcp_confirm::approval::ApprovalStore;
 use mcp_confirm::body::RequestBody;
 use mcp_confirm::clock::ManualClock;
+use mcp_confirm::store::passkey::PasskeyStore;
 use mcp_confirm::store::standing::StandingStore;
 use mcp_confirm::store::{MemoryReplayStore, ReplayStore};
 use mcp_confirm::{
@@ -28,9 +29,9 @@ use tower::{Layer, ServiceExt};
 
 /// A store of nonces and browser approvals both, as every store of the crate is: what the
 /// tests that run one flow over each backend hold.
-pub trait Store: ReplayStore + ApprovalStore + StandingStore {}
+pub trait Store: ReplayStore + ApprovalStore + StandingStore + PasskeyStore {}
 
-impl<S: ReplayStore + ApprovalStore + StandingStore> Store for S {}
+impl<S: ReplayStore + ApprovalStore + StandingStore + PasskeyStore> Store for S {}
 
 pub const KEY: [u8; 32] = [0x11; 32];
 pub const PERSONAL: &str = "file:///data/personal";

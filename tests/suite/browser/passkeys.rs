@@ -91,12 +91,12 @@ const KEYS_URL: &str = "http://notes.example/passkeys";
 
 /// Registers `client`'s passkey for `who` on the passkey page; the page after it.
 async fn register(
-    s: &Setup,
+    keys_page: &PasskeyPage,
     who: &Principal,
     client: &mut SoftAuthenticator,
 ) -> (StatusCode, String) {
     let (status, headers, html) =
-        visit_as(&s.keys_page, "GET", KEYS_URL, Some(who.clone()), &[], "").await;
+        visit_as(keys_page, "GET", KEYS_URL, Some(who.clone()), &[], "").await;
     assert_eq!(status, StatusCode::OK, "{html}");
     let csp = headers["content-security-policy"].to_str().unwrap();
     assert!(
@@ -111,18 +111,18 @@ async fn register(
         ("response", &response),
         ("name", "laptop"),
     ]);
-    post(&s.keys_page, KEYS_URL, who, body).await
+    post(keys_page, KEYS_URL, who, body).await
 }
 
 /// The approval page's passkey step for `who` choosing `choice`: the step page's html.
-async fn passkey_step(s: &Setup, url: &str, who: &Principal, choice: &str) -> String {
-    let (_, _, html) = visit_as(&s.page, "GET", url, Some(who.clone()), &[], "").await;
+async fn passkey_step(page: &ApprovalPage, url: &str, who: &Principal, choice: &str) -> String {
+    let (_, _, html) = visit_as(page, "GET", url, Some(who.clone()), &[], "").await;
     let body = form(&[
         ("csrf", &csrf(&html)),
         ("choice", choice),
         ("decision", "approve"),
     ]);
-    let (status, step) = post(&s.page, url, who, body).await;
+    let (status, step) = post(page, url, who, body).await;
     assert_eq!(status, StatusCode::OK, "{step}");
     assert!(step.contains("Confirm with your passkey"), "{step}");
     step
@@ -135,7 +135,7 @@ async fn assertion(client: &mut SoftAuthenticator, step: &str) -> String {
 
 /// Posts the step page's form with `response` (and `ceremony`) to `url`.
 async fn answer_step(
-    s: &Setup,
+    page: &ApprovalPage,
     url: &str,
     who: &Principal,
     step: &str,
@@ -149,7 +149,7 @@ async fn answer_step(
         ("ceremony", ceremony),
         ("response", response),
     ]);
-    post(&s.page, url, who, body).await
+    post(page, url, who, body).await
 }
 
 async fn pending(f: &Fixture, state: &str, id: u64) -> Answer {
@@ -161,11 +161,11 @@ async fn a_second_principal_approves_with_a_passkey_and_the_retry_deletes_the_ch
     let s = setup(Approvers::anyone_but_caller().with_passkey());
     let bob = Principal::new("bob");
     let mut key = authenticator();
-    let (status, html) = register(&s, &bob, &mut key).await;
+    let (status, html) = register(&s.keys_page, &bob, &mut key).await;
     assert_eq!(status, StatusCode::OK, "{html}");
     assert!(html.contains("laptop"), "{html}");
     let (url, _, state) = elicitation(&s.f.alice(&destroy_call(json!(1))).await);
-    let step = passkey_step(&s, &url, &bob, "note-7").await;
+    let step = passkey_step(&s.page, &url, &bob, "note-7").await;
     assert!(
         step.contains(&format!("version {}", s.f.notes.version("note-7"))),
         "{step}"
@@ -177,8 +177,15 @@ async fn a_second_principal_approves_with_a_passkey_and_the_retry_deletes_the_ch
         .to_owned();
     assert_eq!(challenge.len(), 64, "{challenge}");
     let response = assertion(&mut key, &step).await;
-    let (status, body) =
-        answer_step(&s, &url, &bob, &step, &hidden(&step, "ceremony"), &response).await;
+    let (status, body) = answer_step(
+        &s.page,
+        &url,
+        &bob,
+        &step,
+        &hidden(&step, "ceremony"),
+        &response,
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(body.contains("Approved"), "{body}");
     // The approval records which passkey verified it.
@@ -208,7 +215,7 @@ async fn without_a_verified_passkey_nothing_is_recorded() {
     let s = setup(Approvers::anyone_but_caller().with_passkey());
     let (bob, carol) = (Principal::new("bob"), Principal::new("carol"));
     let mut key = authenticator();
-    register(&s, &bob, &mut key).await;
+    register(&s.keys_page, &bob, &mut key).await;
     let (url, _, state) = elicitation(&s.f.alice(&destroy_call(json!(1))).await);
     // Carol has no passkey: told to register one.
     let (_, _, html) = visit_as(&s.page, "GET", &url, Some(carol.clone()), &[], "").await;
@@ -221,20 +228,20 @@ async fn without_a_verified_passkey_nothing_is_recorded() {
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert!(page.contains("none registered"), "{page}");
     // Bob posts garbage, an empty response, or a ceremony without its assertion.
-    let step = passkey_step(&s, &url, &bob, "note-7").await;
+    let step = passkey_step(&s.page, &url, &bob, "note-7").await;
     let ceremony = hidden(&step, "ceremony");
     for (ceremony, response) in [
         (ceremony.as_str(), "{}"),
         (ceremony.as_str(), "not json"),
         ("forged.ceremony", "{}"),
     ] {
-        let (status, _) = answer_step(&s, &url, &bob, &step, ceremony, response).await;
+        let (status, _) = answer_step(&s.page, &url, &bob, &step, ceremony, response).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{ceremony} {response}");
     }
     // Bob's authenticator, without user verification: signed, but not verified.
     key.verify = false;
     let response = assertion(&mut key, &step).await;
-    let (status, _) = answer_step(&s, &url, &bob, &step, &ceremony, &response).await;
+    let (status, _) = answer_step(&s.page, &url, &bob, &step, &ceremony, &response).await;
     assert_eq!(
         status,
         StatusCode::FORBIDDEN,
@@ -250,7 +257,7 @@ async fn without_a_verified_passkey_nothing_is_recorded() {
     // With it, the same step goes through: the refusals above were the passkey's.
     key.verify = true;
     let response = assertion(&mut key, &step).await;
-    let (status, body) = answer_step(&s, &url, &bob, &step, &ceremony, &response).await;
+    let (status, body) = answer_step(&s.page, &url, &bob, &step, &ceremony, &response).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_ran(&pending(&s.f, &state, 3).await);
 }
@@ -260,23 +267,23 @@ async fn an_assertion_moves_to_no_other_approval_record_or_approver() {
     let s = setup(Approvers::anyone_but_caller().with_passkey());
     let (bob, carol) = (Principal::new("bob"), Principal::new("carol"));
     let (mut bob_key, mut carol_key) = (authenticator(), authenticator());
-    register(&s, &bob, &mut bob_key).await;
-    register(&s, &carol, &mut carol_key).await;
+    register(&s.keys_page, &bob, &mut bob_key).await;
+    register(&s.keys_page, &carol, &mut carol_key).await;
     let (first, _, first_state) = elicitation(&s.f.alice(&destroy_call(json!(1))).await);
     let (second, _, _) = elicitation(&s.f.alice(&destroy_call(json!(2))).await);
     // Bob's assertion for the first approval, choosing note-7.
-    let step = passkey_step(&s, &first, &bob, "note-7").await;
+    let step = passkey_step(&s.page, &first, &bob, "note-7").await;
     let ceremony = hidden(&step, "ceremony");
     let response = assertion(&mut bob_key, &step).await;
     // ... posted on the second approval, with its ceremony or with the second's own.
-    let (status, _) = answer_step(&s, &second, &bob, &step, &ceremony, &response).await;
+    let (status, _) = answer_step(&s.page, &second, &bob, &step, &ceremony, &response).await;
     assert_eq!(
         status,
         StatusCode::FORBIDDEN,
         "another approval, its ceremony"
     );
     let (_, _, html2) = visit_as(&s.page, "GET", &second, Some(bob.clone()), &[], "").await;
-    let step2 = passkey_step(&s, &second, &bob, "note-7").await;
+    let step2 = passkey_step(&s.page, &second, &bob, "note-7").await;
     let body = form(&[
         ("csrf", &csrf(&html2)),
         ("decision", "approve"),
@@ -318,7 +325,7 @@ async fn an_assertion_moves_to_no_other_approval_record_or_approver() {
     );
     assert!(pending(&s.f, &first_state, 3).await.result()["resultType"] == "input_required");
     // Where it belongs, it decides.
-    let (status, body) = answer_step(&s, &first, &bob, &step, &ceremony, &response).await;
+    let (status, body) = answer_step(&s.page, &first, &bob, &step, &ceremony, &response).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_ran(&pending(&s.f, &first_state, 4).await);
     assert_eq!(s.f.seen.count(), 1);
@@ -331,12 +338,19 @@ async fn an_approval_for_a_version_that_changed_runs_nothing() {
     let s = setup(Approvers::anyone_but_caller().with_passkey());
     let bob = Principal::new("bob");
     let mut key = authenticator();
-    register(&s, &bob, &mut key).await;
+    register(&s.keys_page, &bob, &mut key).await;
     let (url, _, state) = elicitation(&s.f.alice(&destroy_call(json!(1))).await);
-    let step = passkey_step(&s, &url, &bob, "note-7").await;
+    let step = passkey_step(&s.page, &url, &bob, "note-7").await;
     let response = assertion(&mut key, &step).await;
-    let (status, _) =
-        answer_step(&s, &url, &bob, &step, &hidden(&step, "ceremony"), &response).await;
+    let (status, _) = answer_step(
+        &s.page,
+        &url,
+        &bob,
+        &step,
+        &hidden(&step, "ceremony"),
+        &response,
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     s.f.notes.edit("note-7");
     let refused = pending(&s.f, &state, 2).await;
@@ -349,9 +363,9 @@ async fn a_removed_passkey_verifies_nothing_even_mid_ceremony() {
     let s = setup(Approvers::anyone_but_caller().with_passkey());
     let bob = Principal::new("bob");
     let mut key = authenticator();
-    let (_, listed) = register(&s, &bob, &mut key).await;
+    let (_, listed) = register(&s.keys_page, &bob, &mut key).await;
     let (url, _, state) = elicitation(&s.f.alice(&destroy_call(json!(1))).await);
-    let step = passkey_step(&s, &url, &bob, "note-7").await;
+    let step = passkey_step(&s.page, &url, &bob, "note-7").await;
     let response = assertion(&mut key, &step).await;
     // Bob removes the passkey (a lost laptop) before his assertion arrives.
     let id = hidden(&listed, "id");
@@ -363,8 +377,15 @@ async fn a_removed_passkey_verifies_nothing_even_mid_ceremony() {
     let (status, after) = post(&s.keys_page, KEYS_URL, &bob, body).await;
     assert_eq!(status, StatusCode::OK);
     assert!(after.contains("no passkey registered"), "{after}");
-    let (status, _) =
-        answer_step(&s, &url, &bob, &step, &hidden(&step, "ceremony"), &response).await;
+    let (status, _) = answer_step(
+        &s.page,
+        &url,
+        &bob,
+        &step,
+        &hidden(&step, "ceremony"),
+        &response,
+    )
+    .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert!(pending(&s.f, &state, 2).await.result()["resultType"] == "input_required");
     assert_eq!(s.f.seen.count(), 0);
@@ -375,7 +396,7 @@ async fn the_passkey_page_keeps_each_principal_to_their_own() {
     let s = setup(Approvers::anyone_but_caller().with_passkey());
     let (bob, carol) = (Principal::new("bob"), Principal::new("carol"));
     let mut key = authenticator();
-    let (_, listed) = register(&s, &bob, &mut key).await;
+    let (_, listed) = register(&s.keys_page, &bob, &mut key).await;
     let id = hidden(&listed, "id");
     // Carol cannot remove bob's passkey, with her token or his.
     let (_, _, carol_page) =
@@ -399,7 +420,7 @@ async fn the_passkey_page_keeps_each_principal_to_their_own() {
     ]);
     let (status, html) = post(&s.keys_page, KEYS_URL, &bob, body).await;
     assert!(html.contains("was not registered"), "{status} {html}");
-    let (_, again) = register(&s, &bob, &mut key).await;
+    let (_, again) = register(&s.keys_page, &bob, &mut key).await;
     assert!(again.contains("was not registered"), "{again}");
     assert_eq!(again.matches("<li>").count(), 1, "{again}");
     // No principal, no page; no token, no change.
@@ -437,4 +458,86 @@ async fn a_rule_that_requires_passkeys_needs_a_verifier() {
         )
         .is_err()
     );
+}
+
+/// On every store, four instances of one deployment: bob registers his passkey on the first,
+/// alice calls on the second, bob approves with the passkey on the third's page, and the retry
+/// runs on the fourth: exactly the chosen note, once, and the same retry anywhere after is
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registered_on_one_instance_approved_on_another_retried_on_a_third() {
+    for (backend, store) in super::attacks::stores("passkeys across instances").await {
+        let instance = || {
+            let passkeys = Passkeys::new("notes.example", ORIGIN_URL, Arc::clone(&store)).unwrap();
+            let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+                .without_tool_list()
+                .audience("notes.example")
+                .store(Arc::clone(&store))
+                .tool(
+                    "notes_destroy",
+                    destroy_policy(&Notes::seeded())
+                        .approved_by(Approvers::anyone_but_caller().with_passkey()),
+                )
+                .approval_url(BASE)
+                .passkeys(passkeys)
+                .build();
+            let seen = Recorder::default();
+            let (page, keys_page) = (layer.approval_page(), layer.passkey_page().unwrap());
+            (
+                tower::Layer::layer(&layer, recording_inner(&seen)),
+                page,
+                keys_page,
+                seen,
+            )
+        };
+        let (_, _, keys_page, _) = instance();
+        let (caller, _, _, _) = instance();
+        let (_, page, _, _) = instance();
+        let (retry, _, _, seen) = instance();
+        // A subject of this run's own: earlier runs' passkeys stay in the shared tables.
+        let bob = Principal::new(format!(
+            "bob-{}",
+            &mcp_confirm::store::Nonce::random().to_hex()[..8]
+        ));
+        let mut key = authenticator();
+        let (status, html) = register(&keys_page, &bob, &mut key).await;
+        assert_eq!(status, StatusCode::OK, "{backend}: {html}");
+        let (url, _, state) = elicitation(
+            &send(
+                &caller,
+                crate::common::post(&destroy_call(json!(1)), Some("alice")),
+            )
+            .await,
+        );
+        let step = passkey_step(&page, &url, &bob, "note-7").await;
+        let response = assertion(&mut key, &step).await;
+        let ceremony = hidden(&step, "ceremony");
+        let (status, body) = answer_step(&page, &url, &bob, &step, &ceremony, &response).await;
+        assert_eq!(status, StatusCode::OK, "{backend}: {body}");
+        // The same assertion posted again decides nothing more.
+        let (status, _) = answer_step(&page, &url, &bob, &step, &ceremony, &response).await;
+        assert_ne!(status, StatusCode::OK, "{backend}: a replayed assertion");
+        let ran = send(
+            &retry,
+            crate::common::post(&went_to_page(&state, json!(2)), Some("alice")),
+        )
+        .await;
+        assert_ran(&ran);
+        assert_eq!(
+            seen.last().json()["params"]["arguments"]["note_id"],
+            "note-7",
+            "{backend}"
+        );
+        let again = send(
+            &caller,
+            crate::common::post(&went_to_page(&state, json!(3)), Some("alice")),
+        )
+        .await;
+        assert_eq!(
+            again.error()["data"]["reason"],
+            "invalid_request_state",
+            "{backend}"
+        );
+        assert_eq!(seen.count(), 1, "{backend}");
+    }
 }
