@@ -120,7 +120,12 @@
 //! - [`ConfirmLayer`] and its builder; [`ToolPolicy`] and [`Candidate`] say what is confirmed
 //!   and how; [`Confirmed`] and [`Waived`] are what the inner service learns.
 //! - [`store`]: replay stores (memory, Redis, Postgres) that make a confirmation single-use.
-//! - [`approval`]: approval in the browser, its page and its store.
+//! - [`approval`]: approval in the browser, its page and its store; [`Approvers`] say who
+//!   decides ([`ToolPolicy::approved_by`]: named principals, a role, four eyes, several
+//!   approvals), and the [inbox](approval::InboxPage) lists what waits for an approver.
+//! - [`notify`]: telling approvers of a new approval (signed Standard Webhooks, feature
+//!   `webhooks` for the sender); `passkey` (feature `passkeys`): approvals made with a passkey,
+//!   bound to the exact decision.
 //! - [`StandingApprovals`] and [`StandingPage`]: the standing approvals a
 //!   [policy](ToolPolicy::standing) lets the user give ("allow for 10 minutes"), listed and
 //!   revoked through the API or a page; [`store::standing`] keeps them.
