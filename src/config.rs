@@ -272,7 +272,7 @@ impl GuardedTool {
             false => std::borrow::Cow::Borrowed(&self.policy.message),
             true => std::borrow::Cow::Owned(crate::form::describe_call(
                 &self.policy.message,
-                call.params.arguments.as_ref(),
+                call.arguments(),
             )),
         }
     }
@@ -282,16 +282,13 @@ impl GuardedTool {
     pub(crate) fn request_digests(&self, call: &ToolCall) -> RequestDigests {
         RequestDigests {
             request_id: request_id_digest(&call.id),
-            arguments: arguments_digest(
-                call.params.arguments.as_ref(),
-                self.policy.select_into.as_deref(),
-            ),
+            arguments: arguments_digest(call.arguments(), self.policy.select_into.as_deref()),
         }
     }
 
     /// The arguments the tool will receive: the client's, with the chosen id written in.
     pub(crate) fn confirmed_arguments(&self, call: &ToolCall, chosen: Option<&str>) -> Value {
-        let mut arguments = match call.params.arguments.as_ref() {
+        let mut arguments = match call.arguments() {
             Some(Value::Object(map)) => map.clone(),
             _ => serde_json::Map::new(),
         };

@@ -128,11 +128,7 @@ pub(crate) async fn decide(
 /// The waiver an exempt tool's call carries to its handler.
 pub(crate) fn exempt(call: &ToolCall, principal: Option<&Principal>) -> Waived {
     audit::waived(&call.tool, principal, "exempt");
-    Waived::new(
-        &call.tool,
-        WaiverReason::Exempt,
-        call.params.arguments.as_ref(),
-    )
+    Waived::new(&call.tool, WaiverReason::Exempt, call.arguments())
 }
 
 /// The answer to a call of a tool the server lists as needing a confirmation the layer was not
@@ -274,7 +270,7 @@ impl Attempt<'_> {
         Ok(Some(Waived::new(
             &self.call.tool,
             WaiverReason::ConditionFalse,
-            self.call.params.arguments.as_ref(),
+            self.call.arguments(),
         )))
     }
 
@@ -806,7 +802,7 @@ impl Attempt<'_> {
     /// channel from the page's recorded decision.
     async fn verdict(&self, claims: &Claims) -> Result<Verdict, Refused> {
         let policy = self.policy();
-        let responses = self.call.params.input_responses.as_ref();
+        let responses = self.call.input_responses();
         let answer = form::read_answer(policy, &claims.candidates, responses);
         let browser = matches!(policy.channel, Channel::Browser { .. });
         Ok(match answer {

@@ -165,12 +165,13 @@ pub(crate) fn check_protocol(
             format!("unsupported protocol version {version:?}"),
         ));
     }
-    match call.params.arguments.as_ref() {
-        None | Some(Value::Object(_)) => Ok(()),
-        Some(_) => Err(Refused::new(
+    if call.arguments_are_an_object() {
+        Ok(())
+    } else {
+        Err(Refused::new(
             RpcError::invalid_arguments(),
             "arguments is not an object",
-        )),
+        ))
     }
 }
 

@@ -38,6 +38,37 @@ macro_rules! sixteen_bytes {
     };
 }
 
+/// Bytes of OS randomness fetched at once per thread: one system call serves this many / 16
+/// nonces, owners and epochs instead of one each (a call costs about as much as sealing a state).
+const RANDOM_POOL: usize = 512;
+
+/// 16 fresh bytes from the operating system's random source, through a per-thread pool.
+///
+/// These values must be unique, not secret (a nonce travels in the clear inside the signed
+/// state); each pooled byte is handed out once. A process that forks and goes on serving in both
+/// halves would hand the rest of the forking thread's pool out twice, so a duplicate nonce is
+/// refused as already used: a retry fails, nothing runs twice.
+fn random16() -> [u8; 16] {
+    use std::cell::RefCell;
+    thread_local! {
+        static POOL: RefCell<([u8; RANDOM_POOL], usize)> =
+            const { RefCell::new(([0; RANDOM_POOL], RANDOM_POOL)) };
+    }
+    POOL.with_borrow_mut(|(pool, next)| {
+        if *next + 16 > RANDOM_POOL {
+            #[allow(clippy::expect_used)]
+            getrandom::fill(pool).expect("the OS random source failed");
+            *next = 0;
+        }
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&pool[*next..*next + 16]);
+        // Handed out once: overwritten so nothing in the pool repeats what was given.
+        pool[*next..*next + 16].fill(0);
+        *next += 16;
+        out
+    })
+}
+
 /// The 128-bit random value that identifies one issued `requestState` in the replay store.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Nonce([u8; 16]);
@@ -48,10 +79,7 @@ impl Nonce {
     /// # Panics
     /// If the OS random source fails; there is no safe fallback for a security nonce.
     pub fn random() -> Self {
-        let mut bytes = [0u8; 16];
-        #[allow(clippy::expect_used)]
-        getrandom::fill(&mut bytes).expect("the OS random source failed");
-        Self(bytes)
+        Self(random16())
     }
 
     /// Lower-case hex, for store keys.
@@ -157,7 +185,28 @@ pub(crate) fn is_invisible(c: char) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{hex, is_invisible, unhex};
+    use super::{Nonce, RANDOM_POOL, hex, is_invisible, unhex};
+
+    /// Nonces from the pool never repeat, across refills and threads, and are not all zero.
+    #[test]
+    fn pooled_nonces_do_not_repeat_across_refills_and_threads() {
+        let per_thread = RANDOM_POOL / 16 * 5 + 3;
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    (0..per_thread).map(|_| Nonce::random()).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut all = std::collections::HashSet::new();
+        for t in threads {
+            for n in t.join().unwrap() {
+                assert_ne!(n.as_bytes(), &[0u8; 16]);
+                assert!(all.insert(n), "a nonce repeated");
+            }
+        }
+        assert_eq!(all.len(), 4 * per_thread);
+    }
 
     #[test]
     fn format_and_ignorable_characters_are_invisible_and_text_is_not() {

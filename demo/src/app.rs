@@ -112,6 +112,7 @@ pub enum ChallengeRate {
 
 /// The axum app serving the MCP endpoint at `/mcp`.
 pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
+    let store_load_users = store.load_users();
     let server = NotesServer::new(store);
     let declarations = server.confirm_declarations();
     let queue = server.queue.clone();
@@ -125,7 +126,10 @@ pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
     );
     let guard = ServiceBuilder::new()
         .layer(HostOriginLayer::localhost())
-        .layer(middleware::from_fn(authenticate));
+        .layer(middleware::from_fn_with_state(
+            LoadUsers(store_load_users),
+            authenticate,
+        ));
     if options.without_confirmation {
         return Router::new().nest_service("/mcp", guard.service(rmcp));
     }
@@ -227,9 +231,17 @@ pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
     router.fallback(signin::not_found)
 }
 
+/// Whether the load generator's principals are let in (a store seeded for load tests).
+#[derive(Clone, Copy)]
+struct LoadUsers(bool);
+
 /// Bearer-token authentication: the principal goes into the request extensions, where
 /// `ConfirmLayer` and the tool handlers find it.
-async fn authenticate(mut request: Request, next: Next) -> Response {
+async fn authenticate(
+    axum::extract::State(LoadUsers(load_users)): axum::extract::State<LoadUsers>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     // Exactly one Authorization header: with two, "which one counts" is a parser differential.
     let mut values = request
         .headers()
@@ -239,7 +251,15 @@ async fn authenticate(mut request: Request, next: Next) -> Response {
         (Some(value), None) => value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")),
         _ => None,
     };
-    let Some(principal) = token.and_then(principal_for_token) else {
+    let principal = match token {
+        Some(token) => match principal_for_token(token) {
+            Some(known) => Some(known.to_owned()),
+            None if load_users => crate::shared::load_principal_for_token(token),
+            None => None,
+        },
+        None => None,
+    };
+    let Some(principal) = principal else {
         let challenge = [(http::header::WWW_AUTHENTICATE, r#"Bearer realm="notes""#)];
         return (StatusCode::UNAUTHORIZED, challenge).into_response();
     };

@@ -131,6 +131,8 @@ pub struct NotesStore {
     /// The canonical data directory; workspace URIs are matched against it.
     root_path: PathBuf,
     backend: Backend,
+    /// Seeded for load tests: the load generator's principals (`load-<k>`) are let in.
+    load_users: bool,
 }
 
 #[derive(Debug)]
@@ -302,6 +304,7 @@ impl NotesStore {
                 root,
                 indexes: Mutex::new(HashMap::new()),
             },
+            load_users: false,
         };
         let empty = std::fs::read_dir(&store.root_path)
             .map(|mut d| d.next().is_none())
@@ -316,7 +319,8 @@ impl NotesStore {
     /// titles `load-<k>` of three notes each, written as files unless already there; every
     /// workspace's title index is built before the server starts.
     pub fn open_with_load(data_dir: &Path, load_titles: u64) -> Result<Self, NotesError> {
-        let store = Self::open(data_dir)?;
+        let mut store = Self::open(data_dir)?;
+        store.load_users = load_titles > 0;
         if load_titles > 0 {
             let load = store.root_path.join("load");
             std::fs::create_dir_all(&load).map_err(|e| NotesError::Storage(e.to_string()))?;
@@ -341,6 +345,12 @@ impl NotesStore {
         Ok(store)
     }
 
+    /// Whether the store was seeded for load tests, so that the load generator's many
+    /// principals (`load-<k>`, token `load-<k>-token`) may sign in and use the `load` workspace.
+    pub fn load_users(&self) -> bool {
+        self.load_users
+    }
+
     /// The seeded notes, in memory, under the (never touched) data directory `data_dir`; plus,
     /// for load tests, a workspace `load` holding `load_titles` titles `load-<k>` of
     /// `per_title` notes each (three: every form offers three; one: a standing approval covers
@@ -355,6 +365,7 @@ impl NotesStore {
         let store = Self {
             root_path,
             backend: Backend::Memory(Mutex::new(BTreeMap::new())),
+            load_users: load_titles > 0,
         };
         store.seed()?;
         if let Backend::Memory(workspaces) = &store.backend {

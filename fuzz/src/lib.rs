@@ -36,8 +36,7 @@ pub const SECRET: [u8; 32] = [0x42; 32];
 // The token layout of `src/token/codec.rs` and the key derivation of `src/token/keyring.rs`,
 // restated so that fuzzed payloads can carry a valid tag and reach the strict payload parse behind
 // the MAC. `check_forgery` fails loudly when the crate's format moves away from this copy.
-const FORMAT_VERSION: u8 = 3;
-const LABEL: &[u8] = b"mcp-confirm/requestState/v1\0";
+const FORMAT_VERSION: u8 = 4;
 const MAC_KEY_INFO: &[u8] = b"mcp-confirm/requestState/v1/mac";
 
 /// `token_decode`: the `requestState` decoder, from the text a client sends down to the payload.
@@ -193,7 +192,6 @@ pub fn forge(payload: &[u8]) -> String {
     raw.extend_from_slice(KEY_ID.as_bytes());
     raw.extend_from_slice(payload);
     let mut mac = keyed.clone();
-    mac.update(LABEL);
     mac.update(&raw);
     raw.extend_from_slice(&mac.finalize().into_bytes());
     wrap(&raw)
@@ -209,7 +207,7 @@ pub fn check_forgery() {
             forge(&mcp_confirm::__bench::sample_payload()),
             mcp_confirm::__bench::seal_sample(&ring),
             "fuzz/src/lib.rs no longer forges tokens as src/token/codec.rs seals them: \
-             update FORMAT_VERSION, LABEL or MAC_KEY_INFO"
+             update FORMAT_VERSION or MAC_KEY_INFO"
         );
     });
 }

@@ -90,10 +90,11 @@ fn from_scanner(e: &Envelope<'_>) -> Routing {
             })
         }),
         method: scalar(&e.method),
-        params: e
-            .params
-            .as_ref()
-            .map(|Params { is_object, name }| (*is_object, scalar(name))),
+        params: e.params.as_ref().map(
+            |Params {
+                 is_object, name, ..
+             }| (*is_object, scalar(name)),
+        ),
     }
 }
 
@@ -159,7 +160,7 @@ fn check(body: &[u8], strict_codes: bool) {
     }
     // The oracle too, where it is not laxer than the scanner.
     if let (Ok(a), Ok(b)) = (&scanned, &oracle::read_envelope(body)) {
-        assert_eq!(a, b, "oracle differs on {shown:?}");
+        assert_eq!(&a.routing(), b, "oracle differs on {shown:?}");
     }
 }
 

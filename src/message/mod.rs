@@ -36,10 +36,10 @@
 //! A serde_json upgrade that moves any of them fails those tests before it can ship.
 
 use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::OnceLock;
 
 use bytes::Bytes;
-use serde::Deserialize;
-use serde::de;
 use serde_json::Value;
 
 use crate::protocol::RpcError;
@@ -86,27 +86,80 @@ pub(crate) struct ToolCall {
     pub(crate) body: Bytes,
 }
 
+impl ToolCall {
+    /// `params.arguments`, built on first use: a retry is verified before its arguments are
+    /// read, so a forged state never pays for them.
+    pub(crate) fn arguments(&self) -> Option<&Value> {
+        self.params.arguments.as_ref().map(|m| m.value(&self.body))
+    }
+
+    /// Whether `params.arguments` is absent or an object (the only shapes a call may have),
+    /// told from its first byte without reading it.
+    pub(crate) fn arguments_are_an_object(&self) -> bool {
+        self.params
+            .arguments
+            .as_ref()
+            .is_none_or(|m| self.body.get(m.span.start) == Some(&b'{'))
+    }
+
+    /// `params.inputResponses`, built on first use (after the state verified).
+    pub(crate) fn input_responses(&self) -> Option<&Value> {
+        self.params
+            .input_responses
+            .as_ref()
+            .map(|m| m.value(&self.body))
+    }
+}
+
 /// The members of `params` the layer reads. A member that is present, even as `null`, is
 /// `Some`, so `"arguments": null` is told apart from no arguments.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct CallParams {
-    #[serde(rename = "_meta", default, deserialize_with = "present")]
     pub(crate) meta: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    pub(crate) arguments: Option<Value>,
-    #[serde(rename = "requestState", default, deserialize_with = "present")]
+    arguments: Option<Member>,
     pub(crate) request_state: Option<Value>,
-    #[serde(rename = "inputResponses", default, deserialize_with = "present")]
-    pub(crate) input_responses: Option<Value>,
+    input_responses: Option<Member>,
 }
 
-fn present<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+/// A member of `params` kept as where it lies in the body and read into a [`Value`] the first
+/// time it is asked for.
+#[derive(Debug, Clone)]
+struct Member {
+    span: Range<usize>,
+    value: OnceLock<Value>,
 }
 
-#[derive(Deserialize)]
-struct CallMessage {
-    params: CallParams,
+impl Member {
+    fn new(span: Range<usize>) -> Self {
+        Self {
+            span,
+            value: OnceLock::new(),
+        }
+    }
+
+    fn value(&self, body: &[u8]) -> &Value {
+        self.value.get_or_init(|| {
+            // The scanner accepted the whole body, and it accepts only what serde_json accepts
+            // (the contract above, tested against serde_json): this read cannot fail. If it
+            // ever did, `null` matches no signed digest and no object the tools accept.
+            body.get(self.span.clone())
+                .and_then(|text| serde_json::from_slice(text).ok())
+                .unwrap_or_else(|| {
+                    tracing::error!("a member the scanner accepted did not read as JSON");
+                    Value::Null
+                })
+        })
+    }
+}
+
+/// Where the members of `params` an intercepted call needs lie in the body, as the scanner
+/// found them.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Members {
+    meta: Option<Range<usize>>,
+    arguments: Option<Range<usize>>,
+    request_state: Option<Range<usize>>,
+    input_responses: Option<Range<usize>>,
 }
 
 /// Classifies `body`. `guarded` looks a tool name up among those the layer confirms; what it
@@ -138,7 +191,7 @@ pub(crate) fn classify<G>(body: &Bytes, guarded: impl Fn(&str) -> Option<G>) -> 
             _ => Parsed::Forward,
         };
     }
-    let name = match envelope.params {
+    let (name, members) = match envelope.params {
         None => return Parsed::Forward,
         Some(Params {
             is_object: false, ..
@@ -146,8 +199,9 @@ pub(crate) fn classify<G>(body: &Bytes, guarded: impl Fn(&str) -> Option<G>) -> 
         Some(Params { name: None, .. }) => return Parsed::Forward,
         Some(Params {
             name: Some(Scalar::Str(name)),
+            members,
             ..
-        }) => name,
+        }) => (name, members),
         Some(Params {
             name: Some(Scalar::Other),
             ..
@@ -163,18 +217,51 @@ pub(crate) fn classify<G>(body: &Bytes, guarded: impl Fn(&str) -> Option<G>) -> 
             error: RpcError::invalid_request(),
         };
     };
-    match serde_json::from_slice::<CallMessage>(body) {
-        Ok(message) => Parsed::Intercept(
+    match call_params(body, members) {
+        Some(params) => Parsed::Intercept(
             ToolCall {
                 id: id.to_owned(),
                 tool: name.into_owned(),
-                params: message.params,
+                params,
                 body: body.clone(),
             },
             found,
         ),
-        Err(_) => invalid(Some(id)),
+        None => invalid(Some(id)),
     }
+}
+
+/// Reads what a decision needs first (`_meta`, `requestState`) and leaves `arguments` and
+/// `inputResponses` where they lie.
+fn call_params(body: &Bytes, members: Members) -> Option<CallParams> {
+    let text = |span: &Range<usize>| body.get(span.clone());
+    let meta = match &members.meta {
+        None => None,
+        Some(span) => Some(serde_json::from_slice(text(span)?).ok()?),
+    };
+    let request_state = match &members.request_state {
+        None => None,
+        Some(span) => Some(state_value(text(span)?)?),
+    };
+    Some(CallParams {
+        meta,
+        arguments: members.arguments.map(Member::new),
+        request_state,
+        input_responses: members.input_responses.map(Member::new),
+    })
+}
+
+/// `requestState` as a value: a string without escapes (every state this layer issues) is
+/// copied as it stands; anything else goes through serde_json.
+fn state_value(text: &[u8]) -> Option<Value> {
+    if let [b'"', inner @ .., b'"'] = text
+        && !inner.contains(&b'\\')
+    {
+        return std::str::from_utf8(inner)
+            .ok()
+            .map(|s| Value::String(s.to_owned()));
+    }
+    serde_json::from_slice(text).ok()
 }
 
 fn invalid<G>(id: Option<&str>) -> Parsed<G> {
@@ -185,7 +272,7 @@ fn invalid<G>(id: Option<&str>) -> Parsed<G> {
 }
 
 /// What one strict pass over a message learns about its routing members.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 struct Envelope<'de> {
     jsonrpc: Option<Scalar<'de>>,
     /// Present (even as `null`) or absent (a notification).
@@ -194,17 +281,42 @@ struct Envelope<'de> {
     params: Option<Params<'de>>,
 }
 
+#[cfg(test)]
+impl Envelope<'_> {
+    /// The envelope without where the members lie: what the oracle, which reads routing and
+    /// not positions, is compared on.
+    fn routing(&self) -> Self {
+        let mut routing = self.clone();
+        if let Some(params) = &mut routing.params {
+            params.members = Members::default();
+        }
+        routing
+    }
+}
+
 /// A member that must be a string: its value, or that it was something else.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 enum Scalar<'de> {
     Str(Cow<'de, str>),
     Other,
 }
 
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Params<'de> {
     is_object: bool,
     name: Option<Scalar<'de>>,
+    /// Filled by the scanner only (the oracle reads routing, not positions).
+    members: Members,
+}
+
+impl<'de> Params<'de> {
+    fn new(is_object: bool, name: Option<Scalar<'de>>) -> Self {
+        Self {
+            is_object,
+            name,
+            members: Members::default(),
+        }
+    }
 }
 
 fn is_string(raw: &str) -> bool {
@@ -297,6 +409,57 @@ mod tests {
             classify(&Bytes::copy_from_slice(escaped_method.as_bytes()), guarded),
             Parsed::Intercept(..)
         ));
+    }
+
+    /// The members an intercepted call reads later are read as serde_json reads them, under any
+    /// spelling of their keys, and told apart when absent, `null` or not an object.
+    #[test]
+    fn members_read_later_read_as_serde_json_reads_them() {
+        let call = |params: &str| {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"notes_delete"{params}}}}}"#
+            );
+            match classify(&Bytes::from(body), guarded) {
+                Parsed::Intercept(call, ()) => call,
+                other => panic!("{params}: {other:?}"),
+            }
+        };
+        let c = call(
+            r#","\u0061rguments":{"title":"a\"b","n":[1,2.5e3,{"x":null}]},"inputResponses":{"k":{"action":"accept"}},"requestState":"mcpc1.abc","_meta":{"m":true}"#,
+        );
+        assert_eq!(
+            c.arguments(),
+            Some(&serde_json::json!({"title":"a\"b","n":[1,2.5e3,{"x":null}]}))
+        );
+        assert!(c.arguments_are_an_object());
+        assert_eq!(
+            c.input_responses(),
+            Some(&serde_json::json!({"k":{"action":"accept"}}))
+        );
+        assert_eq!(c.params.request_state, Some(Value::from("mcpc1.abc")));
+        assert_eq!(c.params.meta, Some(serde_json::json!({"m":true})));
+        // A state with an escape is unescaped, as serde_json would.
+        let c = call(r#","requestState":"mcpc1.\u0061b""#);
+        assert_eq!(c.params.request_state, Some(Value::from("mcpc1.ab")));
+        let c = call(r#","requestState":7"#);
+        assert_eq!(c.params.request_state, Some(Value::from(7)));
+        // Absent, null, or not an object.
+        let c = call("");
+        assert_eq!((c.arguments(), c.input_responses()), (None, None));
+        assert!(c.arguments_are_an_object());
+        assert_eq!(c.params.request_state, None);
+        for (shape, value) in [
+            ("null", Value::Null),
+            ("[1]", serde_json::json!([1])),
+            ("\"{}\"", Value::from("{}")),
+        ] {
+            let c = call(&format!(r#","arguments":{shape}"#));
+            assert_eq!(c.arguments(), Some(&value), "{shape}");
+            assert!(!c.arguments_are_an_object(), "{shape}");
+        }
+        // Members of nested objects are not mistaken for those of `params`.
+        let c = call(r#","_meta":{"arguments":{"x":1}}"#);
+        assert_eq!(c.arguments(), None);
     }
 
     #[test]
@@ -396,7 +559,9 @@ mod tests {
         let scanned = read_envelope(body);
         let walked = oracle::read_envelope(body);
         match (&scanned, &walked) {
-            (Ok(a), Ok(b)) => assert_eq!(a, b, "{:?}", String::from_utf8_lossy(body)),
+            (Ok(a), Ok(b)) => {
+                assert_eq!(&a.routing(), b, "{:?}", String::from_utf8_lossy(body))
+            }
             // The oracle read `id` raw, without looking for duplicate keys or out-of-range numbers
             // inside it (the scanner does). serde_json itself decides whether such an id is a
             // usable string or number; `classify` refuses any other id either way.

@@ -143,53 +143,29 @@ impl<'de> Visitor<'de> for ParamsSeed {
                 return Err(de::Error::custom("duplicate key"));
             }
         }
-        Ok(Params {
-            is_object: true,
-            name,
-        })
+        Ok(Params::new(true, name))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Params<'de>, A::Error> {
-        Strict.visit_seq(seq).map(|()| Params {
-            is_object: false,
-            name: None,
-        })
+        Strict.visit_seq(seq).map(|()| Params::new(false, None))
     }
     fn visit_bool<E>(self, _: bool) -> Result<Params<'de>, E> {
-        Ok(Params {
-            is_object: false,
-            name: None,
-        })
+        Ok(Params::new(false, None))
     }
     fn visit_i64<E>(self, _: i64) -> Result<Params<'de>, E> {
-        Ok(Params {
-            is_object: false,
-            name: None,
-        })
+        Ok(Params::new(false, None))
     }
     fn visit_u64<E>(self, _: u64) -> Result<Params<'de>, E> {
-        Ok(Params {
-            is_object: false,
-            name: None,
-        })
+        Ok(Params::new(false, None))
     }
     fn visit_f64<E>(self, _: f64) -> Result<Params<'de>, E> {
-        Ok(Params {
-            is_object: false,
-            name: None,
-        })
+        Ok(Params::new(false, None))
     }
     fn visit_str<E>(self, _: &str) -> Result<Params<'de>, E> {
-        Ok(Params {
-            is_object: false,
-            name: None,
-        })
+        Ok(Params::new(false, None))
     }
     fn visit_unit<E>(self) -> Result<Params<'de>, E> {
-        Ok(Params {
-            is_object: false,
-            name: None,
-        })
+        Ok(Params::new(false, None))
     }
 }
 

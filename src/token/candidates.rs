@@ -62,14 +62,21 @@ pub(crate) struct Candidates(Vec<Shown>);
 impl Candidates {
     /// Checks every bound the state format relies on.
     pub(crate) fn new(shown: Vec<Shown>) -> Result<Self, CandidatesError> {
+        if shown.iter().any(|c| c.id.chars().any(unprintable)) {
+            return Err(CandidatesError::BadId);
+        }
+        Self::from_sealed(shown)
+    }
+
+    /// The candidates of a state whose MAC verified: they passed [`Candidates::new`] when the
+    /// state was sealed, so only the bounds parsing relies on are checked again, not what the ids
+    /// look like to a user.
+    pub(crate) fn from_sealed(shown: Vec<Shown>) -> Result<Self, CandidatesError> {
         if shown.len() > MAX_CANDIDATES {
             return Err(CandidatesError::TooMany);
         }
         for (i, candidate) in shown.iter().enumerate() {
-            if candidate.id.is_empty()
-                || candidate.id.len() > MAX_CANDIDATE_ID_LEN
-                || candidate.id.chars().any(unprintable)
-            {
+            if candidate.id.is_empty() || candidate.id.len() > MAX_CANDIDATE_ID_LEN {
                 return Err(CandidatesError::BadId);
             }
             if candidate

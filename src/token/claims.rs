@@ -163,7 +163,8 @@ impl Claims {
         if !r.0.is_empty() {
             return None;
         }
-        let candidates = Candidates::new(candidates).ok()?;
+        // Decoded only behind a verified MAC: see `Candidates::from_sealed`.
+        let candidates = Candidates::from_sealed(candidates).ok()?;
         Some(Self {
             phase,
             issued_at,

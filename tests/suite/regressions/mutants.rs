@@ -244,19 +244,18 @@ fn with_lifetime(state: &str, issued_at: u64, expires_at: u64) -> String {
     forge_with(&KEY, "k1", &payload)
 }
 
-/// Seals `payload` like `codec::seal` (format 3), independently of the crate's code:
-/// `mcpc1.` base64url(3 || kid_len || kid || payload || HMAC(K_mac, LABEL || body)), K_mac being
+/// Seals `payload` like `codec::seal` (format 4), independently of the crate's code:
+/// `mcpc1.` base64url(4 || kid_len || kid || payload || HMAC(K_mac, body)), K_mac being
 /// HKDF-SHA256(secret) expanded with the MAC label.
 fn forge_with(secret: &[u8], kid: &str, payload: &[u8]) -> String {
     let hk = hkdf::Hkdf::<Sha256>::new(None, secret);
     let mut k_mac = [0u8; 32];
     hk.expand(b"mcp-confirm/requestState/v1/mac", &mut k_mac)
         .unwrap();
-    let mut body = vec![3u8, kid.len() as u8];
+    let mut body = vec![4u8, kid.len() as u8];
     body.extend_from_slice(kid.as_bytes());
     body.extend_from_slice(payload);
     let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(&k_mac).unwrap();
-    mac.update(b"mcp-confirm/requestState/v1\0");
     mac.update(&body);
     body.extend_from_slice(&mac.finalize().into_bytes());
     format!("mcpc1.{}", URL_SAFE_NO_PAD.encode(&body))

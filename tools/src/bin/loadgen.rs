@@ -3,9 +3,10 @@
 //! ```text
 //! cargo build --release --all-features --example notes_server
 //! cargo build --release -p mcp-confirm-tools --bin loadgen
-//! target/release/loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|challenges]
+//! target/release/loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|principals|peer|challenges]
 //!     [--clients 8] [--duration 10] [--runs 3] [--requests N] [--redis redis://127.0.0.1:6379]
 //!     [--warmup-ms 300] [--server-threads N] [--wrap 'taskset -c 1']
+//!     [--principals 1000] [--peer-dir tools/peer-ts] [--node node]
 //! ```
 //!
 //! `--server-threads` sets the server's worker threads; `--wrap` runs the server under another
@@ -43,6 +44,13 @@
 //!   demo's file sink in a fresh directory, fsync per batch), alternating for `--runs` runs each;
 //!   prints the rate with the log as a share of the rate without (medians). Every other flow
 //!   runs its server without the log.
+//! - `principals`: the realistic shape next to the measuring one: the two-round `confirm` flow
+//!   of one principal with the per-principal limits off, alternating with the same flow spread
+//!   over `--principals` principals (`load-<k>`, one per operation in turn) under the server's
+//!   default challenge rate and per-principal budget (only the store's capacity is sized).
+//! - `peer`: the same notes server written with the official TypeScript SDK v2
+//!   (`tools/peer-ts`, run with `--node`; `npm ci --prefix tools/peer-ts` first): `notes_list`
+//!   and the two-round confirmation against ours, alternating, as ratios of the rates.
 //! - `challenges`: first calls only, never answered: the server's memory (RSS) at the start and
 //!   at the end shows that a challenge keeps no server state.
 
@@ -59,12 +67,14 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|challenges] \
+const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|principals|peer|challenges] \
     [--clients N] [--duration SECS] [--runs N] [--requests N] [--redis URL] [--warmup-ms MS] \
-    [--server-threads N] [--wrap 'COMMAND ARGS']";
+    [--server-threads N] [--wrap 'COMMAND ARGS'] [--principals N] [--peer-dir DIR] [--node BIN]";
 const KEY: &str = "6d63702d636f6e6669726d2d6c6f616467656e2d6b65792d3031323334353637";
 /// Titles seeded per second of a confirm run: far above what two cores can confirm.
 const TITLES_PER_SECOND: u64 = 25_000;
+/// The same for the TypeScript SDK peer (it confirms a few hundred a second).
+const PEER_TITLES_PER_SECOND: u64 = 3_000;
 /// The same for file-backed notes (each title is three files to write before the run).
 const FILE_TITLES_PER_SECOND: u64 = 10_000;
 
@@ -80,6 +90,12 @@ struct Flags {
     wrap: Vec<String>,
     /// Worker threads of the server's runtime (`TOKIO_WORKER_THREADS`); `None`: one per core.
     server_threads: Option<u64>,
+    /// Principals of the realistic shape (`principals` flow).
+    principals: u64,
+    /// The TypeScript SDK peer's directory (`tools/peer-ts`, with its `node_modules`).
+    peer_dir: PathBuf,
+    /// The Node.js the peer runs on.
+    node: String,
 }
 
 fn flags() -> Result<Flags, String> {
@@ -93,6 +109,9 @@ fn flags() -> Result<Flags, String> {
         warmup: Duration::from_millis(300),
         wrap: Vec::new(),
         server_threads: None,
+        principals: 1_000,
+        peer_dir: PathBuf::from("tools/peer-ts"),
+        node: "node".into(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -111,6 +130,9 @@ fn flags() -> Result<Flags, String> {
             "--server-threads" => flags.server_threads = Some(number(value()?)?.max(1)),
             "--warmup-ms" => flags.warmup = Duration::from_millis(number(value()?)?),
             "--wrap" => flags.wrap = value()?.split_whitespace().map(str::to_owned).collect(),
+            "--principals" => flags.principals = number(value()?)?.max(2),
+            "--peer-dir" => flags.peer_dir = PathBuf::from(value()?),
+            "--node" => flags.node = value()?,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
@@ -164,6 +186,8 @@ fn run() -> Result<(), String> {
         ],
         "standing" => &["standing"],
         "audit-log" => &["audit-log"],
+        "principals" => &["principals"],
+        "peer" => &["peer"],
         "list" => &["list"],
         "confirm" => &["confirm"],
         "confirm-files" => &["confirm-files"],
@@ -240,6 +264,91 @@ fn run() -> Result<(), String> {
                     median(&standing, cpu),
                     median(&list, cpu),
                     median(&confirm, cpu),
+                );
+            }
+            "principals" => {
+                let (mut one, mut many) = (Vec::new(), Vec::new());
+                for _ in 0..flags.runs {
+                    one.push(rt.block_on(measure(&flags, &server_bin, Flow::Confirm, true))?);
+                    many.push(rt.block_on(measure(
+                        &flags,
+                        &server_bin,
+                        Flow::ConfirmShared,
+                        true,
+                    ))?);
+                }
+                errors += one.iter().chain(&many).map(|r| r.errors).sum::<u64>();
+                let (a, b) = (median(&one, Report::rate), median(&many, Report::rate));
+                let cpu = |r: &Report| r.per_op_us(r.server_cpu);
+                println!(
+                    "two-round confirmation, {} principals under the default limits: {b:.0} \
+                     flows/s against {a:.0} for one principal with the limits off ({:.1}% of \
+                     it, medians); server CPU {:.0} against {:.0} µs/flow (medians)",
+                    flags.principals,
+                    b / a * 100.0,
+                    median(&many, cpu),
+                    median(&one, cpu),
+                );
+            }
+            "peer" => {
+                if !flags.peer_dir.join("node_modules").exists() {
+                    return Err(format!(
+                        "{}/node_modules not found: run `npm ci --prefix {}` first",
+                        flags.peer_dir.display(),
+                        flags.peer_dir.display()
+                    ));
+                }
+                let (mut list, mut peer_list) = (Vec::new(), Vec::new());
+                let (mut confirm, mut peer_confirm) = (Vec::new(), Vec::new());
+                for _ in 0..flags.runs {
+                    list.push(rt.block_on(measure(&flags, &server_bin, Flow::List, true))?);
+                    peer_list.push(rt.block_on(measure(
+                        &flags,
+                        &server_bin,
+                        Flow::PeerList,
+                        true,
+                    ))?);
+                    confirm.push(rt.block_on(measure(&flags, &server_bin, Flow::Confirm, true))?);
+                    peer_confirm.push(rt.block_on(measure(
+                        &flags,
+                        &server_bin,
+                        Flow::PeerConfirm,
+                        true,
+                    ))?);
+                }
+                errors += list
+                    .iter()
+                    .chain(&peer_list)
+                    .chain(&confirm)
+                    .chain(&peer_confirm)
+                    .map(|r| r.errors)
+                    .sum::<u64>();
+                let ratios = |ours: &[Report], theirs: &[Report]| {
+                    let mut paired: Vec<f64> = ours
+                        .iter()
+                        .zip(theirs)
+                        .map(|(o, t)| o.rate() / t.rate())
+                        .collect();
+                    paired.sort_by(f64::total_cmp);
+                    (
+                        median(ours, Report::rate) / median(theirs, Report::rate),
+                        paired[0],
+                        paired[paired.len() - 1],
+                    )
+                };
+                let (l, l_lo, l_hi) = ratios(&list, &peer_list);
+                let (c, c_lo, c_hi) = ratios(&confirm, &peer_confirm);
+                let cpu = |r: &Report| r.per_op_us(r.server_cpu);
+                println!(
+                    "against the TypeScript SDK peer ({} clients): notes_list {l:.1}× its rate \
+                     (run by run {l_lo:.1}× to {l_hi:.1}×; server CPU {:.0} against {:.0} µs/op); \
+                     two-round confirmation {c:.1}× (run by run {c_lo:.1}× to {c_hi:.1}×; server \
+                     CPU {:.0} against {:.0} µs/flow); medians",
+                    flags.clients,
+                    median(&list, cpu),
+                    median(&peer_list, cpu),
+                    median(&confirm, cpu),
+                    median(&peer_confirm, cpu),
                 );
             }
             "audit-log" => {
@@ -347,9 +456,27 @@ enum Flow {
     ConfirmLogged,
     Standing,
     Challenges,
+    /// `Confirm` spread over many principals, the server's default limits on.
+    ConfirmShared,
+    /// `List` against the TypeScript SDK peer.
+    PeerList,
+    /// `Confirm` against the TypeScript SDK peer.
+    PeerConfirm,
 }
 
 impl Flow {
+    /// How many principals the flow's operations are spread over.
+    fn principals(self, flags: &Flags) -> u64 {
+        match self {
+            Flow::ConfirmShared => flags.principals,
+            _ => 1,
+        }
+    }
+
+    fn is_peer(self) -> bool {
+        matches!(self, Flow::PeerList | Flow::PeerConfirm)
+    }
+
     fn name(self, layered: bool) -> &'static str {
         match (self, layered) {
             (Flow::List, false) => "list (no layer)",
@@ -360,6 +487,9 @@ impl Flow {
             (Flow::Standing, _) => "standing (memory)",
             (Flow::ConfirmLogged, _) => "confirm + log",
             (Flow::Challenges, _) => "challenges only",
+            (Flow::ConfirmShared, _) => "confirm (many)",
+            (Flow::PeerList, _) => "list (TS peer)",
+            (Flow::PeerConfirm, _) => "confirm (TS peer)",
         }
     }
 }
@@ -444,12 +574,19 @@ async fn measure(
     layered: bool,
 ) -> Result<Report, String> {
     let titles = match flow {
-        Flow::Confirm | Flow::ConfirmRedis | Flow::ConfirmLogged | Flow::Standing => {
-            match flags.requests {
-                Some(n) => n + 1,
-                None => TITLES_PER_SECOND * flags.duration.as_secs(),
-            }
-        }
+        Flow::Confirm
+        | Flow::ConfirmRedis
+        | Flow::ConfirmLogged
+        | Flow::Standing
+        | Flow::ConfirmShared => match flags.requests {
+            Some(n) => n + 1,
+            None => TITLES_PER_SECOND * flags.duration.as_secs(),
+        },
+        // The peer confirms a few hundred a second: fewer titles keep its start-up short.
+        Flow::PeerConfirm => match flags.requests {
+            Some(n) => n + 1,
+            None => PEER_TITLES_PER_SECOND * (flags.duration.as_secs() + 1),
+        },
         // The warm-up confirms too: room for it.
         Flow::ConfirmFiles => match flags.requests {
             Some(n) => n + 1 + FILE_TITLES_PER_SECOND * flags.warmup.as_millis() as u64 / 1_000,
@@ -459,7 +596,7 @@ async fn measure(
             }
         },
         Flow::Challenges => 1,
-        Flow::List => 0,
+        Flow::List | Flow::PeerList => 0,
     };
     let server = Server::start(server_bin, flags, flow, layered, titles).await?;
     let setup = Setup {
@@ -470,6 +607,7 @@ async fn measure(
         started: AtomicU64::new(0),
         limit: flags.requests.unwrap_or(u64::MAX),
         forms: AtomicU64::new(0),
+        principals: flow.principals(flags),
     };
     let setup = Arc::new(setup);
     // Warm up connections and caches for a moment, not measured.
@@ -506,7 +644,7 @@ async fn measure(
 
 fn workspace(flow: Flow) -> &'static str {
     match flow {
-        Flow::List => "personal",
+        Flow::List | Flow::PeerList => "personal",
         _ => "load",
     }
 }
@@ -521,6 +659,19 @@ struct Setup {
     limit: u64,
     /// Operations that got a form (the standing flow).
     forms: AtomicU64,
+    /// Principals the operations are spread over: 1 is alice; more are the server's load
+    /// principals `load-<k>`, one per operation in turn.
+    principals: u64,
+}
+
+impl Setup {
+    /// The bearer token of operation `op`.
+    fn token(&self, op: u64) -> String {
+        match self.principals {
+            0 | 1 => "alice-token".to_owned(),
+            n => format!("load-{}-token", op % n),
+        }
+    }
 }
 
 /// Runs `clients` connections until `duration` has passed or the operation limit is reached;
@@ -539,17 +690,25 @@ async fn drive(
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(1 << 16);
             let mut errors = 0u64;
-            let mut id = 0u64;
-            while Instant::now() < deadline
-                && setup.started.fetch_add(1, Ordering::Relaxed) < setup.limit
-            {
+            let mut id = Ids {
+                next: 0,
+                token: String::new(),
+            };
+            loop {
+                let op = setup.started.fetch_add(1, Ordering::Relaxed);
+                if Instant::now() >= deadline || op >= setup.limit {
+                    break;
+                }
+                id.token = setup.token(op);
                 let began = Instant::now();
                 let ok = match flow {
-                    Flow::List => list(&mut conn, &setup, &mut id).await,
+                    Flow::List | Flow::PeerList => list(&mut conn, &setup, &mut id).await,
                     Flow::Confirm
                     | Flow::ConfirmFiles
                     | Flow::ConfirmRedis
-                    | Flow::ConfirmLogged => confirm(&mut conn, &setup, &mut id).await,
+                    | Flow::ConfirmLogged
+                    | Flow::ConfirmShared
+                    | Flow::PeerConfirm => confirm(&mut conn, &setup, &mut id).await,
                     Flow::Standing => under_standing(&mut conn, &setup, &mut id).await,
                     Flow::Challenges => challenge_only(&mut conn, &setup, &mut id).await,
                 };
@@ -575,6 +734,12 @@ async fn drive(
 
 type Conn = SendRequest<Full<Bytes>>;
 
+/// One client's request ids, and the bearer token of the operation under way.
+struct Ids {
+    next: u64,
+    token: String,
+}
+
 async fn connect(addr: SocketAddr) -> Result<Conn, String> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
@@ -597,18 +762,18 @@ fn meta() -> Value {
 async fn call(
     conn: &mut Conn,
     setup: &Setup,
-    id: &mut u64,
+    id: &mut Ids,
     tool: &str,
     params: Value,
 ) -> Result<Value, String> {
-    *id += 1;
+    id.next += 1;
     let mut params = params;
     params["name"] = json!(tool);
     params["_meta"] = meta();
-    let body = json!({"jsonrpc":"2.0","id":*id,"method":"tools/call","params":params});
-    let request = http::Request::post(format!("http://{}/mcp", setup.addr))
+    let body = json!({"jsonrpc":"2.0","id":id.next,"method":"tools/call","params":params});
+    let request = http::Request::post("/mcp")
         .header("host", setup.addr.to_string())
-        .header("authorization", "Bearer alice-token")
+        .header("authorization", format!("Bearer {}", id.token))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
@@ -640,7 +805,7 @@ async fn call(
     }
 }
 
-async fn list(conn: &mut Conn, setup: &Setup, id: &mut u64) -> Result<(), String> {
+async fn list(conn: &mut Conn, setup: &Setup, id: &mut Ids) -> Result<(), String> {
     let args = json!({"arguments":{"workspaceUri": setup.workspace}});
     let result = call(conn, setup, id, "notes_list", args).await?;
     let text = result["content"][0]["text"].as_str().unwrap_or_default();
@@ -662,7 +827,7 @@ fn next_title(setup: &Setup) -> Result<String, String> {
 async fn first_call(
     conn: &mut Conn,
     setup: &Setup,
-    id: &mut u64,
+    id: &mut Ids,
     title: String,
 ) -> Result<(Value, Value), String> {
     let arguments = json!({"workspaceUri": setup.workspace, "title": title});
@@ -675,7 +840,7 @@ async fn first_call(
 async fn first_round(
     conn: &mut Conn,
     setup: &Setup,
-    id: &mut u64,
+    id: &mut Ids,
 ) -> Result<(String, String, Value), String> {
     let (arguments, first) = first_call(conn, setup, id, next_title(setup)?).await?;
     let offered = &first["inputRequests"]["delete_choice"]["params"]["requestedSchema"]["properties"]
@@ -692,7 +857,7 @@ async fn first_round(
     }
 }
 
-async fn challenge_only(conn: &mut Conn, setup: &Setup, id: &mut u64) -> Result<(), String> {
+async fn challenge_only(conn: &mut Conn, setup: &Setup, id: &mut Ids) -> Result<(), String> {
     // Challenges are never answered, so one title serves every call.
     let (_, first) = first_call(conn, setup, id, "load-0".to_owned()).await?;
     if first["resultType"] != "input_required" {
@@ -701,7 +866,7 @@ async fn challenge_only(conn: &mut Conn, setup: &Setup, id: &mut u64) -> Result<
     Ok(())
 }
 
-async fn confirm(conn: &mut Conn, setup: &Setup, id: &mut u64) -> Result<(), String> {
+async fn confirm(conn: &mut Conn, setup: &Setup, id: &mut Ids) -> Result<(), String> {
     let (state, choice, arguments) = first_round(conn, setup, id).await?;
     let params = json!({
         "arguments": arguments,
@@ -718,7 +883,7 @@ async fn confirm(conn: &mut Conn, setup: &Setup, id: &mut u64) -> Result<(), Str
 
 /// One delete of a one-note title: covered by the standing approval (no form), or, when it is
 /// used up, confirmed with the form while granting it again.
-async fn under_standing(conn: &mut Conn, setup: &Setup, id: &mut u64) -> Result<(), String> {
+async fn under_standing(conn: &mut Conn, setup: &Setup, id: &mut Ids) -> Result<(), String> {
     let (arguments, first) = first_call(conn, setup, id, next_title(setup)?).await?;
     let done = if first["resultType"] == "input_required" {
         setup.forms.fetch_add(1, Ordering::Relaxed);
@@ -788,6 +953,9 @@ impl Server {
         } else {
             "/srv/loadgen-notes".to_owned()
         };
+        if flow.is_peer() {
+            return Self::start_peer(flags, addr, data_dir, titles).await;
+        }
         let mut command = match flags.wrap.split_first() {
             Some((program, args)) => {
                 let mut command = Command::new(program);
@@ -812,18 +980,23 @@ impl Server {
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        if layered {
+        if !layered {
+            command.arg("--without-confirmation");
+        } else if flow != Flow::ConfirmShared {
             // One principal (alice) asks for thousands of forms a second: far past the default
             // per-principal challenge rate, which is what it is for.
             command.args(["--challenge-rate", "off"]);
-        } else {
-            command.arg("--without-confirmation");
         }
         // Every confirmation keeps its nonce for the state's lifetime (5 minutes), all of them
         // alice's: room for every one of the run, which neither the default capacity (100,000)
-        // nor the default per-principal budget is.
+        // nor the default per-principal budget is. Spread over many principals, each stays
+        // within the default budget; only the store's capacity is sized for the run.
         let room = (titles + 1_000).to_string();
         match flow {
+            Flow::ConfirmShared => {
+                command.args(["--replay-store", &format!("memory:{room}")]);
+            }
+            Flow::PeerList | Flow::PeerConfirm => {}
             Flow::ConfirmRedis => {
                 command.args(["--replay-store", &flags.redis]);
                 command.args(["--principal-budget", &room]);
@@ -871,6 +1044,42 @@ impl Server {
         while tokio::net::TcpStream::connect(addr).await.is_err() {
             if Instant::now() > deadline {
                 return Err("the notes server did not start within 600 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(server)
+    }
+
+    /// Starts the TypeScript SDK peer (`tools/peer-ts/server.mjs`) with the same notes.
+    async fn start_peer(
+        flags: &Flags,
+        addr: SocketAddr,
+        data_dir: String,
+        titles: u64,
+    ) -> Result<Self, String> {
+        let script = flags.peer_dir.join("server.mjs");
+        let child = Command::new(&flags.node)
+            .arg(&script)
+            .args(["--addr", &addr.to_string()])
+            .args(["--load-titles", &titles.to_string()])
+            .args(["--load-notes-per-title", "3"])
+            .env("NODE_ENV", "production")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("start {} {}: {e}", flags.node, script.display()))?;
+        let server = Self {
+            child,
+            addr,
+            data_dir,
+            clock_ticks: clock_ticks(),
+            owns_data_dir: false,
+            log_dir: None,
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            if Instant::now() > deadline {
+                return Err("the TypeScript peer did not start within 120 s".into());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
