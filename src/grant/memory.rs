@@ -9,12 +9,12 @@ use super::{
     Begin, Finish, Grant, GrantId, GrantState, GrantStore, GrantStoreError, Lease, Revoke,
 };
 use crate::clock::{Clock, SystemClock};
-use crate::kernel::BoxFuture;
+use crate::kernel::{BoxFuture, PrincipalKey};
 
 /// Grants in this process's memory: for one instance, and for tests. A restart forgets them all,
 /// and a forgotten grant never runs ([`Begin::Unknown`]).
 pub struct MemoryGrantStore {
-    grants: Mutex<HashMap<GrantId, Grant>>,
+    grants: Mutex<Grants>,
     capacity: usize,
     budget: usize,
     clock: Arc<dyn Clock>,
@@ -34,7 +34,7 @@ impl MemoryGrantStore {
     pub fn with_clock(capacity: usize, clock: impl Clock) -> Self {
         let capacity = capacity.max(1);
         Self {
-            grants: Mutex::new(HashMap::new()),
+            grants: Mutex::new(Grants::default()),
             capacity,
             budget: (capacity / 100).max(1),
             clock: Arc::new(clock),
@@ -49,15 +49,49 @@ impl MemoryGrantStore {
         self
     }
 
-    fn with<T>(
-        &self,
-        f: impl FnOnce(&mut HashMap<GrantId, Grant>) -> T,
-    ) -> Result<T, GrantStoreError> {
+    fn with<T>(&self, f: impl FnOnce(&mut Grants) -> T) -> Result<T, GrantStoreError> {
         let mut grants = self
             .grants
             .lock()
             .map_err(|_| GrantStoreError::Backend("the grant map's lock is poisoned".into()))?;
         Ok(f(&mut grants))
+    }
+}
+
+/// The grants, and each principal's grant ids, so a principal's budget is counted over its own
+/// grants, not the whole store. An id stays listed until its principal issues again or the store
+/// forgets ended grants, whichever is first: the lists never hold more ids than were issued
+/// since the last sweep, plus the grants held.
+#[derive(Default)]
+struct Grants {
+    by_id: HashMap<GrantId, Grant>,
+    by_principal: HashMap<PrincipalKey, Vec<GrantId>>,
+}
+
+impl std::ops::Deref for Grants {
+    type Target = HashMap<GrantId, Grant>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.by_id
+    }
+}
+
+impl std::ops::DerefMut for Grants {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.by_id
+    }
+}
+
+impl Grants {
+    /// Forgets what can never run again (ended grants, and expired ones no live lease holds),
+    /// and the ids of forgotten grants.
+    fn sweep(&mut self, now: SystemTime) {
+        self.by_id.retain(|_, g| !g.can_never_run(now));
+        let by_id = &self.by_id;
+        self.by_principal.retain(|_, ids| {
+            ids.retain(|id| by_id.contains_key(id));
+            !ids.is_empty()
+        });
     }
 }
 
@@ -80,36 +114,39 @@ impl GrantStore for MemoryGrantStore {
     fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
         let now = self.clock.now();
         let result = self.with(|grants| {
-            if grants.contains_key(&grant.id) {
+            if grants.by_id.contains_key(&grant.id) {
                 return Err(GrantStoreError::Exists);
             }
-            let mut live = grants
-                .values()
-                .filter(|g| g.principal == grant.principal && !g.can_never_run(now))
-                .map(|g| g.expires_at)
-                .peekable();
-            if live.peek().is_some() {
-                let (count, soonest) = live.fold((0usize, None::<SystemTime>), |(n, s), at| {
-                    (n + 1, Some(s.map_or(at, |s| s.min(at))))
-                });
-                if count >= self.budget {
-                    let retry_after = soonest
-                        .and_then(|at| at.duration_since(now).ok())
-                        .unwrap_or_default();
-                    return Err(GrantStoreError::OverBudget { retry_after });
-                }
+            // This principal's grants that can still run; ids of the others leave the list.
+            let Grants {
+                by_id,
+                by_principal,
+            } = grants;
+            let ids = by_principal.entry(grant.principal).or_default();
+            ids.retain(|id| by_id.get(id).is_some_and(|g| !g.can_never_run(now)));
+            if ids.len() >= self.budget {
+                let retry_after = ids
+                    .iter()
+                    .filter_map(|id| by_id.get(id).map(|g| g.expires_at))
+                    .min()
+                    .and_then(|at| at.duration_since(now).ok())
+                    .unwrap_or_default();
+                return Err(GrantStoreError::OverBudget { retry_after });
             }
-            if grants.len() >= self.capacity {
-                // Forget what can never run again: ended grants, and expired ones no live lease
-                // holds.
-                grants.retain(|_, g| !g.can_never_run(now));
-                if grants.len() >= self.capacity {
+            if grants.by_id.len() >= self.capacity {
+                grants.sweep(now);
+                if grants.by_id.len() >= self.capacity {
                     return Err(GrantStoreError::Full);
                 }
             }
             let mut fresh = grant.clone();
             fresh.state = GrantState::Granted;
-            grants.insert(grant.id, fresh);
+            grants.by_id.insert(grant.id, fresh);
+            grants
+                .by_principal
+                .entry(grant.principal)
+                .or_default()
+                .push(grant.id);
             Ok(())
         });
         Box::pin(std::future::ready(result.and_then(|r| r)))

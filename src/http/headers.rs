@@ -22,6 +22,16 @@ pub(super) fn declared(headers: &HeaderMap) -> Declared {
 /// not acceptable. Ranges and parameters split as RFC 9110 (and rmcp) split them: outside quoted
 /// strings only, so a quoted parameter never yields a range of its own.
 pub(super) fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
+    // What the SDKs send, as one value: accepted without parsing.
+    let mut values = headers.get_all(http::header::ACCEPT).iter();
+    if let (Some(only), None) = (values.next(), values.next())
+        && matches!(
+            only.as_bytes(),
+            b"application/json, text/event-stream" | b"text/event-stream, application/json"
+        )
+    {
+        return true;
+    }
     let (mut json, mut sse) = (false, false);
     let ranges = headers
         .get_all(http::header::ACCEPT)

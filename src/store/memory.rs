@@ -54,6 +54,9 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// Browser approvals, until their expiry; at most `capacity`.
     approvals: DashMap<ApprovalId, Approval>,
+    /// Each principal's pending approvals (id, expiry), so `propose` counts a principal's
+    /// share over its own, not over the whole store; ids of gone or expired ones leave lazily.
+    pending: DashMap<PrincipalKey, Vec<(ApprovalId, SystemTime)>>,
     /// Standing approvals by key, until their expiry; at most `capacity`.
     standing: DashMap<StandingKey, Standing>,
     /// Held while a grant counts and inserts, so two grants never both pass one cap.
@@ -63,6 +66,17 @@ struct Inner {
     passkey_owners: DashMap<String, String>,
     /// Held while a passkey is registered or removed: the two maps change together.
     registering: std::sync::Mutex<()>,
+}
+
+impl Inner {
+    /// Forgets expired approvals, and the per-principal ids of those gone.
+    fn sweep_approvals(&self, now: SystemTime) {
+        self.approvals.retain(|_, a| now < a.expires_at);
+        self.pending.retain(|_, mine| {
+            mine.retain(|(id, at)| now < *at && self.approvals.contains_key(id));
+            !mine.is_empty()
+        });
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -130,6 +144,7 @@ impl MemoryReplayStore {
                 epoch: BootEpoch::random(),
                 clock: Arc::new(clock),
                 approvals: DashMap::new(),
+                pending: DashMap::new(),
                 standing: DashMap::new(),
                 granting: std::sync::Mutex::new(()),
                 passkeys: DashMap::new(),
@@ -180,7 +195,7 @@ impl MemoryReplayStore {
     pub fn prune_expired(&self) -> usize {
         let now = self.inner.clock.now();
         let approvals = self.inner.approvals.len();
-        self.inner.approvals.retain(|_, a| now < a.expires_at);
+        self.inner.sweep_approvals(now);
         let approvals = approvals.saturating_sub(self.inner.approvals.len());
         self.inner.prune(now) + approvals
     }
@@ -436,18 +451,21 @@ impl ApprovalStore for MemoryReplayStore {
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
         let inner = &self.inner;
         let now = inner.clock.now();
-        inner.approvals.retain(|_, a| now < a.expires_at);
-        let pending: Vec<SystemTime> = inner
-            .approvals
-            .iter()
-            .filter(|a| a.principal == approval.principal)
-            .map(|a| a.expires_at)
-            .collect();
+        if inner.approvals.len() >= inner.capacity {
+            // Full: forget the expired ones (reads already ignore them) before deciding. Expired
+            // approvals stay until then, so both maps stay within about `capacity`.
+            inner.sweep_approvals(now);
+        }
+        // The principal's list stays locked while it is counted and the approval inserted, so
+        // two proposals of one principal never both pass its budget.
+        let mut mine = inner.pending.entry(approval.principal).or_default();
+        mine.retain(|(id, at)| now < *at && inner.approvals.contains_key(id));
         // Budgeted like nonces: never more than the principal's share of this store's capacity,
         // so one principal's pending approvals cannot fill a small store for everyone.
-        if pending.len() >= MAX_PENDING_APPROVALS.min(inner.budget) {
-            let retry_after = pending
+        if mine.len() >= MAX_PENDING_APPROVALS.min(inner.budget) {
+            let retry_after = mine
                 .iter()
+                .map(|(_, at)| *at)
                 .min()
                 .and_then(|at| at.duration_since(now).ok())
                 .unwrap_or_default();
@@ -464,6 +482,7 @@ impl ApprovalStore for MemoryReplayStore {
                 )),
                 MapEntry::Vacant(slot) => {
                     slot.insert(approval.clone());
+                    mine.push((approval.id, approval.expires_at));
                     Ok(())
                 }
             }
@@ -624,6 +643,55 @@ mod tests {
     crate::approval_store_conformance!(MemoryReplayStore::new());
     crate::passkey_store_conformance!(MemoryReplayStore::new());
     crate::standing_store_conformance!(MemoryReplayStore::new());
+
+    /// A principal's share counts its own unexpired approvals only, however many others the store
+    /// holds; a full store forgets expired approvals before it refuses.
+    #[test]
+    fn approval_budgets_count_each_principals_own_and_a_full_store_sweeps_first() {
+        use crate::store::conformance::approval;
+        let clock = clock();
+        let store = MemoryReplayStore::with_clock(1_000, clock.clone());
+        let propose = |principal: PrincipalKey, ttl: u64| {
+            let mut a = approval(principal, Duration::from_secs(ttl));
+            a.expires_at = clock.now() + Duration::from_secs(ttl);
+            let mut future = store.propose(&a);
+            match future
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+            {
+                std::task::Poll::Ready(answer) => answer,
+                std::task::Poll::Pending => panic!("the memory store answers at once"),
+            }
+        };
+        let other = |i: u32| {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&i.to_be_bytes());
+            PrincipalKey::from_bytes(b)
+        };
+        for i in 0..500 {
+            propose(other(i), 60).unwrap();
+        }
+        // The budget: 1 % of 1,000.
+        for _ in 0..10 {
+            propose(ALICE, 120).unwrap();
+        }
+        assert!(matches!(
+            propose(ALICE, 120),
+            Err(StoreError::OverBudget { retry_after }) if retry_after == Duration::from_secs(120)
+        ));
+        propose(BOB, 120).unwrap();
+        // Alice's expire: her share is free again.
+        clock.advance(Duration::from_secs(121));
+        propose(ALICE, 600).unwrap();
+        // 512 held, 511 of them expired: filling to capacity sweeps them instead of refusing.
+        for i in 1_000..1_488 {
+            propose(other(i), 600).unwrap();
+        }
+        assert_eq!(store.inner.approvals.len(), 1_000);
+        propose(other(5_000), 600).unwrap();
+        assert_eq!(store.inner.approvals.len(), 490);
+        assert!(store.inner.pending.len() <= 490);
+    }
 
     const ALICE: PrincipalKey = PrincipalKey::from_bytes([0xa1; 16]);
     const BOB: PrincipalKey = PrincipalKey::from_bytes([0xb0; 16]);
