@@ -160,6 +160,10 @@ fn benches(c: &mut Criterion) {
             b.to_async(&rt)
                 .iter(|| async { bare.oneshot(request(body, method, tool)).await.unwrap() })
         });
+        // A layer of its own per row: the no-op inner answers `tools/list` with `{}`, which the
+        // layer reads as a list it could not see (and then refuses tools it has no policy for),
+        // so one row must not change what the next one measures.
+        let confirm = layer(MemoryReplayStore::with_capacity(1_000)).layer(noop_inner());
         group.bench_function(format!("{name}/layer"), |b| {
             b.to_async(&rt).iter(|| async {
                 let mut svc = confirm.clone();

@@ -10,13 +10,10 @@
 //! of one the layer itself made (a browser approval proposed by a first call; a grant issued by a
 //! queued tool's confirmation) with a fresh id, nonce and principal.
 //!
-//! `propose` and `issue` of the memory stores scan every record the store holds (expiry and the
-//! principal's budget), so filling one store takes time quadratic in its size: a million
-//! approvals in one store would take hours. By default the records are therefore spread over as
-//! many stores as it takes to fill them in seconds, each sized so that its hash tables are as
-//! full as one store's of the whole count would be (the output says how full, both ways);
-//! RSS per record is then what one big store would hold, give or take the tables' rounding.
-//! `--single-store` puts them all in one store instead (mind the time it prints it will take).
+//! The records go into one store of each kind, sized for them. `--spread` puts them in many
+//! small stores instead, each sized so that its hash tables are as full as the one store's (the
+//! output says how full, both ways): the way this was measured while `propose` and `issue` still
+//! scanned the whole store for a principal's budget, which made one store's fill quadratic.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -52,7 +49,7 @@ fn main() {
         .find_map(|a| a.replace(['_', ','], "").parse::<usize>().ok())
         .unwrap_or(DEFAULT_COUNT)
         .max(1);
-    let single = args.iter().any(|a| a == "--single-store");
+    let single = !args.iter().any(|a| a == "--spread");
     if let Some(at) = args.iter().position(|a| a == "--phase") {
         match args.get(at + 1).map(String::as_str) {
             Some("approvals") => approvals(count, single),
@@ -76,8 +73,8 @@ fn main() {
         println!();
         let mut child = std::process::Command::new(&exe);
         child.args(["--phase", phase, &count.to_string()]);
-        if single {
-            child.arg("--single-store");
+        if !single {
+            child.arg("--spread");
         }
         let status = child.status().expect("run a phase");
         assert!(status.success(), "phase {phase} failed: {status}");
@@ -365,7 +362,7 @@ impl Fill {
         let n = count as f64;
         let one_store = (self.per_insert_ns * n + self.per_held_ns * n * n / 2.0) / 1e9;
         println!(
-            "  {call} costs about {:.0} ns plus {:.1} ns per {record} its store already holds (a scan), \
+            "  {call} costs about {:.0} ns plus {:.1} ns per {record} its store already holds, \
              so one store of {} would take about {:.0} s ({:.1} h) to fill",
             self.per_insert_ns,
             self.per_held_ns,
@@ -398,11 +395,6 @@ fn approvals(count: usize, single: bool) {
         mine,
         load
     );
-    if single && count > 100_000 {
-        println!(
-            "  --single-store: the fill takes time quadratic in the count (hours at a million)"
-        );
-    }
     let expires_at = SystemTime::now() + LIVE_FOR;
     let mut principal = random_principal();
     let before = rss_kib();
