@@ -665,9 +665,15 @@ async fn holds_the_redis_inbox_sets_do_not_grow_without_bound() {
         members = members.max(n);
     }
     assert!(made >= 25, "made {made}");
+    // The last proposal pruned everything that had expired by then, so a set holds at most the
+    // approvals made within one TTL (2 s) before it: at 300 ms apart, 7, or fewer when the
+    // machine is slow. (Comparing with the approvals still live when the keys are read instead
+    // was flaky: on a loaded machine more of them expire before the read than the slack allows,
+    // while the set waits for the next proposal or read to prune them.)
+    let within_one_ttl = 2_000 / 300 + 1;
     assert!(
-        members <= live.len() + 3,
-        "an inbox set holds {members} members for {} live approvals ({made} made)",
+        members <= within_one_ttl + 1,
+        "an inbox set holds {members} members ({} approvals live, {made} made)",
         live.len()
     );
 }
