@@ -200,22 +200,17 @@ fn run() -> Result<(), String> {
     for flow in flows {
         match *flow {
             "list" => {
-                let mut bare = Vec::new();
-                let mut layered = Vec::new();
-                for _ in 0..flags.runs {
-                    bare.push(rt.block_on(measure(&flags, &server_bin, Flow::List, false))?);
-                    layered.push(rt.block_on(measure(&flags, &server_bin, Flow::List, true))?);
-                }
-                errors += bare.iter().chain(&layered).map(|r| r.errors).sum::<u64>();
+                let [bare, layered] = alternate(
+                    &rt,
+                    &flags,
+                    &server_bin,
+                    [(Flow::List, false), (Flow::List, true)],
+                    &mut errors,
+                )?;
                 let (b, l) = (median(&bare, Report::rate), median(&layered, Report::rate));
                 // Runs alternate, so each layered run has a neighbour measured under the same
                 // conditions: the run-by-run ratios are less noisy than the medians.
-                let mut paired: Vec<f64> = bare
-                    .iter()
-                    .zip(&layered)
-                    .map(|(b, l)| (l.rate() / b.rate() - 1.0) * 100.0)
-                    .collect();
-                paired.sort_by(f64::total_cmp);
+                let paired = paired(&bare, &layered, |b, l| (l.rate() / b.rate() - 1.0) * 100.0);
                 let cpu = |r: &Report| r.per_op_us(r.server_cpu);
                 let (cpu_b, cpu_l) = (median(&bare, cpu), median(&layered, cpu));
                 println!(
@@ -231,23 +226,17 @@ fn run() -> Result<(), String> {
                 );
             }
             "standing" => {
-                let (mut standing, mut list, mut confirm) = (Vec::new(), Vec::new(), Vec::new());
-                for _ in 0..flags.runs {
-                    standing.push(rt.block_on(measure(
-                        &flags,
-                        &server_bin,
-                        Flow::Standing,
-                        true,
-                    ))?);
-                    list.push(rt.block_on(measure(&flags, &server_bin, Flow::List, true))?);
-                    confirm.push(rt.block_on(measure(&flags, &server_bin, Flow::Confirm, true))?);
-                }
-                errors += standing
-                    .iter()
-                    .chain(&list)
-                    .chain(&confirm)
-                    .map(|r| r.errors)
-                    .sum::<u64>();
+                let [standing, list, confirm] = alternate(
+                    &rt,
+                    &flags,
+                    &server_bin,
+                    [
+                        (Flow::Standing, true),
+                        (Flow::List, true),
+                        (Flow::Confirm, true),
+                    ],
+                    &mut errors,
+                )?;
                 let rate = |r: &[Report]| median(r, Report::rate);
                 let (s, l, c) = (rate(&standing), rate(&list), rate(&confirm));
                 let forms = median(&standing, |r| r.forms as f64 / r.ops.max(1) as f64 * 100.0);
@@ -267,17 +256,13 @@ fn run() -> Result<(), String> {
                 );
             }
             "principals" => {
-                let (mut one, mut many) = (Vec::new(), Vec::new());
-                for _ in 0..flags.runs {
-                    one.push(rt.block_on(measure(&flags, &server_bin, Flow::Confirm, true))?);
-                    many.push(rt.block_on(measure(
-                        &flags,
-                        &server_bin,
-                        Flow::ConfirmShared,
-                        true,
-                    ))?);
-                }
-                errors += one.iter().chain(&many).map(|r| r.errors).sum::<u64>();
+                let [one, many] = alternate(
+                    &rt,
+                    &flags,
+                    &server_bin,
+                    [(Flow::Confirm, true), (Flow::ConfirmShared, true)],
+                    &mut errors,
+                )?;
                 let (a, b) = (median(&one, Report::rate), median(&many, Report::rate));
                 let cpu = |r: &Report| r.per_op_us(r.server_cpu);
                 println!(
@@ -298,38 +283,20 @@ fn run() -> Result<(), String> {
                         flags.peer_dir.display()
                     ));
                 }
-                let (mut list, mut peer_list) = (Vec::new(), Vec::new());
-                let (mut confirm, mut peer_confirm) = (Vec::new(), Vec::new());
-                for _ in 0..flags.runs {
-                    list.push(rt.block_on(measure(&flags, &server_bin, Flow::List, true))?);
-                    peer_list.push(rt.block_on(measure(
-                        &flags,
-                        &server_bin,
-                        Flow::PeerList,
-                        true,
-                    ))?);
-                    confirm.push(rt.block_on(measure(&flags, &server_bin, Flow::Confirm, true))?);
-                    peer_confirm.push(rt.block_on(measure(
-                        &flags,
-                        &server_bin,
-                        Flow::PeerConfirm,
-                        true,
-                    ))?);
-                }
-                errors += list
-                    .iter()
-                    .chain(&peer_list)
-                    .chain(&confirm)
-                    .chain(&peer_confirm)
-                    .map(|r| r.errors)
-                    .sum::<u64>();
+                let [list, peer_list, confirm, peer_confirm] = alternate(
+                    &rt,
+                    &flags,
+                    &server_bin,
+                    [
+                        (Flow::List, true),
+                        (Flow::PeerList, true),
+                        (Flow::Confirm, true),
+                        (Flow::PeerConfirm, true),
+                    ],
+                    &mut errors,
+                )?;
                 let ratios = |ours: &[Report], theirs: &[Report]| {
-                    let mut paired: Vec<f64> = ours
-                        .iter()
-                        .zip(theirs)
-                        .map(|(o, t)| o.rate() / t.rate())
-                        .collect();
-                    paired.sort_by(f64::total_cmp);
+                    let paired = paired(ours, theirs, |o, t| o.rate() / t.rate());
                     (
                         median(ours, Report::rate) / median(theirs, Report::rate),
                         paired[0],
@@ -352,24 +319,15 @@ fn run() -> Result<(), String> {
                 );
             }
             "audit-log" => {
-                let (mut off, mut on) = (Vec::new(), Vec::new());
-                for _ in 0..flags.runs {
-                    off.push(rt.block_on(measure(&flags, &server_bin, Flow::Confirm, true))?);
-                    on.push(rt.block_on(measure(
-                        &flags,
-                        &server_bin,
-                        Flow::ConfirmLogged,
-                        true,
-                    ))?);
-                }
-                errors += off.iter().chain(&on).map(|r| r.errors).sum::<u64>();
+                let [off, on] = alternate(
+                    &rt,
+                    &flags,
+                    &server_bin,
+                    [(Flow::Confirm, true), (Flow::ConfirmLogged, true)],
+                    &mut errors,
+                )?;
                 let (a, b) = (median(&off, Report::rate), median(&on, Report::rate));
-                let mut paired: Vec<f64> = off
-                    .iter()
-                    .zip(&on)
-                    .map(|(off, on)| on.rate() / off.rate() * 100.0)
-                    .collect();
-                paired.sort_by(f64::total_cmp);
+                let paired = paired(&off, &on, |off, on| on.rate() / off.rate() * 100.0);
                 let cpu = |r: &Report| r.per_op_us(r.server_cpu);
                 println!(
                     "two-round confirmation with the decision log (file sink): {b:.0} flows/s \
@@ -384,25 +342,15 @@ fn run() -> Result<(), String> {
                 );
             }
             "files-vs-memory" => {
-                let mut memory = Vec::new();
-                let mut files = Vec::new();
-                for _ in 0..flags.runs {
-                    memory.push(rt.block_on(measure(&flags, &server_bin, Flow::Confirm, true))?);
-                    files.push(rt.block_on(measure(
-                        &flags,
-                        &server_bin,
-                        Flow::ConfirmFiles,
-                        true,
-                    ))?);
-                }
-                errors += memory.iter().chain(&files).map(|r| r.errors).sum::<u64>();
+                let [memory, files] = alternate(
+                    &rt,
+                    &flags,
+                    &server_bin,
+                    [(Flow::Confirm, true), (Flow::ConfirmFiles, true)],
+                    &mut errors,
+                )?;
                 let (m, f) = (median(&memory, Report::rate), median(&files, Report::rate));
-                let mut paired: Vec<f64> = memory
-                    .iter()
-                    .zip(&files)
-                    .map(|(m, f)| f.rate() / m.rate() * 100.0)
-                    .collect();
-                paired.sort_by(f64::total_cmp);
+                let paired = paired(&memory, &files, |m, f| f.rate() / m.rate() * 100.0);
                 let cpu = |r: &Report| r.per_op_us(r.server_cpu);
                 println!(
                     "two-round confirmation, file-backed notes: {f:.0} flows/s against {m:.0} with \
@@ -525,6 +473,34 @@ impl Report {
         let rank = ((p / 100.0) * self.latencies.len() as f64).ceil() as usize;
         Duration::from_nanos(self.latencies[rank.clamp(1, self.latencies.len()) - 1])
     }
+}
+
+/// Runs each of `shapes` (a flow, and whether through the layer) in turn, `--runs` times, each
+/// on a fresh server, so that every run has neighbours measured under the same conditions;
+/// returns each shape's reports and adds their failed operations to `errors`.
+fn alternate<const N: usize>(
+    rt: &tokio::runtime::Runtime,
+    flags: &Flags,
+    server_bin: &PathBuf,
+    shapes: [(Flow, bool); N],
+    errors: &mut u64,
+) -> Result<[Vec<Report>; N], String> {
+    let mut reports: [Vec<Report>; N] = std::array::from_fn(|_| Vec::new());
+    for _ in 0..flags.runs {
+        for ((flow, layered), runs) in shapes.iter().zip(&mut reports) {
+            let report = rt.block_on(measure(flags, server_bin, *flow, *layered))?;
+            *errors += report.errors;
+            runs.push(report);
+        }
+    }
+    Ok(reports)
+}
+
+/// `ratio` of each run of `a` and the run of `b` beside it, sorted.
+fn paired(a: &[Report], b: &[Report], ratio: impl Fn(&Report, &Report) -> f64) -> Vec<f64> {
+    let mut paired: Vec<f64> = a.iter().zip(b).map(|(a, b)| ratio(a, b)).collect();
+    paired.sort_by(f64::total_cmp);
+    paired
 }
 
 /// The median of `measure` over the runs.
