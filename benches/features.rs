@@ -71,11 +71,13 @@
 //! standing approval may have) gets a new principal and a standing approval granted through the
 //! two-round confirmation, the manual clock moving past the previous one's expiry.
 
+mod common;
+use common::ready;
+
 use std::convert::Infallible;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -112,18 +114,6 @@ const PG_STORE: &str = "mcp_confirm_bench";
 const BASE: &str = "http://notes.example/confirm/";
 const ORIGIN: &str = "http://notes.example";
 const PERSONAL: &str = "file:///data/personal";
-
-/// Polls a future that is expected to be ready at once (the memory stores').
-fn ready<F: Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("expected a ready future"),
-    }
-}
 
 fn random_principal() -> PrincipalKey {
     PrincipalKey::from_bytes(*Nonce::random().as_bytes())
@@ -231,16 +221,10 @@ fn counting_inner(calls: Arc<AtomicUsize>, standing: Arc<AtomicUsize>) -> Inner 
 }
 
 fn three_notes() -> ToolPolicy {
-    ToolPolicy::pick_one(|_: Lookup| async {
-        Ok::<_, PolicyError>(vec![
-            Candidate::labelled("note-3", "Groceries (Monday)").with_version("v1-3"),
-            Candidate::labelled("note-7", "Groceries (Tuesday)").with_version("v1-7"),
-            Candidate::labelled("note-14", "Groceries (Friday)").with_version("v1-14"),
-        ])
-    })
-    .message("Choose one matching note and confirm deletion.")
-    .choice_field("note_id")
-    .select_into("note_id")
+    ToolPolicy::pick_one(|_: Lookup| async { Ok::<_, PolicyError>(common::three_candidates()) })
+        .message("Choose one matching note and confirm deletion.")
+        .choice_field("note_id")
+        .select_into("note_id")
 }
 
 // --- backends --------------------------------------------------------------------------------

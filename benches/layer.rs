@@ -12,10 +12,12 @@
 //! - `memory_store/*`, `redis_store/*`: claims, uncontended and contended; Redis next to a plain
 //!   `SET NX` round trip.
 
+mod common;
+use common::ready;
+
 use std::convert::Infallible;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -25,7 +27,7 @@ use mcp_confirm::body::RequestBody;
 use mcp_confirm::store::{
     Claim, ClaimRequest, MemoryReplayStore, Nonce, Owner, PrincipalKey, ReplayStore,
 };
-use mcp_confirm::{Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, Principal, ToolPolicy};
+use mcp_confirm::{ConfirmLayer, KeyRing, Lookup, PolicyError, Principal, ToolPolicy};
 use serde_json::{Value, json};
 use tower::{Layer, Service, ServiceExt};
 
@@ -59,11 +61,7 @@ fn bytes(v: &Value) -> Bytes {
 
 fn layer(store: MemoryReplayStore) -> ConfirmLayer {
     let policy = ToolPolicy::pick_one(|_: Lookup| async {
-        Ok::<_, PolicyError>(vec![
-            Candidate::labelled("note-3", "Groceries (Monday)").with_version("v1-3"),
-            Candidate::labelled("note-7", "Groceries (Tuesday)").with_version("v1-7"),
-            Candidate::labelled("note-14", "Groceries (Friday)").with_version("v1-14"),
-        ])
+        Ok::<_, PolicyError>(common::three_candidates())
     })
     .input_key("delete_choice")
     .choice_field("note_id")
@@ -108,18 +106,6 @@ fn claims(n: u64, expires_at: SystemTime) -> Vec<ClaimRequest> {
             )
         })
         .collect()
-}
-
-/// Polls a future that is expected to be ready at once (the memory store's).
-fn now_or_never<F: Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("expected a ready future"),
-    }
 }
 
 fn benches(c: &mut Criterion) {
@@ -296,7 +282,7 @@ fn benches(c: &mut Criterion) {
             let claims = claims(iters, far);
             let start = Instant::now();
             for claim in &claims {
-                assert_eq!(now_or_never(store.claim(claim)).unwrap(), Claim::Claimed);
+                assert_eq!(ready(store.claim(claim)).unwrap(), Claim::Claimed);
             }
             start.elapsed()
         })
@@ -317,7 +303,7 @@ fn benches(c: &mut Criterion) {
                     let store = store.clone();
                     std::thread::spawn(move || {
                         for claim in keys {
-                            now_or_never(store.claim(&claim)).unwrap();
+                            ready(store.claim(&claim)).unwrap();
                         }
                     })
                 })

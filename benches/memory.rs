@@ -15,6 +15,9 @@
 //! output says how full, both ways): the way this was measured while `propose` and `issue` still
 //! scanned the whole store for a principal's budget, which made one store's fill quadratic.
 
+mod common;
+use common::ready;
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -28,8 +31,8 @@ use mcp_confirm::store::{
     ClaimRequest, MemoryReplayStore, Nonce, Owner, PrincipalKey, ReplayStore,
 };
 use mcp_confirm::{
-    Candidate, ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal, Refusal,
-    Revalidation, ToolPolicy,
+    ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal, Refusal, Revalidation,
+    ToolPolicy,
 };
 use serde_json::{Value, json};
 use tower::{Layer, ServiceExt};
@@ -180,16 +183,10 @@ fn call(tool: &str, capability: Value, id: u64) -> Value {
 }
 
 fn three_notes() -> ToolPolicy {
-    ToolPolicy::pick_one(|_: Lookup| async {
-        Ok::<_, PolicyError>(vec![
-            Candidate::labelled("note-3", "Groceries (Monday)").with_version("v1-3"),
-            Candidate::labelled("note-7", "Groceries (Tuesday)").with_version("v1-7"),
-            Candidate::labelled("note-14", "Groceries (Friday)").with_version("v1-14"),
-        ])
-    })
-    .message("Choose one matching note and confirm deletion.")
-    .choice_field("note_id")
-    .select_into("note_id")
+    ToolPolicy::pick_one(|_: Lookup| async { Ok::<_, PolicyError>(common::three_candidates()) })
+        .message("Choose one matching note and confirm deletion.")
+        .choice_field("note_id")
+        .select_into("note_id")
 }
 
 type Inner = tower::util::BoxCloneSyncService<
@@ -295,19 +292,6 @@ fn grant_template() -> Grant {
 }
 
 // --- the phases ------------------------------------------------------------------------------
-
-/// Polls a future that is expected to be ready at once (the memory stores').
-fn ready<F: Future>(future: F) -> F::Output {
-    use std::task::{Context, Poll, Waker};
-    let mut future = std::pin::pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("expected a ready future"),
-    }
-}
 
 /// How a fill went: how long it took, and its two costs, apart: a fixed cost per insert, and one
 /// per record the store already held (the scan).

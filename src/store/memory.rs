@@ -646,22 +646,15 @@ mod tests {
 
     /// A principal's share counts its own unexpired approvals only, however many others the store
     /// holds; a full store forgets expired approvals before it refuses.
-    #[test]
-    fn approval_budgets_count_each_principals_own_and_a_full_store_sweeps_first() {
+    #[tokio::test]
+    async fn approval_budgets_count_each_principals_own_and_a_full_store_sweeps_first() {
         use crate::store::conformance::approval;
         let clock = clock();
         let store = MemoryReplayStore::with_clock(1_000, clock.clone());
-        let propose = |principal: PrincipalKey, ttl: u64| {
+        let propose = async |principal: PrincipalKey, ttl: u64| {
             let mut a = approval(principal, Duration::from_secs(ttl));
             a.expires_at = clock.now() + Duration::from_secs(ttl);
-            let mut future = store.propose(&a);
-            match future
-                .as_mut()
-                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-            {
-                std::task::Poll::Ready(answer) => answer,
-                std::task::Poll::Pending => panic!("the memory store answers at once"),
-            }
+            store.propose(&a).await
         };
         let other = |i: u32| {
             let mut b = [0u8; 16];
@@ -669,26 +662,26 @@ mod tests {
             PrincipalKey::from_bytes(b)
         };
         for i in 0..500 {
-            propose(other(i), 60).unwrap();
+            propose(other(i), 60).await.unwrap();
         }
         // The budget: 1 % of 1,000.
         for _ in 0..10 {
-            propose(ALICE, 120).unwrap();
+            propose(ALICE, 120).await.unwrap();
         }
         assert!(matches!(
-            propose(ALICE, 120),
+            propose(ALICE, 120).await,
             Err(StoreError::OverBudget { retry_after }) if retry_after == Duration::from_secs(120)
         ));
-        propose(BOB, 120).unwrap();
+        propose(BOB, 120).await.unwrap();
         // Alice's expire: her share is free again.
         clock.advance(Duration::from_secs(121));
-        propose(ALICE, 600).unwrap();
+        propose(ALICE, 600).await.unwrap();
         // 512 held, 511 of them expired: filling to capacity sweeps them instead of refusing.
         for i in 1_000..1_488 {
-            propose(other(i), 600).unwrap();
+            propose(other(i), 600).await.unwrap();
         }
         assert_eq!(store.inner.approvals.len(), 1_000);
-        propose(other(5_000), 600).unwrap();
+        propose(other(5_000), 600).await.unwrap();
         assert_eq!(store.inner.approvals.len(), 490);
         assert!(store.inner.pending.len() <= 490);
     }
