@@ -141,18 +141,28 @@ impl Config {
         }
     }
 
-    /// Records `event`, a decision that lets a call run: with a log that is down, refused
-    /// unless its policy is to fail open.
+    /// Records `event`, a decision that lets a call run, and resolves once the record is
+    /// written (and synced, per the log's [`Fsync`](crate::audit_log::Fsync)): a call never runs
+    /// on a record that was only queued. A log that is down, or a write that fails, refuses it
+    /// unless the log's policy is to fail open (which only queues the record).
     #[cfg_attr(
         not(feature = "audit-log"),
         allow(unused_variables, clippy::unused_self)
     )]
-    pub(crate) fn note_decisive(&self, event: Event<'_>) -> Result<(), Refused> {
+    pub(crate) async fn note_decisive(&self, event: Event<'_>) -> Result<(), Refused> {
         #[cfg(feature = "audit-log")]
-        if let Some(log) = &self.log
-            && log.append(self.record(event)).is_err()
-        {
-            return self.when_log_down(log);
+        if let Some(log) = &self.log {
+            let record = self.record(event);
+            let written = match log.options().when_down {
+                crate::audit_log::WhenDown::FailOpen => log.append(record),
+                _ => match log.append_durable(record) {
+                    Ok(durable) => durable.await.map(|_| ()),
+                    Err(e) => Err(e),
+                },
+            };
+            if written.is_err() {
+                return self.when_log_down(log);
+            }
         }
         Ok(())
     }

@@ -83,40 +83,46 @@ pub(crate) async fn decide(
             return Decision::Reply(refused.reply(&call, Some(&principal)));
         }
     };
-    // A call runs only once its record is in the decision log (or the log's policy says to
-    // fail open). Should the log go down between the check before the claim and here, the
+    // A call runs only once its record is durably in the decision log (or the log's policy says
+    // to fail open). Should the log go down between the check before the claim and here, the
     // claimed confirmation is spent and nothing runs.
     let recorded = match &decision {
         Decision::Reply(_) => Ok(()),
-        Decision::Pass { waived, .. } => config.note_decisive(Event {
-            event: "waived",
-            tool: Some(&call.tool),
-            principal: Some(&principal),
-            arguments: Some(waived.arguments),
-            reason: Some(match waived.reason {
-                WaiverReason::Exempt => "exempt",
-                _ => "the policy's condition is false",
-            }),
-            ..Event::default()
-        }),
+        Decision::Pass { waived, .. } => {
+            config
+                .note_decisive(Event {
+                    event: "waived",
+                    tool: Some(&call.tool),
+                    principal: Some(&principal),
+                    arguments: Some(waived.arguments),
+                    reason: Some(match waived.reason {
+                        WaiverReason::Exempt => "exempt",
+                        _ => "the policy's condition is false",
+                    }),
+                    ..Event::default()
+                })
+                .await
+        }
         Decision::Forward(approved) => {
             let c = &approved.confirmed;
-            config.note_decisive(Event {
-                event: if c.standing.is_some() {
-                    "standing_used"
-                } else {
-                    "accepted"
-                },
-                tool: Some(&c.tool),
-                principal: Some(&principal),
-                arguments: Some(c.arguments),
-                chosen: c.chosen.as_deref(),
-                version: c.version.as_deref(),
-                nonce: Some(&c.nonce),
-                grant: c.grant.map(|g| g.short()),
-                standing: c.standing.map(|s| s.to_hex()[..8].to_owned()),
-                ..Event::default()
-            })
+            config
+                .note_decisive(Event {
+                    event: if c.standing.is_some() {
+                        "standing_used"
+                    } else {
+                        "accepted"
+                    },
+                    tool: Some(&c.tool),
+                    principal: Some(&principal),
+                    arguments: Some(c.arguments),
+                    chosen: c.chosen.as_deref(),
+                    version: c.version.as_deref(),
+                    nonce: Some(&c.nonce),
+                    grant: c.grant.map(|g| g.short()),
+                    standing: c.standing.map(|s| s.to_hex()[..8].to_owned()),
+                    ..Event::default()
+                })
+                .await
         }
     };
     match recorded {

@@ -2,38 +2,52 @@
 //! directory and the log's public key, and answers questions about it.
 //!
 //! ```text
-//! mcp-confirm-audit verify --dir DIR --key VKEY [--seen CHECKPOINT_FILE]...
+//! mcp-confirm-audit verify --dir DIR --key VKEY [--seen CHECKPOINT_FILE]... [--witness DIR]...
 //! mcp-confirm-audit prove  --dir DIR --key VKEY --seq N         (inclusion in the newest checkpoint)
 //! mcp-confirm-audit prove  --dir DIR --key VKEY --from FILE     (an older checkpoint is a prefix of the newest)
 //! mcp-confirm-audit check-proof --key VKEY --proof FILE          (checks either proof `prove` printed)
-//! mcp-confirm-audit show   --dir DIR [--event E] [--tool T] [--chosen ID] [--subject S]
+//! mcp-confirm-audit show   --dir DIR [--key VKEY] [--event E] [--tool T] [--chosen ID] [--subject S]
 //! mcp-confirm-audit export --dir DIR                               (every record, JSON lines)
 //! mcp-confirm-audit pull   --postgres URL [--table T] --dir DIR   (a PostgreSQL log, copied)
+//! mcp-confirm-audit inspect --dir DIR --key VKEY --secret-file FILE [--view FILE] [--witness DIR]...
+//! mcp-confirm-audit adopt-legacy --dir DIR --key VKEY --secret-file FILE [--view FILE]
 //! ```
+//!
+//! `verify` says "sound" only relative to a checkpoint kept elsewhere (`--seen`, or the newest a
+//! `--witness` directory holds): against itself alone a log can be consistent and still be an
+//! older copy, or another log signed with the same key. Without one it says what it could not
+//! rule out and exits 3.
+//!
+//! `inspect` is for the operator whose server refused to open its log: with the signing seed
+//! (`--secret-file`, 64 hex digits) it also checks every record's tag and the signer's view, and
+//! lists everything that differs from what the writer wrote. `adopt-legacy` writes a view for a
+//! log written before views existed (an upgrade), only if nothing else differs.
 //!
 //! `pull` copies a log kept in PostgreSQL into a new directory byte for byte, judging nothing:
 //! then verify the directory like any other.
 //!
 //! `VKEY` is the log's verifier key text (`<name>+<id>+<key>`), as the server prints it. Exit
 //! status: 0 when everything holds, 1 when a fault was found (each is printed), 2 on a usage or
-//! read error.
+//! read error, 3 when `verify` found no fault but had no checkpoint from elsewhere to anchor it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use mcp_confirm::audit_log::{Record, VerifierKey, merkle, verify};
+use mcp_confirm::audit_log::{DirWitness, Finding, LogKey, Record, VerifierKey, merkle, verify};
 use serde_json::{Value, json};
 
 const USAGE: &str = "usage:
-  mcp-confirm-audit verify --dir DIR --key VKEY [--seen CHECKPOINT_FILE]...
+  mcp-confirm-audit verify --dir DIR --key VKEY [--seen CHECKPOINT_FILE]... [--witness DIR]...
   mcp-confirm-audit prove --dir DIR --key VKEY --seq N
   mcp-confirm-audit prove --dir DIR --key VKEY --from CHECKPOINT_FILE
   mcp-confirm-audit check-proof --key VKEY --proof FILE
-  mcp-confirm-audit show --dir DIR [--event E] [--tool T] [--chosen ID] [--subject S]
+  mcp-confirm-audit show --dir DIR [--key VKEY] [--event E] [--tool T] [--chosen ID] [--subject S]
   mcp-confirm-audit export --dir DIR
-  mcp-confirm-audit pull --postgres URL [--table T] --dir DIR";
+  mcp-confirm-audit pull --postgres URL [--table T] --dir DIR
+  mcp-confirm-audit inspect --dir DIR --key VKEY --secret-file FILE [--view FILE] [--witness DIR]...
+  mcp-confirm-audit adopt-legacy --dir DIR --key VKEY --secret-file FILE [--view FILE]";
 
 #[derive(Default)]
 struct Args {
@@ -49,17 +63,29 @@ struct Args {
     postgres: Option<String>,
     table: Option<String>,
     from: Option<PathBuf>,
+    witness: Vec<PathBuf>,
+    secret_file: Option<PathBuf>,
+    view: Option<PathBuf>,
+}
+
+/// What `run` found: everything holds, a fault, or no fault but nothing to anchor it.
+enum Outcome {
+    Holds,
+    Fault,
+    Unanchored,
+}
+
+impl From<bool> for Outcome {
+    fn from(holds: bool) -> Self {
+        if holds { Self::Holds } else { Self::Fault }
+    }
 }
 
 fn main() -> ExitCode {
     match run() {
-        Ok(sound) => {
-            if sound {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
+        Ok(Outcome::Holds) => ExitCode::SUCCESS,
+        Ok(Outcome::Fault) => ExitCode::from(1),
+        Ok(Outcome::Unanchored) => ExitCode::from(3),
         Err(e) => {
             eprintln!("{e}");
             ExitCode::from(2)
@@ -67,7 +93,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<bool, String> {
+fn run() -> Result<Outcome, String> {
     let mut argv = std::env::args().skip(1);
     let command = argv.next().ok_or(USAGE)?;
     let mut args = Args::default();
@@ -89,17 +115,22 @@ fn run() -> Result<bool, String> {
             "--postgres" => args.postgres = Some(value()?),
             "--table" => args.table = Some(value()?),
             "--from" => args.from = Some(value()?.into()),
+            "--witness" => args.witness.push(value()?.into()),
+            "--secret-file" => args.secret_file = Some(value()?.into()),
+            "--view" => args.view = Some(value()?.into()),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
     }
     match command.as_str() {
         "verify" => verify_log(&args),
-        "prove" => prove(&args),
-        "check-proof" => check_proof(&args),
-        "show" => show(&args, true),
-        "export" => show(&args, false),
-        "pull" => pull(&args),
+        "prove" => prove(&args).map(Outcome::from),
+        "check-proof" => check_proof(&args).map(Outcome::from),
+        "show" => show(&args, true).map(Outcome::from),
+        "export" => show(&args, false).map(Outcome::from),
+        "pull" => pull(&args).map(Outcome::from),
+        "inspect" => inspect(&args).map(Outcome::from),
+        "adopt-legacy" => adopt_legacy(&args).map(Outcome::from),
         other => Err(format!("unknown command {other}\n{USAGE}")),
     }
 }
@@ -118,16 +149,36 @@ fn key(args: &Args) -> Result<VerifierKey, String> {
         .map_err(|e| format!("--key: {e}"))
 }
 
-fn verify_log(args: &Args) -> Result<bool, String> {
+/// The checkpoints given from elsewhere: `--seen` files and the newest each `--witness` holds.
+fn kept_elsewhere(args: &Args, key: &VerifierKey) -> Result<Vec<String>, String> {
+    let read =
+        |p: &PathBuf| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
+    let mut seen = args.seen.iter().map(read).collect::<Result<Vec<_>, _>>()?;
+    for dir in &args.witness {
+        let witness = DirWitness::new(dir, key.clone()).map_err(|e| e.to_string())?;
+        match std::fs::read_to_string(witness.path(key.name())) {
+            Ok(text) => seen.push(text),
+            Err(e) => {
+                return Err(format!(
+                    "the witness {} holds no checkpoint of {}: {e}",
+                    dir.display(),
+                    key.name()
+                ));
+            }
+        }
+    }
+    Ok(seen)
+}
+
+fn verify_log(args: &Args) -> Result<Outcome, String> {
     let key = key(args)?;
-    let seen = args
-        .seen
-        .iter()
-        .map(|p| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display())))
-        .collect::<Result<Vec<_>, _>>()?;
+    let seen = kept_elsewhere(args, &key)?;
     let verified = verify(dir(args)?, &key, &seen).map_err(|e| e.to_string())?;
     for finding in &verified.findings {
-        println!("FAULT  {finding}");
+        match finding {
+            Finding::Unsigned { .. } | Finding::TornTail { .. } => println!("UNSIGNED  {finding}"),
+            _ => println!("FAULT  {finding}"),
+        }
     }
     let latest = verified.latest().map_or("no checkpoint".to_owned(), |c| {
         format!(
@@ -136,18 +187,103 @@ fn verify_log(args: &Args) -> Result<bool, String> {
             STANDARD.encode(c.root)
         )
     });
+    let (verdict, outcome) = match (verified.is_sound(), verified.anchored) {
+        (false, _) => ("NOT sound".to_owned(), Outcome::Fault),
+        (true, Some(size)) => (
+            format!("sound relative to the checkpoint of {size} records kept elsewhere"),
+            Outcome::Holds,
+        ),
+        (true, None) => (
+            "consistent in itself, NOT checked against a checkpoint kept elsewhere: a rollback of \
+             the whole log, or a log replaced by another signed with the same key, cannot be ruled \
+             out (give --seen FILE or --witness DIR)"
+                .to_owned(),
+            Outcome::Unanchored,
+        ),
+    };
     println!(
-        "{} records, {} checkpoints signed by {}; {latest}; {}",
+        "{} records, {} checkpoints signed by {}; {latest}; {verdict}",
         verified.records.len(),
         verified.checkpoints.len(),
         key.name(),
-        if verified.is_sound() {
-            "sound"
-        } else {
-            "NOT sound"
-        }
     );
-    Ok(verified.is_sound())
+    Ok(outcome)
+}
+
+/// The signing key, from `--secret-file` (64 hex digits) under the name `--key` gives.
+fn signing_key(args: &Args) -> Result<LogKey, String> {
+    let name = key(args)?.name().to_owned();
+    let path = args
+        .secret_file
+        .as_ref()
+        .ok_or_else(|| format!("--secret-file is required\n{USAGE}"))?;
+    let text = zeroize::Zeroizing::new(
+        std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+    );
+    let text = text.trim();
+    let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+    if text.len() != 64 {
+        return Err(format!("{}: not 64 hex digits", path.display()));
+    }
+    for (i, byte) in seed.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16)
+            .map_err(|_| format!("{}: not 64 hex digits", path.display()))?;
+    }
+    let signing = LogKey::from_seed(&name, *seed).map_err(|e| e.to_string())?;
+    if signing.verifier() != key(args)? {
+        return Err("the secret is not the key --key names".into());
+    }
+    Ok(signing)
+}
+
+fn inspect(args: &Args) -> Result<bool, String> {
+    let signing = signing_key(args)?;
+    let verifier = signing.verifier();
+    let must_extend = kept_elsewhere(args, &verifier)?
+        .iter()
+        .map(|text| {
+            verifier
+                .open(text)
+                .map_err(|e| format!("a checkpoint kept elsewhere: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let problems = mcp_confirm::audit_log::file::inspect(
+        dir(args)?,
+        args.view.as_deref(),
+        &signing,
+        &must_extend,
+    )
+    .map_err(|e| e.to_string())?;
+    for problem in &problems {
+        println!("DIFFERS  {problem}");
+    }
+    if problems.is_empty() {
+        println!(
+            "the log is as its writer left it (tags, view, checkpoints{})",
+            if must_extend.is_empty() {
+                ""
+            } else {
+                ", witnesses"
+            }
+        );
+    } else {
+        println!(
+            "{} differences: keep this directory as evidence; start a new log in another directory",
+            problems.len()
+        );
+    }
+    Ok(problems.is_empty())
+}
+
+fn adopt_legacy(args: &Args) -> Result<bool, String> {
+    let signing = signing_key(args)?;
+    let size =
+        mcp_confirm::audit_log::file::adopt_legacy(dir(args)?, args.view.as_deref(), &signing)
+            .map_err(|e| e.to_string())?;
+    println!(
+        "wrote a signer's view of {size} records; the writer checks the log against it from now on"
+    );
+    Ok(true)
 }
 
 fn prove(args: &Args) -> Result<bool, String> {
@@ -310,6 +446,17 @@ fn check_proof(args: &Args) -> Result<bool, String> {
 fn show(args: &Args, filtered: bool) -> Result<bool, String> {
     let path = dir(args)?.join(mcp_confirm::audit_log::file::RECORDS);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // Which records a checkpoint vouches for: those past the newest that verifies are marked.
+    let signed = match args.key {
+        Some(_) => {
+            let verified = verify(dir(args)?, &key(args)?, &[]).map_err(|e| e.to_string())?;
+            Some(verified.latest().map_or(0, |c| c.size))
+        }
+        None => {
+            eprintln!("no --key: which records a checkpoint signed was not checked");
+            None
+        }
+    };
     let wanted = |field: &Option<String>, value: Option<&str>| {
         field.as_deref().is_none_or(|want| value == Some(want))
     };
@@ -324,7 +471,11 @@ fn show(args: &Args, filtered: bool) -> Result<bool, String> {
                 && wanted(&args.chosen, record.chosen.as_deref())
                 && wanted(&args.subject, record.subject.as_deref()));
         if shown {
-            println!("{line}");
+            if signed.is_some_and(|size| record.seq >= size) {
+                println!("UNSIGNED {line}");
+            } else {
+                println!("{line}");
+            }
         }
     }
     Ok(true)

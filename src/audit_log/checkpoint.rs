@@ -54,6 +54,7 @@ pub enum CheckpointError {
 pub struct LogKey {
     name: String,
     key: SigningKey,
+    tags: super::view::TagKey,
 }
 
 impl fmt::Debug for LogKey {
@@ -76,6 +77,7 @@ impl LogKey {
         Ok(Self {
             name: name.to_owned(),
             key: SigningKey::from_bytes(&seed),
+            tags: super::view::TagKey::derive(&seed),
         })
     }
 
@@ -96,6 +98,11 @@ impl LogKey {
     /// The name: the origin line of every checkpoint it signs.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The key that tags this log's records and its signer's view.
+    pub(crate) fn tags(&self) -> &super::view::TagKey {
+        &self.tags
     }
 
     /// What verifies its signatures.

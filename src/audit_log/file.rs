@@ -1,22 +1,36 @@
 //! The decision log in a directory: `records.jsonl` (one record a line, append-only) and
 //! `checkpoints/` (one signed checkpoint a file, numbered in the order they were signed).
 //!
-//! Opening it recovers from a crash, and never rewrites what a checkpoint signed:
-//! - every record up to the last checkpoint's size must read back exactly, in order, and hash to
-//!   its root; otherwise the log is [`Damaged`](LogError::Damaged) and is not written again
-//!   (signing on top of a changed prefix would be a fork);
-//! - after that, the first line that is torn (a crash mid-append) or does not read back ends the
-//!   log: it and what follows move to `records.jsonl.cut-<n>`, never deleted, and appending
-//!   resumes from the last good record.
+//! Beside them, the signer's [`View`] (`signer-view` by default; better on other storage): what
+//! the writer last wrote and signed, tagged with its key.
+//!
+//! Opening it recovers from a crash and never signs what its writer did not write. It is
+//! [`Damaged`](LogError::Damaged) (a stop: nothing more is written or signed until an operator
+//! has looked, with `mcp-confirm-audit inspect`) when:
+//! - a record does not read back exactly, in order, or does not carry its writer's tag (every
+//!   record written since tags exist carries one; an untagged record is accepted only where a
+//!   checkpoint signed it): a record appended or edited by someone without the key;
+//! - the records do not hash to a checkpoint's root, or to the view's;
+//! - the log holds fewer records than the view says were written, or the view's newest
+//!   checkpoint is missing (deleted to make an edit signable);
+//! - the view is missing while the log is not empty, or was not written by the key;
+//! - a witness holds a checkpoint this log does not extend (see [`witness`](super::witness)).
+//!
+//! Only a torn last line (a crash mid-append: no newline) is cut, to `records.jsonl.cut-<n>`,
+//! never deleted: no one waited on it (a durable append is answered after the write).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use super::LogError;
 use super::checkpoint::{LogKey, SignedCheckpoint};
-use super::merkle::{Frontier, leaf_hash};
+use super::merkle::{Frontier, Hash, leaf_hash};
 use super::record::Record;
+use super::view::View;
+use super::witness::{Witness, Witnessing};
 
 /// When the records reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -38,6 +52,45 @@ pub const RECORDS: &str = "records.jsonl";
 pub const CHECKPOINTS: &str = "checkpoints";
 /// The file a writer holds locked while the log is open.
 pub const LOCK: &str = "lock";
+/// The signer's view's default name, in the log's directory.
+pub const VIEW: &str = "signer-view";
+
+/// How a [`FileLog`] is opened beyond its directory and key.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct FileOptions {
+    /// When records reach the disk.
+    pub fsync: Fsync,
+    /// Where the signer's view lives (default: `signer-view` in the log's directory). Put it on
+    /// storage the log's other readers cannot write, and an attacker on the log's directory can
+    /// no longer roll back the two together.
+    pub view: Option<PathBuf>,
+    /// Where checkpoints go beyond this machine; the log must extend what each holds.
+    pub witnesses: Vec<Arc<dyn Witness>>,
+}
+
+impl FileOptions {
+    /// These options with `fsync`.
+    #[must_use]
+    pub fn fsync(mut self, fsync: Fsync) -> Self {
+        self.fsync = fsync;
+        self
+    }
+
+    /// These options with the view at `path`.
+    #[must_use]
+    pub fn view(mut self, path: impl Into<PathBuf>) -> Self {
+        self.view = Some(path.into());
+        self
+    }
+
+    /// These options with one more witness.
+    #[must_use]
+    pub fn witness(mut self, witness: impl Witness) -> Self {
+        self.witnesses.push(Arc::new(witness));
+        self
+    }
+}
 
 /// An open decision log directory, ready to append.
 #[derive(Debug)]
@@ -45,7 +98,11 @@ pub struct FileLog {
     /// Held (locked) while the log is open.
     _lock: File,
     dir: PathBuf,
+    view_path: PathBuf,
     records: File,
+    /// The records file's length after the last write that succeeded: what a failed write is
+    /// cut back to.
+    written: u64,
     frontier: Frontier,
     key: LogKey,
     fsync: Fsync,
@@ -53,16 +110,31 @@ pub struct FileLog {
     signed: Option<(u64, SignedCheckpoint)>,
     /// Records appended and not yet synced.
     unsynced: bool,
+    witnessing: Witnessing,
 }
 
 impl FileLog {
-    /// Opens (creating it if needed) the log in `dir`, signed by `key`, recovering from a crash.
+    /// Opens (creating it if needed) the log in `dir`, signed by `key`, recovering from a crash
+    /// (the view in `dir`, no witness).
     ///
     /// # Errors
-    /// [`LogError::Damaged`] if a signed record was changed, removed or reordered, or a
-    /// checkpoint does not verify with `key`; [`LogError::Locked`] if another writer has it
-    /// open; [`LogError::Io`] if the directory cannot be read or written.
+    /// As [`open_with`](Self::open_with).
     pub fn open(dir: impl AsRef<Path>, key: LogKey, fsync: Fsync) -> Result<Self, LogError> {
+        Self::open_with(dir, key, FileOptions::default().fsync(fsync))
+    }
+
+    /// Opens (creating it if needed) the log in `dir`, signed by `key`, recovering from a crash,
+    /// and checks it against its view and its witnesses (see the module's rules).
+    ///
+    /// # Errors
+    /// [`LogError::Damaged`] if the log holds what its writer did not write, or lacks what it
+    /// wrote or signed; [`LogError::Locked`] if another writer has it open; [`LogError::Io`] if
+    /// the directory cannot be read or written.
+    pub fn open_with(
+        dir: impl AsRef<Path>,
+        key: LogKey,
+        options: FileOptions,
+    ) -> Result<Self, LogError> {
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir)?;
         // One writer per directory: two would interleave their records and sign two trees.
@@ -76,29 +148,74 @@ impl FileLog {
             Err(fs::TryLockError::WouldBlock) => return Err(LogError::Locked),
             Err(fs::TryLockError::Error(e)) => return Err(e.into()),
         }
-        let (records, frontier, signed) = load(&dir, &key)?;
-        Ok(Self {
+        let view_path = options.view.clone().unwrap_or_else(|| dir.join(VIEW));
+        let (mut witnessing, must_extend) =
+            Witnessing::start(options.witnesses, key.name(), &key.verifier())?;
+        let scan = scan(&dir, &view_path, &key, &must_extend, Some(&mut witnessing))?;
+        if let Some(problem) = scan.problems.first() {
+            return Err(LogError::Damaged(format!(
+                "{problem} (run `mcp-confirm-audit inspect --dir {}` to see everything that differs; \
+                 the log is not written again)",
+                dir.display()
+            )));
+        }
+        let Scan {
+            frontier,
+            signed,
+            good,
+            bytes,
+            ..
+        } = scan;
+        let path = dir.join(RECORDS);
+        if good < bytes {
+            // A torn last line (a crash mid-append): no one waited on it. Kept aside, then cut.
+            let cut = cut_path(&dir);
+            let mut torn = Vec::new();
+            File::open(&path)?.read_to_end(&mut torn)?;
+            fs::write(
+                &cut,
+                torn.get(usize::try_from(good).unwrap_or(usize::MAX)..)
+                    .unwrap_or_default(),
+            )?;
+            let file = OpenOptions::new().write(true).open(&path)?;
+            file.set_len(good)?;
+            file.sync_all()?;
+            tracing::warn!(target: crate::audit::TARGET, decision = "log_recovered",
+                kept = frontier.size(), cut = %cut.display(),
+                "the decision log's last line was cut short by a crash; it was moved aside");
+        }
+        let records = OpenOptions::new().create(true).append(true).open(&path)?;
+        let log = Self {
             _lock: lock,
             dir,
+            view_path,
             records,
+            written: good,
             frontier,
             key,
-            fsync,
+            fsync: options.fsync,
             signed,
             unsynced: false,
-        })
+            witnessing,
+        };
+        // From here the records read are the writer's own: the view says so, on the disk.
+        log.write_view(true)?;
+        Ok(log)
     }
 
-    /// Reads the directory again as [`open`](Self::open) does, after a failed write (the disk
-    /// was full): what reached the file is kept, a torn tail is moved aside.
+    /// After a failed write: cuts the records file back to what the last successful write left
+    /// (a write the disk refused may have left half a line), and reopens it. What was written
+    /// before stays; nothing is moved aside, and the log is up again only once a write succeeds.
     ///
     /// # Errors
-    /// As [`open`](Self::open); the log stays unusable until a recovery succeeds.
+    /// [`LogError::Io`] while the file cannot be cut or reopened.
     pub fn recover(&mut self) -> Result<(), LogError> {
-        let (records, frontier, signed) = load(&self.dir, &self.key)?;
-        self.records = records;
-        self.frontier = frontier;
-        self.signed = signed;
+        let path = self.dir.join(RECORDS);
+        let file = OpenOptions::new().write(true).open(&path)?;
+        if file.metadata()?.len() != self.written {
+            file.set_len(self.written)?;
+        }
+        self.records = OpenOptions::new().append(true).open(&path)?;
         self.unsynced = false;
         Ok(())
     }
@@ -113,19 +230,43 @@ impl FileLog {
         self.signed.as_ref().map(|(_, s)| s)
     }
 
-    /// Appends `records` in one write, numbering them from [`size`](Self::size) (their `seq`
-    /// is set here); syncs per the [`Fsync`] policy. Answers the first record's number.
+    /// Where the signer's view is kept.
+    pub fn view_path(&self) -> &Path {
+        &self.view_path
+    }
+
+    fn view(&self) -> View {
+        View {
+            size: self.frontier.size(),
+            root: self.frontier.root(),
+            checkpoint: self.signed.as_ref().map_or(0, |(n, _)| *n),
+            checkpoint_size: self.signed.as_ref().map_or(0, |(_, s)| s.checkpoint.size),
+        }
+    }
+
+    fn write_view(&self, sync: bool) -> Result<(), LogError> {
+        self.view().write(
+            &self.view_path,
+            self.key.name(),
+            self.key.tags(),
+            sync && self.fsync != Fsync::Never,
+        )
+    }
+
+    /// Appends `records` in one write, numbering and tagging them from [`size`](Self::size)
+    /// (their `seq` and `tag` are set here); syncs per the [`Fsync`] policy. Answers the first
+    /// record's number.
     ///
     /// # Errors
-    /// [`LogError::Io`] (a full disk, a removed directory): the log is then not to be written
-    /// again until reopened, which recovers what reached the file.
+    /// [`LogError::Io`] (a full disk, a removed directory): call [`recover`](Self::recover)
+    /// before writing again.
     pub fn append(&mut self, records: &mut [Record]) -> Result<u64, LogError> {
         let first = self.frontier.size();
         let mut lines = String::new();
         let mut leaves = Vec::with_capacity(records.len());
         for (i, record) in records.iter_mut().enumerate() {
             record.seq = first + i as u64;
-            let line = record.to_line();
+            let line = self.key.tags().tag(self.key.name(), record);
             leaves.push(leaf_hash(line.as_bytes()));
             lines.push_str(&line);
             lines.push('\n');
@@ -135,8 +276,15 @@ impl FileLog {
         if self.fsync == Fsync::EveryBatch {
             self.sync()?;
         }
+        self.written += lines.len() as u64;
         for leaf in leaves {
             self.frontier.push(leaf);
+            self.witnessing.observe(leaf);
+        }
+        if self.fsync == Fsync::EveryBatch {
+            // The records are on the disk: the view may say so (it need not reach the disk
+            // itself; an older view is a lower bound the next start still checks).
+            self.write_view(false)?;
         }
         Ok(first)
     }
@@ -149,11 +297,13 @@ impl FileLog {
         Ok(())
     }
 
-    /// Signs a checkpoint of every record appended so far, after they reached the disk; none if
-    /// nothing was appended since the last one.
+    /// Signs a checkpoint of every record appended so far, after they reached the disk, records
+    /// it in the view and offers it to the witnesses; none if nothing was appended since the
+    /// last one.
     ///
     /// # Errors
-    /// [`LogError::Io`] if the records cannot be synced or the checkpoint written.
+    /// [`LogError::Io`] if the records cannot be synced or the checkpoint written;
+    /// [`LogError::Damaged`] if a witness refuses it or holds more.
     pub fn checkpoint(&mut self) -> Result<Option<SignedCheckpoint>, LogError> {
         let size = self.frontier.size();
         if self.signed.as_ref().map(|(_, s)| s.checkpoint.size) == Some(size) {
@@ -177,18 +327,55 @@ impl FileLog {
             File::open(self.dir.join(CHECKPOINTS))?.sync_all()?;
         }
         self.signed = Some((number, signed.clone()));
+        self.write_view(true)?;
+        self.witnessing.submit(&signed)?;
         Ok(Some(signed))
     }
 }
 
-/// What a log directory holds, recovered: the records file ready to append, the tree's
-/// frontier, and the last signed checkpoint.
-type Loaded = (File, Frontier, Option<(u64, SignedCheckpoint)>);
+/// What reading a log directory found.
+#[derive(Debug)]
+pub(crate) struct Scan {
+    /// The tree of the records that read back.
+    pub(crate) frontier: Frontier,
+    /// The newest checkpoint that verified, and its number.
+    pub(crate) signed: Option<(u64, SignedCheckpoint)>,
+    /// Bytes of whole lines read; `bytes` in all.
+    pub(crate) good: u64,
+    pub(crate) bytes: u64,
+    /// The view as read.
+    pub(crate) view: Option<View>,
+    /// Every way the directory differs from what its writer wrote, in the order found.
+    pub(crate) problems: Vec<String>,
+}
 
-/// Reads and recovers the log in `dir` (see the module's rules).
-fn load(dir: &Path, key: &LogKey) -> Result<Loaded, LogError> {
+/// Reads the log in `dir` and compares it to its view, its checkpoints and `must_extend` (what
+/// witnesses hold), feeding every leaf to `witnessing`. Nothing is changed.
+pub(crate) fn scan(
+    dir: &Path,
+    view_path: &Path,
+    key: &LogKey,
+    must_extend: &[SignedCheckpoint],
+    mut witnessing: Option<&mut Witnessing>,
+) -> Result<Scan, LogError> {
     fs::create_dir_all(dir.join(CHECKPOINTS))?;
-    let signed = last_checkpoint(dir, key)?;
+    let mut problems = Vec::new();
+    let signed = match last_checkpoint(dir, key) {
+        Ok(signed) => signed,
+        Err(LogError::Damaged(why)) => {
+            problems.push(why);
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let view = match View::read(view_path, key.name(), key.tags()) {
+        Ok(view) => view,
+        Err(LogError::Damaged(why)) => {
+            problems.push(why);
+            None
+        }
+        Err(e) => return Err(e),
+    };
     let path = dir.join(RECORDS);
     let mut bytes = Vec::new();
     match File::open(&path) {
@@ -199,50 +386,169 @@ fn load(dir: &Path, key: &LogKey) -> Result<Loaded, LogError> {
         Err(e) => return Err(e.into()),
     }
     let signed_size = signed.as_ref().map_or(0, |(_, s)| s.checkpoint.size);
+    // The roots the tree must have at these sizes: the newest checkpoint's, the view's, and
+    // each witness's.
+    let mut expected: Vec<(u64, Hash, String)> = Vec::new();
+    if let Some((n, s)) = &signed {
+        expected.push((
+            s.checkpoint.size,
+            s.checkpoint.root,
+            format!("checkpoint {n}"),
+        ));
+    }
+    if let Some(v) = &view {
+        expected.push((v.size, v.root, "the signer's view".into()));
+    }
+    for s in must_extend {
+        expected.push((
+            s.checkpoint.size,
+            s.checkpoint.root,
+            "a witness's checkpoint".into(),
+        ));
+    }
     let mut frontier = Frontier::new();
     let mut good = 0usize;
     let mut rest = bytes.as_slice();
+    let check_roots = |frontier: &Frontier, problems: &mut Vec<String>| {
+        for (size, root, what) in &expected {
+            if *size == frontier.size() && frontier.root() != *root {
+                problems.push(format!(
+                    "the first {size} records do not hash to the root of {what}"
+                ));
+            }
+        }
+    };
+    check_roots(&frontier, &mut problems);
     while let Some(end) = rest.iter().position(|&b| b == b'\n') {
         let line = &rest[..end];
+        let seq = frontier.size();
         let record = std::str::from_utf8(line).ok().and_then(Record::from_line);
         match record {
-            Some(record) if record.seq == frontier.size() => {
-                frontier.push(leaf_hash(line));
-                good += end + 1;
-                rest = &rest[end + 1..];
-                if let Some((_, s)) = &signed
-                    && frontier.size() == s.checkpoint.size
-                    && frontier.root() != s.checkpoint.root
-                {
-                    return Err(LogError::Damaged(format!(
-                        "the first {} records do not hash to the signed root",
-                        s.checkpoint.size
-                    )));
+            Some(record) if record.seq == seq => {
+                if record.tag.is_some() {
+                    if !key.tags().verifies(key.name(), &record) {
+                        problems.push(format!(
+                            "record {seq} does not carry its writer's tag: it was written or changed by someone without the log's key"
+                        ));
+                    }
+                } else if seq >= signed_size {
+                    problems.push(format!(
+                        "record {seq} carries no tag and no checkpoint signed it: it was not written by this log's writer"
+                    ));
                 }
             }
-            _ => break,
+            Some(record) => {
+                problems.push(format!(
+                    "line {seq} holds record {}: records were removed, inserted or reordered",
+                    record.seq
+                ));
+            }
+            None => problems.push(format!(
+                "line {seq} is not a record as the log writes one (edited?)"
+            )),
+        }
+        let leaf = leaf_hash(line);
+        frontier.push(leaf);
+        if let Some(w) = witnessing.as_deref_mut() {
+            w.observe(leaf);
+        }
+        good += end + 1;
+        rest = &rest[end + 1..];
+        check_roots(&frontier, &mut problems);
+    }
+    let size = frontier.size();
+    if size < signed_size {
+        problems.push(format!(
+            "the log holds {size} records and a checkpoint signed {signed_size}: records were removed"
+        ));
+    }
+    for s in must_extend {
+        if size < s.checkpoint.size {
+            problems.push(format!(
+                "the log holds {size} records and a witness holds a checkpoint of {}: the log was rolled back",
+                s.checkpoint.size
+            ));
         }
     }
-    if frontier.size() < signed_size {
-        return Err(LogError::Damaged(format!(
-            "record {} is missing, changed or out of order, and a checkpoint signed {} records",
-            frontier.size(),
-            signed_size
-        )));
+    let newest = signed.as_ref().map_or(0, |(n, _)| *n);
+    match &view {
+        Some(v) => {
+            if size < v.size {
+                problems.push(format!(
+                    "the log holds {size} records and its writer wrote {}: records were removed",
+                    v.size
+                ));
+            }
+            if newest < v.checkpoint {
+                problems.push(format!(
+                    "checkpoint {} that the writer signed is missing (the newest present is {newest})",
+                    v.checkpoint
+                ));
+            } else if newest == v.checkpoint && signed_size != v.checkpoint_size {
+                problems.push(format!(
+                    "checkpoint {newest} is not the one the writer signed"
+                ));
+            }
+        }
+        None if size > 0 || newest > 0 => problems.push(format!(
+            "the signer's view {} is missing and the log is not empty: it cannot be told apart from a log someone else wrote",
+            view_path.display()
+        )),
+        None => {}
     }
-    if good < bytes.len() {
-        // A torn or unreadable tail after the signed prefix: kept aside, then cut.
-        let cut = cut_path(dir);
-        fs::write(&cut, &bytes[good..])?;
-        let file = OpenOptions::new().write(true).open(&path)?;
-        file.set_len(good as u64)?;
-        file.sync_all()?;
-        tracing::warn!(target: crate::audit::TARGET, decision = "log_recovered",
-                kept = frontier.size(), cut = %cut.display(),
-                "the decision log's unsigned tail did not read back; it was moved aside");
+    Ok(Scan {
+        frontier,
+        signed,
+        good: good as u64,
+        bytes: bytes.len() as u64,
+        view,
+        problems,
+    })
+}
+
+/// Everything in the log in `dir` that its writer did not write or that is missing from what it
+/// wrote, checked with the signing `key` (tags, the view) and against `must_extend` (checkpoints
+/// kept elsewhere); empty when the log is as its writer left it. Reads only.
+///
+/// # Errors
+/// [`LogError::Io`] if the directory cannot be read.
+pub fn inspect(
+    dir: &Path,
+    view: Option<&Path>,
+    key: &LogKey,
+    must_extend: &[SignedCheckpoint],
+) -> Result<Vec<String>, LogError> {
+    let view_path = view.map_or_else(|| dir.join(VIEW), Path::to_path_buf);
+    Ok(scan(dir, &view_path, key, must_extend, None)?.problems)
+}
+
+/// Writes a view for a log written before views existed, after checking everything else: for an
+/// upgrade, once, by an operator who verified the log against a checkpoint kept elsewhere. A log
+/// that already has a view, or differs in anything else, is refused.
+///
+/// # Errors
+/// [`LogError::Damaged`] with the first problem; [`LogError::Io`].
+pub fn adopt_legacy(dir: &Path, view: Option<&Path>, key: &LogKey) -> Result<u64, LogError> {
+    let view_path = view.map_or_else(|| dir.join(VIEW), Path::to_path_buf);
+    let scan = scan(dir, &view_path, key, &[], None)?;
+    if scan.view.is_some() {
+        return Err(LogError::Damaged("the log already has a view".into()));
     }
-    let records = OpenOptions::new().create(true).append(true).open(&path)?;
-    Ok((records, frontier, signed))
+    if let Some(problem) = scan
+        .problems
+        .iter()
+        .find(|p| !p.starts_with("the signer's view"))
+    {
+        return Err(LogError::Damaged(problem.clone()));
+    }
+    View {
+        size: scan.frontier.size(),
+        root: scan.frontier.root(),
+        checkpoint: scan.signed.as_ref().map_or(0, |(n, _)| *n),
+        checkpoint_size: scan.signed.as_ref().map_or(0, |(_, s)| s.checkpoint.size),
+    }
+    .write(&view_path, key.name(), key.tags(), true)?;
+    Ok(scan.frontier.size())
 }
 
 /// `checkpoints/<number, 20 digits>`.

@@ -147,6 +147,80 @@ fn subproof(m: usize, leaves: &[Hash], complete: bool) -> Vec<Hash> {
     }
 }
 
+impl Frontier {
+    /// The consistency proof from this tree to the tree that adds `newer` leaves to it (as
+    /// [`consistency_proof`] over all the leaves would answer), without the old leaves: every
+    /// node of the old tree that a proof names is one of its peaks. `None` if this tree is
+    /// empty or nothing is added.
+    pub fn consistency_proof_to(&self, newer: &[Hash]) -> Option<Vec<Hash>> {
+        let old = usize::try_from(self.size).ok()?;
+        let new = old.checked_add(newer.len())?;
+        (old > 0 && !newer.is_empty()).then(|| self.subproof_from(old, 0, new, newer, true))
+    }
+
+    /// The hash of the complete or right-edge node over leaves `start..end`, where leaves
+    /// before `self.size` are known only through the peaks.
+    fn node(&self, start: usize, end: usize, newer: &[Hash]) -> Hash {
+        let old = self.size as usize;
+        if start >= old {
+            return root(&newer[start - old..end - old]);
+        }
+        if end <= old {
+            // A node wholly in the old tree that a proof names is a peak: find it by its range.
+            let mut at = 0usize;
+            for (i, peak) in self.peaks.iter().enumerate() {
+                let Some(width) = peak_width(self.size, i) else {
+                    break;
+                };
+                if at == start && at + width == end {
+                    return *peak;
+                }
+                at += width;
+            }
+        }
+        let k = split(end - start);
+        node_hash(
+            &self.node(start, start + k, newer),
+            &self.node(start + k, end, newer),
+        )
+    }
+
+    fn subproof_from(
+        &self,
+        m: usize,
+        start: usize,
+        end: usize,
+        newer: &[Hash],
+        complete: bool,
+    ) -> Vec<Hash> {
+        let n = end - start;
+        if m == n {
+            return if complete {
+                Vec::new()
+            } else {
+                vec![self.node(start, end, newer)]
+            };
+        }
+        let k = split(n);
+        if m <= k {
+            let mut proof = self.subproof_from(m, start, start + k, newer, complete);
+            proof.push(self.node(start + k, end, newer));
+            proof
+        } else {
+            let mut proof = self.subproof_from(m - k, start + k, end, newer, false);
+            proof.push(self.node(start, start + k, newer));
+            proof
+        }
+    }
+}
+
+/// The number of leaves under peak `i` of a tree of `size` leaves: the `i`-th set bit of
+/// `size`, highest first.
+fn peak_width(size: u64, i: usize) -> Option<usize> {
+    let mut bits = (0..64u32).rev().filter(|b| size >> b & 1 == 1);
+    bits.nth(i).map(|b| 1usize << b)
+}
+
 /// Whether `proof` shows leaf `leaf` at `index` in the tree of `size` leaves with root `root`
 /// (RFC 9162 §2.1.3.2).
 pub fn verify_inclusion(index: u64, size: u64, leaf: &Hash, proof: &[Hash], root: &Hash) -> bool {
@@ -235,6 +309,34 @@ pub fn verify_consistency(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frontier_proves_consistency_without_the_old_leaves() {
+        let all = leaves(70);
+        for old in 1..=40usize {
+            let mut frontier = Frontier::new();
+            for leaf in &all[..old] {
+                frontier.push(*leaf);
+            }
+            for new in old + 1..=70 {
+                let proof = frontier.consistency_proof_to(&all[old..new]).unwrap();
+                assert_eq!(
+                    Some(&proof),
+                    consistency_proof(&all[..new], old).as_ref(),
+                    "{old}->{new}"
+                );
+                assert!(verify_consistency(
+                    old as u64,
+                    new as u64,
+                    &frontier.root(),
+                    &root(&all[..new]),
+                    &proof
+                ));
+            }
+            assert_eq!(frontier.consistency_proof_to(&[]), None);
+        }
+        assert_eq!(Frontier::new().consistency_proof_to(&all[..3]), None);
+    }
 
     fn leaves(n: usize) -> Vec<Hash> {
         (0..n)

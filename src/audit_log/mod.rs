@@ -27,15 +27,19 @@ pub mod merkle;
 pub mod postgres;
 pub mod record;
 pub mod verify;
+pub mod view;
+pub mod witness;
 mod writer;
 
 pub use checkpoint::{Checkpoint, CheckpointError, LogKey, SignedCheckpoint, VerifierKey};
-pub use file::{FileLog, Fsync};
+pub use file::{FileLog, FileOptions, Fsync};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresLog;
 pub use record::Record;
 pub use verify::{Finding, Verified, verify};
-pub use writer::{AuditLog, LogOptions, LogSink, WhenDown};
+pub use view::View;
+pub use witness::{DirWitness, Witness, WitnessError};
+pub use writer::{AuditLog, Durable, LogOptions, LogSink, WhenDown};
 
 /// Why the log could not be opened or written.
 #[derive(Debug, thiserror::Error)]

@@ -6,8 +6,19 @@
 //! session-scoped advisory lock (the first to try; another takes over when it stops). That
 //! instance reads the records it has not read, checks the tree it builds against every
 //! checkpoint already signed, and refuses to sign when they differ: a changed row is reported,
-//! never signed over. Rows cannot be updated or deleted while the table's trigger stands; an
-//! administrator who disables it is caught by the checkpoints.
+//! never signed over. Every row carries its writer's keyed tag (see [`view`](super::view)): a
+//! row inserted or rewritten by anyone without the key is refused even where no checkpoint
+//! covers it yet. Rows cannot be updated, deleted or truncated while the tables' triggers
+//! stand; each round the signer also checks that the table is still the one it read (its
+//! physical file: `TRUNCATE` and a rewrite change it) and still holds every row it read.
+//! Finding any of this, it stops signing, the log goes down (so a fail-closed layer refuses
+//! destructive calls) and it says so at error level, until an operator has looked and
+//! restarted it.
+//!
+//! What the tables' owner can still do (disable the triggers, drop the tables, restore an old
+//! dump) is caught by a [`Witness`](super::witness::Witness) the database cannot write, and by
+//! the signer's view in a local file ([`PostgresLog::view_file`]); give the application a role
+//! that does not own the tables (SECURITY.md shows the grants).
 //!
 //! [`export`] copies the log into a directory the offline verifier reads
 //! (`mcp-confirm-audit pull`), byte for byte.
@@ -20,10 +31,12 @@ use std::time::Duration;
 use tokio_postgres::{Client, NoTls};
 
 use super::LogError;
-use super::checkpoint::{LogKey, SignedCheckpoint, VerifierKey};
+use super::checkpoint::{LogKey, SignedCheckpoint};
 use super::file::{CHECKPOINTS, RECORDS, checkpoint_path};
-use super::merkle::{Frontier, leaf_hash};
+use super::merkle::{Frontier, Hash, leaf_hash};
 use super::record::{MAX_RECORD_BYTES, Record};
+use super::view::View;
+use super::witness::{Witness, Witnessing};
 use super::writer::LogSink;
 
 /// How many records one read brings while catching up.
@@ -52,6 +65,16 @@ pub struct PostgresLog {
     /// What the signing instance found changed: it stays down, signing nothing, until an
     /// operator has looked (verify the export) and restarted it.
     damaged: Option<String>,
+    /// The tables' physical files when the leader read them: a `TRUNCATE`, `VACUUM FULL` or
+    /// restore changes them.
+    filenodes: Option<(i64, i64)>,
+    /// The leader's view, in a local file, if kept.
+    view_file: Option<std::path::PathBuf>,
+    /// Where checkpoints go beyond the database.
+    witnessing: Witnessing,
+    witnesses: Vec<std::sync::Arc<dyn Witness>>,
+    /// What the witnesses held when this instance began to lead.
+    must_extend: Vec<SignedCheckpoint>,
 }
 
 impl std::fmt::Debug for PostgresLog {
@@ -102,6 +125,11 @@ impl PostgresLog {
                         signed: 0,
                         size: 0,
                         damaged: None,
+                        filenodes: None,
+                        view_file: None,
+                        witnessing: Witnessing::default(),
+                        witnesses: Vec::new(),
+                        must_extend: Vec::new(),
                     };
                     log.reconnect()?;
                     log.migrate()?;
@@ -116,6 +144,22 @@ impl PostgresLog {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Keeps the signer's view in the local file `path` while this instance leads: on taking
+    /// the lead it checks the table extends what it last signed there.
+    #[must_use]
+    pub fn view_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.view_file = Some(path.into());
+        self
+    }
+
+    /// Offers every checkpoint this instance signs to `witness`; on taking the lead it checks
+    /// the table extends what the witness holds.
+    #[must_use]
+    pub fn witness(mut self, witness: impl Witness) -> Self {
+        self.witnesses.push(std::sync::Arc::new(witness));
         self
     }
 
@@ -162,7 +206,9 @@ impl PostgresLog {
         let t = &self.table;
         let current = format!(
             "SELECT to_regclass('{t}') IS NOT NULL AND to_regclass('{t}_checkpoints') IS NOT NULL
-                AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '{t}_append_only')"
+                AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '{t}_append_only')
+                AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '{t}_no_truncate')
+                AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '{t}_checkpoints_no_truncate')"
         );
         let ddl = format!(
             "SELECT pg_advisory_xact_lock(hashtext('mcp-confirm:migrate:{t}'));
@@ -175,7 +221,13 @@ impl PostgresLog {
                 FOR EACH ROW EXECUTE FUNCTION {t}_append_only();
              DROP TRIGGER IF EXISTS {t}_checkpoints_append_only ON {t}_checkpoints;
              CREATE TRIGGER {t}_checkpoints_append_only BEFORE UPDATE OR DELETE ON {t}_checkpoints
-                FOR EACH ROW EXECUTE FUNCTION {t}_append_only();"
+                FOR EACH ROW EXECUTE FUNCTION {t}_append_only();
+             DROP TRIGGER IF EXISTS {t}_no_truncate ON {t};
+             CREATE TRIGGER {t}_no_truncate BEFORE TRUNCATE ON {t}
+                FOR EACH STATEMENT EXECUTE FUNCTION {t}_append_only();
+             DROP TRIGGER IF EXISTS {t}_checkpoints_no_truncate ON {t}_checkpoints;
+             CREATE TRIGGER {t}_checkpoints_no_truncate BEFORE TRUNCATE ON {t}_checkpoints
+                FOR EACH STATEMENT EXECUTE FUNCTION {t}_append_only();"
         );
         let timeout = self.timeout;
         let client = self.client.as_mut().ok_or_else(down)?;
@@ -193,14 +245,18 @@ impl PostgresLog {
         i64::from_be_bytes(digest[..8].try_into().unwrap_or_default())
     }
 
-    /// Reads the records this instance has not read, checking the tree against every signed
-    /// checkpoint it passes. A difference is damage: nothing is signed after it.
+    /// Reads the records this instance has not read, checking each row's tag and the tree
+    /// against every signed checkpoint it passes and every root in `expected` (the view's, the
+    /// witnesses'). A difference is damage: nothing is signed after it.
     async fn catch_up(
         client: &Client,
         table: &str,
-        verifier: &VerifierKey,
+        key: &LogKey,
+        expected: &[(u64, Hash, String)],
         frontier: &mut Frontier,
+        witnessing: &mut Witnessing,
     ) -> Result<u64, LogError> {
+        let verifier = key.verifier();
         let checkpoints = client
             .query(
                 &format!(
@@ -224,8 +280,21 @@ impl PostgresLog {
             }
             signed.push(opened);
         }
+        let covered = signed.last().map_or(0, |s| s.checkpoint.size);
         let mut next = signed.iter().peekable();
         let mut last_signed = 0;
+        let mut last_untagged = None;
+        let check = |frontier: &Frontier| -> Result<(), LogError> {
+            for (size, root, what) in expected {
+                if *size == frontier.size() && frontier.root() != *root {
+                    return Err(LogError::Damaged(format!(
+                        "the first {size} records do not hash to the root of {what}"
+                    )));
+                }
+            }
+            Ok(())
+        };
+        check(frontier)?;
         loop {
             let rows = client
                 .query(
@@ -238,15 +307,28 @@ impl PostgresLog {
             for row in rows {
                 let seq: i64 = row.try_get(0).map_err(backend)?;
                 let line: String = row.try_get(1).map_err(backend)?;
-                let expected = frontier.size();
-                let readable = line.len() <= MAX_RECORD_BYTES
-                    && Record::from_line(&line).is_some_and(|r| r.seq == expected);
-                if i64::try_from(expected).ok() != Some(seq) || !readable {
+                let expected_seq = frontier.size();
+                let record = (line.len() <= MAX_RECORD_BYTES)
+                    .then(|| Record::from_line(&line))
+                    .flatten()
+                    .filter(|r| r.seq == expected_seq);
+                let Some(record) = record.filter(|_| i64::try_from(expected_seq).ok() == Some(seq))
+                else {
                     return Err(LogError::Damaged(format!(
-                        "record {expected} is missing, changed or out of order"
+                        "record {expected_seq} is missing, changed or out of order"
+                    )));
+                };
+                if record.tag.is_none() {
+                    last_untagged = Some(expected_seq);
+                } else if !key.tags().verifies(key.name(), &record) {
+                    return Err(LogError::Damaged(format!(
+                        "record {expected_seq} does not carry its writer's tag: it was written or changed by someone without the log's key"
                     )));
                 }
-                frontier.push(leaf_hash(line.as_bytes()));
+                let leaf = leaf_hash(line.as_bytes());
+                frontier.push(leaf);
+                witnessing.observe(leaf);
+                check(frontier)?;
                 while let Some(s) = next.next_if(|s| s.checkpoint.size <= frontier.size()) {
                     if s.checkpoint.size < frontier.size() || s.checkpoint.root != frontier.root() {
                         return Err(LogError::Damaged(format!(
@@ -268,13 +350,153 @@ impl PostgresLog {
                 frontier.size()
             )));
         }
+        if let Some(seq) = last_untagged.filter(|&seq| seq >= covered) {
+            return Err(LogError::Damaged(format!(
+                "record {seq} carries no tag and no checkpoint signed it: it was not written by this log's writers"
+            )));
+        }
+        for (size, _, what) in expected {
+            if frontier.size() < *size {
+                return Err(LogError::Damaged(format!(
+                    "the table holds {} records and {what} counts {size}: rows were removed",
+                    frontier.size()
+                )));
+            }
+        }
         Ok(last_signed)
+    }
+
+    /// One round of the checkpoint lock: take the lead if free, check the table is still what
+    /// was read, read what is new, sign it, and send it on.
+    fn checkpoint_round(&mut self) -> Result<Option<SignedCheckpoint>, LogError> {
+        let (timeout, lock) = (self.timeout, self.lock("checkpoint"));
+        let was_leader = self.leader;
+        let client = self.client.as_mut().ok_or_else(down)?;
+        // The lock is the connection's until it closes: the first instance to take it signs
+        // for all of them.
+        let leader = was_leader
+            || self.runtime.block_on(bounded(timeout, async {
+                client
+                    .query_one("SELECT pg_try_advisory_lock($1)", &[&lock])
+                    .await
+                    .map_err(backend)?
+                    .try_get::<_, bool>(0)
+                    .map_err(backend)
+            }))?;
+        self.leader = leader;
+        if !leader {
+            return Ok(None);
+        }
+        let expected = if was_leader {
+            Vec::new()
+        } else {
+            self.take_lead()?
+        };
+        let table = self.table.clone();
+        let client = self.client.as_mut().ok_or_else(down)?;
+        let (frontier, witnessing, key) = (&mut self.frontier, &mut self.witnessing, &self.key);
+        let filenodes = &mut self.filenodes;
+        let signed_before = self.signed;
+        let (signed, checkpoint) = self.runtime.block_on(bounded(timeout * 4, async {
+            // The rows read must still be there, in the same table: TRUNCATE (or a restore)
+            // gives the table a new file, and a removed row lowers the highest seq.
+            let row = client
+                .query_one(
+                    &format!(
+                        "SELECT pg_relation_filenode('{table}')::bigint, \
+                         pg_relation_filenode('{table}_checkpoints')::bigint, \
+                         (SELECT coalesce(max(seq) + 1, 0) FROM {table})"
+                    ),
+                    &[],
+                )
+                .await
+                .map_err(backend)?;
+            let nodes: (i64, i64) = (
+                row.try_get(0).map_err(backend)?,
+                row.try_get(1).map_err(backend)?,
+            );
+            let end: i64 = row.try_get(2).map_err(backend)?;
+            if filenodes.is_some_and(|before| before != nodes) {
+                return Err(LogError::Damaged(
+                    "the log's tables were truncated, restored or rewritten since the signer read them"
+                        .into(),
+                ));
+            }
+            *filenodes = Some(nodes);
+            if u64::try_from(end).unwrap_or(0) < frontier.size() {
+                return Err(LogError::Damaged(format!(
+                    "the table holds {end} records and the signer read {}: rows were removed",
+                    frontier.size()
+                )));
+            }
+            let last = Self::catch_up(client, &table, key, &expected, frontier, witnessing).await?;
+            let signed = last.max(signed_before);
+            let size = frontier.size();
+            if size == signed || size == 0 {
+                return Ok((signed, None));
+            }
+            let checkpoint = key.sign(size, &frontier.root());
+            client
+                .execute(
+                    &format!("INSERT INTO {table}_checkpoints (size, note) VALUES ($1, $2) ON CONFLICT (size) DO NOTHING"),
+                    &[&size_i64(size), &checkpoint.text],
+                )
+                .await
+                .map_err(backend)?;
+            Ok((size, Some(checkpoint)))
+        }))?;
+        self.signed = signed;
+        if let Some(checkpoint) = &checkpoint {
+            if let Some(path) = &self.view_file {
+                View {
+                    size: checkpoint.checkpoint.size,
+                    root: checkpoint.checkpoint.root,
+                    checkpoint: 0,
+                    checkpoint_size: checkpoint.checkpoint.size,
+                }
+                .write(path, self.key.name(), self.key.tags(), true)?;
+            }
+            self.witnessing.submit(checkpoint)?;
+        }
+        Ok(checkpoint)
+    }
+
+    /// On taking the lead: what the witnesses and the local view say the table must extend;
+    /// the tree is read again from the start.
+    fn take_lead(&mut self) -> Result<Vec<(u64, Hash, String)>, LogError> {
+        self.frontier = Frontier::new();
+        self.filenodes = None;
+        let (witnessing, must_extend) = Witnessing::start(
+            self.witnesses.clone(),
+            self.key.name(),
+            &self.key.verifier(),
+        )?;
+        self.witnessing = witnessing;
+        self.must_extend = must_extend;
+        let mut expected: Vec<(u64, Hash, String)> = self
+            .must_extend
+            .iter()
+            .map(|s| {
+                (
+                    s.checkpoint.size,
+                    s.checkpoint.root,
+                    "a witness's checkpoint".to_owned(),
+                )
+            })
+            .collect();
+        if let Some(path) = &self.view_file
+            && let Some(view) = View::read(path, self.key.name(), self.key.tags())?
+        {
+            expected.push((view.size, view.root, "the signer's view".into()));
+        }
+        Ok(expected)
     }
 }
 
 impl LogSink for PostgresLog {
     fn append(&mut self, records: &mut [Record]) -> Result<u64, LogError> {
         let (table, timeout, lock) = (self.table.clone(), self.timeout, self.lock("append"));
+        let (tags, origin) = (self.key.tags(), self.key.name());
         let client = self.client.as_mut().ok_or_else(down)?;
         let first = self.runtime.block_on(bounded(timeout, async {
             let tx = client.transaction().await.map_err(backend)?;
@@ -296,7 +518,7 @@ impl LogSink for PostgresLog {
             for (i, record) in records.iter_mut().enumerate() {
                 record.seq = first + i as u64;
                 seqs.push(size_i64(record.seq));
-                lines.push(record.to_line());
+                lines.push(tags.tag(origin, record));
             }
             tx.execute(
                 &format!(
@@ -322,48 +544,12 @@ impl LogSink for PostgresLog {
     }
 
     fn checkpoint(&mut self) -> Result<Option<SignedCheckpoint>, LogError> {
-        let (table, timeout, lock) = (self.table.clone(), self.timeout, self.lock("checkpoint"));
-        let verifier = self.key.verifier();
-        let client = self.client.as_mut().ok_or_else(down)?;
-        let leader = self.leader;
-        let frontier = &mut self.frontier;
-        let key = &self.key;
-        let signed_before = self.signed;
-        let outcome = self.runtime.block_on(bounded(timeout * 4, async {
-            // The lock is the connection's until it closes: the first instance to take it signs
-            // for all of them.
-            let leader = leader
-                || client
-                    .query_one("SELECT pg_try_advisory_lock($1)", &[&lock])
-                    .await
-                    .map_err(backend)?
-                    .try_get::<_, bool>(0)
-                    .map_err(backend)?;
-            if !leader {
-                return Ok((false, signed_before, None));
-            }
-            let last = Self::catch_up(client, &table, &verifier, frontier).await?;
-            let signed = last.max(signed_before);
-            let size = frontier.size();
-            if size == signed || size == 0 {
-                return Ok((true, signed, None));
-            }
-            let checkpoint = key.sign(size, &frontier.root());
-            client
-                .execute(
-                    &format!("INSERT INTO {table}_checkpoints (size, note) VALUES ($1, $2) ON CONFLICT (size) DO NOTHING"),
-                    &[&size_i64(size), &checkpoint.text],
-                )
-                .await
-                .map_err(backend)?;
-            Ok((true, size, Some(checkpoint)))
-        }));
+        if let Some(why) = &self.damaged {
+            return Err(LogError::Damaged(why.clone()));
+        }
+        let outcome = self.checkpoint_round();
         match outcome {
-            Ok((leader, signed, checkpoint)) => {
-                self.leader = leader;
-                self.signed = signed;
-                Ok(checkpoint)
-            }
+            Ok(checkpoint) => Ok(checkpoint),
             Err(e) => {
                 // A damaged log stays refused; a lost connection is retried by `recover`.
                 if let LogError::Damaged(why) = &e {

@@ -57,6 +57,10 @@ pub struct Record {
     /// The principal's subject, where the deployment keeps subjects in its log.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub subject: Option<String>,
+    /// The writer's keyed tag over the rest of the line (hex): written by the holder of the
+    /// log's key, at this place in this log. Records written before tags existed have none.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tag: Option<String>,
     /// The tool.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub tool: Option<String>,

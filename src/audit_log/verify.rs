@@ -74,6 +74,15 @@ pub enum Finding {
         /// Its line number.
         line: u64,
     },
+    /// Records `from..to` are covered by no checkpoint: the writer has not signed them yet (it
+    /// signs every few seconds and on shutdown), or someone else appended them. Nothing vouches
+    /// for them; the writer refuses to sign records it did not write.
+    Unsigned {
+        /// The first.
+        from: u64,
+        /// One past the last.
+        to: u64,
+    },
 }
 
 impl fmt::Display for Finding {
@@ -115,6 +124,10 @@ impl fmt::Display for Finding {
             Self::TornTail { line } => {
                 write!(f, "line {line} was cut short by a crash (unsigned)")
             }
+            Self::Unsigned { from, to } => write!(
+                f,
+                "records {from}..{to} are covered by no checkpoint: not yet signed, or not the writer's"
+            ),
         }
     }
 }
@@ -130,14 +143,21 @@ pub struct Verified {
     pub checkpoints: Vec<SignedCheckpoint>,
     /// Every fault found; none for a sound log.
     pub findings: Vec<Finding>,
+    /// The largest checkpoint given from elsewhere (kept by an auditor, read from a witness)
+    /// that verified and that the log extends: what "sound" is relative to. `None`: the log
+    /// was checked only against itself, and a rollback of the whole log (or its replacement by
+    /// another signed with the same key) cannot be ruled out.
+    pub anchored: Option<u64>,
 }
 
 impl Verified {
-    /// Whether nothing is wrong (a torn, unsigned tail is no fault).
+    /// Whether nothing is wrong in the log as far as it and the checkpoints given can tell (a
+    /// torn or unsigned tail is no fault; it is not vouched for either). See
+    /// [`anchored`](Self::anchored) for what this is relative to.
     pub fn is_sound(&self) -> bool {
         self.findings
             .iter()
-            .all(|f| matches!(f, Finding::TornTail { .. }))
+            .all(|f| matches!(f, Finding::TornTail { .. } | Finding::Unsigned { .. }))
     }
 
     /// The newest checkpoint.
@@ -202,6 +222,7 @@ pub fn verify(dir: &Path, key: &VerifierKey, seen: &[String]) -> Result<Verified
         leaves,
         checkpoints: Vec::new(),
         findings: Vec::new(),
+        anchored: None,
     };
     let mut by_size: std::collections::BTreeMap<u64, Hash> = std::collections::BTreeMap::new();
     let texts = match checkpoint_texts(dir) {
@@ -252,8 +273,16 @@ pub fn verify(dir: &Path, key: &VerifierKey, seen: &[String]) -> Result<Verified
     {
         findings.push(Finding::Rollback { seen, latest });
     }
+    let present = verified.leaves.len() as u64;
+    if present > latest {
+        findings.push(Finding::Unsigned {
+            from: latest,
+            to: present,
+        });
+    }
     findings.dedup();
     verified.findings = findings;
+    verified.anchored = largest_seen.filter(|_| verified.is_sound());
     Ok(verified)
 }
 

@@ -1,6 +1,10 @@
 //! The handle a layer appends through: a bounded queue in front of one writer thread that owns
-//! the log. Appending never waits for the disk; a full queue or a failed write makes the log
-//! *down*, and the layer then follows its [`WhenDown`] policy until the writer recovers.
+//! the log. A record that lets a call run is appended with [`AuditLog::append_durable`], whose
+//! future resolves only once the record is written (and synced, per [`Fsync`]); everything else
+//! is queued and never waits. A full queue or a failed write makes the log *down*, and the
+//! layer then follows its [`WhenDown`] policy. The log is up again only once a write and its
+//! sync succeeded (the writer probes with a `log_resumed` record, backing off while the sink
+//! stays down), never merely because the sink could be reopened.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,6 +12,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
 
 use super::LogError;
 use super::checkpoint::{LogKey, SignedCheckpoint, VerifierKey};
@@ -42,6 +48,12 @@ pub struct LogOptions {
     pub when_down: WhenDown,
     /// This instance's name in its records (default: the host name and process id).
     pub instance: String,
+    /// Where a file log keeps its signer's view (default: in the log's directory). See
+    /// [`FileOptions::view`](super::file::FileOptions::view).
+    pub view: Option<PathBuf>,
+    /// Where checkpoints go beyond this machine (default: nowhere). See
+    /// [`witness`](super::witness).
+    pub witnesses: Vec<Arc<dyn super::witness::Witness>>,
 }
 
 impl Default for LogOptions {
@@ -57,6 +69,8 @@ impl Default for LogOptions {
             subjects: true,
             when_down: WhenDown::default(),
             instance: format!("{host}:{}", std::process::id()),
+            view: None,
+            witnesses: Vec::new(),
         }
     }
 }
@@ -106,10 +120,39 @@ impl LogSink for FileLog {
 
 type FlushReply = SyncSender<Result<Option<SignedCheckpoint>, String>>;
 
+/// Answers a durable append: the record's number once written, or the failure.
+type Ack = oneshot::Sender<Result<u64, ()>>;
+
 enum Command {
-    Append(Box<Record>),
+    /// A record, and whom to tell once it is written (a durable append).
+    Append(Box<Record>, Option<Ack>),
     /// Write what is queued, sign a checkpoint, answer.
     Flush(FlushReply),
+}
+
+/// Resolves once a record appended with [`AuditLog::append_durable`] is written: to its
+/// sequence number, or to [`LogError::Unavailable`] if the write failed (the record is then not
+/// in the log, and whatever it would have let run must not run).
+#[derive(Debug)]
+#[must_use = "a durable append means nothing until it resolves"]
+pub struct Durable {
+    written: oneshot::Receiver<Result<u64, ()>>,
+}
+
+impl std::future::Future for Durable {
+    type Output = Result<u64, LogError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.written)
+            .poll(cx)
+            .map(|answer| match answer {
+                Ok(Ok(seq)) => Ok(seq),
+                Ok(Err(())) | Err(_) => Err(LogError::Unavailable),
+            })
+    }
 }
 
 struct Shared {
@@ -153,7 +196,12 @@ impl AuditLog {
         options: LogOptions,
     ) -> Result<Self, LogError> {
         let verifier = key.verifier();
-        let log = FileLog::open(dir.into(), key, options.fsync)?;
+        let file = super::file::FileOptions {
+            fsync: options.fsync,
+            view: options.view.clone(),
+            witnesses: options.witnesses.clone(),
+        };
+        let log = FileLog::open_with(dir.into(), key, file)?;
         Self::new(log, verifier, options)
     }
 
@@ -209,11 +257,30 @@ impl AuditLog {
         self.shared.dropped.load(Ordering::Relaxed)
     }
 
-    /// Queues `record` (its `instance` is set here, its `seq` by the writer). Never waits.
+    /// Queues `record` (its `instance` is set here, its `seq` by the writer). Never waits, and
+    /// says nothing about whether it will be written: for records that let nothing run.
     ///
     /// # Errors
     /// [`LogError::Unavailable`] if the log is down or its queue full: the record is not kept.
-    pub fn append(&self, mut record: Record) -> Result<(), LogError> {
+    pub fn append(&self, record: Record) -> Result<(), LogError> {
+        self.enqueue(record, None)
+    }
+
+    /// Queues `record` and answers a future that resolves once it is written and synced (per
+    /// [`LogOptions::fsync`]): what a decision that lets a call run waits for. The writer
+    /// groups what is queued into one write and one sync, so waiting costs latency, not
+    /// throughput.
+    ///
+    /// # Errors
+    /// [`LogError::Unavailable`] if the log is down or its queue full (at once), or if the
+    /// write fails (from the future).
+    pub fn append_durable(&self, record: Record) -> Result<Durable, LogError> {
+        let (ack, written) = oneshot::channel();
+        self.enqueue(record, Some(ack))?;
+        Ok(Durable { written })
+    }
+
+    fn enqueue(&self, mut record: Record, ack: Option<Ack>) -> Result<(), LogError> {
         let Some(sender) = &self.sender else {
             return Err(LogError::Unavailable);
         };
@@ -225,7 +292,7 @@ impl AuditLog {
         if !self.options.subjects {
             record.subject = None;
         }
-        match sender.try_send(Command::Append(Box::new(record))) {
+        match sender.try_send(Command::Append(Box::new(record), ack)) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.shared.dropped.fetch_add(1, Ordering::Relaxed);
@@ -265,21 +332,64 @@ impl Drop for AuditLog {
     }
 }
 
-/// How long a busy writer lets records gather before writing them.
+/// How long a busy writer lets records gather before writing them, when no one waits on them.
 const LINGER: Duration = Duration::from_millis(10);
 
 /// The most records written at once.
 const MAX_BATCH: usize = 4_096;
 
-fn take(command: Command, batch: &mut Vec<Record>, flush: &mut Option<FlushReply>) {
-    match command {
-        Command::Append(record) => batch.push(*record),
-        Command::Flush(done) => *flush = Some(done),
+/// The first wait before probing a sink that is down again, and the longest.
+const BACKOFF_FIRST: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// What the writer took from the queue in one round.
+#[derive(Default)]
+struct Batch {
+    records: Vec<Record>,
+    /// One per record; `None` where no one waits.
+    acks: Vec<Option<Ack>>,
+}
+
+impl Batch {
+    fn take(&mut self, command: Command, flush: &mut Option<FlushReply>) {
+        match command {
+            Command::Append(record, ack) => {
+                self.records.push(*record);
+                self.acks.push(ack);
+            }
+            Command::Flush(done) => *flush = Some(done),
+        }
+    }
+
+    fn waited_on(&self) -> bool {
+        self.acks.iter().any(Option::is_some)
+    }
+
+    /// Tells whoever waits how the write ended, and empties the batch.
+    fn answer(&mut self, written: Result<u64, ()>) {
+        for (i, ack) in self.acks.drain(..).enumerate() {
+            if let Some(ack) = ack {
+                let _ = ack.send(written.map(|first| first + i as u64));
+            }
+        }
+        self.records.clear();
     }
 }
 
-/// The writer thread: batches what is queued, checkpoints on count, time and shutdown, and
-/// recovers after a failed write.
+/// The writer's view of whether the sink takes records.
+enum Health {
+    Up,
+    /// Down since a failed write; the next probe no earlier than `retry_at`.
+    Down {
+        retry_at: Instant,
+        backoff: Duration,
+        refused: u64,
+    },
+}
+
+/// The writer thread: batches what is queued, answers durable appends once written,
+/// checkpoints on count, time and shutdown, and brings a failed sink back only by a write that
+/// succeeded.
 fn write_loop(
     mut log: impl LogSink,
     receiver: &Receiver<Command>,
@@ -288,82 +398,103 @@ fn write_loop(
 ) {
     let mut since_checkpoint = 0u64;
     let mut oldest_unsigned: Option<Instant> = None;
-    let mut batch: Vec<Record> = Vec::new();
-    // In a busy spell the writer sleeps for `LINGER` and takes what gathered, instead of being
-    // woken by every record: on a loaded machine a wake-up per decision costs more than the
-    // write. Idle, it blocks until the next record (or checkpoint) is due.
-    let mut busy = false;
+    let mut batch = Batch::default();
+    let mut health = Health::Up;
+    // In a busy spell with no one waiting the writer sleeps for `LINGER` and takes what
+    // gathered, instead of being woken by every record. When a decision waits on its record
+    // the writer does not linger: the sync it is about to do is the grouping.
+    let mut linger = false;
     loop {
-        let wait = oldest_unsigned.map_or(options.every, |at| {
+        let mut wait = oldest_unsigned.map_or(options.every, |at| {
             options.every.saturating_sub(at.elapsed())
         });
+        if let Health::Down { retry_at, .. } = &health {
+            wait = wait.min(retry_at.saturating_duration_since(Instant::now()));
+        }
         let mut flush = None;
         let mut timed_out = false;
         let mut closed = false;
-        if busy {
+        if linger {
             std::thread::sleep(LINGER);
         } else {
             match receiver.recv_timeout(wait) {
-                Ok(command) => take(command, &mut batch, &mut flush),
+                Ok(command) => batch.take(command, &mut flush),
                 Err(RecvTimeoutError::Timeout) => timed_out = true,
                 Err(RecvTimeoutError::Disconnected) => closed = true,
             }
         }
         // Take whatever else is queued: one write, one sync for all of it.
-        while !closed && flush.is_none() && batch.len() < MAX_BATCH {
+        while !closed && flush.is_none() && batch.records.len() < MAX_BATCH {
             match receiver.try_recv() {
-                Ok(command) => take(command, &mut batch, &mut flush),
+                Ok(command) => batch.take(command, &mut flush),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => closed = true,
             }
         }
-        busy = !batch.is_empty() && flush.is_none();
-        if !shared.healthy.load(Ordering::Acquire) {
-            // Down: what was queued is lost (each was counted when the layer refused the next);
-            // try to recover on every wake-up.
+        linger = !batch.records.is_empty() && flush.is_none() && !batch.waited_on();
+        if let Health::Down {
+            retry_at,
+            backoff,
+            refused,
+        } = &mut health
+        {
+            // Down: what was queued is refused (the layer refused what it let wait on it), and
+            // the sink is probed when its backoff allows, with a record of the outage.
+            *refused += batch.records.len() as u64;
             shared
                 .dropped
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            batch.clear();
-            match log.recover() {
-                Ok(()) => {
-                    shared.healthy.store(true, Ordering::Release);
-                    tracing::warn!(target: crate::audit::TARGET, decision = "log_up",
-                        records = log.size(), "the decision log is written again");
-                }
-                Err(e) => {
-                    if let Some(done) = flush {
-                        let _ = done.send(Err(e.to_string()));
+                .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+            batch.answer(Err(()));
+            if Instant::now() >= *retry_at || closed || flush.is_some() {
+                match probe(&mut log, options, *refused) {
+                    Ok(()) => {
+                        health = Health::Up;
+                        since_checkpoint += 1;
+                        oldest_unsigned.get_or_insert_with(Instant::now);
+                        shared.healthy.store(true, Ordering::Release);
+                        tracing::warn!(target: crate::audit::TARGET, decision = "log_up",
+                            records = log.size(), "the decision log is written again");
                     }
-                    if closed {
-                        return;
+                    Err(e) => {
+                        *backoff = (*backoff * 2).min(BACKOFF_MAX);
+                        *retry_at = Instant::now() + *backoff;
+                        tracing::debug!(target: crate::audit::TARGET, error = %e,
+                            retry_in_ms = backoff.as_millis() as u64,
+                            "the decision log is still down");
                     }
-                    continue;
                 }
+            }
+            if matches!(health, Health::Down { .. }) {
+                if let Some(done) = flush.take() {
+                    let _ = done.send(Err("the decision log is down".into()));
+                }
+                if closed {
+                    return;
+                }
+                continue;
             }
         }
-        if !batch.is_empty() {
-            let count = batch.len() as u64;
-            match log.append(&mut batch) {
-                Ok(_) => {
+        if !batch.records.is_empty() {
+            let count = batch.records.len() as u64;
+            match log.append(&mut batch.records) {
+                Ok(first) => {
                     since_checkpoint += count;
                     oldest_unsigned.get_or_insert_with(Instant::now);
+                    batch.answer(Ok(first));
                 }
                 Err(e) => {
-                    shared.healthy.store(false, Ordering::Release);
+                    batch.answer(Err(()));
                     shared.dropped.fetch_add(count, Ordering::Relaxed);
-                    tracing::error!(target: crate::audit::TARGET, decision = "log_down",
-                        error = %e, "the decision log cannot be written");
+                    go_down(shared, &mut health, count, &e, "cannot be written");
                 }
             }
-            batch.clear();
         }
         let due = since_checkpoint >= options.every_records
             || oldest_unsigned.is_some_and(|at| at.elapsed() >= options.every)
             || flush.is_some()
             || closed
             || (timed_out && log.polls());
-        if due && shared.healthy.load(Ordering::Acquire) {
+        if due && matches!(health, Health::Up) {
             let signed = log.checkpoint();
             match &signed {
                 Ok(_) => {
@@ -371,9 +502,7 @@ fn write_loop(
                     oldest_unsigned = None;
                 }
                 Err(e) => {
-                    shared.healthy.store(false, Ordering::Release);
-                    tracing::error!(target: crate::audit::TARGET, decision = "log_down",
-                        error = %e, "the decision log's checkpoint cannot be written");
+                    go_down(shared, &mut health, 0, e, "cannot be checkpointed");
                 }
             }
             if let Some(done) = flush.take() {
@@ -386,4 +515,39 @@ fn write_loop(
             return;
         }
     }
+}
+
+/// Marks the log down after `error`, and lets the sink drop what it may have half-written.
+fn go_down(shared: &Shared, health: &mut Health, refused: u64, error: &LogError, what: &str) {
+    shared.healthy.store(false, Ordering::Release);
+    *health = Health::Down {
+        retry_at: Instant::now() + BACKOFF_FIRST,
+        backoff: BACKOFF_FIRST,
+        refused,
+    };
+    if let LogError::Damaged(why) = error {
+        tracing::error!(target: crate::audit::TARGET, decision = "log_damaged",
+            error = %why,
+            "the decision log was changed by someone other than its writer: nothing more is \
+             signed and calls that need a record are refused until an operator inspects it \
+             (mcp-confirm-audit inspect)");
+    } else {
+        tracing::error!(target: crate::audit::TARGET, decision = "log_down",
+            error = %error, "the decision log {what}");
+    }
+}
+
+/// Tries to bring a sink that failed back: it drops what it half-wrote, then a record of the
+/// outage must be written (and synced) before anything else is.
+fn probe(log: &mut impl LogSink, options: &LogOptions, refused: u64) -> Result<(), LogError> {
+    log.recover()?;
+    let mut record = Record::new("log_resumed");
+    record.at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    record.instance.clone_from(&options.instance);
+    record.reason = Some(format!(
+        "{refused} records were refused while the log could not be written"
+    ));
+    log.append(std::slice::from_mut(&mut record)).map(|_| ())
 }

@@ -41,8 +41,7 @@ impl GrantLog {
         Ok(())
     }
 
-    /// Records `event` of `grant` (`reason`: why it failed). Errs only for a decisive event
-    /// (`grant_begun`) a fail-closed log could not take.
+    /// Records `event` of `grant` (`reason`: why it failed), when the log can take it.
     #[cfg_attr(
         not(feature = "audit-log"),
         allow(unused_variables, clippy::unused_self)
@@ -55,11 +54,33 @@ impl GrantLog {
         now: SystemTime,
     ) -> Result<(), GrantError> {
         #[cfg(feature = "audit-log")]
-        if let Some(log) = &self.log
-            && log.append(record(event, grant, reason, now)).is_err()
-            && event == "grant_begun"
-        {
-            return fail(log);
+        if let Some(log) = &self.log {
+            let _ = log.append(record(event, grant, reason, now));
+        }
+        Ok(())
+    }
+
+    /// Records that `grant` begins, and resolves once the record is written: the work runs
+    /// on a durable record or not at all. A fail-closed log that is down, or whose write
+    /// fails, refuses (retryably); a fail-open one only queues the record.
+    #[cfg_attr(
+        not(feature = "audit-log"),
+        allow(unused_variables, clippy::unused_self)
+    )]
+    pub(crate) async fn begun(&self, grant: &Grant, now: SystemTime) -> Result<(), GrantError> {
+        #[cfg(feature = "audit-log")]
+        if let Some(log) = &self.log {
+            let record = record("grant_begun", grant, None, now);
+            let written = match log.options().when_down {
+                WhenDown::FailOpen => log.append(record),
+                _ => match log.append_durable(record) {
+                    Ok(durable) => durable.await.map(|_| ()),
+                    Err(e) => Err(e),
+                },
+            };
+            if written.is_err() {
+                return fail(log);
+            }
         }
         Ok(())
     }

@@ -261,7 +261,8 @@ impl Grants<PostgresGrantStore> {
         audit::grant_executing(&grant.audit(), lease.attempt);
         // Unrecorded, nothing acts: the transaction rolls back and the grant stays as it was.
         self.log
-            .note("grant_begun", &grant, None, store.clock.now())
+            .begun(&grant, store.clock.now())
+            .await
             .map_err(RunError::Grant)?;
         if let Err(refusal) = self.check(&grant).await {
             grant.finish(&lease, Finish::Failed);

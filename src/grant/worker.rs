@@ -274,8 +274,7 @@ impl<S: GrantStore> Grants<S> {
         }
         audit::grant_executing(&grant.audit(), lease.attempt);
         // Unrecorded, the attempt does not act: its lease runs out and a later one starts over.
-        self.log
-            .note("grant_begun", &grant, None, self.clock.now())?;
+        self.log.begun(&grant, self.clock.now()).await?;
         if let Err(refusal) = self.check(&grant).await {
             audit::grant_failed(&grant.audit(), refusal.reason());
             let _ = self.log.note(

@@ -3,6 +3,7 @@
 //! replayed, a fork, a checkpoint forged with another key, a crash mid-append, a full disk.
 
 mod crash;
+mod insider;
 mod interop;
 mod layer;
 mod postgres;

@@ -1,0 +1,246 @@
+//! An insider with write access to the log's storage (not its key) tries to have the writer
+//! sign a history they changed (issue 33): a record appended while the server is stopped, an
+//! edit made signable by deleting the newest checkpoint, records cut with their checkpoint, a
+//! whole directory rolled back, the view forged or removed. Each is a stop with a clear error,
+//! never a new signature; `inspect` names it.
+
+use std::fs;
+use std::path::Path;
+
+use mcp_confirm::audit_log::file::{self, CHECKPOINTS, RECORDS, VIEW, checkpoint_path};
+use mcp_confirm::audit_log::{
+    DirWitness, FileLog, FileOptions, Finding, Fsync, LogError, Record, verify,
+};
+
+use super::{decision, fresh_dir, key, lines, write_lines};
+
+/// A log of `n` records, checkpoints after `first` and at `n`, closed cleanly.
+fn two_checkpoints(name: &str, first: u64, n: u64) -> std::path::PathBuf {
+    let dir = fresh_dir(name);
+    let mut log = FileLog::open(&dir, key(), Fsync::Never).unwrap();
+    for i in 0..n {
+        log.append(&mut [subject(decision(i), "alice")]).unwrap();
+        if i + 1 == first {
+            log.checkpoint().unwrap();
+        }
+    }
+    log.checkpoint().unwrap();
+    dir
+}
+
+fn subject(mut record: Record, who: &str) -> Record {
+    record.subject = Some(who.into());
+    record
+}
+
+/// Opening fails as damaged, and the error says `what`.
+fn refused(dir: &Path, options: FileOptions, what: &str) {
+    match FileLog::open_with(dir, key(), options) {
+        Err(LogError::Damaged(why)) => assert!(why.contains(what), "{why}"),
+        Err(other) => panic!("expected a stop for {what:?}, got {other}"),
+        Ok(log) => panic!(
+            "the writer opened a log it did not write ({what}); size {}",
+            log.size()
+        ),
+    }
+}
+
+fn checkpoint_count(dir: &Path) -> usize {
+    fs::read_dir(dir.join(CHECKPOINTS)).unwrap().count()
+}
+
+#[test]
+fn a_record_appended_while_the_server_is_stopped_is_a_stop_not_a_signature() {
+    let dir = two_checkpoints("insider-append", 3, 6);
+    let before = checkpoint_count(&dir);
+    let mut forged = subject(decision(6), "bob");
+    forged.event = "accepted".into();
+    forged.seq = 6;
+    forged.instance = "notes-1".into();
+    let mut all = lines(&dir);
+    all.push(forged.to_line());
+    write_lines(&dir, &all);
+    refused(&dir, FileOptions::default(), "record 6 carries no tag");
+    // With a made-up tag it is no better.
+    forged.tag = Some("00112233445566778899aabbccddeeff".into());
+    all.pop();
+    all.push(forged.to_line());
+    write_lines(&dir, &all);
+    refused(
+        &dir,
+        FileOptions::default(),
+        "record 6 does not carry its writer's tag",
+    );
+    assert_eq!(checkpoint_count(&dir), before, "nothing was signed");
+    let problems = file::inspect(&dir, None, &key(), &[]).unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    // The offline verifier, which has only the public key, says the record is not signed.
+    let verified = verify(&dir, &key().verifier(), &[]).unwrap();
+    assert!(
+        verified
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::Unsigned { from: 6, to: 7 })),
+        "{:?}",
+        verified.findings
+    );
+}
+
+#[test]
+fn deleting_the_newest_checkpoint_does_not_make_an_edit_signable() {
+    let dir = two_checkpoints("insider-edit", 3, 6);
+    // Record 4 is covered only by the newest checkpoint (2): edit it, delete that checkpoint.
+    let mut all = lines(&dir);
+    all[4] = all[4].replace("\"subject\":\"alice\"", "\"subject\":\"mallory\"");
+    write_lines(&dir, &all);
+    fs::remove_file(checkpoint_path(&dir, 2)).unwrap();
+    refused(
+        &dir,
+        FileOptions::default(),
+        "record 4 does not carry its writer's tag",
+    );
+    // Without the edit, the missing checkpoint alone is a stop too.
+    let dir = two_checkpoints("insider-delete-checkpoint", 3, 6);
+    fs::remove_file(checkpoint_path(&dir, 2)).unwrap();
+    refused(
+        &dir,
+        FileOptions::default(),
+        "checkpoint 2 that the writer signed is missing",
+    );
+    // So are records cut back to the older checkpoint along with it.
+    let dir = two_checkpoints("insider-cut", 3, 6);
+    fs::remove_file(checkpoint_path(&dir, 2)).unwrap();
+    write_lines(&dir, &lines(&dir)[..3]);
+    refused(&dir, FileOptions::default(), "records were removed");
+    // And so is removing the view that says so.
+    fs::remove_file(dir.join(VIEW)).unwrap();
+    refused(&dir, FileOptions::default(), "view");
+    // A view forged to match is not the writer's.
+    let dir = two_checkpoints("insider-forged-view", 3, 6);
+    let view = fs::read_to_string(dir.join(VIEW)).unwrap();
+    fs::write(dir.join(VIEW), view.replace("size 6", "size 3")).unwrap();
+    refused(
+        &dir,
+        FileOptions::default(),
+        "not written by this log's key",
+    );
+}
+
+#[test]
+fn a_whole_directory_rolled_back_is_caught_by_a_witness() {
+    let dir = fresh_dir("insider-rollback");
+    let witness_dir = fresh_dir("insider-rollback-witness");
+    let saved = fresh_dir("insider-rollback-saved");
+    let witnessed = || {
+        FileOptions::default()
+            .fsync(Fsync::Never)
+            .witness(DirWitness::new(&witness_dir, key().verifier()).unwrap())
+    };
+    let mut log = FileLog::open_with(&dir, key(), witnessed()).unwrap();
+    for i in 0..3 {
+        log.append(&mut [decision(i)]).unwrap();
+    }
+    log.checkpoint().unwrap();
+    drop(log);
+    // The insider keeps a copy of the whole directory (records, checkpoints, view)…
+    copy_dir(&dir, &saved);
+    let mut log = FileLog::open_with(&dir, key(), witnessed()).unwrap();
+    for i in 3..6 {
+        log.append(&mut [subject(decision(i), "alice")]).unwrap();
+    }
+    log.checkpoint().unwrap();
+    drop(log);
+    // …and after the incident puts it back: consistent in itself, so without a witness the
+    // writer cannot tell…
+    fs::remove_dir_all(&dir).unwrap();
+    copy_dir(&saved, &dir);
+    let alone = FileLog::open(&dir, key(), Fsync::Never);
+    assert!(
+        alone.is_ok(),
+        "a consistent older log opens without a witness"
+    );
+    drop(alone);
+    fs::remove_dir_all(&dir).unwrap();
+    copy_dir(&saved, &dir);
+    // …but the witness holds the checkpoint of 6.
+    refused(&dir, witnessed(), "a witness holds a checkpoint of 6");
+    // The offline verifier, given the witness, says the same.
+    let witness_text = fs::read_to_string(
+        DirWitness::new(&witness_dir, key().verifier())
+            .unwrap()
+            .path(super::ORIGIN),
+    )
+    .unwrap();
+    let verified = verify(&dir, &key().verifier(), &[witness_text]).unwrap();
+    assert!(
+        verified.findings.iter().any(|f| matches!(
+            f,
+            Finding::Rollback { seen: 6, .. } | Finding::Truncated { .. }
+        )),
+        "{:?}",
+        verified.findings
+    );
+}
+
+#[test]
+fn a_witness_refuses_a_fork_and_the_writer_stops() {
+    let dir = fresh_dir("insider-fork");
+    let witness_dir = fresh_dir("insider-fork-witness");
+    let witnessed = || {
+        FileOptions::default()
+            .fsync(Fsync::Never)
+            .witness(DirWitness::new(&witness_dir, key().verifier()).unwrap())
+    };
+    let mut log = FileLog::open_with(&dir, key(), witnessed()).unwrap();
+    for i in 0..4 {
+        log.append(&mut [decision(i)]).unwrap();
+    }
+    log.checkpoint().unwrap();
+    drop(log);
+    // Another log under the same name and key (a second directory, a copy started elsewhere)
+    // writes other records: the witness will not take its checkpoint.
+    let other = fresh_dir("insider-fork-other");
+    let mut fork =
+        FileLog::open_with(&other, key(), FileOptions::default().fsync(Fsync::Never)).unwrap();
+    for i in 10..16 {
+        fork.append(&mut [decision(i)]).unwrap();
+    }
+    drop(fork);
+    refused(&other, witnessed(), "a witness's checkpoint");
+}
+
+#[test]
+fn records_past_the_last_checkpoint_survive_a_crash_when_they_are_the_writers() {
+    // A crash after a write and before a checkpoint leaves tagged, unsigned records: they are
+    // the writer's own, so the log opens and signs them; a torn last line is moved aside.
+    let dir = fresh_dir("insider-crash");
+    let mut log = FileLog::open(&dir, key(), Fsync::Never).unwrap();
+    for i in 0..3 {
+        log.append(&mut [decision(i)]).unwrap();
+    }
+    log.checkpoint().unwrap();
+    for i in 3..5 {
+        log.append(&mut [decision(i)]).unwrap();
+    }
+    drop(log);
+    let mut bytes = fs::read(dir.join(RECORDS)).unwrap();
+    bytes.extend_from_slice(b"{\"at_ms\":1,\"audi");
+    fs::write(dir.join(RECORDS), bytes).unwrap();
+    let mut log = FileLog::open(&dir, key(), Fsync::Never).unwrap();
+    assert_eq!(log.size(), 5);
+    assert_eq!(log.checkpoint().unwrap().unwrap().checkpoint.size, 5);
+    assert!(dir.join(format!("{RECORDS}.cut-1")).exists());
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
