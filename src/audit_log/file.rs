@@ -281,10 +281,14 @@ impl FileLog {
             self.frontier.push(leaf);
             self.witnessing.observe(leaf);
         }
-        if self.fsync == Fsync::EveryBatch {
-            // The records are on the disk: the view may say so (it need not reach the disk
-            // itself; an older view is a lower bound the next start still checks).
-            self.write_view(false)?;
+        if self.fsync == Fsync::EveryBatch
+            && let Err(e) = self.write_view(false)
+        {
+            // The records are on the disk and the view may say so; it need not, though: an
+            // older view is a lower bound the next start still checks (and a checkpoint
+            // writes it again, or fails).
+            tracing::debug!(target: crate::audit::TARGET, error = %e,
+                "the signer's view was not updated after a write");
         }
         Ok(first)
     }

@@ -155,3 +155,91 @@ fn a_full_disk_takes_the_log_down_and_what_was_written_still_verifies() {
     );
     assert_eq!(verified.records.len() as u64, size + 1);
 }
+
+/// The child: durable appends under a file-size limit. Prints each record the log said was
+/// written (`ACK note-N`), goes on for a while after writes start failing (so the writer
+/// retries many times), then `DONE`.
+#[test]
+#[ignore = "a child process of the full-disk durable test"]
+fn child_appends_durably_until_the_disk_is_full() {
+    let Ok(dir) = std::env::var(CHILD_DIR) else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let log = AuditLog::file(dir, key(), options(1_000_000)).unwrap();
+    let mut failed_since = None;
+    for i in 0..100_000u64 {
+        let written = match log.append_durable(decision(i)) {
+            Ok(durable) => runtime.block_on(durable).is_ok(),
+            Err(_) => false,
+        };
+        if written {
+            println!("ACK note-{i}");
+        } else {
+            let since = *failed_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() > Duration::from_millis(500) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    println!("DONE");
+}
+
+/// Issue 33, attack 3 on a real file-size limit: every record the log acknowledged is in it
+/// after a restart, and half a second of retries against the full disk moved nothing aside.
+#[test]
+fn on_a_full_disk_every_acknowledged_record_is_kept_and_retries_create_nothing() {
+    let dir = fresh_dir("full-durable");
+    let exe = std::env::current_exe().unwrap();
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; exec prlimit --fsize=65536 \"$0\" --exact decision_log::crash::child_appends_durably_until_the_disk_is_full --ignored --nocapture --test-threads=1")
+        .arg(&exe)
+        .env(CHILD_DIR, &dir)
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("DONE"), "{stdout}");
+    let acked: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ACK "))
+        .collect();
+    assert!(acked.len() > 10, "{stdout}");
+    let cut = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .contains(".cut")
+            })
+            .count()
+    };
+    assert_eq!(cut(&dir), 0, "retries moved records aside");
+    let log = FileLog::open(&dir, key(), Fsync::Never).unwrap();
+    drop(log);
+    let verified = verify(&dir, &key().verifier(), &[]).unwrap();
+    assert!(verified.is_sound(), "{:?}", verified.findings);
+    let kept: std::collections::HashSet<&str> = verified
+        .records
+        .iter()
+        .filter_map(|r| r.chosen.as_deref())
+        .collect();
+    for chosen in &acked {
+        assert!(
+            kept.contains(chosen),
+            "{chosen} was acknowledged and is not in the log"
+        );
+    }
+    assert!(
+        cut(&dir) <= 1,
+        "at most the one torn line of the last failed write"
+    );
+}

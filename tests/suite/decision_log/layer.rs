@@ -446,3 +446,139 @@ async fn standing_approvals_are_recorded_granted_used_and_revoked() {
     assert!(used.arguments.as_ref().is_some_and(|a| a.len() == 64));
     assert_eq!(used.subject.as_deref(), Some("alice"));
 }
+
+/// A file log whose writes fail while `failing` is set but which reopens fine, as a file-size
+/// limit (`RLIMIT_FSIZE`) or a quota does: reopening alone must not bring it back.
+struct WritesFail {
+    log: FileLog,
+    failing: Arc<AtomicBool>,
+}
+
+impl LogSink for WritesFail {
+    fn append(&mut self, records: &mut [Record]) -> Result<u64, LogError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("file too large").into());
+        }
+        self.log.append(records)
+    }
+    fn checkpoint(&mut self) -> Result<Option<SignedCheckpoint>, LogError> {
+        self.log.checkpoint()
+    }
+    fn recover(&mut self) -> Result<(), LogError> {
+        self.log.recover()
+    }
+    fn size(&self) -> u64 {
+        self.log.size()
+    }
+}
+
+/// Issue 33, attack 3: writes fail while the log still looks healthy, and reopening works. No
+/// call runs on a record that was only queued: each is refused, none is lost from the log, and
+/// the log is up again only after a write succeeded.
+#[tokio::test]
+async fn no_call_runs_on_a_record_that_was_only_queued_when_writes_fail() {
+    let dir = fresh_dir("writes-fail");
+    let failing = Arc::new(AtomicBool::new(false));
+    let sink = WritesFail {
+        log: FileLog::open(&dir, key(), Fsync::EveryBatch).unwrap(),
+        failing: Arc::clone(&failing),
+    };
+    let options = LogOptions {
+        every: std::time::Duration::from_millis(5),
+        instance: "test-1".into(),
+        ..LogOptions::default()
+    };
+    let log = AuditLog::new(sink, key().verifier(), options).unwrap();
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = base_builder(&notes, &clock, &store)
+        .audit_log(log.clone())
+        .build();
+    let f = Fixture::new(layer, notes, clock, store);
+    let mut states = Vec::new();
+    for n in 0..4u64 {
+        states.push(
+            f.alice(&delete_call(json!(10 * n), "Groceries"))
+                .await
+                .state(),
+        );
+    }
+    // The writes start failing before the writer has noticed anything: the log is "healthy".
+    log.flush().unwrap();
+    failing.store(true, Ordering::SeqCst);
+    assert!(log.is_healthy());
+    for (n, state) in states[..3].iter().enumerate() {
+        let refused = f.accept(state, json!(10 * n as u64 + 1), "note-7").await;
+        assert_eq!(
+            refused.error()["data"]["reason"],
+            "decision_log_unavailable",
+            "{:?}",
+            refused.json()
+        );
+    }
+    assert_eq!(
+        f.seen.count(),
+        0,
+        "nothing ran on a record that was not written"
+    );
+    // Reopening works, writes do not: the log stays down, however long it is given.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!log.is_healthy(), "up again without a write that succeeded");
+    assert!(
+        !std::fs::read_dir(&dir).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".cut")),
+        "nothing is moved aside per retry"
+    );
+    // Writes work again: a probe record goes in first, then the call runs on its own record.
+    failing.store(false, Ordering::SeqCst);
+    for _ in 0..1000 {
+        if log.is_healthy() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(log.is_healthy());
+    assert_ran(&f.accept(&states[3], json!(99), "note-7").await);
+    log.flush().unwrap();
+    let verified = verify(&dir, &key().verifier(), &[]).unwrap();
+    assert!(verified.is_sound(), "{:?}", verified.findings);
+    let events: Vec<&str> = verified.records.iter().map(|r| r.event.as_str()).collect();
+    assert_eq!(
+        events.iter().filter(|e| **e == "accepted").count(),
+        1,
+        "exactly the call that ran is recorded as accepted: {events:?}"
+    );
+    assert!(events.contains(&"log_resumed"), "{events:?}");
+}
+
+/// A durable append resolves only once its record is written, and fails when the write does.
+#[tokio::test]
+async fn a_durable_append_answers_after_the_write() {
+    let dir = fresh_dir("durable");
+    let failing = Arc::new(AtomicBool::new(false));
+    let sink = WritesFail {
+        log: FileLog::open(&dir, key(), Fsync::EveryBatch).unwrap(),
+        failing: Arc::clone(&failing),
+    };
+    let log = AuditLog::new(sink, key().verifier(), LogOptions::default()).unwrap();
+    let seq = log
+        .append_durable(Record::new("accepted"))
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(seq, 0);
+    // It is in the file before anything else happened (no flush, no checkpoint).
+    let on_disk = std::fs::read_to_string(dir.join(mcp_confirm::audit_log::file::RECORDS)).unwrap();
+    assert!(on_disk.contains("\"event\":\"accepted\""));
+    failing.store(true, Ordering::SeqCst);
+    let lost = log.append_durable(Record::new("accepted")).unwrap().await;
+    assert!(matches!(lost, Err(LogError::Unavailable)), "{lost:?}");
+    assert!(matches!(
+        log.append_durable(Record::new("accepted")),
+        Err(LogError::Unavailable)
+    ));
+}

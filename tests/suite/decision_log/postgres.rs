@@ -258,3 +258,119 @@ fn a_deleted_row_is_named() {
         verified.findings
     );
 }
+
+#[test]
+fn the_table_refuses_truncate() {
+    let Some(table) = Table::fresh() else { return };
+    let a = instance(&table, "a");
+    a.append(decision(0)).unwrap();
+    signed_all(&[&a], &table, 1);
+    let (url, t) = (crate::backends::postgres_url(), &table.0);
+    for target in [t.clone(), format!("{t}_checkpoints")] {
+        let truncate = sql(&url, &format!("TRUNCATE {target}"));
+        assert!(
+            truncate.as_ref().is_err_and(|e| e.contains("append-only")),
+            "{target}: {truncate:?}"
+        );
+    }
+}
+
+/// As the tables' owner: copy the rows, set the triggers aside, TRUNCATE both tables and put
+/// the rows back with one changed (issue 33, attack 4).
+fn rewrite_with_one_row_changed(t: &str) {
+    sql(
+        &crate::backends::postgres_url(),
+        &format!(
+            "ALTER TABLE {t} DISABLE TRIGGER USER;
+             ALTER TABLE {t}_checkpoints DISABLE TRIGGER USER;
+             CREATE TEMP TABLE saved AS SELECT * FROM {t};
+             CREATE TEMP TABLE saved_checkpoints AS SELECT * FROM {t}_checkpoints;
+             TRUNCATE {t}, {t}_checkpoints;
+             INSERT INTO {t} SELECT seq, CASE WHEN seq = 2 THEN replace(line, 'note-2', 'note-7') ELSE line END FROM saved;
+             INSERT INTO {t}_checkpoints SELECT * FROM saved_checkpoints WHERE size < 3;
+             ALTER TABLE {t} ENABLE TRIGGER USER;
+             ALTER TABLE {t}_checkpoints ENABLE TRIGGER USER;"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_truncated_and_rewritten_table_stops_the_running_signer_and_is_never_signed() {
+    let Some(table) = Table::fresh() else { return };
+    let a = instance(&table, "a");
+    for i in 0..5 {
+        a.append(decision(i)).unwrap();
+    }
+    signed_all(&[&a], &table, 5);
+    rewrite_with_one_row_changed(&table.0);
+    // The running signer sees the table is not the one it read: it stops signing and the log
+    // goes down, so a fail-closed layer refuses destructive calls.
+    a.append(decision(5)).unwrap();
+    assert!(
+        a.flush().is_err(),
+        "the signer signed over a rewritten table"
+    );
+    assert!(!a.is_healthy());
+    assert!(a.append_durable(decision(6)).is_err());
+    drop(a);
+    // A restarted signer reads the rows again: row 2's tag is not its writer's.
+    let mut sink = PostgresLog::connect(&crate::backends::postgres_url(), &table.0, key()).unwrap();
+    match sink.checkpoint() {
+        Err(mcp_confirm::audit_log::LogError::Damaged(why)) => {
+            assert!(why.contains("record 2"), "{why}");
+        }
+        other => panic!("a restarted signer signed a rewritten table: {other:?}"),
+    }
+    let verified = exported(&table);
+    assert!(
+        verified.latest().is_none_or(|c| c.size < 5),
+        "nothing was signed over the rewrite"
+    );
+}
+
+#[test]
+fn a_table_rolled_back_to_an_old_dump_is_caught_by_a_witness() {
+    let Some(table) = Table::fresh() else { return };
+    let witness_dir = fresh_dir("pg-witness");
+    let witnessed = || {
+        let sink = PostgresLog::connect(&crate::backends::postgres_url(), &table.0, key())
+            .unwrap()
+            .witness(
+                mcp_confirm::audit_log::DirWitness::new(&witness_dir, key().verifier()).unwrap(),
+            );
+        let options = LogOptions {
+            every: Duration::from_millis(50),
+            instance: "a".into(),
+            ..LogOptions::default()
+        };
+        AuditLog::new(sink, key().verifier(), options).unwrap()
+    };
+    let a = witnessed();
+    for i in 0..6 {
+        a.append(decision(i)).unwrap();
+    }
+    signed_all(&[&a], &table, 6);
+    drop(a);
+    // The owner restores a dump taken at 3 records: consistent in itself, tags and all.
+    let t = &table.0;
+    sql(
+        &crate::backends::postgres_url(),
+        &format!(
+            "ALTER TABLE {t} DISABLE TRIGGER USER;
+             ALTER TABLE {t}_checkpoints DISABLE TRIGGER USER;
+             DELETE FROM {t} WHERE seq >= 3;
+             DELETE FROM {t}_checkpoints WHERE size > 3;
+             ALTER TABLE {t} ENABLE TRIGGER USER;
+             ALTER TABLE {t}_checkpoints ENABLE TRIGGER USER;"
+        ),
+    )
+    .unwrap();
+    let b = witnessed();
+    b.append(decision(3)).unwrap();
+    assert!(
+        b.flush().is_err(),
+        "signed a table the witness knows was longer"
+    );
+    assert!(!b.is_healthy());
+}
