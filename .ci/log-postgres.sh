@@ -31,10 +31,14 @@ pids=()
 audit() { "$root/target/debug/mcp-confirm-audit" "$@"; }
 vkey=$(grep -o 'notes.example/decisions+[0-9a-f]*+[A-Za-z0-9+/=]*' "$work/a.log" | head -1)
 audit pull --postgres "$pg" --table "$table" --dir "$work/pulled"
-audit verify --dir "$work/pulled" --key "$vkey" | tee "$work/out"; grep -q "; sound$" "$work/out"
+audit verify --dir "$work/pulled" --key "$vkey" --witness "$work/notes-data-decisions.witness" | tee "$work/out"
+grep -q "; sound relative to the checkpoint of [0-9]* records kept elsewhere$" "$work/out"
 audit show --dir "$work/pulled" --event accepted | tee "$work/out"
 test "$(grep -c '"chosen":"note-7"' "$work/out")" = 1
 test "$(grep -c '"chosen":"note-3"' "$work/out")" = 1
 test "$(python3 -c 'import json,sys; print(len({json.loads(l)["instance"] for l in open(sys.argv[1])}))' "$work/out")" = 2
+# The tables refuse TRUNCATE like UPDATE and DELETE.
+if psql -q "$pg" -c "TRUNCATE $table" 2>"$work/err"; then echo "TRUNCATE went through"; exit 1; fi
+grep -q "append-only" "$work/err"
 psql -q "$pg" -c "DROP TABLE $table, ${table}_checkpoints; DROP FUNCTION ${table}_append_only()" || true
 echo "two instances, one PostgreSQL decision log: sound"

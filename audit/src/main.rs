@@ -201,6 +201,21 @@ fn verify_log(args: &Args) -> Result<Outcome, String> {
             Outcome::Unanchored,
         ),
     };
+    let unsigned: u64 = verified
+        .findings
+        .iter()
+        .map(|f| match f {
+            Finding::Unsigned { from, to } => to - from,
+            _ => 0,
+        })
+        .sum();
+    let verdict = if unsigned > 0 && verified.is_sound() {
+        format!(
+            "{verdict}; {unsigned} newer records are signed by no checkpoint and vouched for by nothing"
+        )
+    } else {
+        verdict
+    };
     println!(
         "{} records, {} checkpoints signed by {}; {latest}; {verdict}",
         verified.records.len(),

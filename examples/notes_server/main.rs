@@ -7,7 +7,7 @@
 //!     [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS]
 //!     [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N]
 //!     [--load-notes-per-title 1..3] [--without-confirmation]
-//!     [--audit-dir DIR | --audit-postgres postgres://… [--audit-table NAME]] [--audit-key-file FILE] [--no-audit-log]
+//!     [--audit-dir DIR | --audit-postgres postgres://… [--audit-table NAME]] [--audit-key-file FILE] [--audit-witness-dir DIR] [--no-audit-log]
 //!     [--public-url URL] [--webhook-url URL [--webhook-secret-file FILE] [--webhook-slack]]
 //! ```
 //!
@@ -44,7 +44,7 @@ const USAGE: &str = "usage: notes_server [--addr HOST:PORT] [--data-dir DIR] [--
      [--audience URL] [--replay-store memory[:CAPACITY]|redis://…|postgres://…] [--notes files|memory] \
      [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS] \
      [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--load-notes-per-title 1..3] [--without-confirmation] \
-     [--audit-dir DIR | --audit-postgres postgres://… [--audit-table NAME]] [--audit-key-file FILE] [--no-audit-log] \
+     [--audit-dir DIR | --audit-postgres postgres://… [--audit-table NAME]] [--audit-key-file FILE] [--audit-witness-dir DIR] [--no-audit-log] \
      [--public-url URL] [--webhook-url URL [--webhook-secret-file FILE] [--webhook-slack]]";
 
 struct Flags {
@@ -66,6 +66,8 @@ struct Flags {
     audit_dir: Option<PathBuf>,
     /// The file holding the decision log's signing seed (default: `<audit-dir>.key`).
     audit_key_file: Option<PathBuf>,
+    /// Where the decision log's checkpoints are witnessed (default: `<audit-dir>.witness`).
+    audit_witness_dir: Option<PathBuf>,
     /// Keep the decision log in this PostgreSQL database, shared with other instances.
     audit_postgres: Option<String>,
     /// Its table there (default `PostgresLog::DEFAULT_TABLE`).
@@ -117,6 +119,7 @@ fn flags() -> Result<Flags, String> {
         },
         audit_dir: None,
         audit_key_file: None,
+        audit_witness_dir: None,
         audit_postgres: None,
         audit_table: None,
         no_audit_log: false,
@@ -181,6 +184,7 @@ fn flags() -> Result<Flags, String> {
             "--without-confirmation" => flags.without_confirmation = true,
             "--audit-dir" => flags.audit_dir = Some(PathBuf::from(value()?)),
             "--audit-key-file" => flags.audit_key_file = Some(PathBuf::from(value()?)),
+            "--audit-witness-dir" => flags.audit_witness_dir = Some(PathBuf::from(value()?)),
             "--audit-postgres" => flags.audit_postgres = Some(value()?),
             "--audit-table" => flags.audit_table = Some(value()?),
             "--no-audit-log" => flags.no_audit_log = true,
@@ -301,6 +305,7 @@ async fn run() -> Result<(), String> {
             None => (vkey, dir.display().to_string(), dir.display().to_string()),
         }
     });
+    let witness_dir = audit_witness_dir(&flags);
     let public_url = flags
         .public_url
         .clone()
@@ -356,8 +361,10 @@ async fn run() -> Result<(), String> {
     match &log_lines {
         Some((vkey, place, dir)) => {
             println!("  decision log: {place}");
+            println!("    checkpoints witnessed in {}", witness_dir.display());
             println!(
-                "    verify it: cargo run -p mcp-confirm-audit -- verify --dir {dir} --key {vkey}"
+                "    verify it: cargo run -p mcp-confirm-audit -- verify --dir {dir} --key {vkey} --witness {}",
+                witness_dir.display()
             );
         }
         None => println!("  decision log: off"),
@@ -428,17 +435,34 @@ fn audit_dir(flags: &Flags) -> PathBuf {
     })
 }
 
+/// `<audit-dir><suffix>`: where the demo keeps what belongs beside the log, not in it.
+fn beside_audit_dir(flags: &Flags, suffix: &str) -> PathBuf {
+    let mut name = audit_dir(flags).as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// The witness directory: `--audit-witness-dir`, or `<audit-dir>.witness`.
+fn audit_witness_dir(flags: &Flags) -> PathBuf {
+    flags
+        .audit_witness_dir
+        .clone()
+        .unwrap_or_else(|| beside_audit_dir(flags, ".witness"))
+}
+
 /// The demo's decision log: its signing seed is kept in `--audit-key-file` (created, mode 0600,
-/// on first start). A real deployment keeps the key away from the log's disk: whoever holds both
-/// can rewrite history and sign it.
+/// on first start), the signer's view beside it (`<audit-dir>.view`), and every checkpoint goes
+/// to a witness directory (`--audit-witness-dir`). A real deployment keeps the key and the view
+/// away from the log's disk and the witness on storage the log's writers cannot change: whoever
+/// holds the key can rewrite history and sign it, and whoever holds the log, its view and its
+/// witness together can roll all three back.
 fn audit_log(flags: &Flags) -> Result<(mcp_confirm::audit_log::AuditLog, PathBuf), String> {
-    use mcp_confirm::audit_log::{AuditLog, LogKey, LogOptions};
+    use mcp_confirm::audit_log::{AuditLog, DirWitness, LogKey, LogOptions};
     let dir = audit_dir(flags);
-    let key_file = flags.audit_key_file.clone().unwrap_or_else(|| {
-        let mut name = dir.as_os_str().to_owned();
-        name.push(".key");
-        PathBuf::from(name)
-    });
+    let key_file = flags
+        .audit_key_file
+        .clone()
+        .unwrap_or_else(|| beside_audit_dir(flags, ".key"));
     let seed = match std::fs::read_to_string(&key_file) {
         Ok(text) => text.trim().to_owned(),
         Err(_) => {
@@ -458,6 +482,9 @@ fn audit_log(flags: &Flags) -> Result<(mcp_confirm::audit_log::AuditLog, PathBuf
         .and_then(|bytes| bytes.try_into().ok())
         .ok_or_else(|| format!("{}: not 64 hex digits", key_file.display()))?;
     let key = LogKey::from_seed("notes.example/decisions", seed).map_err(|e| e.to_string())?;
+    let witness = DirWitness::new(audit_witness_dir(flags), key.verifier())
+        .map_err(|e| format!("decision log witness: {e}"))?;
+    let view = beside_audit_dir(flags, ".view");
     let options = LogOptions {
         every: Duration::from_secs(1),
         ..LogOptions::default()
@@ -466,23 +493,26 @@ fn audit_log(flags: &Flags) -> Result<(mcp_confirm::audit_log::AuditLog, PathBuf
         // Shared by every instance given the same URL (and key file): one sequence, one tree.
         let table = audit_table(flags);
         let sink = mcp_confirm::audit_log::PostgresLog::connect(url, table, key)
-            .map_err(|e| format!("decision log in {url}: {e}"))?;
+            .map_err(|e| format!("decision log in {url}: {e}"))?
+            .view_file(view)
+            .witness(witness);
         let verifier = key_again(seed)?.verifier();
         let log = AuditLog::new(sink, verifier, options).map_err(|e| e.to_string())?;
         return Ok((log, dir));
     }
-    match AuditLog::file(&dir, key, options.clone()) {
-        Err(mcp_confirm::audit_log::LogError::Locked) if flags.audit_dir.is_none() => {
-            // Another instance on the same notes writes the default log: this one keeps its own.
-            let mut own = dir.as_os_str().to_owned();
-            own.push(format!("-{}", std::process::id()));
-            let own = PathBuf::from(own);
-            let key =
-                LogKey::from_seed("notes.example/decisions", seed).map_err(|e| e.to_string())?;
-            let log = AuditLog::file(&own, key, options)
-                .map_err(|e| format!("decision log {}: {e}", own.display()))?;
-            Ok((log, own))
-        }
+    let options = LogOptions {
+        view: Some(view),
+        witnesses: vec![std::sync::Arc::new(witness)],
+        ..options
+    };
+    match AuditLog::file(&dir, key, options) {
+        // Two writers on one directory would sign two trees under one name: the second
+        // instance does not start.
+        Err(mcp_confirm::audit_log::LogError::Locked) => Err(format!(
+            "decision log {}: another instance writes it; give this one its own --data-dir (or \
+             --audit-dir with its own --audit-key-file), or share one log through --audit-postgres",
+            dir.display()
+        )),
         other => other
             .map(|log| (log, dir.clone()))
             .map_err(|e| format!("decision log {}: {e}", dir.display())),
