@@ -23,23 +23,28 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 
 use super::LogError;
 use super::checkpoint::{LogKey, SignedCheckpoint};
 use super::merkle::{Frontier, Hash, leaf_hash};
 use super::record::Record;
-use super::view::View;
+use super::view::{View, ViewFile};
 use super::witness::{Witness, Witnessing};
 
 /// When the records reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Fsync {
-    /// After every batch of appended records, before anything is signed (the default): a
-    /// power loss can cost the last unsigned records, never a signed one.
+    /// Every write is synced right after it, by a thread of its own (the default): a decision
+    /// waits for its record to be written (it then survives the process), not for the sync. A
+    /// power loss can cost the last few milliseconds of records, never a signed one (a
+    /// checkpoint syncs first).
     #[default]
     EveryBatch,
+    /// Every write is synced before anyone waiting on it is answered: a power loss costs no
+    /// record a decision waited on, and each decision waits a sync's latency.
+    BeforeAnswer,
     /// Only before a checkpoint is signed: fewer syncs, more unsigned records at risk.
     BeforeCheckpoint,
     /// Never (tests, or a file system that is not the record of truth).
@@ -99,7 +104,10 @@ pub struct FileLog {
     _lock: File,
     dir: PathBuf,
     view_path: PathBuf,
+    view_file: Arc<Mutex<ViewFile>>,
     records: File,
+    /// Syncs what is written, on a thread of its own ([`Fsync::EveryBatch`]).
+    syncer: Option<Syncer>,
     /// The records file's length after the last write that succeeded: what a failed write is
     /// cut back to.
     written: u64,
@@ -110,6 +118,9 @@ pub struct FileLog {
     signed: Option<(u64, SignedCheckpoint)>,
     /// Records appended and not yet synced.
     unsynced: bool,
+    /// After a failure: the next write is synced before it is answered, whatever the policy
+    /// (the log is up again only once a write and its sync succeeded).
+    recovering: bool,
     witnessing: Witnessing,
 }
 
@@ -185,10 +196,26 @@ impl FileLog {
                 "the decision log's last line was cut short by a crash; it was moved aside");
         }
         let records = OpenOptions::new().create(true).append(true).open(&path)?;
-        let log = Self {
+        let view_file = Arc::new(Mutex::new(ViewFile::open(
+            &view_path,
+            key.name(),
+            key.tags(),
+        )?));
+        let syncer = match options.fsync {
+            Fsync::EveryBatch => Some(Syncer::start(
+                records.try_clone()?,
+                Arc::clone(&view_file),
+                key.name().to_owned(),
+                key.tags().clone(),
+            )?),
+            _ => None,
+        };
+        let mut log = Self {
             _lock: lock,
             dir,
             view_path,
+            view_file,
+            syncer,
             records,
             written: good,
             frontier,
@@ -196,6 +223,7 @@ impl FileLog {
             fsync: options.fsync,
             signed,
             unsynced: false,
+            recovering: false,
             witnessing,
         };
         // From here the records read are the writer's own: the view says so, on the disk.
@@ -217,6 +245,7 @@ impl FileLog {
         }
         self.records = OpenOptions::new().append(true).open(&path)?;
         self.unsynced = false;
+        self.recovering = true;
         Ok(())
     }
 
@@ -244,13 +273,20 @@ impl FileLog {
         }
     }
 
-    fn write_view(&self, sync: bool) -> Result<(), LogError> {
-        self.view().write(
-            &self.view_path,
-            self.key.name(),
-            self.key.tags(),
-            sync && self.fsync != Fsync::Never,
-        )
+    /// Records the tree in the view: a `checkpoint`'s in both slots, synced unless the policy
+    /// is never to.
+    fn write_view(&mut self, checkpoint: bool) -> Result<(), LogError> {
+        let view = self.view();
+        self.view_file
+            .lock()
+            .map_err(|_| LogError::Io(std::io::Error::other("the view's lock was poisoned")))?
+            .write(
+                &view,
+                self.key.name(),
+                self.key.tags(),
+                checkpoint,
+                checkpoint && self.fsync != Fsync::Never,
+            )
     }
 
     /// Appends `records` in one write, numbering and tagging them from [`size`](Self::size)
@@ -271,24 +307,34 @@ impl FileLog {
             lines.push_str(&line);
             lines.push('\n');
         }
+        if let Some(syncer) = &self.syncer {
+            syncer.check()?;
+        }
         self.records.write_all(lines.as_bytes())?;
         self.unsynced = true;
-        if self.fsync == Fsync::EveryBatch {
-            self.sync()?;
+        if self.fsync == Fsync::BeforeAnswer || self.recovering {
+            self.records.sync_data()?;
+            self.unsynced = false;
+            self.recovering = false;
         }
         self.written += lines.len() as u64;
         for leaf in leaves {
             self.frontier.push(leaf);
             self.witnessing.observe(leaf);
         }
-        if self.fsync == Fsync::EveryBatch
-            && let Err(e) = self.write_view(false)
-        {
-            // The records are on the disk and the view may say so; it need not, though: an
-            // older view is a lower bound the next start still checks (and a checkpoint
-            // writes it again, or fails).
-            tracing::debug!(target: crate::audit::TARGET, error = %e,
-                "the signer's view was not updated after a write");
+        match (&self.syncer, self.fsync) {
+            // Synced by the syncer, which then records it in the view.
+            (Some(syncer), _) => syncer.dirty(self.view()),
+            (None, Fsync::BeforeAnswer) => {
+                if let Err(e) = self.write_view(false) {
+                    // The records are on the disk and the view may say so; it need not: an
+                    // older view is a lower bound the next start still checks (and a
+                    // checkpoint writes it again, or fails).
+                    tracing::debug!(target: crate::audit::TARGET, error = %e,
+                        "the signer's view was not updated after a write");
+                }
+            }
+            _ => {}
         }
         Ok(first)
     }
@@ -300,7 +346,121 @@ impl FileLog {
         self.unsynced = false;
         Ok(())
     }
+}
 
+impl Drop for FileLog {
+    fn drop(&mut self) {
+        if let Some(syncer) = self.syncer.take() {
+            syncer.stop();
+        }
+    }
+}
+
+/// What the writer and its syncer share.
+#[derive(Default)]
+struct SyncState {
+    /// Written and not yet synced: the view to record once it is.
+    pending: Option<View>,
+    /// The last sync failed: the log is to go down.
+    failed: Option<String>,
+    stop: bool,
+}
+
+/// The thread that syncs the records file after each write ([`Fsync::EveryBatch`]), then
+/// records the synced size in the view.
+#[derive(Debug)]
+struct Syncer {
+    state: Arc<(Mutex<SyncState>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for SyncState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncState")
+            .field("pending", &self.pending.is_some())
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Syncer {
+    fn start(
+        records: File,
+        view: Arc<Mutex<ViewFile>>,
+        origin: String,
+        tags: super::view::TagKey,
+    ) -> Result<Self, LogError> {
+        let state = Arc::new((Mutex::new(SyncState::default()), Condvar::new()));
+        let shared = Arc::clone(&state);
+        let thread = std::thread::Builder::new()
+            .name("mcp-confirm-log-sync".into())
+            .spawn(move || {
+                let (lock, wake) = &*shared;
+                loop {
+                    let pending = {
+                        let Ok(mut state) = lock.lock() else { return };
+                        while state.pending.is_none() && !state.stop {
+                            state = match wake.wait(state) {
+                                Ok(state) => state,
+                                Err(_) => return,
+                            };
+                        }
+                        match state.pending.take() {
+                            Some(pending) => pending,
+                            None => return,
+                        }
+                    };
+                    match records.sync_data() {
+                        Ok(()) => {
+                            if let Ok(mut file) = view.lock() {
+                                let _ = file.write(&pending, &origin, &tags, false, false);
+                            }
+                        }
+                        Err(e) => {
+                            if let Ok(mut state) = lock.lock() {
+                                state.failed = Some(e.to_string());
+                            }
+                        }
+                    }
+                }
+            })?;
+        Ok(Self {
+            state,
+            thread: Some(thread),
+        })
+    }
+
+    /// Errs if a sync failed since the last call: what was written may not be on the disk.
+    fn check(&self) -> Result<(), LogError> {
+        let failed = self.state.0.lock().ok().and_then(|mut s| s.failed.take());
+        match failed {
+            Some(why) => Err(LogError::Io(std::io::Error::other(format!(
+                "syncing the decision log failed: {why}"
+            )))),
+            None => Ok(()),
+        }
+    }
+
+    /// Something was written; once synced, the view may say `view`.
+    fn dirty(&self, view: View) {
+        if let Ok(mut state) = self.state.0.lock() {
+            state.pending = Some(view);
+        }
+        self.state.1.notify_one();
+    }
+
+    fn stop(mut self) {
+        if let Ok(mut state) = self.state.0.lock() {
+            state.stop = true;
+        }
+        self.state.1.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl FileLog {
     /// Signs a checkpoint of every record appended so far, after they reached the disk, records
     /// it in the view and offers it to the witnesses; none if nothing was appended since the
     /// last one.
@@ -545,13 +705,19 @@ pub fn adopt_legacy(dir: &Path, view: Option<&Path>, key: &LogKey) -> Result<u64
     {
         return Err(LogError::Damaged(problem.clone()));
     }
-    View {
+    let view = View {
         size: scan.frontier.size(),
         root: scan.frontier.root(),
         checkpoint: scan.signed.as_ref().map_or(0, |(n, _)| *n),
         checkpoint_size: scan.signed.as_ref().map_or(0, |(_, s)| s.checkpoint.size),
-    }
-    .write(&view_path, key.name(), key.tags(), true)?;
+    };
+    ViewFile::open(&view_path, key.name(), key.tags())?.write(
+        &view,
+        key.name(),
+        key.tags(),
+        true,
+        true,
+    )?;
     Ok(scan.frontier.size())
 }
 

@@ -12,12 +12,18 @@
 //! - [`record`]: one record and its one canonical line;
 //! - [`merkle`]: leaf and node hashing, the writer's frontier, proofs and their verification;
 //! - [`checkpoint`]: the signing key, the verifier key, signed checkpoints;
-//! - [`file`](mod@file): the log in a directory, crash recovery that never rewrites a signed prefix;
+//! - [`view`]: the writer's keyed tag on every record and its own view of the tree, so that it
+//!   never signs what it did not write;
+//! - [`witness`]: places outside the log's storage that keep its newest checkpoint and take a
+//!   newer one only with a proof that it extends theirs;
+//! - [`file`](mod@file): the log in a directory, crash recovery that never signs what its writer
+//!   did not write;
 //! - `postgres` (feature `postgres`): the log in one table shared by several instances, one
 //!   sequence, checkpoints signed by the instance holding an advisory lock;
 //! - [`verify`](mod@verify): checking a log offline and naming each fault;
-//! - [`AuditLog`]: the handle a layer appends through: a bounded queue and a writer thread, so
-//!   writing never blocks a decision; what a layer does while the log is down is its
+//! - [`AuditLog`]: the handle a layer appends through: a bounded queue and a writer thread; a
+//!   decision that lets a call run waits for its record to be written
+//!   ([`AuditLog::append_durable`]); what a layer does while the log is down is its
 //!   [`WhenDown`] policy.
 
 pub mod checkpoint;
@@ -48,9 +54,11 @@ pub enum LogError {
     /// The file system refused (a full disk, permissions, a removed directory).
     #[error("decision log I/O: {0}")]
     Io(#[from] std::io::Error),
-    /// What a checkpoint signed was changed, removed or reordered, or a checkpoint does not
-    /// verify: the log is not written again (that would sign a fork). Verify it offline to see
-    /// what changed.
+    /// The log holds what its writer did not write (a record without its tag, a changed
+    /// record), lacks what it wrote or signed (fewer records than its view, a missing newest
+    /// checkpoint, a view that is gone), or does not extend what a witness holds: the log is
+    /// not written again (that would sign someone else's history). `mcp-confirm-audit inspect`
+    /// lists every difference.
     #[error("the decision log is damaged: {0}")]
     Damaged(String),
     /// Another writer (another process, or another handle in this one) has the directory open.

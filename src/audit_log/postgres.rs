@@ -16,7 +16,7 @@
 //! restarted it.
 //!
 //! What the tables' owner can still do (disable the triggers, drop the tables, restore an old
-//! dump) is caught by a [`Witness`](super::witness::Witness) the database cannot write, and by
+//! dump) is caught by a [`Witness`] the database cannot write, and by
 //! the signer's view in a local file ([`PostgresLog::view_file`]); give the application a role
 //! that does not own the tables (SECURITY.md shows the grants).
 //!
@@ -35,7 +35,7 @@ use super::checkpoint::{LogKey, SignedCheckpoint};
 use super::file::{CHECKPOINTS, RECORDS, checkpoint_path};
 use super::merkle::{Frontier, Hash, leaf_hash};
 use super::record::{MAX_RECORD_BYTES, Record};
-use super::view::View;
+use super::view::{View, ViewFile};
 use super::witness::{Witness, Witnessing};
 use super::writer::LogSink;
 
@@ -448,13 +448,19 @@ impl PostgresLog {
         self.signed = signed;
         if let Some(checkpoint) = &checkpoint {
             if let Some(path) = &self.view_file {
-                View {
+                let view = View {
                     size: checkpoint.checkpoint.size,
                     root: checkpoint.checkpoint.root,
                     checkpoint: 0,
                     checkpoint_size: checkpoint.checkpoint.size,
-                }
-                .write(path, self.key.name(), self.key.tags(), true)?;
+                };
+                ViewFile::open(path, self.key.name(), self.key.tags())?.write(
+                    &view,
+                    self.key.name(),
+                    self.key.tags(),
+                    true,
+                    true,
+                )?;
             }
             self.witnessing.submit(checkpoint)?;
         }

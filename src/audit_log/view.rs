@@ -9,8 +9,8 @@
 //! only the public key, relies on the checkpoints (and `mcp-confirm-audit inspect` checks the
 //! tags for an operator who holds the seed).
 
-use std::fs::{self, File};
-use std::io::Write as _;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 
 use base64::Engine as _;
@@ -37,6 +37,10 @@ const VIEW_DOMAIN: &[u8] = b"view/v1";
 const RECORD_TAG_BYTES: usize = 16;
 /// The view file's first line.
 const VIEW_HEADER: &str = "mcp-confirm signer view v1";
+/// The view file holds two slots of this many bytes, written in turn in place: a write cut
+/// short by a crash spoils one, and the other (one write older) still reads. In place, because
+/// a rename per write costs a flush on ext4 (`auto_da_alloc`).
+const SLOT: usize = 512;
 
 /// The key that tags records and the view. Zeroized when dropped, never printed.
 #[derive(Clone)]
@@ -107,9 +111,9 @@ pub struct View {
 }
 
 impl View {
-    fn body(&self, origin: &str) -> String {
+    fn body(&self, origin: &str, generation: u64) -> String {
         format!(
-            "{VIEW_HEADER}\n{origin}\nsize {}\nroot {}\ncheckpoint {} {}\n",
+            "{VIEW_HEADER}\n{origin}\ngeneration {generation}\nsize {}\nroot {}\ncheckpoint {} {}\n",
             self.size,
             STANDARD.encode(self.root),
             self.checkpoint,
@@ -117,13 +121,14 @@ impl View {
         )
     }
 
-    fn encode(&self, origin: &str, key: &TagKey) -> String {
-        let body = self.body(origin);
+    fn encode(&self, origin: &str, key: &TagKey, generation: u64) -> String {
+        let body = self.body(origin, generation);
         let tag = key.mac(VIEW_DOMAIN, origin, body.as_bytes());
         format!("{body}tag {}\n", crate::kernel::hex(&tag))
     }
 
-    fn decode(text: &str, origin: &str, key: &TagKey) -> Option<Self> {
+    /// One slot's view and generation, if it is one this key wrote for this log.
+    fn decode(text: &str, origin: &str, key: &TagKey) -> Option<(Self, u64)> {
         let (body, tag_line) = text.strip_suffix('\n')?.rsplit_once('\n')?;
         let body = format!("{body}\n");
         let tag = tag_line.strip_prefix("tag ")?;
@@ -134,6 +139,7 @@ impl View {
         let mut lines = body.lines();
         (lines.next()? == VIEW_HEADER).then_some(())?;
         (lines.next()? == origin).then_some(())?;
+        let generation = lines.next()?.strip_prefix("generation ")?.parse().ok()?;
         let size = lines.next()?.strip_prefix("size ")?.parse().ok()?;
         let root = STANDARD
             .decode(lines.next()?.strip_prefix("root ")?)
@@ -142,66 +148,128 @@ impl View {
             .ok()?;
         let (number, checkpoint_size) =
             lines.next()?.strip_prefix("checkpoint ")?.split_once(' ')?;
-        Some(Self {
-            size,
-            root,
-            checkpoint: number.parse().ok()?,
-            checkpoint_size: checkpoint_size.parse().ok()?,
-        })
+        Some((
+            Self {
+                size,
+                root,
+                checkpoint: number.parse().ok()?,
+                checkpoint_size: checkpoint_size.parse().ok()?,
+            },
+            generation,
+        ))
+    }
+
+    /// The newest slot that reads back, and its generation.
+    fn newest(bytes: &[u8], origin: &str, key: &TagKey) -> Option<(Self, u64)> {
+        bytes
+            .chunks(SLOT)
+            .take(2)
+            .filter_map(|slot| {
+                let text = std::str::from_utf8(slot).ok()?.trim_end_matches('\0');
+                Self::decode(text, origin, key)
+            })
+            .max_by_key(|(_, generation)| *generation)
     }
 
     /// Reads the view at `path`: `None` if there is none.
     ///
     /// # Errors
-    /// [`LogError::Damaged`] if the file is not a view this key wrote for this log (edited, or
-    /// another log's); [`LogError::Io`] if it cannot be read.
+    /// [`LogError::Damaged`] if neither slot holds a view this key wrote for this log (edited,
+    /// or another log's); [`LogError::Io`] if it cannot be read.
     pub(crate) fn read(path: &Path, origin: &str, key: &TagKey) -> Result<Option<Self>, LogError> {
-        let text = match fs::read(path) {
-            Ok(bytes) if bytes.len() <= 4096 => String::from_utf8(bytes).ok(),
-            Ok(_) => None,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        text.as_deref()
-            .and_then(|text| Self::decode(text, origin, key))
-            .map(Some)
-            .ok_or_else(|| {
-                LogError::Damaged(format!(
-                    "the signer's view {} was not written by this log's key (edited, or another log's)",
-                    path.display()
-                ))
-            })
+        Ok(read_slots(path, origin, key)?.map(|(view, _)| view))
+    }
+}
+
+fn read_slots(path: &Path, origin: &str, key: &TagKey) -> Result<Option<(View, u64)>, LogError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if bytes.len() > 2 * SLOT {
+        return Err(damaged(path));
+    }
+    View::newest(&bytes, origin, key)
+        .map(Some)
+        .ok_or_else(|| damaged(path))
+}
+
+fn damaged(path: &Path) -> LogError {
+    LogError::Damaged(format!(
+        "the signer's view {} was not written by this log's key (edited, or another log's)",
+        path.display()
+    ))
+}
+
+/// The view file, open for writing: each write goes to the older slot.
+#[derive(Debug)]
+pub(crate) struct ViewFile {
+    file: File,
+    generation: u64,
+    /// The newest view written: an older one (a sync that finished after a checkpoint) is not
+    /// written over it.
+    last: Option<View>,
+}
+
+impl ViewFile {
+    /// Opens (creating) the view file at `path`, continuing after the generation it holds.
+    ///
+    /// # Errors
+    /// As [`View::read`]; [`LogError::Io`] if it cannot be opened for writing.
+    pub(crate) fn open(path: &Path, origin: &str, key: &TagKey) -> Result<Self, LogError> {
+        let generation = read_slots(path, origin, key)?.map_or(0, |(_, g)| g);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        Ok(Self {
+            file,
+            generation,
+            last: None,
+        })
     }
 
-    /// Writes the view to `path`, whole (a temporary file renamed over it); with `sync`, it and
-    /// its directory reach the disk before this returns.
+    /// Writes `view` into the older slot; a `checkpoint`'s view into both, so that spoiling the
+    /// newer slot falls back to no less than the last checkpoint. With `sync`, it reaches the
+    /// disk before this returns.
     ///
     /// # Errors
     /// [`LogError::Io`].
     pub(crate) fn write(
-        &self,
-        path: &Path,
+        &mut self,
+        view: &View,
         origin: &str,
         key: &TagKey,
+        checkpoint: bool,
         sync: bool,
     ) -> Result<(), LogError> {
-        let temporary = path.with_extension("tmp");
+        if let Some(last) = &self.last
+            && (view.size < last.size
+                || view.checkpoint < last.checkpoint
+                || (view == last && !checkpoint))
         {
-            let mut file = File::create(&temporary)?;
-            file.write_all(self.encode(origin, key).as_bytes())?;
-            if sync {
-                file.sync_all()?;
+            return Ok(());
+        }
+        for _ in 0..if checkpoint { 2 } else { 1 } {
+            let generation = self.generation + 1;
+            let mut slot = view.encode(origin, key, generation).into_bytes();
+            if slot.len() > SLOT {
+                return Err(LogError::Io(std::io::Error::other(
+                    "the log's name is too long for its view",
+                )));
             }
+            slot.resize(SLOT, 0);
+            self.file
+                .write_all_at(&slot, (generation % 2) * SLOT as u64)?;
+            self.generation = generation;
         }
-        fs::rename(&temporary, path)?;
-        if sync && let Some(parent) = path.parent() {
-            File::open(if parent.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                parent
-            })?
-            .sync_all()?;
+        if sync {
+            self.file.sync_data()?;
         }
+        self.last = Some(*view);
         Ok(())
     }
 }
@@ -241,8 +309,8 @@ mod tests {
             checkpoint: 2,
             checkpoint_size: 10,
         };
-        let text = view.encode("a/log", &key);
-        assert_eq!(View::decode(&text, "a/log", &key), Some(view));
+        let text = view.encode("a/log", &key, 4);
+        assert_eq!(View::decode(&text, "a/log", &key), Some((view, 4)));
         assert_eq!(View::decode(&text, "b/log", &key), None);
         assert_eq!(
             View::decode(&text, "a/log", &TagKey::derive(&[8; 32])),
@@ -250,5 +318,42 @@ mod tests {
         );
         let edited = text.replace("size 12", "size 13");
         assert_eq!(View::decode(&edited, "a/log", &key), None);
+    }
+
+    #[test]
+    fn a_torn_slot_falls_back_to_the_other_and_two_spoiled_slots_are_damage() {
+        let key = TagKey::derive(&[7; 32]);
+        let path = std::env::temp_dir().join(format!("mcp-confirm-view-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut file = ViewFile::open(&path, "a/log", &key).unwrap();
+        let view = |size| View {
+            size,
+            root: [1; 32],
+            checkpoint: 0,
+            checkpoint_size: 0,
+        };
+        file.write(&view(1), "a/log", &key, false, false).unwrap();
+        file.write(&view(2), "a/log", &key, false, false).unwrap();
+        assert_eq!(View::read(&path, "a/log", &key).unwrap(), Some(view(2)));
+        // The newer slot (generation 2: the first) is cut short: the older one reads.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[40] = b'#';
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(View::read(&path, "a/log", &key).unwrap(), Some(view(1)));
+        // A reopened file goes on after the newest generation that reads; a synced write (a
+        // checkpoint) fills both slots.
+        let mut file = ViewFile::open(&path, "a/log", &key).unwrap();
+        file.write(&view(3), "a/log", &key, true, true).unwrap();
+        bytes = std::fs::read(&path).unwrap();
+        bytes[40] = b'#';
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(View::read(&path, "a/log", &key).unwrap(), Some(view(3)));
+        bytes[SLOT + 40] = b'#';
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(matches!(
+            View::read(&path, "a/log", &key),
+            Err(LogError::Damaged(_))
+        ));
+        let _ = std::fs::remove_file(&path);
     }
 }

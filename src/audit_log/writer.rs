@@ -173,6 +173,8 @@ pub struct AuditLog {
     options: Arc<LogOptions>,
     verifier: VerifierKey,
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    /// The writer, to wake from a linger when someone waits on a record.
+    writer: std::thread::Thread,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -232,6 +234,7 @@ impl AuditLog {
             shared,
             options,
             verifier,
+            writer: thread.thread().clone(),
             thread: Arc::new(Mutex::new(Some(thread))),
         })
     }
@@ -292,8 +295,15 @@ impl AuditLog {
         if !self.options.subjects {
             record.subject = None;
         }
+        let waited_on = ack.is_some();
         match sender.try_send(Command::Append(Box::new(record), ack)) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if waited_on {
+                    // A lingering writer takes it now: someone is waiting.
+                    self.writer.unpark();
+                }
+                Ok(())
+            }
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.shared.dropped.fetch_add(1, Ordering::Relaxed);
                 Err(LogError::Unavailable)
@@ -400,9 +410,9 @@ fn write_loop(
     let mut oldest_unsigned: Option<Instant> = None;
     let mut batch = Batch::default();
     let mut health = Health::Up;
-    // In a busy spell with no one waiting the writer sleeps for `LINGER` and takes what
-    // gathered, instead of being woken by every record. When a decision waits on its record
-    // the writer does not linger: the sync it is about to do is the grouping.
+    // In a busy spell the writer parks for `LINGER` and takes what gathered, instead of being
+    // woken by every record; a durable append wakes it (someone waits), and while records are
+    // waited on it does not linger at all: the sync it is about to do is the grouping.
     let mut linger = false;
     loop {
         let mut wait = oldest_unsigned.map_or(options.every, |at| {
@@ -415,7 +425,7 @@ fn write_loop(
         let mut timed_out = false;
         let mut closed = false;
         if linger {
-            std::thread::sleep(LINGER);
+            std::thread::park_timeout(LINGER);
         } else {
             match receiver.recv_timeout(wait) {
                 Ok(command) => batch.take(command, &mut flush),
@@ -483,9 +493,10 @@ fn write_loop(
                     batch.answer(Ok(first));
                 }
                 Err(e) => {
-                    batch.answer(Err(()));
-                    shared.dropped.fetch_add(count, Ordering::Relaxed);
+                    // Down before anyone hears of it: the next decision is refused at once.
                     go_down(shared, &mut health, count, &e, "cannot be written");
+                    shared.dropped.fetch_add(count, Ordering::Relaxed);
+                    batch.answer(Err(()));
                 }
             }
         }
