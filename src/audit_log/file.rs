@@ -121,6 +121,8 @@ pub struct FileLog {
     /// After a failure: the next write is synced before it is answered, whatever the policy
     /// (the log is up again only once a write and its sync succeeded).
     recovering: bool,
+    /// A witness refused what this log signed: it stays down until an operator has looked.
+    damaged: Option<String>,
     witnessing: Witnessing,
 }
 
@@ -224,6 +226,7 @@ impl FileLog {
             signed,
             unsynced: false,
             recovering: false,
+            damaged: None,
             witnessing,
         };
         // From here the records read are the writer's own: the view says so, on the disk.
@@ -238,6 +241,9 @@ impl FileLog {
     /// # Errors
     /// [`LogError::Io`] while the file cannot be cut or reopened.
     pub fn recover(&mut self) -> Result<(), LogError> {
+        if let Some(why) = &self.damaged {
+            return Err(LogError::Damaged(why.clone()));
+        }
         let path = self.dir.join(RECORDS);
         let file = OpenOptions::new().write(true).open(&path)?;
         if file.metadata()?.len() != self.written {
@@ -297,6 +303,9 @@ impl FileLog {
     /// [`LogError::Io`] (a full disk, a removed directory): call [`recover`](Self::recover)
     /// before writing again.
     pub fn append(&mut self, records: &mut [Record]) -> Result<u64, LogError> {
+        if let Some(why) = &self.damaged {
+            return Err(LogError::Damaged(why.clone()));
+        }
         let first = self.frontier.size();
         let mut lines = String::new();
         let mut leaves = Vec::with_capacity(records.len());
@@ -492,7 +501,12 @@ impl FileLog {
         }
         self.signed = Some((number, signed.clone()));
         self.write_view(true)?;
-        self.witnessing.submit(&signed)?;
+        if let Err(e) = self.witnessing.submit(&signed) {
+            if let LogError::Damaged(why) = &e {
+                self.damaged = Some(why.clone());
+            }
+            return Err(e);
+        }
         Ok(Some(signed))
     }
 }

@@ -244,3 +244,45 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A second log under the same name and key, started beside the first (a copy of the server
+/// on another machine): the witness holds the first's checkpoints, so the second's are refused
+/// at runtime, and its writer stays down instead of signing on.
+#[test]
+fn a_second_log_under_one_name_is_refused_by_the_witness_while_running() {
+    use mcp_confirm::audit_log::{AuditLog, LogOptions};
+    let witness_dir = fresh_dir("insider-second-witness");
+    let witness = || DirWitness::new(&witness_dir, key().verifier()).unwrap();
+    let second = AuditLog::file(
+        fresh_dir("insider-second-b"),
+        key(),
+        LogOptions {
+            fsync: Fsync::Never,
+            witnesses: vec![std::sync::Arc::new(witness())],
+            ..LogOptions::default()
+        },
+    )
+    .unwrap();
+    let mut first = FileLog::open_with(
+        fresh_dir("insider-second-a"),
+        key(),
+        FileOptions::default()
+            .fsync(Fsync::Never)
+            .witness(witness()),
+    )
+    .unwrap();
+    for i in 0..5 {
+        first.append(&mut [decision(i)]).unwrap();
+    }
+    first.checkpoint().unwrap();
+    for i in 0..3 {
+        second.append(decision(100 + i)).unwrap();
+    }
+    assert!(
+        second.flush().is_err(),
+        "the witness took a second log's checkpoint"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(!second.is_healthy(), "a log a witness refused came back up");
+    assert!(second.append_durable(decision(200)).is_err());
+}
