@@ -10,7 +10,7 @@
 //! mcp-confirm-audit export --dir DIR                               (every record, JSON lines)
 //! mcp-confirm-audit pull   --postgres URL [--table T] --dir DIR   (a PostgreSQL log, copied)
 //! mcp-confirm-audit inspect --dir DIR --key VKEY --secret-file FILE [--view FILE] [--witness DIR]...
-//! mcp-confirm-audit adopt-legacy --dir DIR --key VKEY --secret-file FILE [--view FILE]
+//! mcp-confirm-audit adopt-legacy --dir DIR --key VKEY --secret-file FILE [--view FILE] (--seen FILE | --witness DIR)...
 //! ```
 //!
 //! `verify` says "sound" only relative to a checkpoint kept elsewhere (`--seen`, or the newest a
@@ -47,7 +47,7 @@ const USAGE: &str = "usage:
   mcp-confirm-audit export --dir DIR
   mcp-confirm-audit pull --postgres URL [--table T] --dir DIR
   mcp-confirm-audit inspect --dir DIR --key VKEY --secret-file FILE [--view FILE] [--witness DIR]...
-  mcp-confirm-audit adopt-legacy --dir DIR --key VKEY --secret-file FILE [--view FILE]";
+  mcp-confirm-audit adopt-legacy --dir DIR --key VKEY --secret-file FILE [--view FILE] (--seen FILE | --witness DIR)...";
 
 #[derive(Default)]
 struct Args {
@@ -292,9 +292,27 @@ fn inspect(args: &Args) -> Result<bool, String> {
 
 fn adopt_legacy(args: &Args) -> Result<bool, String> {
     let signing = signing_key(args)?;
-    let size =
-        mcp_confirm::audit_log::file::adopt_legacy(dir(args)?, args.view.as_deref(), &signing)
-            .map_err(|e| e.to_string())?;
+    let verifier = signing.verifier();
+    let kept = kept_elsewhere(args, &verifier)?
+        .iter()
+        .map(|text| {
+            verifier
+                .open(text)
+                .map_err(|e| format!("a checkpoint kept elsewhere: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if kept.is_empty() {
+        return Err(format!(
+            "adopt-legacy trusts the log as it is: give a checkpoint kept elsewhere it must extend (--seen FILE or --witness DIR)\n{USAGE}"
+        ));
+    }
+    let size = mcp_confirm::audit_log::file::adopt_legacy(
+        dir(args)?,
+        args.view.as_deref(),
+        &signing,
+        &kept,
+    )
+    .map_err(|e| e.to_string())?;
     println!(
         "wrote a signer's view of {size} records; the writer checks the log against it from now on"
     );
@@ -460,8 +478,9 @@ fn check_proof(args: &Args) -> Result<bool, String> {
 
 fn show(args: &Args, filtered: bool) -> Result<bool, String> {
     let path = dir(args)?.join(mcp_confirm::audit_log::file::RECORDS);
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    // Which records a checkpoint vouches for: those past the newest that verifies are marked.
+    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // Which records a checkpoint vouches for: lines past the newest that verifies are marked,
+    // by their place in the file (not by the number a line claims).
     let signed = match args.key {
         Some(_) => {
             let verified = verify(dir(args)?, &key(args)?, &[]).map_err(|e| e.to_string())?;
@@ -475,9 +494,24 @@ fn show(args: &Args, filtered: bool) -> Result<bool, String> {
     let wanted = |field: &Option<String>, value: Option<&str>| {
         field.as_deref().is_none_or(|want| value == Some(want))
     };
-    for line in text.lines() {
-        let Some(record) = Record::from_line(line) else {
-            eprintln!("skipped a line that is not a record (run verify)");
+    let mut rest = bytes.as_slice();
+    let mut index = 0u64;
+    while !rest.is_empty() {
+        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+            eprintln!(
+                "TORN line {index}: cut short (no newline), not a record and signed by nothing"
+            );
+            break;
+        };
+        let line = &rest[..end];
+        rest = &rest[end + 1..];
+        let at = index;
+        index += 1;
+        let Some((text, record)) = std::str::from_utf8(line)
+            .ok()
+            .and_then(|text| Record::from_line(text).map(|record| (text, record)))
+        else {
+            eprintln!("skipped line {at}: not a record (run verify)");
             continue;
         };
         let shown = !filtered
@@ -486,10 +520,10 @@ fn show(args: &Args, filtered: bool) -> Result<bool, String> {
                 && wanted(&args.chosen, record.chosen.as_deref())
                 && wanted(&args.subject, record.subject.as_deref()));
         if shown {
-            if signed.is_some_and(|size| record.seq >= size) {
-                println!("UNSIGNED {line}");
+            if signed.is_some_and(|size| at >= size) {
+                println!("UNSIGNED {text}");
             } else {
-                println!("{line}");
+                println!("{text}");
             }
         }
     }

@@ -28,7 +28,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use super::LogError;
 use super::checkpoint::{LogKey, SignedCheckpoint};
 use super::merkle::{Frontier, Hash, leaf_hash};
-use super::record::Record;
+use super::record::{MAX_RECORD_BYTES, Record};
 use super::view::{View, ViewFile};
 use super::witness::{Witness, Witnessing};
 
@@ -55,7 +55,8 @@ pub enum Fsync {
 pub const RECORDS: &str = "records.jsonl";
 /// The checkpoints folder's name.
 pub const CHECKPOINTS: &str = "checkpoints";
-/// The file a writer holds locked while the log is open.
+/// The file earlier versions held locked while the log was open (the directory itself is
+/// locked now).
 pub const LOCK: &str = "lock";
 /// The signer's view's default name, in the log's directory.
 pub const VIEW: &str = "signer-view";
@@ -106,6 +107,9 @@ pub struct FileLog {
     view_path: PathBuf,
     view_file: Arc<Mutex<ViewFile>>,
     records: File,
+    /// The records file's device and inode: a file renamed over it while the log runs is
+    /// someone else's.
+    identity: (u64, u64),
     /// Syncs what is written, on a thread of its own ([`Fsync::EveryBatch`]).
     syncer: Option<Syncer>,
     /// The records file's length after the last write that succeeded: what a failed write is
@@ -151,11 +155,8 @@ impl FileLog {
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir)?;
         // One writer per directory: two would interleave their records and sign two trees.
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LOCK))?;
+        // The directory itself is locked (a lock file could be deleted under a writer).
+        let lock = File::open(&dir)?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => return Err(LogError::Locked),
@@ -184,12 +185,11 @@ impl FileLog {
             // A torn last line (a crash mid-append): no one waited on it. Kept aside, then cut.
             let cut = cut_path(&dir);
             let mut torn = Vec::new();
-            File::open(&path)?.read_to_end(&mut torn)?;
-            fs::write(
-                &cut,
-                torn.get(usize::try_from(good).unwrap_or(usize::MAX)..)
-                    .unwrap_or_default(),
-            )?;
+            let mut file = regular(&path)?;
+            io::Seek::seek(&mut file, io::SeekFrom::Start(good))?;
+            file.take(MAX_RECORD_BYTES as u64 + 1)
+                .read_to_end(&mut torn)?;
+            fs::write(&cut, &torn)?;
             let file = OpenOptions::new().write(true).open(&path)?;
             file.set_len(good)?;
             file.sync_all()?;
@@ -198,6 +198,7 @@ impl FileLog {
                 "the decision log's last line was cut short by a crash; it was moved aside");
         }
         let records = OpenOptions::new().create(true).append(true).open(&path)?;
+        let identity = identity(&records.metadata()?);
         let view_file = Arc::new(Mutex::new(ViewFile::open(
             &view_path,
             key.name(),
@@ -217,6 +218,7 @@ impl FileLog {
             dir,
             view_path,
             view_file,
+            identity,
             syncer,
             records,
             written: good,
@@ -249,9 +251,32 @@ impl FileLog {
         if file.metadata()?.len() != self.written {
             file.set_len(self.written)?;
         }
-        self.records = OpenOptions::new().append(true).open(&path)?;
+        let records = OpenOptions::new().append(true).open(&path)?;
+        if identity(&records.metadata()?) != self.identity {
+            return Err(self.damage("the records file was replaced while the log ran"));
+        }
+        self.records = records;
         self.unsynced = false;
         self.recovering = true;
+        Ok(())
+    }
+
+    /// Marks the log damaged (it stays down) and answers the error.
+    fn damage(&mut self, why: &str) -> LogError {
+        tracing::error!(target: crate::audit::TARGET, decision = "log_damaged", error = why,
+            "the decision log was changed by someone other than its writer");
+        self.damaged = Some(why.to_owned());
+        LogError::Damaged(why.to_owned())
+    }
+
+    /// The records file at its path must still be the one this log writes.
+    fn check_identity(&mut self) -> Result<(), LogError> {
+        let at_path = fs::symlink_metadata(self.dir.join(RECORDS)).map(|m| identity(&m));
+        if at_path.ok() != Some(self.identity) {
+            return Err(
+                self.damage("the records file was replaced, moved or removed while the log ran")
+            );
+        }
         Ok(())
     }
 
@@ -306,6 +331,7 @@ impl FileLog {
         if let Some(why) = &self.damaged {
             return Err(LogError::Damaged(why.clone()));
         }
+        self.check_identity()?;
         let first = self.frontier.size();
         let mut lines = String::new();
         let mut leaves = Vec::with_capacity(records.len());
@@ -478,14 +504,26 @@ impl FileLog {
     /// [`LogError::Io`] if the records cannot be synced or the checkpoint written;
     /// [`LogError::Damaged`] if a witness refuses it or holds more.
     pub fn checkpoint(&mut self) -> Result<Option<SignedCheckpoint>, LogError> {
+        if let Some(why) = &self.damaged {
+            return Err(LogError::Damaged(why.clone()));
+        }
+        self.check_identity()?;
         let size = self.frontier.size();
         if self.signed.as_ref().map(|(_, s)| s.checkpoint.size) == Some(size) {
             return Ok(None);
         }
         self.sync()?;
+        let Some(number) = self
+            .signed
+            .as_ref()
+            .map_or(Some(1), |(n, _)| n.checked_add(1))
+        else {
+            return Err(self.damage("the checkpoints are numbered to the end of the range"));
+        };
         let signed = self.key.sign(size, &self.frontier.root());
-        let number = self.signed.as_ref().map_or(1, |(n, _)| n + 1);
-        // Written whole under a temporary name, then renamed: a crash leaves no torn checkpoint.
+        // Written whole under a temporary name, then linked to its number: a crash leaves no
+        // torn checkpoint, and an existing file of that number (someone else's) is never
+        // replaced.
         let final_path = checkpoint_path(&self.dir, number);
         let temporary = final_path.with_extension("tmp");
         {
@@ -495,7 +533,16 @@ impl FileLog {
                 file.sync_all()?;
             }
         }
-        fs::rename(&temporary, &final_path)?;
+        let linked = fs::hard_link(&temporary, &final_path);
+        let _ = fs::remove_file(&temporary);
+        if let Err(e) = linked {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                return Err(self.damage(&format!(
+                    "checkpoint {number} exists and this writer did not sign it"
+                )));
+            }
+            return Err(e.into());
+        }
         if self.fsync != Fsync::Never {
             File::open(self.dir.join(CHECKPOINTS))?.sync_all()?;
         }
@@ -503,7 +550,7 @@ impl FileLog {
         self.write_view(true)?;
         if let Err(e) = self.witnessing.submit(&signed) {
             if let LogError::Damaged(why) = &e {
-                self.damaged = Some(why.clone());
+                return Err(self.damage(why));
             }
             return Err(e);
         }
@@ -523,12 +570,15 @@ pub(crate) struct Scan {
     pub(crate) bytes: u64,
     /// The view as read.
     pub(crate) view: Option<View>,
+    /// Whether any record carries a tag.
+    pub(crate) tagged: bool,
     /// Every way the directory differs from what its writer wrote, in the order found.
     pub(crate) problems: Vec<String>,
 }
 
 /// Reads the log in `dir` and compares it to its view, its checkpoints and `must_extend` (what
-/// witnesses hold), feeding every leaf to `witnessing`. Nothing is changed.
+/// witnesses hold), feeding every leaf to `witnessing`. Nothing is changed; memory stays bounded
+/// by the longest line kept (a longer one is read past, not kept).
 pub(crate) fn scan(
     dir: &Path,
     view_path: &Path,
@@ -554,15 +604,6 @@ pub(crate) fn scan(
         }
         Err(e) => return Err(e),
     };
-    let path = dir.join(RECORDS);
-    let mut bytes = Vec::new();
-    match File::open(&path) {
-        Ok(mut file) => {
-            file.read_to_end(&mut bytes)?;
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e.into()),
-    }
     let signed_size = signed.as_ref().map_or(0, |(_, s)| s.checkpoint.size);
     // The roots the tree must have at these sizes: the newest checkpoint's, the view's, and
     // each witness's.
@@ -584,9 +625,6 @@ pub(crate) fn scan(
             "a witness's checkpoint".into(),
         ));
     }
-    let mut frontier = Frontier::new();
-    let mut good = 0usize;
-    let mut rest = bytes.as_slice();
     let check_roots = |frontier: &Frontier, problems: &mut Vec<String>| {
         for (size, root, what) in &expected {
             if *size == frontier.size() && frontier.root() != *root {
@@ -596,14 +634,35 @@ pub(crate) fn scan(
             }
         }
     };
+    let mut frontier = Frontier::new();
     check_roots(&frontier, &mut problems);
-    while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-        let line = &rest[..end];
+    let path = dir.join(RECORDS);
+    let mut good = 0u64;
+    let mut bytes = 0u64;
+    let mut reader = match regular(&path) {
+        Ok(file) => Some(io::BufReader::new(file)),
+        Err(LogError::Io(e)) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let mut line = Vec::with_capacity(1024);
+    let mut tagged = false;
+    while let Some(reader) = reader.as_mut() {
+        let (read, whole) = read_line(reader, &mut line)?;
+        if read == 0 {
+            break;
+        }
+        bytes += read;
+        if !whole {
+            // The last line has no newline: torn by a crash, or written by someone else. Not a
+            // record either way; the writer moves it aside.
+            break;
+        }
         let seq = frontier.size();
-        let record = std::str::from_utf8(line).ok().and_then(Record::from_line);
+        let record = std::str::from_utf8(&line).ok().and_then(Record::from_line);
         match record {
             Some(record) if record.seq == seq => {
                 if record.tag.is_some() {
+                    tagged = true;
                     if !key.tags().verifies(key.name(), &record) {
                         problems.push(format!(
                             "record {seq} does not carry its writer's tag: it was written or changed by someone without the log's key"
@@ -625,13 +684,12 @@ pub(crate) fn scan(
                 "line {seq} is not a record as the log writes one (edited?)"
             )),
         }
-        let leaf = leaf_hash(line);
+        let leaf = leaf_hash(&line);
         frontier.push(leaf);
         if let Some(w) = witnessing.as_deref_mut() {
             w.observe(leaf);
         }
-        good += end + 1;
-        rest = &rest[end + 1..];
+        good += read;
         check_roots(&frontier, &mut problems);
     }
     let size = frontier.size();
@@ -666,9 +724,18 @@ pub(crate) fn scan(
                 problems.push(format!(
                     "checkpoint {newest} is not the one the writer signed"
                 ));
+            } else if newest > v.checkpoint.saturating_add(1)
+                || (newest == v.checkpoint + 1 && signed_size < v.checkpoint_size)
+            {
+                // One past the view is a crash between signing and recording it; anything
+                // further the writer did not sign.
+                problems.push(format!(
+                    "checkpoint {newest} is newer than any the writer recorded signing ({})",
+                    v.checkpoint
+                ));
             }
         }
-        None if size > 0 || newest > 0 => problems.push(format!(
+        None if size > 0 || newest > 0 || bytes > 0 => problems.push(format!(
             "the signer's view {} is missing and the log is not empty: it cannot be told apart from a log someone else wrote",
             view_path.display()
         )),
@@ -677,11 +744,65 @@ pub(crate) fn scan(
     Ok(Scan {
         frontier,
         signed,
-        good: good as u64,
-        bytes: bytes.len() as u64,
+        good,
+        bytes: bytes.max(good),
         view,
+        tagged,
         problems,
     })
+}
+
+/// Reads one line into `line` (without its newline), keeping at most [`MAX_RECORD_BYTES`] + 1
+/// bytes of it (a longer line is not a record; the rest is read past, not kept). Answers the
+/// bytes consumed and whether the line ended with a newline.
+fn read_line(reader: &mut impl io::BufRead, line: &mut Vec<u8>) -> Result<(u64, bool), LogError> {
+    line.clear();
+    let mut consumed = 0u64;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if available.is_empty() {
+            return Ok((consumed, false));
+        }
+        let (chunk, whole) = match available.iter().position(|&b| b == b'\n') {
+            Some(end) => (&available[..end], true),
+            None => (available, false),
+        };
+        let room = (MAX_RECORD_BYTES + 1).saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = chunk.len() + usize::from(whole);
+        consumed += used as u64;
+        reader.consume(used);
+        if whole {
+            return Ok((consumed, true));
+        }
+    }
+}
+
+/// Opens `path` for reading if it is a regular file (not a link, a FIFO or a device: a writer
+/// must not hang or read without end on what an insider put there).
+pub(crate) fn regular(path: &Path) -> Result<File, LogError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(LogError::Damaged(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    Ok(file)
+}
+
+/// A file's device and inode.
+fn identity(metadata: &fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt as _;
+    (metadata.dev(), metadata.ino())
 }
 
 /// Everything in the log in `dir` that its writer did not write or that is missing from what it
@@ -701,16 +822,33 @@ pub fn inspect(
 }
 
 /// Writes a view for a log written before views existed, after checking everything else: for an
-/// upgrade, once, by an operator who verified the log against a checkpoint kept elsewhere. A log
-/// that already has a view, or differs in anything else, is refused.
+/// upgrade, once, by an operator who holds checkpoints kept elsewhere (`must_extend`, at least
+/// one) that the log must extend. A log that already has a view, whose records carry tags (a
+/// tagged log always had a view: this one was removed), or that differs in anything else, is
+/// refused.
 ///
 /// # Errors
 /// [`LogError::Damaged`] with the first problem; [`LogError::Io`].
-pub fn adopt_legacy(dir: &Path, view: Option<&Path>, key: &LogKey) -> Result<u64, LogError> {
+pub fn adopt_legacy(
+    dir: &Path,
+    view: Option<&Path>,
+    key: &LogKey,
+    must_extend: &[SignedCheckpoint],
+) -> Result<u64, LogError> {
+    if must_extend.is_empty() {
+        return Err(LogError::Damaged(
+            "no checkpoint kept elsewhere to check the log against".into(),
+        ));
+    }
     let view_path = view.map_or_else(|| dir.join(VIEW), Path::to_path_buf);
-    let scan = scan(dir, &view_path, key, &[], None)?;
+    let scan = scan(dir, &view_path, key, must_extend, None)?;
     if scan.view.is_some() {
         return Err(LogError::Damaged("the log already has a view".into()));
+    }
+    if scan.tagged {
+        return Err(LogError::Damaged(
+            "the log's records carry tags, so it had a view: it was removed, not missing".into(),
+        ));
     }
     if let Some(problem) = scan
         .problems
@@ -755,7 +893,7 @@ pub fn checkpoint_texts(dir: &Path) -> Result<Vec<(u64, String)>, LogError> {
             continue;
         };
         let mut text = String::new();
-        File::open(entry.path())?
+        regular(&entry.path())?
             .take(super::checkpoint::MAX_NOTE_BYTES as u64 + 1)
             .read_to_string(&mut text)
             .map_err(|_| LogError::Damaged(format!("checkpoint {number} is not text")))?;

@@ -68,6 +68,9 @@ pub struct PostgresLog {
     /// The tables' physical files when the leader read them: a `TRUNCATE`, `VACUUM FULL` or
     /// restore changes them.
     filenodes: Option<(i64, i64)>,
+    /// Rows updated or deleted in the tables, as the statistics counted them when the leader
+    /// began: the triggers refuse both, so any more means they were set aside.
+    rewrites: Option<i64>,
     /// The leader's view, in a local file, if kept.
     view_file: Option<std::path::PathBuf>,
     /// Where checkpoints go beyond the database.
@@ -126,6 +129,7 @@ impl PostgresLog {
                         size: 0,
                         damaged: None,
                         filenodes: None,
+                        rewrites: None,
                         view_file: None,
                         witnessing: Witnessing::default(),
                         witnesses: Vec::new(),
@@ -208,7 +212,8 @@ impl PostgresLog {
             "SELECT to_regclass('{t}') IS NOT NULL AND to_regclass('{t}_checkpoints') IS NOT NULL
                 AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '{t}_append_only')
                 AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '{t}_no_truncate')
-                AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '{t}_checkpoints_no_truncate')"
+                AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '{t}_checkpoints_no_truncate')
+                AND EXISTS (SELECT 1 FROM pg_constraint WHERE conname = '{t}_seq_natural')"
         );
         let ddl = format!(
             "SELECT pg_advisory_xact_lock(hashtext('mcp-confirm:migrate:{t}'));
@@ -227,7 +232,9 @@ impl PostgresLog {
                 FOR EACH STATEMENT EXECUTE FUNCTION {t}_append_only();
              DROP TRIGGER IF EXISTS {t}_checkpoints_no_truncate ON {t}_checkpoints;
              CREATE TRIGGER {t}_checkpoints_no_truncate BEFORE TRUNCATE ON {t}_checkpoints
-                FOR EACH STATEMENT EXECUTE FUNCTION {t}_append_only();"
+                FOR EACH STATEMENT EXECUTE FUNCTION {t}_append_only();
+             ALTER TABLE {t} DROP CONSTRAINT IF EXISTS {t}_seq_natural;
+             ALTER TABLE {t} ADD CONSTRAINT {t}_seq_natural CHECK (seq >= 0) NOT VALID;"
         );
         let timeout = self.timeout;
         let client = self.client.as_mut().ok_or_else(down)?;
@@ -396,16 +403,25 @@ impl PostgresLog {
         let client = self.client.as_mut().ok_or_else(down)?;
         let (frontier, witnessing, key) = (&mut self.frontier, &mut self.witnessing, &self.key);
         let filenodes = &mut self.filenodes;
+        let rewrites = &mut self.rewrites;
+        let written = self.size;
         let signed_before = self.signed;
         let (signed, checkpoint) = self.runtime.block_on(bounded(timeout * 4, async {
-            // The rows read must still be there, in the same table: TRUNCATE (or a restore)
-            // gives the table a new file, and a removed row lowers the highest seq.
+            // The rows read must still be there, in the same tables, behind triggers that
+            // stand: TRUNCATE (or a restore) gives a table a new file, a removed row lowers the
+            // highest seq, a disabled trigger is someone setting them aside, and rows updated or
+            // deleted (which the triggers refuse) show in the statistics.
             let row = client
                 .query_one(
                     &format!(
                         "SELECT pg_relation_filenode('{table}')::bigint, \
                          pg_relation_filenode('{table}_checkpoints')::bigint, \
-                         (SELECT coalesce(max(seq) + 1, 0) FROM {table})"
+                         (SELECT coalesce(max(seq) + 1, 0) FROM {table}), \
+                         (SELECT coalesce(min(seq), 0) FROM {table}), \
+                         (SELECT count(*) FROM pg_trigger WHERE tgrelid IN ('{table}'::regclass, \
+                             '{table}_checkpoints'::regclass) AND NOT tgisinternal AND tgenabled = 'D'), \
+                         (SELECT coalesce(sum(n_tup_upd + n_tup_del), 0)::bigint FROM pg_stat_all_tables \
+                             WHERE relid IN ('{table}'::regclass, '{table}_checkpoints'::regclass))"
                     ),
                     &[],
                 )
@@ -416,6 +432,9 @@ impl PostgresLog {
                 row.try_get(1).map_err(backend)?,
             );
             let end: i64 = row.try_get(2).map_err(backend)?;
+            let lowest: i64 = row.try_get(3).map_err(backend)?;
+            let disabled: i64 = row.try_get(4).map_err(backend)?;
+            let changed: i64 = row.try_get(5).map_err(backend)?;
             if filenodes.is_some_and(|before| before != nodes) {
                 return Err(LogError::Damaged(
                     "the log's tables were truncated, restored or rewritten since the signer read them"
@@ -423,9 +442,26 @@ impl PostgresLog {
                 ));
             }
             *filenodes = Some(nodes);
-            if u64::try_from(end).unwrap_or(0) < frontier.size() {
+            if disabled > 0 {
+                return Err(LogError::Damaged(
+                    "the log's append-only triggers are disabled".into(),
+                ));
+            }
+            if rewrites.is_some_and(|before| changed > before) {
+                return Err(LogError::Damaged(
+                    "rows of the log were updated or deleted behind its triggers".into(),
+                ));
+            }
+            *rewrites = Some(changed);
+            if lowest < 0 {
                 return Err(LogError::Damaged(format!(
-                    "the table holds {end} records and the signer read {}: rows were removed",
+                    "the table holds a row numbered {lowest}: not the writers'"
+                )));
+            }
+            let end = u64::try_from(end).unwrap_or(0);
+            if end < frontier.size() || end < written {
+                return Err(LogError::Damaged(format!(
+                    "the table holds {end} records, the signer read {} and this instance wrote {written}: rows were removed",
                     frontier.size()
                 )));
             }
@@ -472,6 +508,7 @@ impl PostgresLog {
     fn take_lead(&mut self) -> Result<Vec<(u64, Hash, String)>, LogError> {
         self.frontier = Frontier::new();
         self.filenodes = None;
+        self.rewrites = None;
         let (witnessing, must_extend) = Witnessing::start(
             self.witnesses.clone(),
             self.key.name(),
@@ -501,8 +538,12 @@ impl PostgresLog {
 
 impl LogSink for PostgresLog {
     fn append(&mut self, records: &mut [Record]) -> Result<u64, LogError> {
+        if let Some(why) = &self.damaged {
+            return Err(LogError::Damaged(why.clone()));
+        }
         let (table, timeout, lock) = (self.table.clone(), self.timeout, self.lock("append"));
         let (tags, origin) = (self.key.tags(), self.key.name());
+        let written = self.size;
         let client = self.client.as_mut().ok_or_else(down)?;
         let first = self.runtime.block_on(bounded(timeout, async {
             let tx = client.transaction().await.map_err(backend)?;
@@ -519,6 +560,12 @@ impl LogSink for PostgresLog {
                 .map_err(backend)?;
             let first: i64 = row.try_get(0).map_err(backend)?;
             let first = u64::try_from(first).map_err(|_| down())?;
+            if first < written {
+                // Rows this instance wrote are gone: someone deleted them behind the triggers.
+                return Err(LogError::Damaged(format!(
+                    "this instance wrote {written} records and the table holds {first}: rows were removed"
+                )));
+            }
             let mut seqs = Vec::with_capacity(records.len());
             let mut lines = Vec::with_capacity(records.len());
             for (i, record) in records.iter_mut().enumerate() {
@@ -543,6 +590,9 @@ impl LogSink for PostgresLog {
                 Ok(first)
             }
             Err(e) => {
+                if let LogError::Damaged(why) = &e {
+                    self.damaged = Some(why.clone());
+                }
                 self.disconnect();
                 Err(e)
             }

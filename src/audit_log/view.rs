@@ -182,11 +182,16 @@ impl View {
 }
 
 fn read_slots(path: &Path, origin: &str, key: &TagKey) -> Result<Option<(View, u64)>, LogError> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let file = match super::file::regular(path) {
+        Ok(file) => file,
+        Err(LogError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
     };
+    let mut bytes = Vec::with_capacity(2 * SLOT);
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, 2 * SLOT as u64 + 1),
+        &mut bytes,
+    )?;
     if bytes.len() > 2 * SLOT {
         return Err(damaged(path));
     }
@@ -219,11 +224,13 @@ impl ViewFile {
     /// As [`View::read`]; [`LogError::Io`] if it cannot be opened for writing.
     pub(crate) fn open(path: &Path, origin: &str, key: &TagKey) -> Result<Self, LogError> {
         let generation = read_slots(path, origin, key)?.map_or(0, |(_, g)| g);
+        use std::os::unix::fs::OpenOptionsExt as _;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)?;
         Ok(Self {
             file,
@@ -234,7 +241,8 @@ impl ViewFile {
 
     /// Writes `view` into the older slot; a `checkpoint`'s view into both, so that spoiling the
     /// newer slot falls back to no less than the last checkpoint. With `sync`, it reaches the
-    /// disk before this returns.
+    /// disk before this returns. A view older than the last one written is not written (a sync
+    /// that finished after a checkpoint); one that goes back on the checkpoint is an error.
     ///
     /// # Errors
     /// [`LogError::Io`].
@@ -246,12 +254,18 @@ impl ViewFile {
         checkpoint: bool,
         sync: bool,
     ) -> Result<(), LogError> {
-        if let Some(last) = &self.last
-            && (view.size < last.size
+        if let Some(last) = &self.last {
+            if checkpoint && (view.checkpoint < last.checkpoint || view.size < last.size) {
+                return Err(LogError::Damaged(
+                    "the signer's view would go back on a checkpoint it recorded".into(),
+                ));
+            }
+            if view.size < last.size
                 || view.checkpoint < last.checkpoint
-                || (view == last && !checkpoint))
-        {
-            return Ok(());
+                || (view == last && !checkpoint)
+            {
+                return Ok(());
+            }
         }
         for _ in 0..if checkpoint { 2 } else { 1 } {
             let generation = self.generation + 1;

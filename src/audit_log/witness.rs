@@ -315,7 +315,18 @@ impl Witnessing {
                     match witness.latest(&signed.checkpoint.origin) {
                         Ok(None) => self.held[i] = 0,
                         Ok(Some(text)) => match verifier.map(|v| v.open(&text)) {
-                            Some(Ok(held)) => self.held[i] = held.checkpoint.size,
+                            Some(Ok(held)) => {
+                                // What it holds must be this log's tree at that size.
+                                let ours =
+                                    self.split_at(held.checkpoint.size).map(|(t, _)| t.root());
+                                if ours.is_some_and(|root| root != held.checkpoint.root) {
+                                    return Err(LogError::Damaged(format!(
+                                        "the witness {witness:?} holds a checkpoint of {} records this log does not extend",
+                                        held.checkpoint.size
+                                    )));
+                                }
+                                self.held[i] = held.checkpoint.size;
+                            }
                             _ => break,
                         },
                         Err(_) => break,

@@ -286,3 +286,136 @@ fn a_second_log_under_one_name_is_refused_by_the_witness_while_running() {
     assert!(!second.is_healthy(), "a log a witness refused came back up");
     assert!(second.append_durable(decision(200)).is_err());
 }
+
+/// A checkpoint file numbered at the end of the range (a copy of a genuine one) would have the
+/// writer's numbering wrap and its view stop moving: it is newer than any checkpoint the writer
+/// recorded, so the log does not open.
+#[test]
+fn a_checkpoint_numbered_past_the_writers_is_a_stop() {
+    let dir = two_checkpoints("insider-max-number", 3, 6);
+    fs::copy(checkpoint_path(&dir, 2), checkpoint_path(&dir, u64::MAX)).unwrap();
+    refused(
+        &dir,
+        FileOptions::default(),
+        "newer than any the writer recorded",
+    );
+    let dir = two_checkpoints("insider-next-number", 3, 6);
+    // One past the view is the crash window (signed, not yet recorded): it must still be a
+    // checkpoint of at least what the view says.
+    fs::copy(checkpoint_path(&dir, 1), checkpoint_path(&dir, 3)).unwrap();
+    refused(
+        &dir,
+        FileOptions::default(),
+        "newer than any the writer recorded",
+    );
+}
+
+/// A checkpoint file someone put at the number the writer signs next is not replaced: the
+/// writer stops.
+#[test]
+fn a_checkpoint_at_the_next_number_is_never_renamed_over() {
+    let dir = fresh_dir("insider-next-file");
+    let mut log = FileLog::open(&dir, key(), Fsync::Never).unwrap();
+    log.append(&mut [decision(0)]).unwrap();
+    log.checkpoint().unwrap();
+    fs::write(checkpoint_path(&dir, 2), "planted").unwrap();
+    log.append(&mut [decision(1)]).unwrap();
+    assert!(matches!(log.checkpoint(), Err(LogError::Damaged(_))));
+    assert_eq!(
+        fs::read_to_string(checkpoint_path(&dir, 2)).unwrap(),
+        "planted"
+    );
+    assert!(matches!(
+        log.append(&mut [decision(2)]),
+        Err(LogError::Damaged(_))
+    ));
+}
+
+/// `adopt-legacy` writes a view only for a log from before tags: a tagged log whose view was
+/// removed (with records cut) is refused, and it needs a checkpoint kept elsewhere.
+#[test]
+fn adopting_a_tagged_log_whose_view_was_removed_is_refused() {
+    let dir = two_checkpoints("insider-adopt", 3, 6);
+    let kept = fs::read_to_string(checkpoint_path(&dir, 1)).unwrap();
+    let kept = key().verifier().open(&kept).unwrap();
+    fs::remove_file(dir.join(VIEW)).unwrap();
+    fs::remove_file(checkpoint_path(&dir, 2)).unwrap();
+    write_lines(&dir, &lines(&dir)[..3]);
+    assert!(matches!(
+        file::adopt_legacy(&dir, None, &key(), std::slice::from_ref(&kept)),
+        Err(LogError::Damaged(why)) if why.contains("tags")
+    ));
+    assert!(matches!(
+        file::adopt_legacy(&dir, None, &key(), &[]),
+        Err(LogError::Damaged(_))
+    ));
+    refused(&dir, FileOptions::default(), "view");
+}
+
+/// The records file renamed over while the log runs: the next append and the next checkpoint
+/// refuse, and the log stays down.
+#[test]
+fn a_records_file_replaced_while_running_stops_the_writer() {
+    let dir = fresh_dir("insider-replaced");
+    let mut log = FileLog::open(&dir, key(), Fsync::Never).unwrap();
+    for i in 0..3 {
+        log.append(&mut [decision(i)]).unwrap();
+    }
+    log.checkpoint().unwrap();
+    let copy = dir.join("copy");
+    fs::copy(dir.join(RECORDS), &copy).unwrap();
+    fs::rename(&copy, dir.join(RECORDS)).unwrap();
+    assert!(matches!(
+        log.append(&mut [decision(3)]),
+        Err(LogError::Damaged(_))
+    ));
+    assert!(matches!(log.checkpoint(), Err(LogError::Damaged(_))));
+    assert!(matches!(log.recover(), Err(LogError::Damaged(_))));
+}
+
+/// The directory itself is locked: removing a lock file does not let a second writer in.
+#[test]
+fn a_second_writer_stays_out_whatever_is_deleted() {
+    let dir = fresh_dir("insider-lock");
+    let _first = FileLog::open(&dir, key(), Fsync::Never).unwrap();
+    let _ = fs::remove_file(dir.join(file::LOCK));
+    assert!(matches!(
+        FileLog::open(&dir, key(), Fsync::Never),
+        Err(LogError::Locked)
+    ));
+}
+
+/// What an insider puts where the writer reads: a FIFO as a checkpoint, the view a link to an
+/// endless file, a line far longer than any record. Each is a clear error or a stop, never a
+/// hang, a panic or unbounded memory.
+#[test]
+fn hostile_files_are_errors_not_hangs() {
+    let dir = two_checkpoints("insider-fifo", 3, 6);
+    let fifo = checkpoint_path(&dir, 3);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (done, wait) = std::sync::mpsc::channel();
+    let opened = dir.clone();
+    std::thread::spawn(move || {
+        let _ = done.send(FileLog::open(&opened, key(), Fsync::Never).map(|_| ()));
+    });
+    let outcome = wait
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("opening a log with a FIFO for a checkpoint hung");
+    assert!(outcome.is_err());
+    fs::remove_file(&fifo).unwrap();
+
+    let dir = two_checkpoints("insider-zero", 3, 6);
+    fs::remove_file(dir.join(VIEW)).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.join(VIEW)).unwrap();
+    assert!(FileLog::open(&dir, key(), Fsync::Never).is_err());
+
+    let dir = two_checkpoints("insider-long", 3, 6);
+    let mut all = lines(&dir);
+    all.push("x".repeat(8 * 1024 * 1024));
+    write_lines(&dir, &all);
+    refused(&dir, FileOptions::default(), "line 6 is not a record");
+}

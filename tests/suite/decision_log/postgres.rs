@@ -305,8 +305,9 @@ fn a_truncated_and_rewritten_table_stops_the_running_signer_and_is_never_signed(
     signed_all(&[&a], &table, 5);
     rewrite_with_one_row_changed(&table.0);
     // The running signer sees the table is not the one it read: it stops signing and the log
-    // goes down, so a fail-closed layer refuses destructive calls.
-    a.append(decision(5)).unwrap();
+    // goes down, so a fail-closed layer refuses destructive calls. (It may have already: it
+    // checks at every round, and rounds run every 50 ms.)
+    let _ = a.append(decision(5));
     assert!(
         a.flush().is_err(),
         "the signer signed over a rewritten table"
@@ -373,4 +374,111 @@ fn a_table_rolled_back_to_an_old_dump_is_caught_by_a_witness() {
         "signed a table the witness knows was longer"
     );
     assert!(!b.is_healthy());
+}
+
+/// Flushes `log` until it reports an error (the signer checks at every round), for at most
+/// `seconds`.
+fn goes_down(log: &AuditLog, seconds: u64) -> bool {
+    let until = std::time::Instant::now() + Duration::from_secs(seconds);
+    while std::time::Instant::now() < until {
+        let _ = log.append(decision(900));
+        if log.flush().is_err() && !log.is_healthy() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Rows the running instance wrote itself and no checkpoint covers yet, deleted behind the
+/// triggers by the tables' owner: the instance notices instead of numbering new rows over them.
+#[test]
+fn rows_deleted_while_running_stop_the_signer() {
+    let Some(table) = Table::fresh() else { return };
+    let a = instance(&table, "a");
+    for i in 0..5 {
+        a.append(decision(i)).unwrap();
+    }
+    signed_all(&[&a], &table, 5);
+    let t = &table.0;
+    sql(
+        &crate::backends::postgres_url(),
+        &format!(
+            "ALTER TABLE {t} DISABLE TRIGGER USER;
+             DELETE FROM {t} WHERE seq >= 3;
+             ALTER TABLE {t} ENABLE TRIGGER USER;"
+        ),
+    )
+    .unwrap();
+    assert!(goes_down(&a, 10), "the signer went on over deleted rows");
+    assert!(exported(&table).latest().is_some_and(|c| c.size == 5));
+}
+
+/// An edit and a deletion in the middle (the highest seq unchanged), triggers set aside and
+/// put back between two rounds: the statistics show rows updated and deleted, and the running
+/// signer stops.
+#[test]
+fn rows_rewritten_while_running_stop_the_signer() {
+    let Some(table) = Table::fresh() else { return };
+    let a = instance(&table, "a");
+    for i in 0..6 {
+        a.append(decision(i)).unwrap();
+    }
+    signed_all(&[&a], &table, 6);
+    let t = &table.0;
+    sql(
+        &crate::backends::postgres_url(),
+        &format!(
+            "ALTER TABLE {t} DISABLE TRIGGER USER;
+             UPDATE {t} SET line = replace(line, 'note-1', 'note-9') WHERE seq = 1;
+             DELETE FROM {t} WHERE seq = 2;
+             ALTER TABLE {t} ENABLE TRIGGER USER;"
+        ),
+    )
+    .unwrap();
+    assert!(goes_down(&a, 15), "the signer went on over rewritten rows");
+}
+
+/// Triggers left disabled: the signer stops at its next round, before anything is changed.
+#[test]
+fn disabled_triggers_stop_the_signer() {
+    let Some(table) = Table::fresh() else { return };
+    let a = instance(&table, "a");
+    a.append(decision(0)).unwrap();
+    signed_all(&[&a], &table, 1);
+    let t = &table.0;
+    sql(
+        &crate::backends::postgres_url(),
+        &format!("ALTER TABLE {t} DISABLE TRIGGER {t}_append_only;"),
+    )
+    .unwrap();
+    assert!(
+        goes_down(&a, 10),
+        "the signer went on with its triggers disabled"
+    );
+}
+
+/// The application's role may insert: a row numbered below zero is refused by the table, and
+/// one slipped in past the constraint stops the signer.
+#[test]
+fn a_row_numbered_below_zero_is_refused() {
+    let Some(table) = Table::fresh() else { return };
+    let a = instance(&table, "a");
+    a.append(decision(0)).unwrap();
+    signed_all(&[&a], &table, 1);
+    let (url, t) = (crate::backends::postgres_url(), &table.0);
+    let insert = sql(&url, &format!("INSERT INTO {t} VALUES (-1, 'forged')"));
+    assert!(insert.is_err(), "{insert:?}");
+    sql(
+        &url,
+        &format!(
+            "ALTER TABLE {t} DROP CONSTRAINT {t}_seq_natural;
+             INSERT INTO {t} VALUES (-1, 'forged');"
+        ),
+    )
+    .unwrap();
+    assert!(
+        goes_down(&a, 10),
+        "the signer went on with a forged row below zero"
+    );
 }
