@@ -36,10 +36,10 @@ use super::witness::{Witness, Witnessing};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Fsync {
-    /// Every write is synced right after it, by a thread of its own (the default): a decision
-    /// waits for its record to be written (it then survives the process), not for the sync. A
-    /// power loss can cost the last few milliseconds of records, never a signed one (a
-    /// checkpoint syncs first).
+    /// Every write is synced soon after it (within about 10 ms), by a thread of its own (the
+    /// default): a decision waits for its record to be written (it then survives the process),
+    /// not for the sync. A power loss can cost the last few milliseconds of records, never a
+    /// signed one (a checkpoint syncs first).
     #[default]
     EveryBatch,
     /// Every write is synced before anyone waiting on it is answered: a power loss costs no
@@ -391,6 +391,9 @@ impl Drop for FileLog {
     }
 }
 
+/// How often the syncer syncs at most ([`Fsync::EveryBatch`]).
+const SYNC_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// What the writer and its syncer share.
 #[derive(Default)]
 struct SyncState {
@@ -431,7 +434,16 @@ impl Syncer {
             .name("mcp-confirm-log-sync".into())
             .spawn(move || {
                 let (lock, wake) = &*shared;
+                let mut last_sync: Option<std::time::Instant> = None;
                 loop {
+                    // At most one sync per `SYNC_EVERY`: syncs are what a busy log costs (each is
+                    // a round trip to the device), and no decision waits on them.
+                    if let Some(at) = last_sync {
+                        let since = at.elapsed();
+                        if since < SYNC_EVERY {
+                            std::thread::sleep(SYNC_EVERY - since);
+                        }
+                    }
                     let pending = {
                         let Ok(mut state) = lock.lock() else { return };
                         while state.pending.is_none() && !state.stop {
@@ -445,6 +457,7 @@ impl Syncer {
                             None => return,
                         }
                     };
+                    last_sync = Some(std::time::Instant::now());
                     match records.sync_data() {
                         Ok(()) => {
                             if let Ok(mut file) = view.lock() {

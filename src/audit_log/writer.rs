@@ -160,6 +160,10 @@ struct Shared {
     healthy: AtomicBool,
     /// Records refused because the queue was full or the log down.
     dropped: AtomicU64,
+    /// The writer is parked for `LINGER`: a durable append wakes it.
+    lingering: AtomicBool,
+    /// Durable appends queued so far (the writer compares with those it took before parking).
+    durable_sent: AtomicU64,
 }
 
 /// A decision log a layer appends to ([`ConfirmLayerBuilder::audit_log`]). Clones share one
@@ -221,6 +225,8 @@ impl AuditLog {
         let shared = Arc::new(Shared {
             healthy: AtomicBool::new(true),
             dropped: AtomicU64::new(0),
+            lingering: AtomicBool::new(false),
+            durable_sent: AtomicU64::new(0),
         });
         let options = Arc::new(options);
         let thread = {
@@ -299,8 +305,12 @@ impl AuditLog {
         match sender.try_send(Command::Append(Box::new(record), ack)) {
             Ok(()) => {
                 if waited_on {
-                    // A lingering writer takes it now: someone is waiting.
-                    self.writer.unpark();
+                    // A lingering writer takes it now: someone is waiting. (Either the writer
+                    // sees this count before it parks, or this sees it lingering.)
+                    self.shared.durable_sent.fetch_add(1, Ordering::SeqCst);
+                    if self.shared.lingering.load(Ordering::SeqCst) {
+                        self.writer.unpark();
+                    }
                 }
                 Ok(())
             }
@@ -345,6 +355,12 @@ impl Drop for AuditLog {
 /// How long a busy writer lets records gather before writing them, when no one waits on them.
 const LINGER: Duration = Duration::from_millis(10);
 
+/// How long a writer gathers records waited on when several decisions waited on the last
+/// write: with concurrent decisions, one write for several costs each a little latency and saves
+/// the process a wake-up and a write per decision. (Longer, growing with the waiters, cost more
+/// in latency than it saved at 8 concurrent flows: BENCHMARKS.md (f).)
+const GATHER: Duration = Duration::from_micros(250);
+
 /// The most records written at once.
 const MAX_BATCH: usize = 4_096;
 
@@ -358,6 +374,8 @@ struct Batch {
     records: Vec<Record>,
     /// One per record; `None` where no one waits.
     acks: Vec<Option<Ack>>,
+    /// Durable appends taken from the queue so far.
+    durable_taken: u64,
 }
 
 impl Batch {
@@ -365,6 +383,7 @@ impl Batch {
         match command {
             Command::Append(record, ack) => {
                 self.records.push(*record);
+                self.durable_taken += u64::from(ack.is_some());
                 self.acks.push(ack);
             }
             Command::Flush(done) => *flush = Some(done),
@@ -414,6 +433,7 @@ fn write_loop(
     // woken by every record; a durable append wakes it (someone waits), and while records are
     // waited on it does not linger at all: the sync it is about to do is the grouping.
     let mut linger = false;
+    let mut gather = Duration::ZERO;
     loop {
         let mut wait = oldest_unsigned.map_or(options.every, |at| {
             options.every.saturating_sub(at.elapsed())
@@ -425,10 +445,19 @@ fn write_loop(
         let mut timed_out = false;
         let mut closed = false;
         if linger {
-            std::thread::park_timeout(LINGER);
+            shared.lingering.store(true, Ordering::SeqCst);
+            if shared.durable_sent.load(Ordering::SeqCst) == batch.durable_taken {
+                std::thread::park_timeout(LINGER);
+            }
+            shared.lingering.store(false, Ordering::SeqCst);
         } else {
             match receiver.recv_timeout(wait) {
-                Ok(command) => batch.take(command, &mut flush),
+                Ok(command) => {
+                    batch.take(command, &mut flush);
+                    if !gather.is_zero() && flush.is_none() {
+                        std::thread::sleep(gather);
+                    }
+                }
                 Err(RecvTimeoutError::Timeout) => timed_out = true,
                 Err(RecvTimeoutError::Disconnected) => closed = true,
             }
@@ -442,6 +471,8 @@ fn write_loop(
             }
         }
         linger = !batch.records.is_empty() && flush.is_none() && !batch.waited_on();
+        let waited = batch.acks.iter().filter(|a| a.is_some()).count();
+        gather = if waited >= 2 { GATHER } else { Duration::ZERO };
         if let Health::Down {
             retry_at,
             backoff,
