@@ -38,7 +38,9 @@ pub struct Approvers {
     #[serde(default, skip_serializing_if = "is_false")]
     passkey: bool,
     #[serde(default, skip_serializing_if = "is_false")]
-    share_details: bool,
+    share_candidate_labels: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    share_argument_values: bool,
 }
 
 /// Whom a rule admits, before `except_caller`.
@@ -82,7 +84,8 @@ impl Approvers {
             except_caller: false,
             required: 1,
             passkey: false,
-            share_details: false,
+            share_candidate_labels: false,
+            share_argument_values: false,
         }
     }
 
@@ -130,11 +133,24 @@ impl Approvers {
         self
     }
 
-    /// Notifications about these approvals carry the records' labels and the policy's message
-    /// (by default only the tool, who asks, the page link and the expiry).
+    /// Notifications about these approvals carry the records' labels, exactly as the page
+    /// shows them: text the resolver made from the records (titles, excerpts), so it says what
+    /// the records hold. With it comes the policy's message. By default a notification carries
+    /// no text taken from the call or its records: the tool, who asks, the rule, the expiry and
+    /// the page's link.
     #[must_use]
-    pub fn share_details(mut self) -> Self {
-        self.share_details = true;
+    pub fn share_candidate_labels(mut self) -> Self {
+        self.share_candidate_labels = true;
+        self
+    }
+
+    /// Notifications about these approvals carry the call's argument values, one `name: value`
+    /// line each, cleaned and cut as the form's summary of a call is (at most 8 of them, 60
+    /// characters a value). With it comes the policy's message. Not the records' labels: those
+    /// are [`share_candidate_labels`](Self::share_candidate_labels).
+    #[must_use]
+    pub fn share_argument_values(mut self) -> Self {
+        self.share_argument_values = true;
         self
     }
 
@@ -149,8 +165,13 @@ impl Approvers {
     }
 
     /// Whether notifications carry the records' labels.
-    pub fn shares_details(&self) -> bool {
-        self.share_details
+    pub fn shares_candidate_labels(&self) -> bool {
+        self.share_candidate_labels
+    }
+
+    /// Whether notifications carry the call's argument values.
+    pub fn shares_argument_values(&self) -> bool {
+        self.share_argument_values
     }
 
     /// Whether only the caller decides, once: the page as it was before approvers.

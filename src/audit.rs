@@ -146,6 +146,19 @@ pub(crate) fn standing_ended(tool: &str, principal: &Principal, id: &str, outcom
         principal = principal.subject(), standing = id, outcome);
 }
 
+/// A use of standing approval `id` that a refused call had reserved was given back (`given`),
+/// or could not be (the store did not answer, or no longer holds it): then it stays spent.
+pub(crate) fn standing_given_back(id: &str, ticket: &Nonce, given: bool) {
+    if given {
+        tracing::info!(target: TARGET, decision = "standing_given_back", standing = id,
+            ticket = %ticket.short());
+    } else {
+        tracing::warn!(target: TARGET, decision = "standing_given_back", standing = id,
+            ticket = %ticket.short(), given,
+            reason = "the reserved use could not be given back; it stays spent");
+    }
+}
+
 /// Its holder revoked a standing approval.
 pub(crate) fn standing_revoked(tool: &str, principal: &Principal, id: &str) {
     tracing::info!(target: TARGET, decision = "standing_revoked", tool,

@@ -1,10 +1,30 @@
-//! The guard that marks a claimed nonce Consumed once the confirmed call is over.
+//! The guards that settle what a call holds once it is over: a claimed nonce is marked
+//! Consumed; a use of a standing approval reserved for a call that never ran is given back.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Waker};
 
 use crate::audit;
+use crate::kernel::Nonce;
+use crate::store::standing::{StandingId, StandingKey, StandingStore};
 use crate::store::{ClaimRequest, ReplayStore};
+
+/// Runs `work` to its end from a `Drop`: right here if it is ready at once (the memory stores,
+/// deterministically), otherwise on the current tokio runtime; `None` if there is none.
+fn finish(mut work: Pin<Box<dyn Future<Output = ()> + Send>>) -> Option<()> {
+    if work
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_ready()
+    {
+        return Some(());
+    }
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    runtime.spawn(work);
+    Some(())
+}
 
 /// Moves a claimed nonce to Consumed when dropped: after the inner response has ended, or was
 /// dropped, or when the call never got that far. A claimed nonce never returns to Fresh.
@@ -23,24 +43,91 @@ impl Drop for CompletionGuard {
     fn drop(&mut self) {
         let (store, request) = (Arc::clone(&self.store), self.request);
         let nonce = request.nonce;
-        let mut completion = Box::pin(async move {
+        let completion = Box::pin(async move {
             let consumed = matches!(store.complete(&request).await, Ok(true));
             audit::completed(&request.nonce, consumed);
         });
-        // Stores that answer at once (the memory store) complete right here, deterministically.
-        if completion
-            .as_mut()
-            .poll(&mut Context::from_waker(Waker::noop()))
-            .is_ready()
-        {
+        if finish(completion).is_none() {
+            audit::completed(&nonce, false);
+        }
+    }
+}
+
+/// One use of a standing approval, reserved under `ticket` for a call that has not passed its
+/// revalidation yet. The call that passes [`keep`](Self::keep)s it; a refused call
+/// [`give_back`](Self::give_back)s it; dropped otherwise (the client went away mid-check, or
+/// the call failed before it was forwarded), it is given back all the same. A use is spent
+/// only by a call that runs.
+pub(crate) struct ReservedUse {
+    held: Option<Held>,
+}
+
+struct Held {
+    store: Arc<dyn StandingStore>,
+    key: StandingKey,
+    id: StandingId,
+    ticket: Nonce,
+}
+
+impl Held {
+    async fn give_back(self) {
+        let given = matches!(
+            self.store.give_back(self.key, self.id, self.ticket).await,
+            Ok(true)
+        );
+        audit::standing_given_back(&self.id.to_hex(), &self.ticket, given);
+    }
+}
+
+impl ReservedUse {
+    /// The use `ticket` spent of approval `id` under `key`, held until kept or given back.
+    pub(crate) fn new(
+        store: Arc<dyn StandingStore>,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> Self {
+        Self {
+            held: Some(Held {
+                store,
+                key,
+                id,
+                ticket,
+            }),
+        }
+    }
+
+    /// The call passed and goes on: the use stays spent.
+    pub(crate) fn keep(mut self) {
+        self.held = None;
+    }
+
+    /// The call was refused: the use goes back before the refusal is answered, so the next
+    /// call finds it.
+    pub(crate) async fn give_back(mut self) {
+        if let Some(held) = self.held.take() {
+            held.give_back().await;
+        }
+    }
+}
+
+impl Drop for ReservedUse {
+    fn drop(&mut self) {
+        let Some(held) = self.held.take() else {
             return;
+        };
+        let (id, ticket) = (held.id, held.ticket);
+        if finish(Box::pin(held.give_back())).is_none() {
+            audit::standing_given_back(&id.to_hex(), &ticket, false);
         }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(completion);
-            }
-            Err(_) => audit::completed(&nonce, false),
-        }
+    }
+}
+
+impl std::fmt::Debug for ReservedUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReservedUse")
+            .field("held", &self.held.as_ref().map(|h| h.id))
+            .finish_non_exhaustive()
     }
 }
 

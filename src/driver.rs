@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::audit::{self, Event};
-use crate::completion::CompletionGuard;
+use crate::completion::{CompletionGuard, ReservedUse};
 use crate::config::{Config, GuardedTool};
 use crate::confirmed::{Confirmed, Waived, WaiverReason};
 use crate::engine::{self, Declared, Refused};
@@ -371,7 +371,8 @@ impl Attempt<'_> {
                 if let Some(notifier) = &self.config.notifier
                     && !approval.approvers.is_caller_only()
                 {
-                    let notice = crate::notify::ApprovalNotice::of(&approval, &self.page_url(id));
+                    let notice = crate::notify::ApprovalNotice::of(&approval, &self.page_url(id))
+                        .with_argument_values(|| form::argument_lines(call.arguments()));
                     notifier.approval_requested(notice);
                 }
                 return Ok(self.ask_page(id, &token, None));
@@ -506,8 +507,9 @@ impl Attempt<'_> {
     }
 
     /// A first call covered by a live standing approval of this principal, tool and scope: run
-    /// it without a form if it resolves to exactly one record, spends one use and passes the
-    /// revalidation. `None`: not covered (or not unambiguous), so the form is shown as usual.
+    /// it without a form if it resolves to exactly one record, reserves one use and passes the
+    /// revalidation (a refused call gives its use back). `None`: not covered (or not
+    /// unambiguous), so the form is shown as usual.
     async fn under_standing(&self) -> Result<Option<Decision>, Refused> {
         let (Some(offer), Some(store)) = (&self.policy().standing, &self.config.standing) else {
             return Ok(None);
@@ -591,14 +593,20 @@ impl Attempt<'_> {
         } else {
             None
         };
-        let spent = store.use_one(key, standing.id).await.unwrap_or_else(|e| {
-            audit::refused(
-                tool,
-                Some(self.principal),
-                &format!("standing store unavailable, asking instead: {e}"),
-            );
-            Use::Unknown
-        });
+        // The use is reserved before the revalidation, under this call's nonce, so racing calls
+        // never hold more uses than the approval has; it is spent only if the call passes (and
+        // given back otherwise: see `ReservedUse`).
+        let spent = store
+            .use_one(key, standing.id, nonce)
+            .await
+            .unwrap_or_else(|e| {
+                audit::refused(
+                    tool,
+                    Some(self.principal),
+                    &format!("standing store unavailable, asking instead: {e}"),
+                );
+                Use::Unknown
+            });
         let left = match spent {
             Use::Used { left } => left,
             ended => {
@@ -621,6 +629,30 @@ impl Attempt<'_> {
                 return Ok(None);
             }
         };
+        let reserved = ReservedUse::new(Arc::clone(store), key, standing.id, nonce);
+        if let Some(hook) = &policy.revalidate {
+            let check = Revalidation {
+                principal: self.principal.clone(),
+                tool: tool.into(),
+                arguments: Arc::new(arguments.clone()),
+                chosen: chosen.clone(),
+                seen_version: version.clone(),
+            };
+            if let Err(refusal) = hook.revalidate(check).await {
+                audit::refused(tool, Some(self.principal), refusal.reason());
+                reserved.give_back().await;
+                withdraw(config, grant).await;
+                return Ok(Some(self.outcome(
+                    Outcome::Revoked,
+                    "The action is no longer allowed or its target changed; nothing was changed.",
+                )));
+            }
+        }
+        // Short of a bug the body rebuilds; if not, dropping `reserved` gives the use back.
+        let body = message::forward_body(call, &arguments).ok_or_else(|| {
+            Refused::new(RpcError::internal(), "confirmed body could not be rebuilt")
+        })?;
+        reserved.keep();
         audit::standing_used(
             tool,
             self.principal,
@@ -639,26 +671,6 @@ impl Attempt<'_> {
                 ..Event::default()
             });
         }
-        if let Some(hook) = &policy.revalidate {
-            let check = Revalidation {
-                principal: self.principal.clone(),
-                tool: tool.into(),
-                arguments: Arc::new(arguments.clone()),
-                chosen: chosen.clone(),
-                seen_version: version.clone(),
-            };
-            if let Err(refusal) = hook.revalidate(check).await {
-                audit::refused(tool, Some(self.principal), refusal.reason());
-                withdraw(config, grant).await;
-                return Ok(Some(self.outcome(
-                    Outcome::Revoked,
-                    "The action is no longer allowed or its target changed; nothing was changed.",
-                )));
-            }
-        }
-        let body = message::forward_body(call, &arguments).ok_or_else(|| {
-            Refused::new(RpcError::internal(), "confirmed body could not be rebuilt")
-        })?;
         let confirmed = Confirmed {
             principal: self.principal.clone(),
             tool: tool.into(),

@@ -222,33 +222,45 @@ const SUMMARY_ARGUMENTS: usize = 8;
 const SUMMARY_NAME_CHARS: usize = 32;
 const SUMMARY_VALUE_CHARS: usize = 60;
 
-/// The form message of a tool confirmed by its annotations alone: `message`, then one line per
-/// argument (`name: value`, as compact JSON), each cleaned and cut like a label, at most
-/// [`SUMMARY_ARGUMENTS`] of them, so the user sees what the call will do, and no more than a
-/// screenful of it.
+/// The form message of a tool confirmed by its annotations alone: `message`, then the call's
+/// [`argument_lines`], so the user sees what the call will do, and no more than a screenful of
+/// it.
 pub(crate) fn describe_call(message: &str, arguments: Option<&Value>) -> String {
     let mut out = plain_label(message, 200);
-    let entries = match arguments {
-        Some(Value::Object(map)) if !map.is_empty() => map,
-        _ => {
-            out.push_str("\nNo arguments.");
-            return out;
-        }
-    };
-    for (name, value) in entries.iter().take(SUMMARY_ARGUMENTS) {
-        let value = value.to_string();
-        out.push('\n');
-        out.push_str(&plain_label(name, SUMMARY_NAME_CHARS));
-        out.push_str(": ");
-        out.push_str(&plain_label(&value, SUMMARY_VALUE_CHARS));
+    let lines = argument_lines(arguments);
+    if lines.is_empty() {
+        out.push_str("\nNo arguments.");
     }
-    if entries.len() > SUMMARY_ARGUMENTS {
-        out.push_str(&format!(
-            "\n(and {} more)",
-            entries.len() - SUMMARY_ARGUMENTS
-        ));
+    for line in lines {
+        out.push('\n');
+        out.push_str(&line);
     }
     out
+}
+
+/// A call's arguments in words: one line per argument (`name: value`, as compact JSON), each
+/// cleaned and cut like a label, at most [`SUMMARY_ARGUMENTS`] of them and then how many more;
+/// none for no arguments.
+pub(crate) fn argument_lines(arguments: Option<&Value>) -> Vec<String> {
+    let entries = match arguments {
+        Some(Value::Object(map)) if !map.is_empty() => map,
+        _ => return Vec::new(),
+    };
+    let mut lines: Vec<String> = entries
+        .iter()
+        .take(SUMMARY_ARGUMENTS)
+        .map(|(name, value)| {
+            format!(
+                "{}: {}",
+                plain_label(name, SUMMARY_NAME_CHARS),
+                plain_label(&value.to_string(), SUMMARY_VALUE_CHARS)
+            )
+        })
+        .collect();
+    if entries.len() > SUMMARY_ARGUMENTS {
+        lines.push(format!("(and {} more)", entries.len() - SUMMARY_ARGUMENTS));
+    }
+    lines
 }
 
 /// What the client answered for our key.

@@ -131,7 +131,9 @@
 //!   revoked through the API or a page; [`store::standing`] keeps them.
 //! - [`grant`]: durable grants for work that runs later, and the worker API.
 //! - `audit_log` (feature `audit-log`): the tamper-evident decision log (Merkle tree, signed
-//!   checkpoints, a file or a shared PostgreSQL table, the offline verifier's checks);
+//!   checkpoints, record tags and the signer's view so that only what the writer wrote is
+//!   signed, witnesses that keep checkpoints off the log's storage, a file or a shared
+//!   PostgreSQL table, the offline verifier's checks);
 //!   [`audit`] names the `tracing` target every decision is also reported under.
 //! - [`guard`]: Host/Origin validation to stack in front; [`scope`]: workspace containment for
 //!   file tools; `rmcp` (feature `rmcp`): the handler-side `Confirmation`; `testing` (feature
@@ -362,6 +364,7 @@ pub mod defaults {
         DEFAULT_GRANT_TTL, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LISTING_BYTES, DEFAULT_TTL,
         MAX_GRANT_TTL, MAX_TTL,
     };
+    pub use crate::page::DEFAULT_FORM_TTL;
     pub use crate::policy::MAX_STANDING_FOR;
 }
 pub use approval::ApprovalPage;
@@ -373,7 +376,7 @@ pub use policy::{
     ApproverCheck, ApproverQuery, Candidate, Condition, Lookup, PolicyError, Refusal, Resolver,
     Revalidate, Revalidation, Scope, ToolPolicy,
 };
-pub use principal::{Principal, PrincipalExtractor, PrincipalFromExtension};
+pub use principal::{PageSession, Principal, PrincipalExtractor, PrincipalFromExtension};
 pub use protocol::{
     META_CLIENT_CAPABILITIES, META_CONFIRMATION, META_DECLARED, META_OUTCOME,
     META_PROTOCOL_VERSION, PROTOCOL_VERSION, code,

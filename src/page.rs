@@ -1,16 +1,261 @@
-//! What the crate's human-facing pages (the approval page, the standing-approvals page) share:
-//! the headers every answer carries (no scripts, no framing, no caching, nothing sniffed, no
-//! referrer beyond the page's origin), HTML escaping, dates, and how a form post is read and
-//! checked to come from the page's own origin.
+//! What the crate's human-facing pages (the approval page, the inbox, the standing-approvals
+//! and passkey pages) share: who the visitor is and the way in every page takes (the methods it
+//! serves, the sign-in, a post from the page's own origin with a form body), the anti-forgery
+//! tokens of their forms, the headers every answer carries (no scripts, no framing, no caching,
+//! nothing sniffed, no referrer beyond the page's origin), HTML escaping and dates.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use http::{Extensions, HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Full, Limited};
+use sha2::{Digest, Sha256};
 
+use crate::audit;
 use crate::guard::{media_type, origin_of};
+use crate::kernel::{hex, unhex};
+use crate::principal::{Principal, PrincipalExtractor};
+use crate::store::approval::ApprovalId;
+use crate::token::sealer::Sealer;
+
+/// How long a page's form stays good once the page showed it, by default: a form posted later
+/// is refused, and the page asks to be reloaded.
+pub const DEFAULT_FORM_TTL: Duration = Duration::from_secs(30 * 60);
+
+/// Who a page request comes from: the principal its authentication names (never the layer's
+/// local one) and a digest of the session it came in.
+pub(crate) struct Visitor {
+    pub(crate) principal: Principal,
+    session: [u8; 32],
+}
+
+impl Visitor {
+    /// The visitor of a request: `None` when authentication names no principal. The session is
+    /// the authentication's [`PageSession`](crate::PageSession), or else the credentials the
+    /// request carried.
+    pub(crate) fn of(
+        extractor: &dyn PrincipalExtractor,
+        headers: &HeaderMap,
+        extensions: &Extensions,
+    ) -> Option<Self> {
+        let principal = extractor.extract(extensions)?;
+        let session = match extractor.session(extensions) {
+            Some(session) => *session.digest(),
+            None => credentials_digest(headers),
+        };
+        Some(Self { principal, session })
+    }
+}
+
+/// A digest of every `Authorization` and `Cookie` header a request carried, in order: the
+/// session of a page whose authentication names none. Each value is tagged and length-prefixed,
+/// so no two sets of headers share a digest.
+fn credentials_digest(headers: &HeaderMap) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    hash.update(b"mcp-confirm/page-session/credentials/v1\0");
+    for (tag, name) in [(b'a', header::AUTHORIZATION), (b'c', header::COOKIE)] {
+        for value in headers.get_all(name) {
+            hash.update([tag]);
+            hash.update((value.len() as u64).to_be_bytes());
+            hash.update(value.as_bytes());
+        }
+    }
+    hash.finalize().into()
+}
+
+/// What a form is for: a token of one is no token of another.
+#[derive(Clone, Copy)]
+pub(crate) enum FormPurpose<'a> {
+    /// Deciding this approval on the approval page.
+    Approval(&'a ApprovalId),
+    /// Revoking on the standing-approvals page.
+    StandingPage,
+    /// Registering or removing on the passkey page.
+    #[cfg_attr(not(feature = "passkeys"), allow(dead_code))]
+    PasskeyPage,
+}
+
+impl FormPurpose<'_> {
+    fn bytes(self) -> Vec<u8> {
+        match self {
+            FormPurpose::Approval(id) => [&b"approval:"[..], id.as_bytes()].concat(),
+            FormPurpose::StandingPage => b"standing-page".to_vec(),
+            FormPurpose::PasskeyPage => b"passkey-page".to_vec(),
+        }
+    }
+}
+
+/// How many bytes of the tag a token carries: with the issue time, 32 bytes, 64 hex digits.
+const FORM_TAG_BYTES: usize = 24;
+
+/// The anti-forgery tokens of the pages' forms. A token is its issue time (8 bytes) and a tag
+/// (the first [`FORM_TAG_BYTES`] of an HMAC-SHA256 under the ring's anti-forgery key, an HKDF
+/// label of its own) over the form's purpose, the visitor's subject and session, the issue time
+/// and the expiry it implies. It is good for one purpose, principal and session, from its
+/// issue until `ttl` later; checked in constant time under every key of the ring.
+pub(crate) struct FormTokens<'a> {
+    sealer: &'a Sealer,
+    ttl: Duration,
+}
+
+impl<'a> FormTokens<'a> {
+    /// The tokens under `sealer`'s keys and clock, each good for `ttl`.
+    pub(crate) fn new(sealer: &'a Sealer, ttl: Duration) -> Self {
+        Self { sealer, ttl }
+    }
+
+    /// What the tag covers for a token issued at `issued` (unix seconds).
+    fn data(&self, purpose: FormPurpose<'_>, visitor: &Visitor, issued: u64) -> Vec<u8> {
+        let expires = issued.saturating_add(self.ttl.as_secs());
+        let purpose = purpose.bytes();
+        let subject = visitor.principal.subject().as_bytes();
+        let mut data = Vec::with_capacity(96 + purpose.len() + subject.len());
+        data.extend_from_slice(b"mcp-confirm/page-form/v1\0");
+        for part in [&purpose[..], subject] {
+            data.extend_from_slice(&(part.len() as u64).to_be_bytes());
+            data.extend_from_slice(part);
+        }
+        data.extend_from_slice(&visitor.session);
+        data.extend_from_slice(&issued.to_be_bytes());
+        data.extend_from_slice(&expires.to_be_bytes());
+        data
+    }
+
+    fn now(&self) -> u64 {
+        crate::clock::unix_secs(self.sealer.now())
+    }
+
+    /// A token for a form `visitor` is shown now, for `purpose`.
+    pub(crate) fn issue(&self, purpose: FormPurpose<'_>, visitor: &Visitor) -> String {
+        let issued = self.now();
+        let tag = self
+            .sealer
+            .keys()
+            .form_tag(&self.data(purpose, visitor, issued));
+        let mut token = [0u8; 8 + FORM_TAG_BYTES];
+        token[..8].copy_from_slice(&issued.to_be_bytes());
+        token[8..].copy_from_slice(&tag[..FORM_TAG_BYTES]);
+        hex(&token)
+    }
+
+    /// Whether the form `body` posts (its first `csrf` field) a token issued to `visitor` for
+    /// `purpose` that has not expired: issued no later than now (give or take the clocks' skew)
+    /// and less than `ttl` ago.
+    pub(crate) fn accepts(&self, purpose: FormPurpose<'_>, visitor: &Visitor, body: &[u8]) -> bool {
+        let Some(token) = form_value(body, "csrf")
+            .as_deref()
+            .and_then(unhex::<{ 8 + FORM_TAG_BYTES }>)
+        else {
+            return false;
+        };
+        let mut issued = [0u8; 8];
+        issued.copy_from_slice(&token[..8]);
+        let issued = u64::from_be_bytes(issued);
+        let now = self.now();
+        let fresh = issued <= now.saturating_add(self.sealer.skew().as_secs())
+            && now < issued.saturating_add(self.ttl.as_secs());
+        let genuine = self
+            .sealer
+            .keys()
+            .form_tag_matches(&self.data(purpose, visitor, issued), &token[8..]);
+        fresh & genuine
+    }
+}
+
+/// The answer to a form posted without a good token (forged, another principal's, another
+/// session's, another page's, or expired): one page for all of them. `channel` and `why` go
+/// to the audit log.
+pub(crate) fn form_refused(
+    channel: &'static str,
+    principal: &Principal,
+    why: &str,
+) -> Response<Full<Bytes>> {
+    audit::page_refused(channel, principal, why);
+    page(
+        StatusCode::FORBIDDEN,
+        "Refused",
+        "<p>This form has expired or was not issued to you. Reload the page.</p>",
+    )
+}
+
+/// The way into a page, the same for each: what it is, and where a visitor who must sign in is
+/// sent.
+pub(crate) struct Entrance<'a> {
+    /// Who authentication says the visitor is.
+    pub(crate) extractor: &'a dyn PrincipalExtractor,
+    /// Whether the page takes form posts (else `GET` only).
+    pub(crate) posts: bool,
+    /// The URL whose origin a post must come from.
+    pub(crate) origin: Option<&'a str>,
+    /// The deployment's sign-in, and the title of the page that links to it.
+    pub(crate) sign_in: Option<&'a str>,
+    pub(crate) sign_in_title: &'a str,
+    /// The page's channel name in the audit log, and its name in a refusal ("the passkey page").
+    pub(crate) channel: &'static str,
+    pub(crate) name: &'static str,
+}
+
+/// A request that came in: to show the page, or a form post (its body read, its token not yet
+/// checked: the form's purpose may depend on what the page finds).
+pub(crate) enum Entry {
+    /// A `GET`: show the page.
+    Show(Visitor),
+    /// A `POST` from the page's origin, and its form body.
+    Post(Visitor, Bytes),
+}
+
+impl Entrance<'_> {
+    /// The first half of the preamble: a method the page serves, and a signed-in visitor (else
+    /// the sign-in page). `true` with a post. `Err`: the page to answer instead.
+    // The error is the page's answer, made once for a refused request: boxing it buys nothing.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn admit<B>(
+        &self,
+        request: &Request<B>,
+    ) -> Result<(Visitor, bool), Response<Full<Bytes>>> {
+        let post = request.method() == Method::POST && self.posts;
+        if request.method() != Method::GET && !post {
+            return Err(method_not_allowed(if self.posts {
+                "GET, POST"
+            } else {
+                "GET"
+            }));
+        }
+        match Visitor::of(self.extractor, request.headers(), request.extensions()) {
+            Some(visitor) => Ok((visitor, post)),
+            None => Err(sign_in(
+                self.sign_in,
+                request.uri().path(),
+                self.sign_in_title,
+            )),
+        }
+    }
+
+    /// The whole preamble: [`admit`](Self::admit), then for a post, its own origin and a form
+    /// body of at most [`MAX_FORM_BYTES`].
+    pub(crate) async fn enter<B>(&self, request: Request<B>) -> Result<Entry, Response<Full<Bytes>>>
+    where
+        B: Body,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (visitor, post) = self.admit(&request)?;
+        if !post {
+            return Ok(Entry::Show(visitor));
+        }
+        if let Err(refusal) = same_origin(request.headers(), self.origin) {
+            audit::page_refused(self.channel, &visitor.principal, refusal);
+            return Err(page(
+                StatusCode::FORBIDDEN,
+                "Refused",
+                &format!("<p>This request did not come from {}.</p>", self.name),
+            ));
+        }
+        let (parts, body) = request.into_parts();
+        let body = read_form(&parts.headers, body).await?;
+        Ok(Entry::Post(visitor, body))
+    }
+}
 
 /// The most a page's form post may hold.
 pub(crate) const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -29,7 +274,7 @@ pub(crate) fn http_date(at: SystemTime) -> String {
 
 /// The sign-in page for a visitor with no principal: a link to `sign_in?next=<path>` when the
 /// deployment has a sign-in.
-pub(crate) fn sign_in(sign_in: Option<&str>, path: &str, title: &str) -> Response<Full<Bytes>> {
+fn sign_in(sign_in: Option<&str>, path: &str, title: &str) -> Response<Full<Bytes>> {
     let link = match sign_in {
         Some(url) => {
             let query: String = form_urlencoded::Serializer::new(String::new())
@@ -128,7 +373,7 @@ pub(crate) fn escape(text: &str) -> String {
 /// Whether a form post may have come from a page of `page_url`'s origin: a cross-site post is
 /// refused before anything is read. A request with neither header is not a browser form post;
 /// the anti-forgery token still has to match.
-pub(crate) fn same_origin(headers: &HeaderMap, page_url: Option<&str>) -> Result<(), &'static str> {
+fn same_origin(headers: &HeaderMap, page_url: Option<&str>) -> Result<(), &'static str> {
     if let Some(site) = headers.get("sec-fetch-site")
         && site.as_bytes() != b"same-origin"
     {
@@ -148,10 +393,7 @@ pub(crate) fn same_origin(headers: &HeaderMap, page_url: Option<&str>) -> Result
 
 /// A form post's body, if it is `application/x-www-form-urlencoded` and at most
 /// [`MAX_FORM_BYTES`]; otherwise the page that refuses it.
-pub(crate) async fn read_form<B>(
-    headers: &HeaderMap,
-    body: B,
-) -> Result<Bytes, Response<Full<Bytes>>>
+async fn read_form<B>(headers: &HeaderMap, body: B) -> Result<Bytes, Response<Full<Bytes>>>
 where
     B: Body,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -181,7 +423,7 @@ pub(crate) fn form_value(body: &[u8], name: &str) -> Option<String> {
 }
 
 /// A `405 Method Not Allowed` page naming what is.
-pub(crate) fn method_not_allowed(allow: &'static str) -> Response<Full<Bytes>> {
+fn method_not_allowed(allow: &'static str) -> Response<Full<Bytes>> {
     let mut response = page(StatusCode::METHOD_NOT_ALLOWED, "Not allowed", "");
     response
         .headers_mut()

@@ -7,6 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::Extensions;
+use sha2::{Digest, Sha256};
 
 /// An authenticated identity, e.g. the `sub` of a verified access token.
 ///
@@ -71,6 +72,38 @@ impl fmt::Display for Principal {
     }
 }
 
+/// The signed-in session a page request came in, as the deployment's page authentication names
+/// it (e.g. its session id): the pages bind their anti-forgery tokens to it, so a form shown in
+/// one session is refused in any other. Only a digest of the name is kept.
+///
+/// Put it in the request's extensions beside the [`Principal`]. A page request without one is
+/// bound to the credentials it carried instead (its `Cookie` and `Authorization` headers, all
+/// of them), so any change to those cookies also ends the forms shown before it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PageSession([u8; 32]);
+
+impl PageSession {
+    /// The session named by `id`: a value only that session has, such as the session cookie's.
+    pub fn new(id: impl AsRef<[u8]>) -> Self {
+        let mut hash = Sha256::new();
+        hash.update(b"mcp-confirm/page-session/v1\0");
+        hash.update(id.as_ref());
+        Self(hash.finalize().into())
+    }
+
+    /// The digest the pages bind their forms to.
+    pub(crate) fn digest(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for PageSession {
+    /// Nothing of the session: it is a credential's digest.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PageSession(..)")
+    }
+}
+
 /// Finds the principal of a request in its extensions.
 ///
 /// Implemented for closures `Fn(&Extensions) -> Option<Principal>`, so an auth layer that stores its
@@ -78,6 +111,12 @@ impl fmt::Display for Principal {
 pub trait PrincipalExtractor: Send + Sync + 'static {
     /// The request's principal, or `None` if it is not authenticated.
     fn extract(&self, extensions: &Extensions) -> Option<Principal>;
+
+    /// The signed-in session of a page request, if the authentication names one: by default the
+    /// [`PageSession`] in the extensions. The pages bind their forms to it.
+    fn session(&self, extensions: &Extensions) -> Option<PageSession> {
+        extensions.get::<PageSession>().cloned()
+    }
 }
 
 /// The default extractor: a [`Principal`] stored in the extensions as is.

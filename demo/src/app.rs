@@ -510,7 +510,7 @@ impl NotesServer {
         approved_by(
             anyone_but_caller,
             passkey,
-            share_details,
+            share_candidate_labels,
             recheck = Self::still_an_account
         ),
         message = "Someone other than the caller approves shredding one note with this title, with a passkey. This cannot be undone.",

@@ -17,7 +17,7 @@ use axum::extract::{Query, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
-use mcp_confirm::Principal;
+use mcp_confirm::{PageSession, Principal};
 use serde::Deserialize;
 
 use crate::shared::principal_for_token;
@@ -244,15 +244,19 @@ fn session_ids(headers: &http::HeaderMap) -> impl Iterator<Item = &str> {
         .filter_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
 }
 
-/// The page's authentication: the session cookie's principal, if any, into the extensions.
+/// The page's authentication: the session cookie's principal, if any, into the extensions, and
+/// the session itself, which the pages bind their forms to (a form shown before a sign-out, or
+/// in another browser, is refused).
 pub async fn from_cookie(
     State(sessions): State<Sessions>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let principal = session_ids(request.headers()).find_map(|id| sessions.principal(id));
-    if let Some(principal) = principal {
+    let signed_in = session_ids(request.headers())
+        .find_map(|id| Some((PageSession::new(id), sessions.principal(id)?)));
+    if let Some((session, principal)) = signed_in {
         request.extensions_mut().insert(Principal::new(principal));
+        request.extensions_mut().insert(session);
     }
     next.run(request).await
 }

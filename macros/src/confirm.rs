@@ -57,7 +57,8 @@ pub(crate) struct ApprovedByArgs {
     except_caller: Flag,
     required: Option<u8>,
     passkey: Flag,
-    share_details: Flag,
+    share_candidate_labels: Flag,
+    share_argument_values: Flag,
     recheck: Option<Path>,
 }
 
@@ -108,8 +109,11 @@ impl ApprovedByArgs {
         if self.passkey.is_present() {
             rule = quote!(#rule.with_passkey());
         }
-        if self.share_details.is_present() {
-            rule = quote!(#rule.share_details());
+        if self.share_candidate_labels.is_present() {
+            rule = quote!(#rule.share_candidate_labels());
+        }
+        if self.share_argument_values.is_present() {
+            rule = quote!(#rule.share_argument_values());
         }
         Ok(rule)
     }
@@ -403,7 +407,8 @@ mod tests {
     #[test]
     fn approved_by_becomes_the_rule_and_its_recheck() {
         let given = args(quote!(#[confirm(approved_by(
-            any_of = ["bob", "carol"], except_caller, required = 2, passkey, share_details,
+            any_of = ["bob", "carol"], except_caller, required = 2, passkey,
+            share_candidate_labels, share_argument_values,
             recheck = Self::still_approver
         ))]))
         .unwrap();
@@ -411,7 +416,8 @@ mod tests {
         assert!(
             policy.contains(
                 ".approved_by(::mcp_confirm::Approvers::any_of([\"bob\",\"carol\"])\
-                 .except_caller().required(2u8).with_passkey().share_details())"
+                 .except_caller().required(2u8).with_passkey().share_candidate_labels()\
+                 .share_argument_values())"
             ),
             "{policy}"
         );

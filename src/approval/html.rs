@@ -10,10 +10,8 @@ pub(super) use crate::page::page;
 use crate::page::{escape, http_date};
 use crate::store::approval::{Approval, Decision};
 
-/// The sign-in page for a visitor with no principal.
-pub(super) fn sign_in(sign_in: Option<&str>, path: &str) -> Response<Full<Bytes>> {
-    crate::page::sign_in(sign_in, path, "Sign in to approve")
-}
+/// The title of the sign-in page a visitor with no principal gets.
+pub(super) const SIGN_IN_TITLE: &str = "Sign in to approve";
 
 pub(super) fn gone() -> Response<Full<Bytes>> {
     page(

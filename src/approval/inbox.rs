@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 
 use super::html::{page, unavailable};
 use crate::approvers::routes_of;
 use crate::config::Config;
 use crate::kernel::BoxFuture;
-use crate::page::{escape, http_date, method_not_allowed};
+use crate::page::{Entrance, escape, http_date};
 use crate::principal::Principal;
 use crate::store::approval::Approval;
 
@@ -83,18 +83,22 @@ impl InboxPage {
     }
 
     async fn answer<B>(self, request: Request<B>) -> Response<Full<Bytes>> {
-        if request.method() != Method::GET {
-            return method_not_allowed("GET");
-        }
-        // Only who authentication says, as on the approval page.
-        let Some(principal) = self.config.principal.extract(request.extensions()) else {
-            return crate::page::sign_in(
-                self.sign_in.as_deref(),
-                request.uri().path(),
-                "Sign in to see your approvals",
-            );
+        let entrance = Entrance {
+            // Only who authentication says, as on the approval page.
+            extractor: &*self.config.principal,
+            posts: false,
+            origin: None,
+            sign_in: self.sign_in.as_deref(),
+            sign_in_title: "Sign in to see your approvals",
+            channel: "inbox",
+            name: "the inbox",
         };
-        let Ok(waiting) = self.waiting(&principal).await else {
+        // It only reads: `GET` alone, and nothing of a body is taken.
+        let visitor = match entrance.admit(&request) {
+            Ok((visitor, _)) => visitor,
+            Err(answer) => return answer,
+        };
+        let Ok(waiting) = self.waiting(&visitor.principal).await else {
             return unavailable();
         };
         page(

@@ -3,23 +3,28 @@
 //!
 //! It is a plain tower service over the layer's configuration, mounted next to the MCP endpoint
 //! behind the same authentication. The URL carries only the approval's opaque id. Reading the page
-//! changes nothing; a decision is a `POST` with an anti-forgery token bound to the approval and the
-//! principal, from the page's own origin. Every answer forbids framing, caching and scripts.
+//! changes nothing; a decision is a `POST` from the page's own origin with an anti-forgery token
+//! bound to the approval, the principal and the session the page was shown in, good for
+//! [`DEFAULT_FORM_TTL`] (`crate::page::FormTokens`). Every answer forbids framing, caching and
+//! scripts.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
 
 use super::html::{self, gone, not_yours, page, render, unavailable, waiting};
 use crate::audit;
 use crate::config::Config;
-use crate::kernel::{BoxFuture, hex, unhex};
-use crate::page::{form_value, method_not_allowed, read_form, same_origin};
+use crate::kernel::BoxFuture;
+use crate::page::{
+    DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, form_refused, form_value,
+};
 use crate::principal::Principal;
 use crate::store::approval::{Approval, ApprovalId, Decided, Decider, Decision};
 
@@ -57,6 +62,7 @@ fn own_request() -> Response<Full<Bytes>> {
 pub struct ApprovalPage {
     config: Arc<Config>,
     sign_in: Option<String>,
+    form_ttl: Duration,
 }
 
 impl std::fmt::Debug for ApprovalPage {
@@ -64,6 +70,7 @@ impl std::fmt::Debug for ApprovalPage {
         f.debug_struct("ApprovalPage")
             .field("approval_url", &self.config.approval_url)
             .field("sign_in", &self.sign_in)
+            .field("form_ttl", &self.form_ttl)
             .finish_non_exhaustive()
     }
 }
@@ -73,6 +80,7 @@ impl ApprovalPage {
         Self {
             config,
             sign_in: None,
+            form_ttl: DEFAULT_FORM_TTL,
         }
     }
 
@@ -83,47 +91,54 @@ impl ApprovalPage {
         self
     }
 
+    /// How long the decision form stays good once shown (default
+    /// [`DEFAULT_FORM_TTL`](crate::defaults::DEFAULT_FORM_TTL), 30 minutes; the approval's own
+    /// expiry still ends it sooner).
+    #[must_use]
+    pub fn form_ttl(mut self, ttl: Duration) -> Self {
+        self.form_ttl = ttl;
+        self
+    }
+
+    fn tokens(&self) -> FormTokens<'_> {
+        FormTokens::new(&self.config.sealer, self.form_ttl)
+    }
+
     async fn answer<B>(self, request: Request<B>) -> Response<Full<Bytes>>
     where
         B: Body + Send + 'static,
         B::Data: Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let path = request.uri().path().to_owned();
-        let Some(id) = path.rsplit('/').next().and_then(ApprovalId::from_hex) else {
+        let Some(id) = request
+            .uri()
+            .path()
+            .rsplit('/')
+            .next()
+            .and_then(ApprovalId::from_hex)
+        else {
             return page(
                 StatusCode::NOT_FOUND,
                 "Not found",
                 "<p>No such approval.</p>",
             );
         };
-        // Only who authentication says; never the layer's local principal, which would let
-        // anyone who reaches the page decide as that user.
-        let principal = self.config.principal.extract(request.extensions());
-        let method = request.method().clone();
-        if method != Method::GET && method != Method::POST {
-            return method_not_allowed("GET, POST");
-        }
-        let Some(principal) = principal else {
-            return html::sign_in(self.sign_in.as_deref(), &path);
+        let entrance = Entrance {
+            // Only who authentication says; never the layer's local principal, which would let
+            // anyone who reaches the page decide as that user.
+            extractor: &*self.config.principal,
+            posts: true,
+            origin: self.config.approval_url.as_deref(),
+            sign_in: self.sign_in.as_deref(),
+            sign_in_title: html::SIGN_IN_TITLE,
+            channel: "approval_page",
+            name: "the approval page",
         };
-        if method == Method::GET {
-            return self.show(id, &principal, None).await;
+        match entrance.enter(request).await {
+            Ok(Entry::Show(visitor)) => self.show(id, &visitor, None).await,
+            Ok(Entry::Post(visitor, body)) => self.decide(id, &visitor, &body).await,
+            Err(answer) => answer,
         }
-        if let Err(refusal) = same_origin(request.headers(), self.config.approval_url.as_deref()) {
-            audit::page_refused("approval_page", &principal, refusal);
-            return page(
-                StatusCode::FORBIDDEN,
-                "Refused",
-                "<p>This request did not come from the approval page.</p>",
-            );
-        }
-        let (parts, body) = request.into_parts();
-        let body = match read_form(&parts.headers, body).await {
-            Ok(body) => body,
-            Err(refusal) => return refusal,
-        };
-        self.decide(id, &principal, &body).await
     }
 
     /// Approval `id`, if it is live and this deployment's, and what `principal` may do with it:
@@ -182,9 +197,10 @@ impl ApprovalPage {
     async fn show(
         &self,
         id: ApprovalId,
-        principal: &Principal,
+        visitor: &Visitor,
         error: Option<&str>,
     ) -> Response<Full<Bytes>> {
+        let principal = &visitor.principal;
         let approval = match self
             .access(
                 id,
@@ -230,11 +246,7 @@ impl ApprovalPage {
                 ),
             );
         }
-        let token = hex(&self
-            .config
-            .sealer
-            .keys()
-            .csrf_token(id.as_bytes(), principal.subject()));
+        let token = self.tokens().issue(FormPurpose::Approval(&id), visitor);
         page(
             StatusCode::OK,
             &format!("Approve {}?", approval.tool),
@@ -321,28 +333,18 @@ impl ApprovalPage {
     async fn decide(
         &self,
         id: ApprovalId,
-        principal: &Principal,
+        visitor: &Visitor,
         body: &[u8],
     ) -> Response<Full<Bytes>> {
-        let token_ok = form_value(body, "csrf")
-            .as_deref()
-            .and_then(unhex::<32>)
-            .is_some_and(|token| {
-                self.config
-                    .sealer
-                    .keys()
-                    .csrf_matches(&token, id.as_bytes(), principal.subject())
-            });
-        if !token_ok {
-            audit::refused(
-                "-",
-                Some(principal),
+        let principal = &visitor.principal;
+        if !self
+            .tokens()
+            .accepts(FormPurpose::Approval(&id), visitor, body)
+        {
+            return form_refused(
+                "approval_page",
+                principal,
                 "approval POST without a valid anti-forgery token",
-            );
-            return page(
-                StatusCode::FORBIDDEN,
-                "Refused",
-                "<p>This form has expired or was not issued to you. Reload the page.</p>",
             );
         }
         let (approval, caller) = match self
@@ -385,7 +387,7 @@ impl ApprovalPage {
                     (_, Some(choice)) => choice,
                     (_, None) if first.is_some() => first.unwrap_or_default(),
                     (1, None) => approval.choices[0].id.clone(),
-                    (_, None) => return self.show(id, principal, Some("Choose one record.")).await,
+                    (_, None) => return self.show(id, visitor, Some("Choose one record.")).await,
                 };
                 if approval.typed
                     && form_value(body, "typed").as_deref().map(str::trim) != Some(chosen.as_str())
@@ -393,7 +395,7 @@ impl ApprovalPage {
                     return self
                         .show(
                             id,
-                            principal,
+                            visitor,
                             Some("Type the id of the record exactly as shown to approve."),
                         )
                         .await;
@@ -403,7 +405,7 @@ impl ApprovalPage {
                     Some("standing") if approval.standing.is_some() => true,
                     Some(_) => {
                         return self
-                            .show(id, principal, Some("Choose how long to allow it."))
+                            .show(id, visitor, Some("Choose how long to allow it."))
                             .await;
                     }
                 };
@@ -494,7 +496,7 @@ impl ApprovalPage {
             ),
             Ok(Decided::NotYours) => not_yours(),
             Ok(Decided::InvalidChoice) => {
-                self.show(id, principal, Some("Choose one of the records shown."))
+                self.show(id, visitor, Some("Choose one of the records shown."))
                     .await
             }
             Ok(Decided::Unknown) => gone(),

@@ -1,24 +1,27 @@
 //! Passkeys on the pages (feature `passkeys`): the approval page's passkey step, and the
 //! [`PasskeyPage`] where approvers register and remove theirs. Each ceremony page runs one
 //! inline script, admitted by its hash; everything else is the pages' usual protections (the
-//! signed-in principal only, anti-forgery token, same origin, no framing, no caching).
+//! signed-in principal only, an anti-forgery token bound to the page, the principal and the
+//! session and expiring, same origin, no framing, no caching).
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
 
 use super::html::{page, unavailable};
 use crate::audit;
 use crate::config::Config;
-use crate::kernel::{BoxFuture, hex, unhex};
+use crate::kernel::{BoxFuture, hex};
 use crate::page::{
-    escape, form_value, method_not_allowed, page_with_script, read_form, same_origin,
+    DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, escape, form_refused,
+    form_value, page_with_script,
 };
 use crate::passkey::{Binding, PasskeyError, Passkeys};
 use crate::principal::Principal;
@@ -188,14 +191,6 @@ fn refused_page() -> Response<Full<Bytes>> {
     )
 }
 
-/// The anti-forgery token's id on the passkey page (one page per principal).
-fn page_id() -> [u8; 16] {
-    use sha2::{Digest, Sha256};
-    let mut id = [0u8; 16];
-    id.copy_from_slice(&Sha256::digest(b"mcp-confirm/passkey-page/v1")[..16]);
-    id
-}
-
 /// Where approvers register and remove their passkeys: `GET` lists the signed-in principal's
 /// passkeys and offers to register one; `POST` registers (`action=register`) or removes
 /// (`action=remove`). Get it from
@@ -204,12 +199,14 @@ fn page_id() -> [u8; 16] {
 pub struct PasskeyPage {
     config: Arc<Config>,
     sign_in: Option<String>,
+    form_ttl: Duration,
 }
 
 impl std::fmt::Debug for PasskeyPage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PasskeyPage")
             .field("sign_in", &self.sign_in)
+            .field("form_ttl", &self.form_ttl)
             .finish_non_exhaustive()
     }
 }
@@ -219,6 +216,7 @@ impl PasskeyPage {
         Self {
             config,
             sign_in: None,
+            form_ttl: DEFAULT_FORM_TTL,
         }
     }
 
@@ -229,8 +227,21 @@ impl PasskeyPage {
         self
     }
 
+    /// How long the page's forms stay good once shown (default
+    /// [`DEFAULT_FORM_TTL`](crate::defaults::DEFAULT_FORM_TTL), 30 minutes); a form posted later
+    /// is refused, and the page asks to be reloaded.
+    #[must_use]
+    pub fn form_ttl(mut self, ttl: Duration) -> Self {
+        self.form_ttl = ttl;
+        self
+    }
+
     fn passkeys(&self) -> Option<&Passkeys> {
         self.config.passkeys.as_ref()
+    }
+
+    fn tokens(&self) -> FormTokens<'_> {
+        FormTokens::new(&self.config.sealer, self.form_ttl)
     }
 
     async fn answer<B>(self, request: Request<B>) -> Response<Full<Bytes>>
@@ -239,50 +250,31 @@ impl PasskeyPage {
         B::Data: Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let method = request.method().clone();
-        if method != Method::GET && method != Method::POST {
-            return method_not_allowed("GET, POST");
-        }
-        let Some(principal) = self.config.principal.extract(request.extensions()) else {
-            return crate::page::sign_in(
-                self.sign_in.as_deref(),
-                request.uri().path(),
-                "Sign in to manage your passkeys",
-            );
+        let entrance = Entrance {
+            extractor: &*self.config.principal,
+            posts: true,
+            origin: self.config.approval_url.as_deref(),
+            sign_in: self.sign_in.as_deref(),
+            sign_in_title: "Sign in to manage your passkeys",
+            channel: "passkey_page",
+            name: "the passkey page",
         };
-        if method == Method::GET {
-            return self.show(&principal, None).await;
-        }
-        if let Err(refusal) = same_origin(request.headers(), self.config.approval_url.as_deref()) {
-            audit::page_refused("passkey_page", &principal, refusal);
-            return page(
-                StatusCode::FORBIDDEN,
-                "Refused",
-                "<p>This request did not come from the passkey page.</p>",
-            );
-        }
-        let (parts, body) = request.into_parts();
-        let body = match read_form(&parts.headers, body).await {
-            Ok(body) => body,
-            Err(refusal) => return refusal,
+        let (visitor, body) = match entrance.enter(request).await {
+            Ok(Entry::Show(visitor)) => return self.show(&visitor, None).await,
+            Ok(Entry::Post(visitor, body)) => (visitor, body),
+            Err(answer) => return answer,
         };
-        let keys = self.config.sealer.keys();
-        let token_ok = form_value(&body, "csrf")
-            .as_deref()
-            .and_then(unhex::<32>)
-            .is_some_and(|t| keys.csrf_matches(&t, &page_id(), principal.subject()));
-        if !token_ok {
-            audit::refused(
-                "-",
-                Some(&principal),
+        if !self
+            .tokens()
+            .accepts(FormPurpose::PasskeyPage, &visitor, &body)
+        {
+            return form_refused(
+                "passkey_page",
+                &visitor.principal,
                 "passkey POST without a valid anti-forgery token",
             );
-            return page(
-                StatusCode::FORBIDDEN,
-                "Refused",
-                "<p>This form has expired or was not issued to you. Reload the page.</p>",
-            );
         }
+        let (principal, keys) = (&visitor.principal, self.config.sealer.keys());
         let Some(passkeys) = self.passkeys() else {
             return unavailable();
         };
@@ -292,7 +284,7 @@ impl PasskeyPage {
                 let (Some(sealed), Some(response)) =
                     (form_value(&body, "ceremony"), form_value(&body, "response"))
                 else {
-                    return self.show(&principal, Some("No passkey was posted.")).await;
+                    return self.show(&visitor, Some("No passkey was posted.")).await;
                 };
                 let name = form_value(&body, "name").unwrap_or_default();
                 let name = if name.trim().is_empty() {
@@ -304,15 +296,11 @@ impl PasskeyPage {
                     .finish_registration(keys, principal.subject(), &sealed, &response, &name, now)
                     .await
                 {
-                    Ok(_) => self.show(&principal, None).await,
+                    Ok(_) => self.show(&visitor, None).await,
                     Err(PasskeyError::Store(_)) => unavailable(),
                     Err(e) => {
-                        audit::refused(
-                            "-",
-                            Some(&principal),
-                            &format!("passkey registration: {e}"),
-                        );
-                        self.show(&principal, Some("The passkey was not registered."))
+                        audit::refused("-", Some(principal), &format!("passkey registration: {e}"));
+                        self.show(&visitor, Some("The passkey was not registered."))
                             .await
                     }
                 }
@@ -320,7 +308,7 @@ impl PasskeyPage {
             Some("remove") => {
                 let id = form_value(&body, "id").unwrap_or_default();
                 match passkeys.remove(principal.subject(), &id).await {
-                    Ok(_) => self.show(&principal, None).await,
+                    Ok(_) => self.show(&visitor, None).await,
                     Err(_) => unavailable(),
                 }
             }
@@ -332,7 +320,8 @@ impl PasskeyPage {
         }
     }
 
-    async fn show(&self, principal: &Principal, error: Option<&str>) -> Response<Full<Bytes>> {
+    async fn show(&self, visitor: &Visitor, error: Option<&str>) -> Response<Full<Bytes>> {
+        let principal = &visitor.principal;
         let Some(passkeys) = self.passkeys() else {
             return unavailable();
         };
@@ -347,7 +336,7 @@ impl PasskeyPage {
         else {
             return unavailable();
         };
-        let token = hex(&keys.csrf_token(&page_id(), principal.subject()));
+        let token = self.tokens().issue(FormPurpose::PasskeyPage, visitor);
         let mut html = String::new();
         if let Some(error) = error {
             let _ = write!(

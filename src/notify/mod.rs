@@ -4,10 +4,13 @@
 //! queue.
 //!
 //! A notice carries the approval page's link, the tool, who asks, the approver rule and the
-//! expiry; the records' labels and the policy's message only where the rule says
-//! [`share_details`](crate::approval::Approvers::share_details). Never argument values. The
-//! page decides nothing from a notification: the approver signs in, and the page's own rules
-//! apply.
+//! expiry: no text taken from the call or from its records. Each kind of such text is sent only
+//! where the rule opts into exactly it:
+//! [`share_candidate_labels`](crate::approval::Approvers::share_candidate_labels) (the records'
+//! labels, which the resolver makes from what the records hold) and
+//! [`share_argument_values`](crate::approval::Approvers::share_argument_values) (the call's
+//! argument values); the policy's message comes with either. The page decides nothing from a
+//! notification: the approver signs in, and the page's own rules apply.
 //!
 //! - [`signature`]: signing and verifying Standard Webhooks (what a receiver runs);
 //! - [`payload`]: the JSON a notice becomes (the Standard Webhooks event, or a Slack message);
@@ -64,18 +67,24 @@ pub struct ApprovalNotice {
     pub passkey: bool,
     /// When it expires.
     pub expires_at: SystemTime,
-    /// The policy's message and the records' labels, where the rule shares them.
+    /// What the rule shares of the call and its records; `None` (the default) shares nothing.
     pub details: Option<Details>,
 }
 
-/// The details a rule may share: what the policy says the tool will do, and the records.
+/// The details a rule may share, each only where it opts into exactly that.
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Details {
-    /// The policy's message.
+    /// The policy's message: its own words, the same for every call (what the page shows above
+    /// the records). Sent with either kind of detail.
     pub message: String,
-    /// Each record's label, as the page shows it.
-    pub records: Vec<String>,
+    /// Each record's label, as the page shows it: text made from the records' contents. Only
+    /// under [`share_candidate_labels`](crate::approval::Approvers::share_candidate_labels).
+    pub records: Option<Vec<String>>,
+    /// The call's arguments, one `name: value` line each, cleaned and cut as the form's summary
+    /// of a call. Only under
+    /// [`share_argument_values`](crate::approval::Approvers::share_argument_values).
+    pub arguments: Option<Vec<String>>,
 }
 
 impl fmt::Debug for ApprovalNotice {
@@ -92,17 +101,28 @@ impl fmt::Debug for ApprovalNotice {
 impl fmt::Debug for Details {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Details")
-            .field("records", &self.records.len())
+            .field("records", &self.records.as_ref().map(Vec::len))
+            .field("arguments", &self.arguments.as_ref().map(Vec::len))
             .finish_non_exhaustive()
     }
 }
 
 impl ApprovalNotice {
-    /// The notice of `approval`, whose page is at `url`.
+    /// The notice of `approval`, whose page is at `url`, with the details its rule shares. The
+    /// record keeps no argument values, so a rule that shares them gets an empty list here
+    /// until the layer fills it in from the call.
     pub fn of(approval: &Approval, url: &str) -> Self {
-        let details = approval.approvers.shares_details().then(|| Details {
+        let rule = &approval.approvers;
+        let (labels, values) = (
+            rule.shares_candidate_labels(),
+            rule.shares_argument_values(),
+        );
+        // A browser approval's message is its policy's own words: only generated form-channel
+        // policies describe the call in their message, and they make no approvals.
+        let details = (labels || values).then(|| Details {
             message: approval.message.clone(),
-            records: approval.choices.iter().map(|c| c.label.clone()).collect(),
+            records: labels.then(|| approval.choices.iter().map(|c| c.label.clone()).collect()),
+            arguments: values.then(Vec::new),
         });
         Self {
             id: approval.id.to_hex(),
@@ -116,5 +136,19 @@ impl ApprovalNotice {
             expires_at: approval.expires_at,
             details,
         }
+    }
+
+    /// The call's argument values (`name: value` lines, made by `lines` only when needed),
+    /// where the rule shares them; never otherwise.
+    #[must_use]
+    pub(crate) fn with_argument_values(mut self, lines: impl FnOnce() -> Vec<String>) -> Self {
+        if let Some(Details {
+            arguments: Some(arguments),
+            ..
+        }) = &mut self.details
+        {
+            *arguments = lines();
+        }
+        self
     }
 }

@@ -47,10 +47,16 @@ fn standard(notice: &ApprovalNotice, now: SystemTime) -> Value {
         "expires_at": rfc3339(notice.expires_at),
     });
     if let (Some(details), Some(map)) = (&notice.details, data.as_object_mut()) {
-        map.insert(
-            "details".into(),
-            json!({"message": details.message, "records": details.records}),
-        );
+        let mut shared = json!({"message": details.message});
+        if let Some(shared) = shared.as_object_mut() {
+            if let Some(records) = &details.records {
+                shared.insert("records".into(), json!(records));
+            }
+            if let Some(arguments) = &details.arguments {
+                shared.insert("arguments".into(), json!(arguments));
+            }
+        }
+        map.insert("details".into(), shared);
     }
     json!({"type": APPROVAL_REQUESTED, "timestamp": rfc3339(now), "data": data})
 }
@@ -72,9 +78,16 @@ fn slack(notice: &ApprovalNotice) -> Value {
     if let Some(details) = &notice.details {
         text.push('\n');
         text.push_str(&mrkdwn(&details.message));
-        for record in &details.records {
+        for record in details.records.iter().flatten() {
             text.push_str("\n• ");
             text.push_str(&mrkdwn(record));
+        }
+        if let Some(arguments) = &details.arguments {
+            text.push_str("\nArguments:");
+            for line in arguments {
+                text.push_str("\n• ");
+                text.push_str(&mrkdwn(line));
+            }
         }
     }
     json!({
@@ -126,7 +139,13 @@ mod tests {
     use super::*;
     use crate::notify::Details;
 
-    fn notice(details: bool) -> ApprovalNotice {
+    /// Labels and argument values no other part of a notice holds.
+    const LABEL: &str = "Groceries <https://evil.example|click> & more";
+    const ARGUMENT: &str = "title: \"Groceries from the workspace\"";
+
+    /// A notice whose rule shares the records' labels (`labels`) and the argument values
+    /// (`values`).
+    fn notice(labels: bool, values: bool) -> ApprovalNotice {
         ApprovalNotice {
             id: "00ff".into(),
             audience: "notes.example".into(),
@@ -137,9 +156,10 @@ mod tests {
             required: 2,
             passkey: true,
             expires_at: UNIX_EPOCH + Duration::from_secs(1_796_000_000),
-            details: details.then(|| Details {
+            details: (labels || values).then(|| Details {
                 message: "Delete one note".into(),
-                records: vec!["Groceries <https://evil.example|click> & more".into()],
+                records: labels.then(|| vec![LABEL.into()]),
+                arguments: values.then(|| vec![ARGUMENT.into()]),
             }),
         }
     }
@@ -160,23 +180,52 @@ mod tests {
     #[test]
     fn the_standard_event_carries_no_details_unless_shared() {
         let now = UNIX_EPOCH + Duration::from_secs(1_795_999_000);
-        let plain: Value = serde_json::from_slice(&Payload::Standard.body(&notice(false), now))
-            .unwrap_or_default();
+        let body = |labels, values| -> Value {
+            serde_json::from_slice(&Payload::Standard.body(&notice(labels, values), now))
+                .unwrap_or_default()
+        };
+        let plain = body(false, false);
         assert_eq!(plain["type"], APPROVAL_REQUESTED);
         assert_eq!(plain["data"]["url"], "https://notes.example/approve/00ff");
         assert_eq!(plain["data"]["required"], 2);
         assert!(plain["data"].get("details").is_none());
         assert!(!plain.to_string().contains("Groceries"));
-        let shared: Value =
-            serde_json::from_slice(&Payload::Standard.body(&notice(true), now)).unwrap_or_default();
-        assert_eq!(shared["data"]["details"]["message"], "Delete one note");
+        let labels = body(true, false);
+        assert_eq!(labels["data"]["details"]["message"], "Delete one note");
+        assert_eq!(labels["data"]["details"]["records"][0], LABEL);
+        assert!(labels["data"]["details"].get("arguments").is_none());
+        let values = body(false, true);
+        assert_eq!(values["data"]["details"]["arguments"][0], ARGUMENT);
+        assert!(values["data"]["details"].get("records").is_none());
+        assert!(!values.to_string().contains("<https://evil"));
+    }
+
+    #[test]
+    fn slack_shares_exactly_what_the_rule_shares() {
+        let text = |labels, values| -> String {
+            let body: Value =
+                serde_json::from_slice(&Payload::Slack.body(&notice(labels, values), UNIX_EPOCH))
+                    .unwrap_or_default();
+            body.to_string()
+        };
+        let plain = text(false, false);
+        assert!(!plain.contains("Groceries") && !plain.contains("Delete one note"));
+        let labels = text(true, false);
+        assert!(
+            labels.contains("&lt;https://evil.example|click&gt;"),
+            "{labels}"
+        );
+        assert!(!labels.contains("from the workspace"), "{labels}");
+        let values = text(false, true);
+        assert!(values.contains("from the workspace"), "{values}");
+        assert!(!values.contains("evil.example"), "{values}");
     }
 
     #[test]
     fn slack_gets_text_blocks_and_a_button_and_no_injected_links() {
         let now = UNIX_EPOCH;
-        let body: Value =
-            serde_json::from_slice(&Payload::Slack.body(&notice(true), now)).unwrap_or_default();
+        let body: Value = serde_json::from_slice(&Payload::Slack.body(&notice(true, false), now))
+            .unwrap_or_default();
         assert!(body["text"].is_string());
         assert_eq!(body["blocks"][0]["type"], "section");
         assert_eq!(

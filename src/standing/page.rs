@@ -3,27 +3,27 @@
 //!
 //! It keeps the approval page's rules: only the principal authentication names (never the
 //! layer's local one), reading changes nothing, a revocation is a `POST` from the page's own
-//! origin with an anti-forgery token bound to the principal, and every answer forbids framing,
-//! caching and scripts. Another principal's id revokes nothing and is answered like an id that
-//! does not exist.
+//! origin with an anti-forgery token bound to this page, the principal and the session the page
+//! was shown in, good for [`DEFAULT_FORM_TTL`] (`crate::page::FormTokens`), and every answer
+//! forbids framing, caching and scripts. Another principal's id revokes nothing and is answered
+//! like an id that does not exist.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
-use sha2::{Digest, Sha256};
 
 use super::StandingApprovals;
-use crate::audit;
-use crate::kernel::{BoxFuture, hex, unhex};
+use crate::kernel::BoxFuture;
 use crate::page::{
-    escape, form_value, http_date, method_not_allowed, page, read_form, same_origin, sign_in,
+    DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, escape, form_refused,
+    form_value, http_date, page,
 };
-use crate::principal::Principal;
 use crate::store::standing::{Standing, StandingId};
 
 /// The page's channel name in the audit log.
@@ -37,6 +37,7 @@ pub struct StandingPage {
     approvals: StandingApprovals,
     url: String,
     sign_in: Option<String>,
+    form_ttl: Duration,
 }
 
 impl std::fmt::Debug for StandingPage {
@@ -44,6 +45,7 @@ impl std::fmt::Debug for StandingPage {
         f.debug_struct("StandingPage")
             .field("url", &self.url)
             .field("sign_in", &self.sign_in)
+            .field("form_ttl", &self.form_ttl)
             .finish_non_exhaustive()
     }
 }
@@ -54,6 +56,7 @@ impl StandingPage {
             approvals,
             url,
             sign_in: None,
+            form_ttl: DEFAULT_FORM_TTL,
         }
     }
 
@@ -64,66 +67,49 @@ impl StandingPage {
         self
     }
 
+    /// How long the page's forms stay good once shown (default
+    /// [`DEFAULT_FORM_TTL`](crate::defaults::DEFAULT_FORM_TTL), 30 minutes); a form posted later
+    /// is refused, and the page asks to be reloaded.
+    #[must_use]
+    pub fn form_ttl(mut self, ttl: Duration) -> Self {
+        self.form_ttl = ttl;
+        self
+    }
+
+    fn tokens(&self) -> FormTokens<'_> {
+        FormTokens::new(&self.approvals.config.sealer, self.form_ttl)
+    }
+
     async fn answer<B>(self, request: Request<B>) -> Response<Full<Bytes>>
     where
         B: Body + Send + 'static,
         B::Data: Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let method = request.method().clone();
-        if method != Method::GET && method != Method::POST {
-            return method_not_allowed("GET, POST");
-        }
-        // Only who authentication says; never the layer's local principal.
-        let principal = self
-            .approvals
-            .config
-            .principal
-            .extract(request.extensions());
-        let Some(principal) = principal else {
-            let path = request.uri().path().to_owned();
-            return sign_in(
-                self.sign_in.as_deref(),
-                &path,
-                "Sign in to see your standing approvals",
-            );
+        let entrance = Entrance {
+            // Only who authentication says; never the layer's local principal.
+            extractor: &*self.approvals.config.principal,
+            posts: true,
+            origin: Some(&self.url),
+            sign_in: self.sign_in.as_deref(),
+            sign_in_title: "Sign in to see your standing approvals",
+            channel: CHANNEL,
+            name: "the standing-approvals page",
         };
-        if method == Method::GET {
-            return self.show(&principal, None).await;
+        match entrance.enter(request).await {
+            Ok(Entry::Show(visitor)) => self.show(&visitor, None).await,
+            Ok(Entry::Post(visitor, body)) => self.revoke(&visitor, &body).await,
+            Err(answer) => answer,
         }
-        if let Err(refusal) = same_origin(request.headers(), Some(&self.url)) {
-            audit::page_refused(CHANNEL, &principal, refusal);
-            return page(
-                StatusCode::FORBIDDEN,
-                "Refused",
-                "<p>This request did not come from the standing-approvals page.</p>",
-            );
-        }
-        let (parts, body) = request.into_parts();
-        let body = match read_form(&parts.headers, body).await {
-            Ok(body) => body,
-            Err(refusal) => return refusal,
-        };
-        self.revoke(&principal, &body).await
-    }
-
-    /// The anti-forgery token of this page for `subject`: the page key's MAC over a purpose of
-    /// its own, so no approval page token is one here.
-    fn token(&self, subject: &str) -> [u8; 32] {
-        self.approvals
-            .config
-            .sealer
-            .keys()
-            .csrf_token(&purpose(), subject)
     }
 
     /// The principal's live standing approvals, each with its revoke button.
-    async fn show(&self, principal: &Principal, note: Option<&str>) -> Response<Full<Bytes>> {
-        let live = match self.approvals.list(principal).await {
+    async fn show(&self, visitor: &Visitor, note: Option<&str>) -> Response<Full<Bytes>> {
+        let live = match self.approvals.list(&visitor.principal).await {
             Ok(live) => live,
             Err(_) => return unavailable(),
         };
-        let token = hex(&self.token(principal.subject()));
+        let token = self.tokens().issue(FormPurpose::StandingPage, visitor);
         page(
             StatusCode::OK,
             "Your standing approvals",
@@ -131,30 +117,23 @@ impl StandingPage {
         )
     }
 
-    /// Revokes what the form names, once the anti-forgery token matches.
-    async fn revoke(&self, principal: &Principal, body: &[u8]) -> Response<Full<Bytes>> {
-        let keys = self.approvals.config.sealer.keys();
-        let token_ok = form_value(body, "csrf")
-            .as_deref()
-            .and_then(unhex::<32>)
-            .is_some_and(|token| keys.csrf_matches(&token, &purpose(), principal.subject()));
-        if !token_ok {
-            audit::page_refused(
+    /// Revokes what the form names, once the anti-forgery token is good.
+    async fn revoke(&self, visitor: &Visitor, body: &[u8]) -> Response<Full<Bytes>> {
+        if !self
+            .tokens()
+            .accepts(FormPurpose::StandingPage, visitor, body)
+        {
+            return form_refused(
                 CHANNEL,
-                principal,
+                &visitor.principal,
                 "standing page POST without a valid anti-forgery token",
-            );
-            return page(
-                StatusCode::FORBIDDEN,
-                "Refused",
-                "<p>This form has expired or was not issued to you. Reload the page.</p>",
             );
         }
         let which = match form_value(body, "revoke").as_deref() {
             Some("all") => None,
             Some(id) => match StandingId::from_hex(id) {
                 Some(id) => Some(id),
-                None => return self.show(principal, Some("Nothing to revoke.")).await,
+                None => return self.show(visitor, Some("Nothing to revoke.")).await,
             },
             None => {
                 return page(
@@ -164,14 +143,14 @@ impl StandingPage {
                 );
             }
         };
-        match self.approvals.revoke(principal, which).await {
-            Ok(0) => self.show(principal, Some("Nothing to revoke.")).await,
+        match self.approvals.revoke(&visitor.principal, which).await {
+            Ok(0) => self.show(visitor, Some("Nothing to revoke.")).await,
             Ok(1) => {
-                self.show(principal, Some("Revoked one standing approval."))
+                self.show(visitor, Some("Revoked one standing approval."))
                     .await
             }
             Ok(n) => {
-                self.show(principal, Some(&format!("Revoked {n} standing approvals.")))
+                self.show(visitor, Some(&format!("Revoked {n} standing approvals.")))
                     .await
             }
             Err(_) => unavailable(),
@@ -197,14 +176,6 @@ where
         let page = self.clone();
         Box::pin(async move { Ok(page.answer(request).await) })
     }
-}
-
-/// What the page's anti-forgery token is bound to besides the principal.
-fn purpose() -> [u8; 16] {
-    let digest = Sha256::digest(b"mcp-confirm/standing-page/v1");
-    let mut purpose = [0u8; 16];
-    purpose.copy_from_slice(&digest[..16]);
-    purpose
 }
 
 fn unavailable() -> Response<Full<Bytes>> {

@@ -742,19 +742,25 @@ pub async fn standing_uses_are_counted_exactly<S: StandingStore>(store: &S) {
     let elsewhere = StandingKey::new("notes.example", alice, "notes_delete", "team");
     assert_eq!(store.find(elsewhere).await.unwrap(), None);
     assert_eq!(
-        store.use_one(s.key(), StandingId::random()).await.unwrap(),
+        store
+            .use_one(s.key(), StandingId::random(), Nonce::random())
+            .await
+            .unwrap(),
         Use::Unknown,
         "another id under the key spends nothing"
     );
     assert_eq!(
-        store.use_one(s.key(), s.id).await.unwrap(),
+        store.use_one(s.key(), s.id, Nonce::random()).await.unwrap(),
         Use::Used { left: 1 }
     );
     assert_eq!(
-        store.use_one(s.key(), s.id).await.unwrap(),
+        store.use_one(s.key(), s.id, Nonce::random()).await.unwrap(),
         Use::Used { left: 0 }
     );
-    assert_eq!(store.use_one(s.key(), s.id).await.unwrap(), Use::Exhausted);
+    assert_eq!(
+        store.use_one(s.key(), s.id, Nonce::random()).await.unwrap(),
+        Use::Exhausted
+    );
     let exhausted = store.find(s.key()).await.unwrap();
     assert_eq!(
         exhausted.map(|f| (f.id, f.used, f.revoked)),
@@ -764,12 +770,15 @@ pub async fn standing_uses_are_counted_exactly<S: StandingStore>(store: &S) {
     let again = standing(alice, "personal", 5, Duration::from_secs(60));
     store.grant(&again).await.expect("grant again");
     assert_eq!(
-        store.use_one(s.key(), s.id).await.unwrap(),
+        store.use_one(s.key(), s.id, Nonce::random()).await.unwrap(),
         Use::Unknown,
         "replaced"
     );
     assert_eq!(
-        store.use_one(again.key(), again.id).await.unwrap(),
+        store
+            .use_one(again.key(), again.id, Nonce::random())
+            .await
+            .unwrap(),
         Use::Used { left: 4 }
     );
 }
@@ -798,7 +807,10 @@ pub async fn standing_approvals_are_revoked_and_expire<S: StandingStore>(store: 
         0,
         "not hers"
     );
-    assert_eq!(store.use_one(a.key(), a.id).await.unwrap(), Use::Revoked);
+    assert_eq!(
+        store.use_one(a.key(), a.id, Nonce::random()).await.unwrap(),
+        Use::Revoked
+    );
     let revoked = store.find(a.key()).await.unwrap();
     assert_eq!(
         revoked.map(|f| (f.id, f.revoked)),
@@ -806,10 +818,16 @@ pub async fn standing_approvals_are_revoked_and_expire<S: StandingStore>(store: 
         "found until it expires, revoked"
     );
     assert_eq!(store.revoke(alice, None).await.unwrap(), 1);
-    assert_eq!(store.use_one(b.key(), b.id).await.unwrap(), Use::Revoked);
+    assert_eq!(
+        store.use_one(b.key(), b.id, Nonce::random()).await.unwrap(),
+        Use::Revoked
+    );
     assert!(store.list(alice).await.unwrap().is_empty());
     assert_eq!(
-        store.use_one(bobs.key(), bobs.id).await.unwrap(),
+        store
+            .use_one(bobs.key(), bobs.id, Nonce::random())
+            .await
+            .unwrap(),
         Use::Used { left: 4 },
         "another principal's is untouched"
     );
@@ -818,7 +836,10 @@ pub async fn standing_approvals_are_revoked_and_expire<S: StandingStore>(store: 
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(store.find(short.key()).await.unwrap(), None);
     assert!(matches!(
-        store.use_one(short.key(), short.id).await.unwrap(),
+        store
+            .use_one(short.key(), short.id, Nonce::random())
+            .await
+            .unwrap(),
         Use::Expired | Use::Unknown
     ));
 }
@@ -873,7 +894,10 @@ pub async fn standing_approvals_are_capped_per_principal<S: StandingStore>(store
         .find(|s| s.uses == 1)
         .expect("one with a single use");
     assert_eq!(
-        store.use_one(single.key(), single.id).await.unwrap(),
+        store
+            .use_one(single.key(), single.id, Nonce::random())
+            .await
+            .unwrap(),
         Use::Used { left: 0 }
     );
     store
@@ -918,7 +942,7 @@ pub async fn concurrent_uses_never_exceed_the_count<S: StandingStore>(store: Arc
         .map(|_| {
             let store = Arc::clone(&store);
             let (key, id) = (s.key(), s.id);
-            tokio::spawn(async move { store.use_one(key, id).await.expect("use") })
+            tokio::spawn(async move { store.use_one(key, id, Nonce::random()).await.expect("use") })
         })
         .collect();
     let mut used = 0;
@@ -930,6 +954,154 @@ pub async fn concurrent_uses_never_exceed_the_count<S: StandingStore>(store: Arc
         }
     }
     assert_eq!(used, 3);
+}
+
+/// A use is given back only by the ticket that spent it, once, and only to the approval it was
+/// spent of: the next call finds it again.
+pub async fn a_use_given_back_is_the_one_its_ticket_spent<S: StandingStore>(store: &S) {
+    let s = standing(principal(), "personal", 2, Duration::from_secs(60));
+    store.grant(&s).await.expect("grant");
+    let (first, second) = (Nonce::random(), Nonce::random());
+    assert_eq!(
+        store.use_one(s.key(), s.id, first).await.unwrap(),
+        Use::Used { left: 1 }
+    );
+    assert_eq!(
+        store.use_one(s.key(), s.id, second).await.unwrap(),
+        Use::Used { left: 0 }
+    );
+    assert_eq!(
+        store.use_one(s.key(), s.id, Nonce::random()).await.unwrap(),
+        Use::Exhausted
+    );
+    assert!(
+        !store
+            .give_back(s.key(), s.id, Nonce::random())
+            .await
+            .unwrap(),
+        "a ticket that spent nothing gives nothing back"
+    );
+    assert!(
+        !store
+            .give_back(s.key(), StandingId::random(), first)
+            .await
+            .unwrap(),
+        "nor under another id"
+    );
+    let used = |f: Option<Standing>| f.map(|f| f.used);
+    assert_eq!(used(store.find(s.key()).await.unwrap()), Some(2));
+    assert!(store.give_back(s.key(), s.id, first).await.unwrap());
+    assert_eq!(used(store.find(s.key()).await.unwrap()), Some(1));
+    assert!(
+        !store.give_back(s.key(), s.id, first).await.unwrap(),
+        "a use comes back once"
+    );
+    assert_eq!(used(store.find(s.key()).await.unwrap()), Some(1));
+    // The use given back is there for the next call, and no more.
+    assert_eq!(
+        store.use_one(s.key(), s.id, Nonce::random()).await.unwrap(),
+        Use::Used { left: 0 }
+    );
+    assert_eq!(
+        store.use_one(s.key(), s.id, Nonce::random()).await.unwrap(),
+        Use::Exhausted
+    );
+    // Granted again under the key: the old approval's tickets give nothing back to the new one.
+    let again = standing(s.principal, "personal", 3, Duration::from_secs(60));
+    store.grant(&again).await.expect("grant again");
+    assert!(!store.give_back(s.key(), s.id, second).await.unwrap());
+    assert!(
+        !store
+            .give_back(again.key(), again.id, second)
+            .await
+            .unwrap()
+    );
+    assert_eq!(used(store.find(again.key()).await.unwrap()), Some(0));
+    // Revoked meanwhile: the use still comes back (the listing shows what ran), and the
+    // approval still covers nothing.
+    let ticket = Nonce::random();
+    assert_eq!(
+        store.use_one(again.key(), again.id, ticket).await.unwrap(),
+        Use::Used { left: 2 }
+    );
+    assert_eq!(
+        store.revoke(again.principal, Some(again.id)).await.unwrap(),
+        1
+    );
+    assert!(
+        store
+            .give_back(again.key(), again.id, ticket)
+            .await
+            .unwrap()
+    );
+    assert_eq!(used(store.find(again.key()).await.unwrap()), Some(0));
+    assert_eq!(
+        store
+            .use_one(again.key(), again.id, Nonce::random())
+            .await
+            .unwrap(),
+        Use::Revoked
+    );
+}
+
+/// 24 racing calls on a standing approval for 5: each reserves a use, and every odd one is
+/// refused and gives its use back, twice at once. Exactly the even ones that got a use keep it,
+/// no more than 5 are ever held, and the uses given back are there for later calls.
+pub async fn racing_uses_and_give_backs_keep_the_count<S: StandingStore>(store: Arc<S>) {
+    const USES: u32 = 5;
+    let s = standing(principal(), "personal", USES, Duration::from_secs(60));
+    store.grant(&s).await.expect("grant");
+    let barrier = Arc::new(tokio::sync::Barrier::new(24));
+    let racers: Vec<_> = (0..24)
+        .map(|i| {
+            let (store, barrier) = (Arc::clone(&store), Arc::clone(&barrier));
+            let (key, id) = (s.key(), s.id);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let ticket = Nonce::random();
+                let used = store.use_one(key, id, ticket).await.expect("use");
+                if !matches!(used, Use::Used { .. }) {
+                    return (used, 0);
+                }
+                if i % 2 == 0 {
+                    return (used, 0);
+                }
+                let twice = [0, 1].map(|_| {
+                    let store = Arc::clone(&store);
+                    tokio::spawn(async move { store.give_back(key, id, ticket).await })
+                });
+                let mut back = 0;
+                for give in twice {
+                    back += u32::from(give.await.expect("join").expect("give back"));
+                }
+                (used, back)
+            })
+        })
+        .collect();
+    let (mut kept, mut given) = (0, 0);
+    for (i, racer) in racers.into_iter().enumerate() {
+        match racer.await.expect("join") {
+            (Use::Used { .. }, back) if i % 2 == 0 => {
+                assert_eq!(back, 0);
+                kept += 1;
+            }
+            (Use::Used { .. }, back) => {
+                assert_eq!(back, 1, "racer {i}: its use came back exactly once");
+                given += 1;
+            }
+            (Use::Exhausted, _) => {}
+            (other, _) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(kept <= USES, "{kept} kept of {USES}");
+    assert!(kept + given >= 1);
+    let found = store.find(s.key()).await.unwrap().expect("found");
+    assert_eq!(found.used, kept, "only the kept uses are spent");
+    let mut later = 0;
+    while let Use::Used { .. } = store.use_one(s.key(), s.id, Nonce::random()).await.unwrap() {
+        later += 1;
+    }
+    assert_eq!(kept + later, USES, "every use given back is there again");
 }
 
 /// Generates one `#[tokio::test]` per conformance check.
@@ -1080,6 +1252,12 @@ macro_rules! standing_store_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             conformance_concurrent_uses_never_exceed_the_count =
                 concurrent_uses_never_exceed_the_count(::std::sync::Arc::new(store)),
+            #[tokio::test]
+            conformance_a_use_given_back_is_the_one_its_ticket_spent =
+                a_use_given_back_is_the_one_its_ticket_spent(&store),
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            conformance_racing_uses_and_give_backs_keep_the_count =
+                racing_uses_and_give_backs_keep_the_count(::std::sync::Arc::new(store)),
         );
     };
     ($make:expr) => {

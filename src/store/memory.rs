@@ -58,7 +58,7 @@ struct Inner {
     /// share over its own, not over the whole store; ids of gone or expired ones leave lazily.
     pending: DashMap<PrincipalKey, Vec<(ApprovalId, SystemTime)>>,
     /// Standing approvals by key, until their expiry; at most `capacity`.
-    standing: DashMap<StandingKey, Standing>,
+    standing: DashMap<StandingKey, Kept>,
     /// Held while a grant counts and inserts, so two grants never both pass one cap.
     granting: std::sync::Mutex<()>,
     /// Registered passkeys by subject digest; and each credential id's subject digest.
@@ -66,6 +66,14 @@ struct Inner {
     passkey_owners: DashMap<String, String>,
     /// Held while a passkey is registered or removed: the two maps change together.
     registering: std::sync::Mutex<()>,
+}
+
+/// A standing approval and the tickets of the uses spent of it, so a give-back finds exactly
+/// the use its ticket spent (at most [`MAX_STANDING_USES`](super::standing::MAX_STANDING_USES)).
+#[derive(Debug)]
+struct Kept {
+    standing: Standing,
+    tickets: std::collections::HashSet<Nonce>,
 }
 
 impl Inner {
@@ -364,20 +372,24 @@ impl StandingStore for MemoryReplayStore {
             standing.check_keepable()?;
             let _one_at_a_time = inner.granting.lock().map_err(|_| StoreError::Full)?;
             let now = inner.clock.now();
-            inner.standing.retain(|_, s| now < s.expires_at);
+            inner.standing.retain(|_, k| now < k.standing.expires_at);
             let key = standing.key();
             // The approval this one replaces does not count against it.
             let held = inner
                 .standing
                 .iter()
-                .filter(|s| *s.key() != key && s.principal == standing.principal && s.is_live(now))
+                .filter(|k| {
+                    *k.key() != key
+                        && k.standing.principal == standing.principal
+                        && k.standing.is_live(now)
+                })
                 .count();
             if held >= MAX_STANDING_PER_PRINCIPAL.min(inner.budget) {
                 let soonest = inner
                     .standing
                     .iter()
-                    .filter(|s| s.principal == standing.principal)
-                    .map(|s| s.expires_at)
+                    .filter(|k| k.standing.principal == standing.principal)
+                    .map(|k| k.standing.expires_at)
                     .min()
                     .unwrap_or(now);
                 return Err(StoreError::OverBudget {
@@ -387,7 +399,14 @@ impl StandingStore for MemoryReplayStore {
             if !inner.standing.contains_key(&key) && inner.standing.len() >= inner.capacity {
                 return Err(StoreError::Full);
             }
-            inner.standing.insert(key, standing.clone());
+            // A replacement starts with no tickets: the old approval's give nothing back here.
+            inner.standing.insert(
+                key,
+                Kept {
+                    standing: standing.clone(),
+                    tickets: std::collections::HashSet::new(),
+                },
+            );
             Ok(())
         })();
         Box::pin(std::future::ready(answer))
@@ -399,19 +418,50 @@ impl StandingStore for MemoryReplayStore {
             .inner
             .standing
             .get(&key)
-            .filter(|s| now < s.expires_at)
-            .map(|s| s.clone());
+            .filter(|k| now < k.standing.expires_at)
+            .map(|k| k.standing.clone());
         Box::pin(std::future::ready(Ok(found)))
     }
 
-    fn use_one(&self, key: StandingKey, id: StandingId) -> BoxFuture<'_, Result<Use, StoreError>> {
+    fn use_one(
+        &self,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> BoxFuture<'_, Result<Use, StoreError>> {
         let now = self.inner.clock.now();
-        // The entry's shard lock makes the check and the count one step.
+        // The entry's shard lock makes the check, the count and the ticket one step.
         let used = match self.inner.standing.get_mut(&key) {
-            Some(mut standing) if standing.id == id => standing.use_one(now),
+            Some(mut kept) if kept.standing.id == id => {
+                let used = kept.standing.use_one(now);
+                if let Use::Used { .. } = used {
+                    kept.tickets.insert(ticket);
+                }
+                used
+            }
             _ => Use::Unknown,
         };
         Box::pin(std::future::ready(Ok(used)))
+    }
+
+    fn give_back(
+        &self,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        // Under the entry's shard lock: the ticket is taken and the use returned in one step.
+        let given = match self.inner.standing.get_mut(&key) {
+            Some(mut kept) if kept.standing.id == id => {
+                let held = kept.tickets.remove(&ticket);
+                if held {
+                    kept.standing.give_back();
+                }
+                held
+            }
+            _ => false,
+        };
+        Box::pin(std::future::ready(Ok(given)))
     }
 
     fn list(&self, principal: PrincipalKey) -> BoxFuture<'_, Result<Vec<Standing>, StoreError>> {
@@ -420,8 +470,8 @@ impl StandingStore for MemoryReplayStore {
             .inner
             .standing
             .iter()
-            .filter(|s| s.principal == principal && s.is_live(now))
-            .map(|s| s.clone())
+            .filter(|k| k.standing.principal == principal && k.standing.is_live(now))
+            .map(|k| k.standing.clone())
             .collect();
         live.sort_by_key(|s| s.expires_at);
         Box::pin(std::future::ready(Ok(live)))
@@ -434,7 +484,8 @@ impl StandingStore for MemoryReplayStore {
     ) -> BoxFuture<'_, Result<usize, StoreError>> {
         let now = self.inner.clock.now();
         let mut revoked = 0;
-        for mut standing in self.inner.standing.iter_mut() {
+        for mut kept in self.inner.standing.iter_mut() {
+            let standing = &mut kept.standing;
             if standing.principal == principal
                 && id.is_none_or(|id| standing.id == id)
                 && standing.is_live(now)

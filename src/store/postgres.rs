@@ -100,8 +100,8 @@ impl PostgresReplayStore {
     }
 
     /// Creates the table and its indexes if they do not exist (and `<table>_approvals` and
-    /// `<table>_standing` beside it, for browser and standing approvals), and adds the
-    /// `principal` column to a table made by an earlier version.
+    /// `<table>_standing` beside it, for browser and standing approvals), and adds the columns
+    /// a table made by an earlier version lacks (`principal`; the standing uses' `tickets`).
     ///
     /// # Errors
     /// [`StoreError`] if the database cannot be reached or refuses.
@@ -128,7 +128,10 @@ impl PostgresReplayStore {
                        AND NOT attisdropped AND attrelid = to_regclass('{t}_approvals')) = 4
                 AND (SELECT count(*) FROM pg_attribute
                      WHERE attname = 'principal' AND NOT attisdropped
-                       AND attrelid IN (to_regclass('{t}'), to_regclass('{t}_approvals'))) = 2"
+                       AND attrelid IN (to_regclass('{t}'), to_regclass('{t}_approvals'))) = 2
+                AND (SELECT count(*) FROM pg_attribute
+                     WHERE attname = 'tickets' AND NOT attisdropped
+                       AND attrelid = to_regclass('{t}_standing')) = 1"
         );
         let sql = format!(
             "SELECT pg_advisory_xact_lock(hashtext('mcp-confirm:migrate:{t}'));
@@ -159,7 +162,9 @@ impl PostgresReplayStore {
                 principal bytea NOT NULL,
                 record text NOT NULL,
                 used integer NOT NULL DEFAULT 0,
+                tickets bytea[] NOT NULL DEFAULT '{{}}',
                 expires_at timestamptz NOT NULL);
+             ALTER TABLE {t}_standing ADD COLUMN IF NOT EXISTS tickets bytea[] NOT NULL DEFAULT '{{}}';
              CREATE INDEX IF NOT EXISTS {t}_standing_principal ON {t}_standing (principal, expires_at);
              CREATE TABLE IF NOT EXISTS {t}_passkeys (
                 id text PRIMARY KEY,
@@ -427,7 +432,7 @@ impl StandingStore for PostgresReplayStore {
              VALUES ($1, $2, $3, 0, $4)
              ON CONFLICT (key) DO UPDATE
              SET principal = EXCLUDED.principal, record = EXCLUDED.record, used = 0,
-                 expires_at = EXCLUDED.expires_at"
+                 tickets = '{{}}', expires_at = EXCLUDED.expires_at"
         );
         let class = format!("mcp-confirm:standing:{t}:{}", standing.principal.to_hex());
         let key = standing.key().as_bytes().to_vec();
@@ -485,15 +490,24 @@ impl StandingStore for PostgresReplayStore {
         }))
     }
 
-    fn use_one(&self, key: StandingKey, id: StandingId) -> BoxFuture<'_, Result<Use, StoreError>> {
+    fn use_one(
+        &self,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> BoxFuture<'_, Result<Use, StoreError>> {
         let t = &self.table;
         let select = format!("SELECT record, used FROM {t}_standing WHERE key = $1 FOR UPDATE");
-        let update = format!("UPDATE {t}_standing SET used = $2 WHERE key = $1");
+        let update = format!(
+            "UPDATE {t}_standing SET used = $2, tickets = array_append(tickets, $3) WHERE key = $1"
+        );
         let key = key.as_bytes().to_vec();
+        let ticket = ticket.as_bytes().to_vec();
         Box::pin(self.bounded(async move {
             let mut client = self.pool.get().await.map_err(backend)?;
             let tx = client.transaction().await.map_err(backend)?;
-            // The row lock makes the check and the count one step: `Standing::use_one` decides.
+            // The row lock makes the check, the count and the ticket one step:
+            // `Standing::use_one` decides.
             let Some(row) = tx.query_opt(&select, &[&key]).await.map_err(backend)? else {
                 return Ok(Use::Unknown);
             };
@@ -504,12 +518,55 @@ impl StandingStore for PostgresReplayStore {
             let used = standing.use_one(SystemTime::now());
             if let Use::Used { .. } = used {
                 let count = i32::try_from(standing.used).unwrap_or(i32::MAX);
-                tx.execute(&update, &[&key, &count])
+                tx.execute(&update, &[&key, &count, &ticket])
                     .await
                     .map_err(backend)?;
                 tx.commit().await.map_err(backend)?;
             }
             Ok(used)
+        }))
+    }
+
+    fn give_back(
+        &self,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let t = &self.table;
+        let select = format!(
+            "SELECT record, used, $2 = ANY(tickets) AS held FROM {t}_standing
+             WHERE key = $1 FOR UPDATE"
+        );
+        let update = format!(
+            "UPDATE {t}_standing SET used = $2, tickets = array_remove(tickets, $3) WHERE key = $1"
+        );
+        let key = key.as_bytes().to_vec();
+        let ticket = ticket.as_bytes().to_vec();
+        Box::pin(self.bounded(async move {
+            let mut client = self.pool.get().await.map_err(backend)?;
+            let tx = client.transaction().await.map_err(backend)?;
+            // Under the row lock: the ticket found, the count and the ticket's removal are one
+            // step, so a second give-back of the same ticket finds nothing.
+            let Some(row) = tx
+                .query_opt(&select, &[&key, &ticket])
+                .await
+                .map_err(backend)?
+            else {
+                return Ok(false);
+            };
+            let held: bool = row.try_get("held").map_err(backend)?;
+            let mut standing = standing_row(&row)?;
+            if standing.id != id || !held {
+                return Ok(false);
+            }
+            standing.give_back();
+            let count = i32::try_from(standing.used).unwrap_or(i32::MAX);
+            tx.execute(&update, &[&key, &count, &ticket])
+                .await
+                .map_err(backend)?;
+            tx.commit().await.map_err(backend)?;
+            Ok(true)
         }))
     }
 

@@ -65,7 +65,8 @@ return 0
 ";
 
 /// Spends one use of the standing approval whose record is `KEYS[1]` and use count `KEYS[2]` (one
-/// slot), if its id is `ARGV[1]`, at `ARGV[2]` ms: [`Standing::use_one`] as one atomic step.
+/// slot), if its id is `ARGV[1]`, at `ARGV[2]` ms: [`Standing::use_one`] as one atomic step. The
+/// spending call's ticket `ARGV[3]` joins the set `KEYS[3]`, which expires with the record.
 /// Answers `{0, left}` used, `{1, 0}` exhausted, `{2, 0}` expired, `{3, 0}` revoked, `{4, 0}`
 /// unknown.
 const USE_STANDING: &str = r"
@@ -78,14 +79,32 @@ if tonumber(ARGV[2]) >= s.expires_at_ms then return {2, 0} end
 local used = tonumber(redis.call('GET', KEYS[2]) or '0')
 if used >= s.uses then return {1, 0} end
 used = redis.call('INCR', KEYS[2])
+redis.call('SADD', KEYS[3], ARGV[3])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) end
 return {0, s.uses - used}
 ";
 
+/// Gives back the use ticket `ARGV[2]` spent of the standing approval `KEYS[1]` (use count
+/// `KEYS[2]`, tickets `KEYS[3]`), if its id is still `ARGV[1]` and the ticket is there:
+/// [`Standing::give_back`] as one atomic step. 1 given back, 0 not.
+const GIVE_BACK_STANDING: &str = r"
+local record = redis.call('GET', KEYS[1])
+if not record then return 0 end
+local s = cjson.decode(record)
+if s.id ~= ARGV[1] then return 0 end
+if redis.call('SREM', KEYS[3], ARGV[2]) == 0 then return 0 end
+local used = tonumber(redis.call('GET', KEYS[2]) or '0')
+if used > 0 then redis.call('DECR', KEYS[2]) end
+return 1
+";
+
 /// Stores a standing approval: its record `KEYS[1]` (`ARGV[1]`) and a fresh use count `KEYS[2]`,
-/// both for `ARGV[2]` ms, in one step (one slot).
+/// both for `ARGV[2]` ms, and no tickets (`KEYS[3]`), in one step (one slot).
 const GRANT_STANDING: &str = r"
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], '0', 'PX', ARGV[2])
+redis.call('DEL', KEYS[3])
 return 1
 ";
 
@@ -121,6 +140,7 @@ pub struct RedisReplayStore {
     cas: Script,
     replace_field: Script,
     use_standing: Script,
+    give_back_standing: Script,
     grant_standing: Script,
 }
 
@@ -215,6 +235,7 @@ impl RedisReplayStore {
             cas: Script::new(COMPARE_AND_SET),
             replace_field: Script::new(REPLACE_FIELD),
             use_standing: Script::new(USE_STANDING),
+            give_back_standing: Script::new(GIVE_BACK_STANDING),
             grant_standing: Script::new(GRANT_STANDING),
         }
     }
@@ -278,6 +299,15 @@ impl RedisReplayStore {
         let record = format!("{}{{standing:{}}}", self.prefix, hex(key.as_bytes()));
         let used = format!("{record}:used");
         (record, used)
+    }
+
+    /// The set of tickets that spent a use of the approval under `key` (the same slot).
+    fn standing_tickets(&self, key: &StandingKey) -> String {
+        format!(
+            "{}{{standing:{}}}:tickets",
+            self.prefix,
+            hex(key.as_bytes())
+        )
     }
 
     /// A principal's standing approvals: key (hex) → expiry in ms.
@@ -419,6 +449,7 @@ impl StandingStore for RedisReplayStore {
         }
         let key = standing.key();
         let (record, used) = self.standing_keys(&key);
+        let tickets = self.standing_tickets(&key);
         let index = self.standing_index(&standing.principal);
         let member = hex(key.as_bytes());
         let text = standing.encode();
@@ -454,7 +485,7 @@ impl StandingStore for RedisReplayStore {
                 });
             }
             let mut grant = self.grant_standing.key(&record);
-            grant.key(&used).arg(&text).arg(ttl);
+            grant.key(&used).key(&tickets).arg(&text).arg(ttl);
             let _: i64 = self.bounded(self.connection.invoke(&grant)).await?;
             let mut add = redis::cmd("ZADD");
             add.arg(&index).arg(until_ms).arg(&member);
@@ -480,12 +511,23 @@ impl StandingStore for RedisReplayStore {
         })
     }
 
-    fn use_one(&self, key: StandingKey, id: StandingId) -> BoxFuture<'_, Result<Use, StoreError>> {
+    fn use_one(
+        &self,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> BoxFuture<'_, Result<Use, StoreError>> {
         let (record, used) = self.standing_keys(&key);
+        let tickets = self.standing_tickets(&key);
         let now_ms = unix_millis(SystemTime::now());
         Box::pin(async move {
             let mut spend = self.use_standing.key(&record);
-            spend.key(&used).arg(id.to_hex()).arg(now_ms);
+            spend
+                .key(&used)
+                .key(&tickets)
+                .arg(id.to_hex())
+                .arg(now_ms)
+                .arg(ticket.to_hex());
             let (code, left): (i64, i64) = self.bounded(self.connection.invoke(&spend)).await?;
             Ok(match code {
                 0 => Use::Used {
@@ -496,6 +538,25 @@ impl StandingStore for RedisReplayStore {
                 3 => Use::Revoked,
                 _ => Use::Unknown,
             })
+        })
+    }
+
+    fn give_back(
+        &self,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let (record, used) = self.standing_keys(&key);
+        let tickets = self.standing_tickets(&key);
+        Box::pin(async move {
+            let mut give = self.give_back_standing.key(&record);
+            give.key(&used)
+                .key(&tickets)
+                .arg(id.to_hex())
+                .arg(ticket.to_hex());
+            let given: i64 = self.bounded(self.connection.invoke(&give)).await?;
+            Ok(given == 1)
         })
     }
 

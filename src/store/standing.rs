@@ -7,6 +7,18 @@
 //! resolves its one record and passes the revalidation hook, and spends one use, atomically in
 //! the shared store, before it runs. Expiry, exhaustion and revocation send the next call back to
 //! the form: never a silent pass.
+//!
+//! A use is spent only by a call that passes its revalidation. It is reserved first, under the
+//! call's ticket ([`StandingStore::use_one`]), so racing calls never hold more uses than the
+//! approval has; a call the revalidation refuses gives that one use back
+//! ([`StandingStore::give_back`]). Checking first and spending after would let every racer pass
+//! the check on the same uses, and then some of them run with none left.
+//!
+//! What still spends a use without a run, always toward fewer uses and never more: an instance
+//! that stops (or a store that does not answer) between the reservation and the give-back, and
+//! a call that passed but whose record the decision log could not take (refused then, as a
+//! claimed confirmation is). While every use left is held by calls still in their revalidation,
+//! another call gets the form.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::StoreError;
-use crate::kernel::{BoxFuture, PrincipalKey, hex, sixteen_bytes};
+use crate::kernel::{BoxFuture, Nonce, PrincipalKey, hex, sixteen_bytes};
 
 /// The most uses a policy may allow one standing approval.
 pub const MAX_STANDING_USES: u32 = 1_000;
@@ -250,6 +262,13 @@ impl Standing {
             left: self.uses - self.used,
         }
     }
+
+    /// Gives back one use a refused call had reserved: the one transition
+    /// [`StandingStore::give_back`] applies, atomically, once the store has found that call's
+    /// ticket. Revoked or expired, the count still comes back, so a listing shows what ran.
+    pub fn give_back(&mut self) {
+        self.used = self.used.saturating_sub(1);
+    }
 }
 
 /// The stored form of a [`Standing`] (Redis, Postgres): one JSON object, read back strictly. The
@@ -334,6 +353,11 @@ impl fmt::Debug for Standing {
 /// Implementations keep each approval until its expiry, at most one live approval per
 /// [`StandingKey`] (granting again replaces it), at most [`MAX_STANDING_PER_PRINCIPAL`] live ones per
 /// principal, and spend a use with [`Standing::use_one`] as one atomic step.
+///
+/// Each use is spent under a ticket (the covered call's nonce) that the store keeps with the
+/// approval until it expires (at most [`MAX_STANDING_USES`] of them), so that
+/// [`give_back`](Self::give_back) returns exactly a use that ticket spent, once: a retried or
+/// forged give-back returns nothing, and neither does one for an approval granted again since.
 pub trait StandingStore: fmt::Debug + Send + Sync + 'static {
     /// Stores `standing`, replacing the approval its key held, if any.
     fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>>;
@@ -343,8 +367,25 @@ pub trait StandingStore: fmt::Debug + Send + Sync + 'static {
     /// begins only if it was not revoked.
     fn find(&self, key: StandingKey) -> BoxFuture<'_, Result<Option<Standing>, StoreError>>;
 
-    /// Spends one use of the approval `id` under `key`, atomically, by [`Standing::use_one`].
-    fn use_one(&self, key: StandingKey, id: StandingId) -> BoxFuture<'_, Result<Use, StoreError>>;
+    /// Spends one use of the approval `id` under `key` for the call `ticket` names, atomically,
+    /// by [`Standing::use_one`], and keeps the ticket with the approval. The use stays spent
+    /// unless [`give_back`](Self::give_back) returns it.
+    fn use_one(
+        &self,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> BoxFuture<'_, Result<Use, StoreError>>;
+
+    /// Returns the use `ticket` spent of the approval `id` under `key`, atomically, by
+    /// [`Standing::give_back`]: `true` if a use came back. A ticket that spent nothing here, a
+    /// use already given back, and an approval replaced (another id) or gone give nothing back.
+    fn give_back(
+        &self,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
 
     /// `principal`'s live approvals, soonest expiry first.
     fn list(&self, principal: PrincipalKey) -> BoxFuture<'_, Result<Vec<Standing>, StoreError>>;
@@ -366,8 +407,22 @@ impl<S: StandingStore + ?Sized> StandingStore for Arc<S> {
         (**self).find(key)
     }
 
-    fn use_one(&self, key: StandingKey, id: StandingId) -> BoxFuture<'_, Result<Use, StoreError>> {
-        (**self).use_one(key, id)
+    fn use_one(
+        &self,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> BoxFuture<'_, Result<Use, StoreError>> {
+        (**self).use_one(key, id, ticket)
+    }
+
+    fn give_back(
+        &self,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        (**self).give_back(key, id, ticket)
     }
 
     fn list(&self, principal: PrincipalKey) -> BoxFuture<'_, Result<Vec<Standing>, StoreError>> {
@@ -415,6 +470,12 @@ mod tests {
         assert!(!s.is_live(at(3)));
         assert_eq!(s.use_one(at(3)), Use::Exhausted);
         assert_eq!(s.used, 2);
+        // A use given back is there for the next call; never below none.
+        s.give_back();
+        assert_eq!(s.use_one(at(4)), Use::Used { left: 0 });
+        let mut fresh = standing(1);
+        fresh.give_back();
+        assert_eq!(fresh.used, 0);
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub const MAX_KEY_ID_LEN: usize = 32;
 
 const MAC_KEY_INFO: &[u8] = b"mcp-confirm/requestState/v1/mac";
 const PRINCIPAL_KEY_INFO: &[u8] = b"mcp-confirm/requestState/v1/principal";
-const PAGE_KEY_INFO: &[u8] = b"mcp-confirm/approval-page/v1/csrf";
+const FORM_KEY_INFO: &[u8] = b"mcp-confirm/pages/v2/anti-forgery";
 const SEAL_KEY_INFO: &[u8] = b"mcp-confirm/pages/v1/sealed-values";
 
 pub(crate) type HmacSha256 = hmac::Hmac<Sha256>;
@@ -68,7 +68,8 @@ pub(crate) struct RingKey {
     id: String,
     mac: HmacSha256,
     principal: HmacSha256,
-    page: HmacSha256,
+    /// Tags the pages' anti-forgery tokens (`crate::page::FormTokens`).
+    form: HmacSha256,
     /// Tags the pages' own sealed values (a passkey ceremony's state).
     seal: HmacSha256,
 }
@@ -147,17 +148,18 @@ impl KeyRing {
         self.keys.iter().map(|k| k.id.as_str())
     }
 
-    /// The page's token for `subject` and approval `id`, by the signing key.
-    pub(crate) fn csrf_token(&self, id: &[u8; 16], subject: &str) -> [u8; 32] {
-        self.signing().csrf_token(id, subject)
+    /// The pages' anti-forgery tag over `data` (what a form token binds), by the signing key.
+    pub(crate) fn form_tag(&self, data: &[u8]) -> [u8; 32] {
+        self.signing().form_tag(data)
     }
 
-    /// Whether `token` is the page's token for `subject` and `id` under any key of the ring,
-    /// compared in constant time.
-    pub(crate) fn csrf_matches(&self, token: &[u8], id: &[u8; 16], subject: &str) -> bool {
-        self.keys
-            .iter()
-            .any(|key| bool::from(key.csrf_token(id, subject)[..].ct_eq(token)))
+    /// Whether `tag` begins [`form_tag`](Self::form_tag) of `data` under any key of the ring,
+    /// compared in constant time, every key tried.
+    pub(crate) fn form_tag_matches(&self, data: &[u8], tag: &[u8]) -> bool {
+        self.keys.iter().fold(false, |found, key| {
+            let full = key.form_tag(data);
+            found | (tag.len() <= full.len() && bool::from(full[..tag.len()].ct_eq(tag)))
+        })
     }
 
     /// A tag over `data` for the pages' own sealed values (`domain` separates their uses), by
@@ -227,18 +229,18 @@ impl RingKey {
         let hk = Hkdf::<Sha256>::new(None, secret);
         let mut mac = Zeroizing::new([0u8; 32]);
         let mut principal = Zeroizing::new([0u8; 32]);
-        let mut page = Zeroizing::new([0u8; 32]);
+        let mut form = Zeroizing::new([0u8; 32]);
         // 32 bytes is far below HKDF-SHA256's 8160-byte output limit, so expand cannot fail.
         let _ = hk.expand(MAC_KEY_INFO, &mut mac[..]);
         let _ = hk.expand(PRINCIPAL_KEY_INFO, &mut principal[..]);
-        let _ = hk.expand(PAGE_KEY_INFO, &mut page[..]);
+        let _ = hk.expand(FORM_KEY_INFO, &mut form[..]);
         let mut seal = Zeroizing::new([0u8; 32]);
         let _ = hk.expand(SEAL_KEY_INFO, &mut seal[..]);
         Self {
             id,
             mac: keyed(&mac[..]),
             principal: keyed(&principal[..]),
-            page: keyed(&page[..]),
+            form: keyed(&form[..]),
             seal: keyed(&seal[..]),
         }
     }
@@ -282,11 +284,10 @@ impl RingKey {
         mac.finalize().into_bytes().into()
     }
 
-    /// The approval page's anti-forgery token for `subject` deciding approval `id`.
-    pub(crate) fn csrf_token(&self, id: &[u8; 16], subject: &str) -> [u8; 32] {
-        let mut mac = self.page.clone();
-        mac.update(id);
-        mac.update(subject.as_bytes());
+    /// A tag over `data` under the anti-forgery key (its own, apart from the sealing key).
+    fn form_tag(&self, data: &[u8]) -> [u8; 32] {
+        let mut mac = self.form.clone();
+        mac.update(data);
         mac.finalize().into_bytes().into()
     }
 }

@@ -69,9 +69,14 @@ impl Sealer {
         self.clock.now()
     }
 
-    /// The key ring, for the approval page's anti-forgery tokens.
+    /// The key ring, for the pages' anti-forgery tokens.
     pub(crate) fn keys(&self) -> &KeyRing {
         &self.keys
+    }
+
+    /// How far apart the instances' clocks may be.
+    pub(crate) fn skew(&self) -> Duration {
+        self.skew
     }
 
     /// The keyed digest of `subject` that the signing key puts in a state: whom a new challenge

@@ -721,7 +721,8 @@ async fn holds_notices_only_where_others_decide_and_no_details_unless_shared() {
     let (f, _, _) = with_layer(move |b, notes| {
         b.tool(
             "notes_destroy",
-            destroy_policy(notes).approved_by(Approvers::anyone_but_caller().share_details()),
+            destroy_policy(notes)
+                .approved_by(Approvers::anyone_but_caller().share_candidate_labels()),
         )
         .notifier(h)
     });
@@ -744,12 +745,19 @@ async fn holds_slack_markup_in_subjects_and_labels_is_escaped() {
             ToolPolicy::confirm_only()
                 .message("Purge <!channel> <https://evil.example|the audit log>")
                 .input_key("destroy_approval")
-                .approved_by(Approvers::anyone_but_caller().share_details()),
+                .approved_by(
+                    Approvers::anyone_but_caller()
+                        .share_candidate_labels()
+                        .share_argument_values(),
+                ),
         )
         .notifier(h)
     });
     let subject = "<!here> <https://evil.example/login|IT desk> & <@U123>";
-    let answer = send(&f.svc, post(&destroy_call(json!(1)), Some(subject))).await;
+    // And an argument value likewise, for the rule shares argument values too.
+    let mut call = destroy_call(json!(1));
+    call["params"]["arguments"]["reason"] = json!("<!channel> <https://evil.example|sign in>");
+    let answer = send(&f.svc, post(&call, Some(subject))).await;
     elicitation(&answer);
     let notice = heard.all().pop().expect("a notice");
     let body: Value =
@@ -761,6 +769,7 @@ async fn holds_slack_markup_in_subjects_and_labels_is_escaped() {
             .unwrap()
             .to_owned(),
     ];
+    assert!(texts[1].contains("reason: "), "{}", texts[1]);
     for text in texts {
         for live in ["<!here>", "<!channel>", "<https://evil", "<@U123>"] {
             assert!(!text.contains(live), "{live} in {text}");

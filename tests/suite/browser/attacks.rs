@@ -439,7 +439,8 @@ async fn holds_lookalike_principals_neither_see_nor_decide() {
 /// cross-site form or fetch can send without a preflight besides form-encoding (text/plain,
 /// multipart) or near-misses of it. None decides. Without `Origin` and `Sec-Fetch-Site` (a
 /// non-browser client) the token alone must match. Checked by mutation, each failing this
-/// test: `csrf_matches` always true; `same_origin` always `Ok`; the form-encoding check removed.
+/// test: `FormTokens::accepts` always true; `same_origin` always `Ok`; the form-encoding check
+/// removed.
 #[tokio::test]
 async fn holds_forged_decisions_are_refused() {
     let (f, page) = browser();

@@ -4,5 +4,6 @@ mod approval;
 mod approvers;
 mod attack_pass_23;
 mod attacks;
+mod form_tokens;
 mod passkeys;
 mod webhooks;

@@ -193,32 +193,62 @@ async fn each_new_approval_is_posted_signed_to_every_endpoint_without_argument_v
     assert_eq!((stats.delivered, stats.failed, stats.dropped), (2, 0, 0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rule_that_shares_details_sends_the_labels() {
+/// One delivery to a receiver for a call of `notes_destroy` under `rule`: the event's `data`
+/// and the whole event as text.
+async fn delivered(rule: Approvers) -> (Value, String) {
     let secret = WebhookSecret::random();
     let receiver = Receiver::new(&secret);
     let url = receiver.clone().serve().await;
     let webhooks = fast(vec![WebhookEndpoint::new(&url, secret.clone())]);
-    let f = notified(
-        &webhooks,
+    let f = notified(&webhooks, rule);
+    f.alice(&destroy_call(json!(1))).await;
+    let got = receiver.accepted(1).await;
+    (got[0].1["data"].clone(), got[0].1.to_string())
+}
+
+/// The labels (text the resolver made from the notes: titles and ids) come only with
+/// `share_candidate_labels`, and with it no argument value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_that_shares_candidate_labels_sends_the_labels_and_no_argument_values() {
+    let (data, text) = delivered(
         Approvers::role("notes-admin")
             .except_caller()
             .required(2)
-            .share_details(),
-    );
-    f.alice(&destroy_call(json!(1))).await;
-    let got = receiver.accepted(1).await;
-    let data = &got[0].1["data"];
+            .share_candidate_labels(),
+    )
+    .await;
     assert_eq!(
         data["approvers"],
         "role notes-admin but the caller (2 approvals)"
     );
-    assert!(
-        data["details"]["records"]
-            .to_string()
-            .contains("Groceries (note-7)"),
+    let records = data["details"]["records"].to_string();
+    for label in [
+        "Groceries (note-3)",
+        "Groceries (note-7)",
+        "Groceries (note-14)",
+    ] {
+        assert!(records.contains(label), "{label} missing: {data}");
+    }
+    assert!(data["details"].get("arguments").is_none(), "{data}");
+    assert!(!text.contains(PERSONAL), "an argument value in {text}");
+}
+
+/// The call's argument values come only with `share_argument_values`, and with it no label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_that_shares_argument_values_sends_them_and_no_labels() {
+    let (data, text) = delivered(Approvers::anyone_but_caller().share_argument_values()).await;
+    assert_eq!(
+        data["details"]["arguments"],
+        json!([
+            "title: \"Groceries\"",
+            format!("workspaceUri: \"{PERSONAL}\"")
+        ]),
         "{data}"
     );
+    assert!(data["details"].get("records").is_none(), "{data}");
+    for label in ["note-3", "note-7", "note-14"] {
+        assert!(!text.contains(label), "the label of {label} in {text}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1144,7 +1144,7 @@ async fn revoked_and_exhausted_free_the_budget(store: &dyn StandingStore, backen
             );
         } else {
             for s in &held {
-                store.use_one(s.key(), s.id).await.unwrap();
+                store.use_one(s.key(), s.id, Nonce::random()).await.unwrap();
             }
         }
         assert!(store.list(principal).await.unwrap().is_empty(), "{backend}");
@@ -1909,7 +1909,10 @@ async fn holds_a_standing_id_under_another_key_covers_nothing() {
         3,
     );
     assert_eq!(
-        store.use_one(other.key(), s.id).await.unwrap(),
+        store
+            .use_one(other.key(), s.id, Nonce::random())
+            .await
+            .unwrap(),
         mcp_confirm::store::standing::Use::Unknown
     );
     assert_eq!(store.revoke(bob_key, Some(s.id)).await.unwrap(), 0);

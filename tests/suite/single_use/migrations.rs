@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use mcp_confirm::approval::ApprovalStore;
 use mcp_confirm::store::conformance::approval;
+use mcp_confirm::store::standing::{Standing, StandingStore, Use};
 use mcp_confirm::store::{
     ClaimRequest, Nonce, Owner, PostgresReplayStore, PrincipalKey, ReplayStore,
 };
@@ -58,7 +59,7 @@ impl Drop for DropTables {
                 if let Ok(client) = pool().get().await {
                     let _ = client
                         .batch_execute(&format!(
-                            "DROP TABLE IF EXISTS {t}, {t}_approvals, {t}_standing"
+                            "DROP TABLE IF EXISTS {t}, {t}_approvals, {t}_standing, {t}_passkeys"
                         ))
                         .await;
                 }
@@ -177,6 +178,96 @@ async fn a_schema_from_an_older_release_is_brought_up_to_date() {
         .query_one(
             "SELECT count(*) FROM information_schema.columns WHERE table_name = $1 AND column_name = 'principal'",
             &[&table],
+        )
+        .await
+        .expect("catalog")
+        .get(0);
+    assert_eq!(columns, 1);
+}
+
+/// A standing table from before uses were ticketed (no `tickets` column, a use already spent)
+/// gains the column: the approval it holds keeps its count, and a use spent after the upgrade
+/// can be given back.
+#[tokio::test]
+async fn a_standing_table_without_tickets_is_brought_up_to_date() {
+    let Some(current) = store(None).await else {
+        return;
+    };
+    let table = fresh_table();
+    let _drop = DropTables(table.clone());
+    let client = pool().get().await.expect("client");
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {table}_standing (
+                key bytea PRIMARY KEY,
+                principal bytea NOT NULL,
+                record text NOT NULL,
+                used integer NOT NULL DEFAULT 0,
+                expires_at timestamptz NOT NULL)"
+        ))
+        .await
+        .expect("old schema");
+    let now = std::time::SystemTime::now();
+    let held = Standing::new(
+        "notes.example",
+        principal(),
+        "alice",
+        "notes_delete",
+        "personal",
+        now,
+        now + Duration::from_secs(60),
+        3,
+    );
+    // Written by the old release: granted, then one use spent.
+    current.grant(&held).await.expect("grant");
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT record, expires_at FROM {}_standing WHERE key = $1",
+                PostgresReplayStore::DEFAULT_TABLE
+            ),
+            &[&held.key().as_bytes().to_vec()],
+        )
+        .await
+        .expect("the granted row");
+    let (record, expires_at): (String, std::time::SystemTime) = (row.get(0), row.get(1));
+    client
+        .execute(
+            &format!(
+                "INSERT INTO {table}_standing (key, principal, record, used, expires_at)
+                 VALUES ($1, $2, $3, 1, $4)"
+            ),
+            &[
+                &held.key().as_bytes().to_vec(),
+                &held.principal.as_bytes().to_vec(),
+                &record,
+                &expires_at,
+            ],
+        )
+        .await
+        .expect("an old row");
+    let upgraded = store(Some(&table)).await.expect("migrated");
+    let found = upgraded.find(held.key()).await.unwrap().expect("kept");
+    assert_eq!(found.used, 1);
+    let ticket = Nonce::random();
+    assert_eq!(
+        upgraded.use_one(held.key(), held.id, ticket).await.unwrap(),
+        Use::Used { left: 1 }
+    );
+    assert!(
+        upgraded
+            .give_back(held.key(), held.id, ticket)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        upgraded.find(held.key()).await.unwrap().map(|s| s.used),
+        Some(1)
+    );
+    let columns: i64 = client
+        .query_one(
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = $1 AND column_name = 'tickets'",
+            &[&format!("{table}_standing")],
         )
         .await
         .expect("catalog")

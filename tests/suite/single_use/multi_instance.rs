@@ -33,9 +33,25 @@ async fn start_cluster(store_url: &str) -> Cluster {
         "--replay-store",
         store_url,
     ];
-    // The first instance seeds the data directory; the second opens it.
-    let a = Instance::start(&data, &args).await;
-    let b = Instance::start(&data, &args).await;
+    // The first instance seeds the data directory; the second opens it. Each writes its own
+    // decision log (one log directory has one writer: a second refuses to start on it).
+    let with_log = |name: &str| {
+        let log = dir.path().join(name).display().to_string();
+        let mut own: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        own.extend(["--audit-dir".to_owned(), log]);
+        own
+    };
+    let (args_a, args_b) = (with_log("decisions-a"), with_log("decisions-b"));
+    let a = Instance::start(
+        &data,
+        &args_a.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    let b = Instance::start(
+        &data,
+        &args_b.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
     Cluster {
         urls: [a.url.clone(), b.url.clone()],
         data,

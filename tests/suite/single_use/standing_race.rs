@@ -1,5 +1,6 @@
 //! Standing approvals spent from two processes at once: the use count is exact across
-//! instances, on Redis and on Postgres, as the claim of a nonce is.
+//! instances, on Redis and on Postgres, as the claim of a nonce is; and so it stays when some of
+//! the racing calls are refused and give their uses back.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -39,7 +40,9 @@ async fn store(backend: &str, prefix: &str) -> Arc<dyn StandingStore> {
 
 /// The worker half of `two_processes_spend_exactly_the_uses_of_a_standing_approval`: run as a
 /// child with `STANDING_WORKER` set, it spends [`RACERS`] uses of `STANDING_KEY`/`STANDING_ID`
-/// at once at `STANDING_AT` (unix ms) and prints how many it got. Without it, it does nothing.
+/// at once at `STANDING_AT` (unix ms) and prints how many it kept. With `STANDING_GIVE_BACK`
+/// set, every odd racer that got a use is refused and gives it back (a give-back that returns
+/// nothing counts as an error). Without `STANDING_WORKER`, it does nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standing_worker_process() {
     if std::env::var("STANDING_WORKER").is_err() {
@@ -58,10 +61,21 @@ async fn standing_worker_process() {
     if let Ok(wait) = at.duration_since(SystemTime::now()) {
         tokio::time::sleep(wait).await;
     }
+    let give_back = std::env::var("STANDING_GIVE_BACK").is_ok();
     let racers: Vec<_> = (0..RACERS)
-        .map(|_| {
+        .map(|i| {
             let store = Arc::clone(&store);
-            tokio::spawn(async move { store.use_one(key, id).await })
+            tokio::spawn(async move {
+                let ticket = Nonce::random();
+                let used = store.use_one(key, id, ticket).await?;
+                if give_back && i % 2 == 1 && matches!(used, Use::Used { .. }) {
+                    return match store.give_back(key, id, ticket).await? {
+                        true => Ok(Use::Exhausted),
+                        false => Err(mcp_confirm::store::StoreError::Full),
+                    };
+                }
+                Ok(used)
+            })
         })
         .collect();
     let (mut used, mut errors) = (0, 0);
@@ -79,6 +93,18 @@ async fn standing_worker_process() {
 /// every round exactly [`USES`] are spent, on each backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_spend_exactly_the_uses_of_a_standing_approval() {
+    race_two_processes(false).await;
+}
+
+/// The same race where every odd racer is refused and gives its use back: what the two
+/// processes kept is exactly what the store counts, never more than [`USES`], and every use
+/// given back is there for a later call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_giving_uses_back_keep_the_count_exact() {
+    race_two_processes(true).await;
+}
+
+async fn race_two_processes(give_back: bool) {
     let exe = std::env::current_exe().unwrap();
     for backend in ["redis", "postgres"] {
         let reachable = match backend {
@@ -118,7 +144,8 @@ async fn two_processes_spend_exactly_the_uses_of_a_standing_approval() {
             let key = StandingId::from_bytes(*standing.key().as_bytes()).to_hex();
             let children: Vec<_> = (0..2)
                 .map(|_| {
-                    std::process::Command::new(&exe)
+                    let mut child = std::process::Command::new(&exe);
+                    child
                         .args([
                             "--exact",
                             &test_name("standing_worker_process"),
@@ -130,9 +157,11 @@ async fn two_processes_spend_exactly_the_uses_of_a_standing_approval() {
                         .env("STANDING_KEY", &key)
                         .env("STANDING_ID", standing.id.to_hex())
                         .env("STANDING_AT", at_ms.to_string())
-                        .stdout(std::process::Stdio::piped())
-                        .spawn()
-                        .unwrap()
+                        .stdout(std::process::Stdio::piped());
+                    if give_back {
+                        child.env("STANDING_GIVE_BACK", "1");
+                    }
+                    child.spawn().unwrap()
                 })
                 .collect();
             let mut spent = 0;
@@ -147,13 +176,30 @@ async fn two_processes_spend_exactly_the_uses_of_a_standing_approval() {
                 assert_eq!(errors, "0", "{backend} round {round}: store errors");
                 spent += used.parse::<u32>().unwrap();
             }
+            let counted = store.find(standing.key()).await.unwrap().map(|s| s.used);
             assert_eq!(
-                spent, USES,
-                "{backend} round {round}: exactly the uses are spent"
+                counted,
+                Some(spent),
+                "{backend} round {round}: the store counts exactly the uses kept"
             );
+            if !give_back {
+                assert_eq!(
+                    spent, USES,
+                    "{backend} round {round}: exactly the uses are spent"
+                );
+            }
+            let mut later = 0;
+            while let Use::Used { .. } = store
+                .use_one(standing.key(), standing.id, Nonce::random())
+                .await
+                .unwrap()
+            {
+                later += 1;
+            }
             assert_eq!(
-                store.use_one(standing.key(), standing.id).await.unwrap(),
-                Use::Exhausted
+                spent + later,
+                USES,
+                "{backend} round {round}: every use given back is there again"
             );
         }
     }

@@ -1,7 +1,8 @@
 //! Standing approvals through the layer: the form offers "only this time" or the policy's standing
 //! approval; choosing it lets later calls of the same principal, tool and scope run without a
-//! form, each spending one use, each still unambiguous and revalidated; anything else (another
-//! scope or principal, ambiguity, expiry, no uses left, revocation) gets the form again.
+//! form, each spending one use, each still unambiguous and revalidated (a refused call spends
+//! nothing: `refused`); anything else (another scope or principal, ambiguity, expiry, no uses
+//! left, revocation) gets the form again.
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use serde_json::{Value, json};
 mod browser;
 mod page;
 mod queued;
+mod refused;
 
 /// The scope of a notes call: its workspace.
 fn workspace(lookup: &Lookup) -> Option<String> {
@@ -447,9 +449,9 @@ async fn a_call_under_a_standing_approval_is_revalidated_on_the_live_record() {
         "revoked"
     );
     assert_eq!(f.seen.count(), ran, "the refused call did not run");
-    // The use was spent before the check, as a claim is.
+    // Its use was reserved before the check and given back when the check refused.
     let left = approvals.list(&Principal::new("alice")).await.unwrap();
-    assert_eq!(left[0].used, 1);
+    assert_eq!(left[0].used, 0);
     // A note taken out of the scope is no longer found there: nothing runs.
     allowed.store(true, std::sync::atomic::Ordering::SeqCst);
     f.notes.move_to("note-20", TEAM);
@@ -458,8 +460,8 @@ async fn a_call_under_a_standing_approval_is_revalidated_on_the_live_record() {
     assert_eq!(f.seen.count(), ran);
 }
 
-/// A standing store that keeps approvals in memory but cannot be read: every `find` and
-/// `use_one` fails.
+/// A standing store that keeps approvals in memory but cannot be read: every `find`,
+/// `use_one` and `give_back` fails.
 #[derive(Debug, Clone)]
 struct Unreadable(MemoryReplayStore);
 
@@ -485,10 +487,21 @@ impl mcp_confirm::store::standing::StandingStore for Unreadable {
         &self,
         _: mcp_confirm::store::standing::StandingKey,
         _: mcp_confirm::store::standing::StandingId,
+        _: mcp_confirm::store::Nonce,
     ) -> mcp_confirm::store::BoxFuture<
         '_,
         Result<mcp_confirm::store::standing::Use, mcp_confirm::store::StoreError>,
     > {
+        Box::pin(std::future::ready(Err(
+            mcp_confirm::store::StoreError::Timeout,
+        )))
+    }
+    fn give_back(
+        &self,
+        _: mcp_confirm::store::standing::StandingKey,
+        _: mcp_confirm::store::standing::StandingId,
+        _: mcp_confirm::store::Nonce,
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::store::StoreError>> {
         Box::pin(std::future::ready(Err(
             mcp_confirm::store::StoreError::Timeout,
         )))
