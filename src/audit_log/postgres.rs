@@ -419,7 +419,7 @@ impl PostgresLog {
                          (SELECT coalesce(max(seq) + 1, 0) FROM {table}), \
                          (SELECT coalesce(min(seq), 0) FROM {table}), \
                          (SELECT count(*) FROM pg_trigger WHERE tgrelid IN ('{table}'::regclass, \
-                             '{table}_checkpoints'::regclass) AND NOT tgisinternal AND tgenabled = 'D'), \
+                             '{table}_checkpoints'::regclass) AND NOT tgisinternal AND tgenabled NOT IN ('O', 'A')), \
                          (SELECT coalesce(sum(n_tup_upd + n_tup_del), 0)::bigint FROM pg_stat_all_tables \
                              WHERE relid IN ('{table}'::regclass, '{table}_checkpoints'::regclass))"
                     ),

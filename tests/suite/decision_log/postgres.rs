@@ -482,3 +482,20 @@ fn a_row_numbered_below_zero_is_refused() {
         "the signer went on with a forged row below zero"
     );
 }
+
+/// A trigger set to fire only on replicas does not fire for the application: the signer treats
+/// it as disabled.
+#[test]
+fn triggers_set_to_fire_only_on_replicas_stop_the_signer() {
+    let Some(table) = Table::fresh() else { return };
+    let a = instance(&table, "a");
+    a.append(decision(0)).unwrap();
+    signed_all(&[&a], &table, 1);
+    let t = &table.0;
+    sql(
+        &crate::backends::postgres_url(),
+        &format!("ALTER TABLE {t} ENABLE REPLICA TRIGGER {t}_no_truncate;"),
+    )
+    .unwrap();
+    assert!(goes_down(&a, 10), "the signer went on with a replica-only trigger");
+}
