@@ -497,5 +497,8 @@ fn triggers_set_to_fire_only_on_replicas_stop_the_signer() {
         &format!("ALTER TABLE {t} ENABLE REPLICA TRIGGER {t}_no_truncate;"),
     )
     .unwrap();
-    assert!(goes_down(&a, 10), "the signer went on with a replica-only trigger");
+    assert!(
+        goes_down(&a, 10),
+        "the signer went on with a replica-only trigger"
+    );
 }
