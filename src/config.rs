@@ -93,11 +93,22 @@ impl Config {
             })
     }
 
-    /// The request's principal: from the extensions, else the configured local principal.
+    /// The request's principal: from the extensions, else the configured local principal. A
+    /// blank one (empty or whitespace) names no one: the request is unauthenticated, whatever
+    /// the local principal.
     pub(crate) fn principal(&self, extensions: &http::Extensions) -> Option<Principal> {
-        self.principal
-            .extract(extensions)
-            .or_else(|| self.local_principal.clone())
+        match self.principal.extract(extensions) {
+            Some(principal) if principal.is_blank() => {
+                tracing::warn!(target: crate::audit::TARGET,
+                    "the authenticator put a blank principal in the request: treated as unauthenticated");
+                None
+            }
+            Some(principal) => Some(principal),
+            None => self
+                .local_principal
+                .clone()
+                .filter(|principal| !principal.is_blank()),
+        }
     }
 
     /// Whom a new challenge for `principal` is charged to: the digest its state will carry.

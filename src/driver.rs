@@ -28,7 +28,7 @@ use crate::protocol::{self, Ask, Outcome, Reply, RpcError};
 use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decision as ApprovalDecision,
 };
-use crate::store::standing::{MAX_STANDING_SCOPE_BYTES, Standing, StandingKey, StandingRef, Use};
+use crate::store::standing::{Standing, StandingKey, StandingRef, Use};
 use crate::store::{Claim, ClaimRequest, Owner, StoreError};
 use crate::token::StateError;
 use crate::token::candidates::{Candidates, Shown};
@@ -422,11 +422,9 @@ impl Attempt<'_> {
     fn standing_offer(&self) -> Option<(String, StandingTerms)> {
         let offer = self.policy().standing.as_ref()?;
         self.config.standing.as_ref()?;
-        // A scope too long to keep is offered nothing: the form says "only this time".
-        let scope = offer
-            .scope
-            .scope_of(&self.lookup())
-            .filter(|scope| scope.len() <= MAX_STANDING_SCOPE_BYTES)?;
+        // A blank scope, or one too long to keep, is offered nothing: the form says "only this
+        // time".
+        let scope = offer.scope_of(&self.lookup())?;
         let terms = StandingTerms {
             scope: StandingTerms::scope_digest(&scope),
             for_secs: u32::try_from(offer.up_to.as_secs()).unwrap_or(u32::MAX),
@@ -461,7 +459,7 @@ impl Attempt<'_> {
             return;
         };
         let tool = self.call.tool.as_str();
-        let scope = offer.scope.scope_of(&self.lookup());
+        let scope = offer.scope_of(&self.lookup());
         let Some(scope) = scope.filter(|s| StandingTerms::scope_digest(s) == terms.scope) else {
             audit::refused(
                 tool,
@@ -515,12 +513,9 @@ impl Attempt<'_> {
             return Ok(None);
         };
         let (config, call, policy) = (self.config, self.call, self.policy());
-        let Some(scope) = offer.scope.scope_of(&self.lookup()) else {
+        let Some(scope) = offer.scope_of(&self.lookup()) else {
             return Ok(None);
         };
-        if scope.len() > MAX_STANDING_SCOPE_BYTES {
-            return Ok(None);
-        }
         // Granted under the digest of any key of the ring: during a rotation, instances that
         // still sign with the old key grant under it. The signing key's first.
         let mut found = None;

@@ -39,7 +39,8 @@ impl Visitor {
         headers: &HeaderMap,
         extensions: &Extensions,
     ) -> Option<Self> {
-        let principal = extractor.extract(extensions)?;
+        // A blank principal names no one: the page asks to sign in, as for no principal.
+        let principal = extractor.extract(extensions).filter(|p| !p.is_blank())?;
         let session = match extractor.session(extensions) {
             Some(session) => *session.digest(),
             None => credentials_digest(headers),

@@ -270,6 +270,19 @@ pub(crate) struct StandingOffer {
     pub(crate) scope: Arc<dyn Scope>,
 }
 
+impl StandingOffer {
+    /// The call's scope as the policy's function names it, if a standing approval may cover
+    /// it. A blank scope (an `unwrap_or_default()` on a missing or misspelt argument) covers
+    /// nothing: granted, it would cover every other call whose scope is blank too. Nor does one
+    /// too long to keep.
+    pub(crate) fn scope_of(&self, lookup: &Lookup) -> Option<String> {
+        self.scope.scope_of(lookup).filter(|scope| {
+            !scope.trim().is_empty()
+                && scope.len() <= crate::store::standing::MAX_STANDING_SCOPE_BYTES
+        })
+    }
+}
+
 impl fmt::Debug for StandingOffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StandingOffer")

@@ -31,6 +31,14 @@ impl Principal {
         }
     }
 
+    /// Whether the subject names no one: empty or only whitespace. The layer and its pages
+    /// treat such a principal as absent (unauthenticated), so that an authenticator that writes
+    /// `Principal::new(user.unwrap_or_default())` does not make every anonymous caller one
+    /// shared user who confirms, and approves her own requests.
+    pub fn is_blank(&self) -> bool {
+        self.subject.trim().is_empty()
+    }
+
     /// The same principal holding `roles`, as the deployment's authenticator verified them
     /// (e.g. a token's `roles` claim); never from anything the client says about itself.
     #[must_use]

@@ -4,3 +4,5 @@
 mod attributes;
 mod builder;
 mod handler_guard;
+mod principal;
+mod standing_scope;
