@@ -170,6 +170,21 @@ fn kept_elsewhere(args: &Args, key: &VerifierKey) -> Result<Vec<String>, String>
     Ok(seen)
 }
 
+/// The checkpoints kept elsewhere, opened: each must be signed by `verifier`.
+fn kept_checkpoints(
+    args: &Args,
+    verifier: &VerifierKey,
+) -> Result<Vec<mcp_confirm::audit_log::SignedCheckpoint>, String> {
+    kept_elsewhere(args, verifier)?
+        .iter()
+        .map(|text| {
+            verifier
+                .open(text)
+                .map_err(|e| format!("a checkpoint kept elsewhere: {e}"))
+        })
+        .collect()
+}
+
 fn verify_log(args: &Args) -> Result<Outcome, String> {
     let key = key(args)?;
     let seen = kept_elsewhere(args, &key)?;
@@ -253,15 +268,7 @@ fn signing_key(args: &Args) -> Result<LogKey, String> {
 
 fn inspect(args: &Args) -> Result<bool, String> {
     let signing = signing_key(args)?;
-    let verifier = signing.verifier();
-    let must_extend = kept_elsewhere(args, &verifier)?
-        .iter()
-        .map(|text| {
-            verifier
-                .open(text)
-                .map_err(|e| format!("a checkpoint kept elsewhere: {e}"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let must_extend = kept_checkpoints(args, &signing.verifier())?;
     let problems = mcp_confirm::audit_log::file::inspect(
         dir(args)?,
         args.view.as_deref(),
@@ -292,15 +299,7 @@ fn inspect(args: &Args) -> Result<bool, String> {
 
 fn adopt_legacy(args: &Args) -> Result<bool, String> {
     let signing = signing_key(args)?;
-    let verifier = signing.verifier();
-    let kept = kept_elsewhere(args, &verifier)?
-        .iter()
-        .map(|text| {
-            verifier
-                .open(text)
-                .map_err(|e| format!("a checkpoint kept elsewhere: {e}"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let kept = kept_checkpoints(args, &signing.verifier())?;
     if kept.is_empty() {
         return Err(format!(
             "adopt-legacy trusts the log as it is: give a checkpoint kept elsewhere it must extend (--seen FILE or --witness DIR)\n{USAGE}"

@@ -29,7 +29,7 @@ use super::LogError;
 use super::checkpoint::{LogKey, SignedCheckpoint};
 use super::merkle::{Frontier, Hash, leaf_hash};
 use super::record::{MAX_RECORD_BYTES, Record};
-use super::view::{View, ViewFile};
+use super::view::{View, ViewFile, root_mismatches};
 use super::witness::{Witness, Witnessing};
 
 /// When the records reach the disk.
@@ -638,17 +638,8 @@ pub(crate) fn scan(
             "a witness's checkpoint".into(),
         ));
     }
-    let check_roots = |frontier: &Frontier, problems: &mut Vec<String>| {
-        for (size, root, what) in &expected {
-            if *size == frontier.size() && frontier.root() != *root {
-                problems.push(format!(
-                    "the first {size} records do not hash to the root of {what}"
-                ));
-            }
-        }
-    };
     let mut frontier = Frontier::new();
-    check_roots(&frontier, &mut problems);
+    problems.extend(root_mismatches(&expected, &frontier));
     let path = dir.join(RECORDS);
     let mut good = 0u64;
     let mut bytes = 0u64;
@@ -703,7 +694,7 @@ pub(crate) fn scan(
             w.observe(leaf);
         }
         good += read;
-        check_roots(&frontier, &mut problems);
+        problems.extend(root_mismatches(&expected, &frontier));
     }
     let size = frontier.size();
     if size < signed_size {

@@ -35,7 +35,7 @@ use super::checkpoint::{LogKey, SignedCheckpoint};
 use super::file::{CHECKPOINTS, RECORDS, checkpoint_path};
 use super::merkle::{Frontier, Hash, leaf_hash};
 use super::record::{MAX_RECORD_BYTES, Record};
-use super::view::{View, ViewFile};
+use super::view::{View, ViewFile, root_mismatches};
 use super::witness::{Witness, Witnessing};
 use super::writer::LogSink;
 
@@ -291,15 +291,9 @@ impl PostgresLog {
         let mut next = signed.iter().peekable();
         let mut last_signed = 0;
         let mut last_untagged = None;
-        let check = |frontier: &Frontier| -> Result<(), LogError> {
-            for (size, root, what) in expected {
-                if *size == frontier.size() && frontier.root() != *root {
-                    return Err(LogError::Damaged(format!(
-                        "the first {size} records do not hash to the root of {what}"
-                    )));
-                }
-            }
-            Ok(())
+        let check = |frontier: &Frontier| match root_mismatches(expected, frontier).next() {
+            Some(why) => Err(LogError::Damaged(why)),
+            None => Ok(()),
         };
         check(frontier)?;
         loop {

@@ -22,7 +22,7 @@ use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
 use super::LogError;
-use super::merkle::Hash;
+use super::merkle::{Frontier, Hash};
 use super::record::Record;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -95,6 +95,23 @@ impl TagKey {
         let expected = crate::kernel::hex(&mac[..RECORD_TAG_BYTES]);
         bool::from(expected.as_bytes().ct_eq(tag.as_bytes()))
     }
+}
+
+/// Roots the tree must have at given sizes (a checkpoint's, the view's, a witness's), each with
+/// whose it is.
+pub(crate) type Expected = [(u64, Hash, String)];
+
+/// Each of `expected` that the tree at its current size contradicts, as the stop's message.
+pub(crate) fn root_mismatches<'a>(
+    expected: &'a Expected,
+    frontier: &'a Frontier,
+) -> impl Iterator<Item = String> + 'a {
+    expected
+        .iter()
+        .filter(|(size, root, _)| *size == frontier.size() && frontier.root() != *root)
+        .map(|(size, _, what)| {
+            format!("the first {size} records do not hash to the root of {what}")
+        })
 }
 
 /// The signer's own view of its log: what it last wrote and signed.
