@@ -28,6 +28,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use super::LogError;
 use super::checkpoint::{LogKey, SignedCheckpoint};
 use super::merkle::{Frontier, Hash, leaf_hash};
+use super::open::regular;
 use super::record::{MAX_RECORD_BYTES, Record};
 use super::view::{View, ViewFile, root_mismatches};
 use super::witness::{Witness, Witnessing};
@@ -784,23 +785,6 @@ fn read_line(reader: &mut impl io::BufRead, line: &mut Vec<u8>) -> Result<(u64, 
             return Ok((consumed, true));
         }
     }
-}
-
-/// Opens `path` for reading if it is a regular file (not a link, a FIFO or a device: a writer
-/// must not hang or read without end on what an insider put there).
-pub(crate) fn regular(path: &Path) -> Result<File, LogError> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(LogError::Damaged(format!(
-            "{} is not a regular file",
-            path.display()
-        )));
-    }
-    Ok(file)
 }
 
 /// A file's device and inode.

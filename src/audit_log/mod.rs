@@ -29,6 +29,7 @@
 pub mod checkpoint;
 pub mod file;
 pub mod merkle;
+mod open;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod record;

@@ -199,7 +199,7 @@ impl View {
 }
 
 fn read_slots(path: &Path, origin: &str, key: &TagKey) -> Result<Option<(View, u64)>, LogError> {
-    let file = match super::file::regular(path) {
+    let file = match super::open::regular(path) {
         Ok(file) => file,
         Err(LogError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
