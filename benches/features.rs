@@ -604,9 +604,9 @@ fn browser_layer() -> (
 ) {
     let clock = ManualClock::new(SystemTime::now());
     let store = MemoryReplayStore::with_clock(1_000_000, clock.clone());
-    let layer = ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap())
+    let layer = ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
         .without_tool_list()
-        .audience("bench")
+        .audience("https://bench.example/mcp")
         .ttl(Duration::from_secs(60))
         .without_challenge_rate_limit()
         .clock(clock.clone())
@@ -996,9 +996,9 @@ fn listing_benches(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     let list = json!({"jsonrpc":"2.0","id":2,"method":"tools/list",
                       "params":{"_meta": meta(json!({"form":{}}))}});
     let layer = || {
-        ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap())
+        ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
             .tool_list(tools.clone())
-            .audience("bench")
+            .audience("https://bench.example/mcp")
             .without_challenge_rate_limit()
             .replay_store(MemoryReplayStore::with_capacity(10_000))
             .tool("notes_delete", three_notes().input_key("delete_choice"))
@@ -1059,9 +1059,9 @@ fn standing_benches(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     .standing(Duration::from_secs(600), USES, |lookup: &Lookup| {
         lookup.arguments["workspaceUri"].as_str().map(str::to_owned)
     });
-    let layer = ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap())
+    let layer = ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
         .without_tool_list()
-        .audience("bench")
+        .audience("https://bench.example/mcp")
         .without_challenge_rate_limit()
         .clock(clock.clone())
         .replay_store(store.clone())
@@ -1166,3 +1166,21 @@ fn benches(c: &mut Criterion) {
 
 criterion_group!(feature_benches, benches);
 criterion_main!(feature_benches);
+
+/// A fixed secret that looks random (a splitmix64 stream from `seed`): distinct per seed, the
+/// same on every run, and accepted by `KeyRing`, which refuses `[seed; 32]`.
+const fn secret(seed: u8) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    let mut x = 0x6d63_7063_6f6e_6669_u64 ^ seed as u64;
+    let mut i = 0;
+    while i < 32 {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        out[i] = z as u8;
+        i += 1;
+    }
+    out
+}

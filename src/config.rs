@@ -93,14 +93,35 @@ impl Config {
             })
     }
 
-    /// The request's principal: from the extensions, else the configured local principal. A
-    /// blank one (empty or whitespace) names no one: the request is unauthenticated, whatever
-    /// the local principal.
+    /// An HTTP request's principal: from the extensions only. A blank one (empty or whitespace)
+    /// names no one: the request is unauthenticated. The
+    /// [unauthenticated local principal](crate::ConfirmLayerBuilder::unauthenticated_local_principal)
+    /// never applies here: an HTTP endpoint is reachable by others, whatever it listens on.
     pub(crate) fn principal(&self, extensions: &http::Extensions) -> Option<Principal> {
         match self.principal.extract(extensions) {
             Some(principal) if principal.is_blank() => {
                 tracing::warn!(target: crate::audit::TARGET,
                     "the authenticator put a blank principal in the request: treated as unauthenticated");
+                None
+            }
+            Some(principal) => Some(principal),
+            None => {
+                if self.local_principal.is_some() {
+                    tracing::warn!(target: crate::audit::TARGET,
+                        "an HTTP request without a principal: unauthenticated (the local principal applies to the message service only)");
+                }
+                None
+            }
+        }
+    }
+
+    /// A JSON-RPC message's principal (stdio, queues): from the extensions, else the
+    /// configured unauthenticated local principal. Blank ones name no one.
+    pub(crate) fn message_principal(&self, extensions: &http::Extensions) -> Option<Principal> {
+        match self.principal.extract(extensions) {
+            Some(principal) if principal.is_blank() => {
+                tracing::warn!(target: crate::audit::TARGET,
+                    "the authenticator put a blank principal in the message: treated as unauthenticated");
                 None
             }
             Some(principal) => Some(principal),

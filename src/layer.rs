@@ -52,8 +52,20 @@ pub const DEFAULT_CHALLENGE_BURST: u32 = 30;
 #[non_exhaustive]
 pub enum ConfigError {
     /// No audience was set. It must name the deployment and be the same on every instance.
-    #[error("an audience is required: name the deployment, the same on every instance")]
+    #[error(
+        "an audience is required: the endpoint's own URL (e.g. https://notes.example/mcp), the \
+         same on every instance"
+    )]
     MissingAudience,
+    /// The audience is not the endpoint's absolute `http(s)` URL. A name such as
+    /// `"notes.example"` is what a staging and a production config both copy from the docs,
+    /// and a state signed for one would then be accepted by the other (when they share a key).
+    /// A URL names one endpoint, as an OAuth resource indicator does.
+    #[error(
+        "the audience {0:?} is not an absolute http(s) URL: give the endpoint's own URL (e.g. \
+         https://notes.example/mcp), which differs between staging and production"
+    )]
+    InvalidAudience(String),
     /// The TTL is zero or longer than [`MAX_TTL`].
     #[error("the TTL must be between 1 second and 24 hours")]
     InvalidTtl,
@@ -289,8 +301,10 @@ impl fmt::Debug for ConfirmLayerBuilder {
 }
 
 impl ConfirmLayerBuilder {
-    /// Names the deployment. Bound into every state, so a state from another service sharing a key
-    /// is refused. Required; use the same value on every instance behind one endpoint.
+    /// Names the deployment: the endpoint's own absolute URL, e.g. `https://notes.example/mcp`
+    /// ([`ConfigError::InvalidAudience`] otherwise). Bound into every state, so a state from
+    /// another deployment sharing a key (staging and production, say) is refused. Required; the
+    /// same value on every instance behind one endpoint.
     pub fn audience(mut self, audience: impl Into<String>) -> Self {
         self.audience = Some(audience.into());
         self
@@ -482,9 +496,12 @@ impl ConfirmLayerBuilder {
         self
     }
 
-    /// The principal used when a request carries none. Off by default, so unauthenticated confirmed
-    /// calls are refused. Only for local use, such as a stdio server run by one user.
-    pub fn local_principal(mut self, principal: Principal) -> Self {
+    /// The principal a JSON-RPC **message** runs as when it carries none: for a local server
+    /// run by one user over stdio, behind the layer's message service. **Removes
+    /// authentication on purpose**, so it never applies to HTTP requests: an HTTP request
+    /// without a principal is refused (`-31001`) whatever this says, because an HTTP endpoint is
+    /// reachable by others even when it listens on localhost.
+    pub fn unauthenticated_local_principal(mut self, principal: Principal) -> Self {
         self.local_principal = Some(principal);
         self
     }
@@ -583,6 +600,9 @@ impl ConfirmLayerBuilder {
             .audience
             .filter(|a| !a.is_empty())
             .ok_or(ConfigError::MissingAudience)?;
+        if !is_absolute_http_url(&audience) {
+            return Err(ConfigError::InvalidAudience(audience));
+        }
         if self.ttl.as_secs() == 0 || self.ttl > MAX_TTL {
             return Err(ConfigError::InvalidTtl);
         }
@@ -646,10 +666,7 @@ impl ConfirmLayerBuilder {
             return Err(ConfigError::InvalidGrantTtl);
         }
         if let Some(url) = &self.approval_url {
-            let absolute = url.parse::<http::Uri>().ok().is_some_and(|u| {
-                matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
-            });
-            if !absolute || url.contains(['?', '#']) {
+            if !is_absolute_http_url(url) {
                 return Err(ConfigError::InvalidApprovalUrl);
             }
         } else if policies.values().any(|p| p.channel != Channel::Form) {
@@ -753,6 +770,14 @@ impl ConfirmLayerBuilder {
             Err(e) => panic!("invalid ConfirmLayer configuration: {e}"),
         }
     }
+}
+
+/// An absolute `http(s)` URL with a host, and no query or fragment.
+fn is_absolute_http_url(url: &str) -> bool {
+    let absolute = url.parse::<http::Uri>().ok().is_some_and(|u| {
+        matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some_and(|h| !h.is_empty())
+    });
+    absolute && !url.contains(['?', '#'])
 }
 
 /// The `Mcp-Param-*` header name of the argument a policy rewrites: the tool's own `x-mcp-header`

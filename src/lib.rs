@@ -10,9 +10,11 @@
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let keys = KeyRing::new([("k2", [7u8; 32]), ("k1", [9u8; 32])])?; // first key signs, all verify
+//! // From your secret store, never a constant: KeyRing::new([("k2", new), ("k1", old)]) (the
+//! // first key signs, all verify), or KeyRing::single_hex("k1", &hex) for `openssl rand -hex 32`.
+//! let keys = KeyRing::random();
 //! let confirm = ConfirmLayer::builder(keys)
-//!     .audience("notes.example")
+//!     .audience("https://notes.example/mcp")
 //!     // The server's tools, as tools/list returns them: every destructive one must be
 //!     // confirmed or exempt, and every policy must name one of them.
 //!     .tool_list(serde_json::json!([
@@ -273,7 +275,7 @@ pub mod __fuzz {
     /// The fixed ring the targets open states with.
     fn ring() -> Option<&'static KeyRing> {
         static RING: std::sync::OnceLock<Option<KeyRing>> = std::sync::OnceLock::new();
-        RING.get_or_init(|| KeyRing::single("k1", [0x42u8; 32]).ok())
+        RING.get_or_init(|| KeyRing::single("k1", crate::token::keyring::secret(0x42)).ok())
             .as_ref()
     }
 

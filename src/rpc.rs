@@ -117,7 +117,7 @@ where
                 return Box::pin(std::future::ready(Ok(reply.into())));
             }
             Parsed::Intercept(call, Route::Exempt) => {
-                let principal = config.principal(&msg.extensions);
+                let principal = config.message_principal(&msg.extensions);
                 msg.extensions
                     .insert(driver::exempt(&call, principal.as_ref()));
                 return Box::pin(inner.call(msg));
@@ -133,7 +133,7 @@ where
             Parsed::Intercept(call, Route::Confirm(guarded)) => (call, guarded),
         };
         Box::pin(async move {
-            let principal = config.principal(&msg.extensions);
+            let principal = config.message_principal(&msg.extensions);
             match driver::decide(Arc::clone(&config), guarded, call, principal, None).await {
                 Decision::Reply(reply) => Ok(reply.into()),
                 Decision::Pass { body, waived } => {

@@ -129,7 +129,7 @@ fn forged_states_and_unanswered_challenges_leave_nothing_behind() {
         let counter = Arc::clone(&inner_calls);
         let svc = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
             .without_tool_list()
-            .audience("notes.example")
+            .audience("https://notes.example/mcp")
             .without_challenge_rate_limit()
             .replay_store(store.clone())
             .tool("notes_delete", delete_policy(&Notes::seeded()))

@@ -31,7 +31,7 @@ use tower_service::Service;
 /// The ring `__fuzz::open_state` opens under: key id and secret.
 pub const KEY_ID: &str = "k1";
 /// See [`KEY_ID`].
-pub const SECRET: [u8; 32] = [0x42; 32];
+pub const SECRET: [u8; 32] = secret(0x42);
 
 // The token layout of `src/token/codec.rs` and the key derivation of `src/token/keyring.rs`,
 // restated so that fuzzed payloads can carry a valid tag and reach the strict payload parse behind
@@ -122,9 +122,9 @@ impl Harness {
         let keys = KeyRing::single(KEY_ID, SECRET).expect("a valid ring");
         let layer = ConfirmLayer::builder(keys)
             .without_tool_list()
-            .audience("fuzz.example")
+            .audience("https://fuzz.example/mcp")
             .replay_store(MemoryReplayStore::with_capacity(10_000))
-            .local_principal(Principal::new("alice"))
+            .unauthenticated_local_principal(Principal::new("alice"))
             .without_challenge_rate_limit()
             .tool(
                 "notes_delete",
@@ -210,4 +210,22 @@ pub fn check_forgery() {
              update FORMAT_VERSION or MAC_KEY_INFO"
         );
     });
+}
+
+/// A fixed secret that looks random (a splitmix64 stream from `seed`): distinct per seed, the
+/// same on every run, and accepted by `KeyRing`, which refuses `[seed; 32]`.
+pub const fn secret(seed: u8) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    let mut x = 0x6d63_7063_6f6e_6669_u64 ^ seed as u64;
+    let mut i = 0;
+    while i < 32 {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        out[i] = z as u8;
+        i += 1;
+    }
+    out
 }

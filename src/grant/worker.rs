@@ -626,7 +626,9 @@ mod tests {
             grants.state(grant.id, &bob).await,
             Err(GrantError::NotOwner)
         ));
-        let elsewhere = grants.clone().audience("another-deployment");
+        let elsewhere = grants
+            .clone()
+            .audience("https://another-deployment.example/mcp");
         assert!(matches!(
             elsewhere.state(grant.id, &alice).await,
             Err(GrantError::Unknown)

@@ -118,13 +118,14 @@ pub(crate) fn open<'r>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::token::keyring::secret;
 
     fn claims() -> Claims {
         crate::token::claims::sample()
     }
 
     fn ring() -> KeyRing {
-        KeyRing::single("k1", [0x42u8; 32]).unwrap()
+        KeyRing::single("k1", secret(0x42)).unwrap()
     }
 
     #[test]
@@ -302,16 +303,16 @@ mod tests {
 
     #[test]
     fn keys_rotate_and_removed_keys_are_refused() {
-        let old = KeyRing::single("k1", [1u8; 32]).unwrap();
-        let both = KeyRing::new([("k2", [2u8; 32]), ("k1", [1u8; 32])]).unwrap();
-        let new = KeyRing::single("k2", [2u8; 32]).unwrap();
+        let old = KeyRing::single("k1", secret(1)).unwrap();
+        let both = KeyRing::new([("k2", secret(2)), ("k1", secret(1))]).unwrap();
+        let new = KeyRing::single("k2", secret(2)).unwrap();
         let by_old = seal(&old, &claims()).unwrap();
         let by_new = seal(&both, &claims()).unwrap();
         assert_eq!(open(&both, &by_old).unwrap().1.id(), "k1");
         assert_eq!(open(&both, &by_new).unwrap().1.id(), "k2");
         assert_eq!(open(&new, &by_old).unwrap_err(), StateError::UnknownKey);
         // Same id, different secret: the MAC fails.
-        let impostor = KeyRing::single("k1", [3u8; 32]).unwrap();
+        let impostor = KeyRing::single("k1", secret(3)).unwrap();
         assert_eq!(open(&impostor, &by_old).unwrap_err(), StateError::BadMac);
     }
 
@@ -330,7 +331,7 @@ mod tests {
             })
             .collect();
         c.candidates = Candidates::new(largest).unwrap();
-        let ring = KeyRing::single("k".repeat(32), [1u8; 32]).unwrap();
+        let ring = KeyRing::single("k".repeat(32), secret(1)).unwrap();
         let token = seal(&ring, &c).unwrap();
         assert_eq!(open(&ring, &token).unwrap().0, c);
     }

@@ -45,6 +45,15 @@ pub enum KeyError {
     /// A hex-encoded secret is not valid hex.
     #[error("the secret for key id {0:?} is not valid hex")]
     InvalidHex(String),
+    /// A secret that does not look random: few distinct bytes (`[7; 32]`, `[0; 32]`, a short
+    /// pattern repeated), or nothing but printable text (a password, or hex or base64 that was
+    /// never decoded). Such a key is the one in the README, or in another deployment's config.
+    #[error(
+        "the secret for key id {0:?} does not look random (repeated bytes, or printable text such \
+         as a password or undecoded hex): use 32 bytes from a random source, e.g. \
+         `openssl rand -hex 32` read with KeyRing::single_hex"
+    )]
+    WeakSecret(String),
 }
 
 /// The keys that sign and verify `requestState` tokens.
@@ -74,12 +83,25 @@ pub(crate) struct RingKey {
     seal: HmacSha256,
 }
 
+/// Whether a secret is obviously not from a random source: fewer than 16 distinct byte values
+/// (32 random bytes have about 30; fewer than 16 happens by chance with odds below 10^-20), or
+/// every byte printable ASCII (odds of (95/256)^32 ≈ 10^-14 for random bytes). Obvious only: a
+/// secret that passes can still be known to others.
+fn looks_weak(secret: &[u8]) -> bool {
+    let mut seen = [false; 256];
+    for &b in secret {
+        seen[usize::from(b)] = true;
+    }
+    let distinct = seen.iter().filter(|&&s| s).count();
+    distinct < 16 || secret.iter().all(|b| (0x20..=0x7e).contains(b))
+}
+
 impl KeyRing {
     /// Builds a ring from `(key id, secret)` pairs; the first pair signs.
     ///
     /// # Errors
-    /// [`KeyError`] when the ring is empty, a secret is shorter than 32 bytes, or an id is invalid
-    /// or repeated.
+    /// [`KeyError`] when the ring is empty, a secret is shorter than 32 bytes or does not look
+    /// random ([`KeyError::WeakSecret`]), or an id is invalid or repeated.
     pub fn new<I, K, S>(keys: I) -> Result<Self, KeyError>
     where
         I: IntoIterator<Item = (K, S)>,
@@ -101,6 +123,9 @@ impl KeyRing {
                     id,
                     len: secret.len(),
                 });
+            }
+            if looks_weak(secret) {
+                return Err(KeyError::WeakSecret(id));
             }
             ring.push(RingKey::derive(id, secret));
         }
@@ -305,6 +330,25 @@ fn valid_key_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+/// A fixed secret that looks random (a splitmix64 stream from `seed`): distinct per seed, the
+/// same on every run, and accepted by `KeyRing`, which refuses `[seed; 32]`.
+pub(crate) const fn secret(seed: u8) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    let mut x = 0x6d63_7063_6f6e_6669_u64 ^ seed as u64;
+    let mut i = 0;
+    while i < 32 {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        out[i] = z as u8;
+        i += 1;
+    }
+    out
+}
+
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
     let hex = hex.trim();
     if !hex.len().is_multiple_of(2) {
@@ -336,31 +380,63 @@ mod tests {
             }
         );
         assert!(matches!(
-            KeyRing::single("", [0u8; 32]),
+            KeyRing::single("", secret(0)),
             Err(KeyError::InvalidId(_))
         ));
         assert!(matches!(
-            KeyRing::single("k 1", [0u8; 32]),
+            KeyRing::single("k 1", secret(0)),
             Err(KeyError::InvalidId(_))
         ));
         assert!(matches!(
-            KeyRing::single("k".repeat(33), [0u8; 32]),
+            KeyRing::single("k".repeat(33), secret(0)),
             Err(KeyError::InvalidId(_))
         ));
         assert!(matches!(
-            KeyRing::new([("a", [1u8; 32]), ("a", [2u8; 32])]),
+            KeyRing::new([("a", secret(1)), ("a", secret(2))]),
             Err(KeyError::DuplicateId(_))
         ));
         assert_eq!(
             KeyRing::new(Vec::<(String, Vec<u8>)>::new()).unwrap_err(),
             KeyError::Empty
         );
-        assert!(KeyRing::single("k1", [0u8; 32]).is_ok());
+        assert!(KeyRing::single("k1", secret(0)).is_ok());
+    }
+
+    /// Issue 34, mistake 9: the README's `[7; 32]`, an all-zero key, a password and hex that was
+    /// never decoded are refused; 32 random bytes are not.
+    #[test]
+    fn secrets_that_do_not_look_random_are_refused() {
+        let weak: [&[u8]; 6] = [
+            &[7; 32],
+            &[0; 32],
+            b"passwordpasswordpasswordpassword",
+            b"0123456789abcdef0123456789abcdef",
+            b"6d63702d636f6e6669726d2d6c6f616467656e2d6b65792d3031323334353637",
+            &[
+                1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4,
+                5, 6, 7, 8,
+            ],
+        ];
+        for secret in weak {
+            assert_eq!(
+                KeyRing::single("k1", secret).unwrap_err(),
+                KeyError::WeakSecret("k1".into())
+            );
+        }
+        // The message names the fix, and not the secret.
+        let message = KeyRing::single("k1", [7u8; 32]).unwrap_err().to_string();
+        assert!(message.contains("openssl rand -hex 32"), "{message}");
+        for seed in 0..=255 {
+            assert!(KeyRing::single("k1", secret(seed)).is_ok(), "{seed}");
+        }
+        let mut random = [0u8; 32];
+        getrandom::fill(&mut random).unwrap();
+        assert!(KeyRing::single("k1", random).is_ok());
     }
 
     #[test]
     fn debug_redacts_secrets() {
-        let ring = KeyRing::new([("k2", [0xABu8; 32]), ("k1", [0xCDu8; 32])]).unwrap();
+        let ring = KeyRing::new([("k2", secret(0xAB)), ("k1", secret(0xCD))]).unwrap();
         let shown = format!("{ring:?}");
         assert!(shown.contains("k2") && shown.contains("k1") && shown.contains("<redacted>"));
         assert!(!shown.to_lowercase().contains("ab, ab") && !shown.contains("171"));
@@ -369,7 +445,8 @@ mod tests {
 
     #[test]
     fn hex_secrets() {
-        assert!(KeyRing::single_hex("k", &"ab".repeat(32)).is_ok());
+        let hex: String = secret(1).iter().map(|b| format!("{b:02x}")).collect();
+        assert!(KeyRing::single_hex("k", &hex).is_ok());
         assert!(matches!(
             KeyRing::single_hex("k", "zz"),
             Err(KeyError::InvalidHex(_))
@@ -400,8 +477,8 @@ mod tests {
 
     #[test]
     fn principal_digest_is_keyed() {
-        let a = KeyRing::single("k", [1u8; 32]).unwrap();
-        let b = KeyRing::single("k", [2u8; 32]).unwrap();
+        let a = KeyRing::single("k", secret(1)).unwrap();
+        let b = KeyRing::single("k", secret(2)).unwrap();
         assert_ne!(
             a.signing().principal_digest("alice"),
             b.signing().principal_digest("alice")

@@ -30,7 +30,7 @@ pub fn destroy_policy(notes: &Notes) -> ToolPolicy {
 pub fn base(keys: KeyRing, clock: &ManualClock, store: &MemoryReplayStore) -> ConfirmLayerBuilder {
     ConfirmLayer::builder(keys)
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .ttl(Duration::from_secs(300))
         .clock(clock.clone())
         .store(store.clone())

@@ -33,7 +33,7 @@ pub trait Store: ReplayStore + ApprovalStore + StandingStore + PasskeyStore {}
 
 impl<S: ReplayStore + ApprovalStore + StandingStore + PasskeyStore> Store for S {}
 
-pub const KEY: [u8; 32] = [0x11; 32];
+pub const KEY: [u8; 32] = secret(0x11);
 pub const PERSONAL: &str = "file:///data/personal";
 pub const TEAM: &str = "file:///data/team";
 
@@ -285,7 +285,7 @@ fn keyed_builder(
 ) -> ConfirmLayerBuilder {
     ConfirmLayer::builder(keys)
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .ttl(Duration::from_secs(300))
         .clock(clock.clone())
         .replay_store(store.clone())
@@ -483,4 +483,22 @@ pub async fn challenged() -> (Fixture, String) {
     let f = fixture();
     let state = challenge(&f).await;
     (f, state)
+}
+
+/// A fixed secret that looks random (a splitmix64 stream from `seed`): distinct per seed, the
+/// same on every run, and accepted by `KeyRing`, which refuses `[seed; 32]`.
+pub const fn secret(seed: u8) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    let mut x = 0x6d63_7063_6f6e_6669_u64 ^ seed as u64;
+    let mut i = 0;
+    while i < 32 {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        out[i] = z as u8;
+        i += 1;
+    }
+    out
 }

@@ -251,7 +251,7 @@ fn browser_approval_needs_an_absolute_approval_url() {
     let build = |url: Option<&str>| {
         let mut b = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
             .without_tool_list()
-            .audience("notes.example")
+            .audience("https://notes.example/mcp")
             .tool("notes_destroy", delete_policy(&notes).approve_in_browser());
         if let Some(url) = url {
             b = b.approval_url(url);
@@ -304,7 +304,7 @@ async fn the_page_and_the_retry_may_reach_different_instances() {
         let instance = || {
             ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
                 .without_tool_list()
-                .audience("notes.example")
+                .audience("https://notes.example/mcp")
                 .store(Arc::clone(&store))
                 .tool(
                     "notes_destroy",
@@ -356,8 +356,8 @@ async fn the_page_never_falls_back_to_the_local_principal() {
     let notes = Notes::seeded();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .without_tool_list()
-        .audience("notes.example")
-        .local_principal(Principal::new("alice"))
+        .audience("https://notes.example/mcp")
+        .unauthenticated_local_principal(Principal::new("alice"))
         .tool(
             "notes_destroy",
             delete_policy(&notes)
@@ -367,10 +367,22 @@ async fn the_page_never_falls_back_to_the_local_principal() {
         .approval_url(BASE)
         .build();
     let page = layer.approval_page();
-    let seen = Recorder::default();
-    let svc = tower::Layer::layer(&layer, recording_inner(&seen));
-    let first = send(&svc, post(&destroy_call(json!(1)), None)).await;
-    let (url, _, _) = elicitation(&first);
+    // The local principal applies to messages only (stdio): the call comes in as one.
+    let svc = tower::Layer::layer(
+        &layer,
+        tower::service_fn(|_: mcp_confirm::JsonRpcMessage| async {
+            Ok::<_, std::convert::Infallible>(mcp_confirm::JsonRpcReply::none())
+        }),
+    );
+    let call = destroy_call(json!(1));
+    let reply = tower::ServiceExt::oneshot(svc, mcp_confirm::JsonRpcMessage::new(call.to_string()))
+        .await
+        .unwrap();
+    let first: serde_json::Value = serde_json::from_slice(&reply.body.unwrap()).unwrap();
+    let url = first["result"]["inputRequests"]["destroy_approval"]["params"]["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
     let (status, _, html) = visit(&page, "GET", &url, None, &[], "").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{html}");
     assert!(!html.contains("note-7"));
@@ -433,7 +445,7 @@ async fn another_deployments_page_neither_shows_nor_decides_an_approval() {
         &f.clock,
         &f.store,
     )
-    .audience("other.example")
+    .audience("https://other.example/mcp")
     .build();
     let page_b = layer_b.approval_page();
     let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);

@@ -273,7 +273,7 @@ async fn rules_that_cannot_hold_are_refused_at_build() {
     let build = |policy: mcp_confirm::ToolPolicy| {
         ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
             .without_tool_list()
-            .audience("notes.example")
+            .audience("https://notes.example/mcp")
             .approval_url(BASE)
             .tool("notes_destroy", policy)
             .try_build()
@@ -449,7 +449,7 @@ async fn across_instances_two_racing_approvers_and_the_retry_elsewhere() {
         // An approver of another deployment, sharing the store: nothing to see.
         let other = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
             .without_tool_list()
-            .audience("other.example")
+            .audience("https://other.example/mcp")
             .store(Arc::clone(&store))
             .tool("notes_destroy", policy())
             .approval_url(BASE)
@@ -547,7 +547,7 @@ async fn a_queued_tool_gets_its_grant_only_once_the_approvers_decide() {
         .grant
         .expect("a queued tool's call carries its grant");
     let worker = mcp_confirm::grant::Grants::new(Arc::clone(&grants))
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .revalidate("notes_destroy", |_: mcp_confirm::Revalidation| async {
             Ok(())
         });

@@ -38,7 +38,7 @@ use crate::common::*;
 // Fixtures.
 // =============================================================================================
 
-const KEY2: [u8; 32] = [0x22; 32];
+const KEY2: [u8; 32] = secret(0x22);
 
 fn admin(subject: &str) -> Principal {
     Principal::new(subject).with_roles(["notes-admin"])
@@ -159,7 +159,7 @@ fn layer_on(
 ) -> (Confirm, ApprovalPage, Recorder) {
     let layer = ConfirmLayer::builder(KeyRing::single("k1", key).unwrap())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .store(Arc::clone(store))
         .tool("notes_destroy", policy)
         .approval_url(BASE)
@@ -434,7 +434,7 @@ async fn holds_replayed_posts_and_other_audiences_decide_nothing() {
         .build();
     let other = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .without_tool_list()
-        .audience("other.example")
+        .audience("https://other.example/mcp")
         .clock(clock.clone())
         .store(store.clone())
         .approval_url(BASE)
@@ -553,7 +553,7 @@ async fn holds_the_inbox_lists_only_what_its_reader_may_decide() {
         .build();
     let other = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .without_tool_list()
-        .audience("other.example")
+        .audience("https://other.example/mcp")
         .clock(clock.clone())
         .store(store.clone())
         .approval_url(BASE)
@@ -621,7 +621,7 @@ async fn holds_the_redis_inbox_sets_do_not_grow_without_bound() {
         .prefix(prefix.clone());
     let layer = ConfirmLayer::builder(KeyRing::single("k1", run_key()).unwrap())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .ttl(Duration::from_secs(2))
         .store(store)
         .tool(
@@ -942,7 +942,7 @@ fn holds_standing_with_approvers_and_recheck_without_others_are_refused() {
     let build = |policy: ToolPolicy| {
         ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
             .without_tool_list()
-            .audience("notes.example")
+            .audience("https://notes.example/mcp")
             .approval_url(BASE)
             .tool("notes_destroy", policy)
             .try_build()
@@ -973,7 +973,7 @@ async fn holds_a_passkey_rule_is_refused_at_build_or_can_be_met() {
     let rule = Approvers::anyone_but_caller().with_passkey();
     let built = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .approval_url(BASE)
         .tool(
             "notes_destroy",

@@ -52,7 +52,7 @@ async fn holds_key_rotation_keeps_a_pending_approval_its_owners() {
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let old = builder(KeyRing::single("k1", KEY).unwrap(), &notes, &clock, &store).build();
-    let rotated_keys = KeyRing::new([("k2", [0x22u8; 32]), ("k1", KEY)]).unwrap();
+    let rotated_keys = KeyRing::new([("k2", secret(0x22)), ("k1", KEY)]).unwrap();
     let rotated = builder(rotated_keys, &notes, &clock, &store).build();
     let rotated_page = rotated.approval_page();
     let before = Fixture::new(old, notes.clone(), clock.clone(), store.clone());
@@ -186,7 +186,7 @@ async fn holds_the_origin_check_accepts_the_browsers_origin_for_equivalent_urls(
         let store = MemoryReplayStore::with_clock(10_000, clock.clone());
         let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
             .without_tool_list()
-            .audience("notes.example")
+            .audience("https://notes.example/mcp")
             .clock(clock.clone())
             .store(store.clone())
             .tool("notes_destroy", destroy_policy(&notes))
@@ -286,8 +286,8 @@ impl Demo {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let options = app::Options {
-            keys: KeyRing::single("k1", [0x5a; 32]).unwrap(),
-            audience: "notes-browser-attack".into(),
+            keys: KeyRing::single("k1", secret(0x5a)).unwrap(),
+            audience: "https://notes-browser-attack.example/mcp".into(),
             replay_store: None,
             grant_store: Arc::new(mcp_confirm::grant::MemoryGrantStore::new()),
             public_url: format!("http://{addr}"),
@@ -730,7 +730,7 @@ async fn holds_the_page_escapes_what_it_shows() {
     .approve_in_browser();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .store(store.clone())
         .tool("notes_destroy", policy)
@@ -920,7 +920,7 @@ pub(super) fn on_store_with(
     // approvals) are not shared with earlier runs' records still in the Postgres table.
     let layer = ConfirmLayer::builder(KeyRing::single("k1", run_key()).unwrap())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .store(Arc::clone(store))
         .tool("notes_destroy", policy)
         .approval_url(BASE)

@@ -439,7 +439,7 @@ async fn an_altered_token_is_refused_and_a_rotated_ring_still_accepts_its_old_ke
     }
     // After a rotation, a page signing with the new key still takes the old one's tokens.
     let rotated = pages_with(
-        KeyRing::new([("k2", [0x22; 32]), ("k1", KEY)]).unwrap(),
+        KeyRing::new([("k2", secret(0x22)), ("k1", KEY)]).unwrap(),
         &clock,
         &store,
     );

@@ -438,7 +438,7 @@ async fn a_rule_that_requires_passkeys_needs_a_verifier() {
     let notes = Notes::seeded();
     let refused = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .approval_url(BASE)
         .tool(
             "notes_destroy",
@@ -471,7 +471,7 @@ async fn registered_on_one_instance_approved_on_another_retried_on_a_third() {
             let passkeys = Passkeys::new("notes.example", ORIGIN_URL, Arc::clone(&store)).unwrap();
             let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
                 .without_tool_list()
-                .audience("notes.example")
+                .audience("https://notes.example/mcp")
                 .store(Arc::clone(&store))
                 .tool(
                     "notes_destroy",

@@ -18,7 +18,7 @@ fn service(
     let notes = Notes::seeded();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .tool("notes_delete", delete_policy(&notes))
         .build();
     let log = log.clone();

@@ -20,8 +20,8 @@ use crate::notes_http::{
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const KEY: &str = "6d63702d636f6e6669726d2d61747461636b732d746573742d6b65792d30313233";
-const AUDIENCE: &str = "notes-attacks";
+const KEY: &str = "21a5e0288c67e46adc83ab09a47dea7aa82300e286bb8659789b1f5f86b3c4d8";
+const AUDIENCE: &str = "https://notes-attacks.example/mcp";
 
 /// One data directory and the server currently running on it.
 struct Demo {

@@ -86,8 +86,8 @@ impl Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let options = app::Options {
-            keys: KeyRing::single("k1", [0x5a; 32]).unwrap(),
-            audience: "notes-e2e".into(),
+            keys: KeyRing::single("k1", crate::common::secret(0x5a)).unwrap(),
+            audience: "https://notes-e2e.example/mcp".into(),
             replay_store: None,
             grant_store: grants,
             public_url: format!("http://{addr}"),

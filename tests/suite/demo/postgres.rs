@@ -36,8 +36,8 @@ impl Server {
         };
         let router = pg::app(
             db.clone(),
-            KeyRing::single("k1", [9u8; 32]).unwrap(),
-            "notes-pg-test",
+            KeyRing::single("k1", crate::common::secret(9)).unwrap(),
+            "https://notes-pg-test.example/mcp",
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());

@@ -306,16 +306,16 @@ async fn holds_a_grant_issued_for_one_audience_never_runs_in_another() {
             .build()
     };
     let f = Fixture::new(
-        layer("notes.example"),
+        layer("https://notes.example/mcp"),
         notes.clone(),
         clock.clone(),
         replay.clone(),
     );
-    let other = layer("billing.example").grants().unwrap();
+    let other = layer("https://billing.example/mcp").grants().unwrap();
     let id = approved(&f).await;
     assert_eq!(
         shared.get(id).await.unwrap().unwrap().audience,
-        "notes.example"
+        "https://notes.example/mcp"
     );
     let result = other.begin(id).await;
     assert!(

@@ -25,7 +25,7 @@ async fn an_accepted_call_becomes_one_grant_of_what_was_approved() {
     assert_eq!(grant.state, GrantState::Granted);
     assert_eq!(grant.subject, "alice");
     assert_eq!(grant.tool, "notes_delete");
-    assert_eq!(grant.audience, "notes.example");
+    assert_eq!(grant.audience, "https://notes.example/mcp");
     assert_eq!(grant.chosen.as_deref(), Some("note-7"));
     assert_eq!(grant.version, Some(f.notes.version("note-7")));
     assert_eq!(grant.arguments["note_id"], "note-7");

@@ -93,8 +93,8 @@ async fn instance(store: &Arc<notes::NotesStore>, grants: Arc<dyn GrantStore>) -
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let options = app::Options {
-        keys: KeyRing::single("k1", [0x19; 32]).unwrap(),
-        audience: "notes-attack-19".into(),
+        keys: KeyRing::single("k1", secret(0x19)).unwrap(),
+        audience: "https://notes-attack-19.example/mcp".into(),
         replay_store: None,
         grant_store: grants,
         public_url: format!("http://{addr}"),
@@ -330,7 +330,7 @@ async fn holds_another_deployments_page_neither_shows_nor_decides_an_approval() 
     let a = builder(keys(), &notes, &clock, &store).build();
     let b = ConfirmLayer::builder(keys())
         .without_tool_list()
-        .audience("other.example")
+        .audience("https://other.example/mcp")
         .ttl(Duration::from_secs(300))
         .clock(clock.clone())
         .store(store.clone())
@@ -511,7 +511,7 @@ fn picking(candidates: Vec<Candidate>, browser_page: bool) -> (Fixture, mcp_conf
     }
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .store(store.clone())
         .approval_url(BASE)
@@ -676,7 +676,7 @@ async fn candidate_ids_with_bidi_or_zero_width_characters_are_never_shown() {
     .plain_enum();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .replay_store(store.clone())
         .tool("pick", plain)
@@ -1249,7 +1249,7 @@ fn holds_when_with_select_into_is_a_build_error() {
     let policy = delete_policy(&notes).when(|_: Lookup| async { Ok::<_, PolicyError>(false) });
     let built = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .tool("notes_delete", policy)
         .try_build();
     let error = built.expect_err("a build error");
@@ -1264,7 +1264,7 @@ async fn holds_names_in_no_list_are_refused_however_they_are_spelt() {
     let seen = Recorder::default();
     let store = MemoryReplayStore::with_capacity(1_000);
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .tool_list(json!([
             {"name": "notes_list", "inputSchema": {"type": "object"},
              "annotations": {"readOnlyHint": true}},

@@ -31,7 +31,7 @@ use crate::common::*;
 // Fixtures.
 // =============================================================================================
 
-const KEY2: [u8; 32] = [0x22; 32];
+const KEY2: [u8; 32] = secret(0x22);
 const PAGE: &str = "http://notes.example/standing";
 
 /// The scope of a notes call: its workspace URI, as sent.
@@ -100,7 +100,7 @@ fn deployment(uses: u32) -> (Fixture, StandingApprovals) {
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let layer = layer_with(
         k1(),
-        "notes.example",
+        "https://notes.example/mcp",
         &notes,
         &clock,
         &store,
@@ -183,7 +183,7 @@ async fn postgres_store(what: &str) -> Option<PostgresReplayStore> {
 }
 
 fn unique_audience() -> String {
-    format!("attack21-{}", Nonce::random().to_hex())
+    format!("https://attack21-{}.example/mcp", Nonce::random().to_hex())
 }
 
 // =============================================================================================
@@ -209,8 +209,8 @@ mod demo_fixture {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let options = app::Options {
-            keys: KeyRing::single("k1", [0x21; 32]).unwrap(),
-            audience: "notes-attack-21".into(),
+            keys: KeyRing::single("k1", secret(0x21)).unwrap(),
+            audience: "https://notes-attack-21.example/mcp".into(),
             replay_store: None,
             grant_store: Arc::new(MemoryGrantStore::new()),
             public_url: format!("http://{addr}"),
@@ -595,7 +595,7 @@ async fn holds_a_state_never_grants_more_than_the_policy_now_allows() {
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let wide = layer_with(
         k1(),
-        "notes.example",
+        "https://notes.example/mcp",
         &notes,
         &clock,
         &store,
@@ -604,7 +604,7 @@ async fn holds_a_state_never_grants_more_than_the_policy_now_allows() {
     );
     let narrow = layer_with(
         k1(),
-        "notes.example",
+        "https://notes.example/mcp",
         &notes,
         &clock,
         &store,
@@ -759,7 +759,7 @@ async fn holds_a_memory_store_restart_carries_no_standing_approval_over() {
     let before = MemoryReplayStore::with_clock(10_000, clock.clone());
     let old = layer_with(
         k1(),
-        "notes.example",
+        "https://notes.example/mcp",
         &notes,
         &clock,
         &before,
@@ -775,7 +775,7 @@ async fn holds_a_memory_store_restart_carries_no_standing_approval_over() {
     let after = MemoryReplayStore::with_clock(10_000, clock.clone());
     let new = layer_with(
         k1(),
-        "notes.example",
+        "https://notes.example/mcp",
         &notes,
         &clock,
         &after,
@@ -832,13 +832,13 @@ async fn holds_another_principal_audience_or_tool_is_not_covered() {
             .build()
     };
     let a = Fixture::new(
-        build("notes.example"),
+        build("https://notes.example/mcp"),
         notes.clone(),
         clock.clone(),
         store.clone(),
     );
     let other = Fixture::new(
-        build("other.example"),
+        build("https://other.example/mcp"),
         notes.clone(),
         clock.clone(),
         store.clone(),
@@ -889,7 +889,7 @@ async fn holds_a_key_rotation_keeps_an_approval_its_holders_and_no_one_elses() {
     let layer = |keys: KeyRing| {
         let layer = layer_with(
             keys,
-            "notes.example",
+            "https://notes.example/mcp",
             &notes,
             &clock,
             &store,
@@ -930,7 +930,7 @@ async fn holds_a_revocation_during_a_key_rotation_reaches_approvals_granted_unde
     let b_keys = KeyRing::new([("k2", KEY2), ("k1", KEY)]).unwrap();
     let a = layer_with(
         a_keys,
-        "notes.example",
+        "https://notes.example/mcp",
         &notes,
         &clock,
         &store,
@@ -939,7 +939,7 @@ async fn holds_a_revocation_during_a_key_rotation_reaches_approvals_granted_unde
     );
     let b = layer_with(
         b_keys,
-        "notes.example",
+        "https://notes.example/mcp",
         &notes,
         &clock,
         &store,
@@ -970,7 +970,7 @@ async fn holds_an_approval_granted_on_a_rotated_instance_is_listed_there() {
     let b_keys = KeyRing::new([("k2", KEY2), ("k1", KEY)]).unwrap();
     let a = layer_with(
         a_keys,
-        "notes.example",
+        "https://notes.example/mcp",
         &notes,
         &clock,
         &store,
@@ -979,7 +979,7 @@ async fn holds_an_approval_granted_on_a_rotated_instance_is_listed_there() {
     );
     let b = layer_with(
         b_keys,
-        "notes.example",
+        "https://notes.example/mcp",
         &notes,
         &clock,
         &store,
@@ -1027,7 +1027,7 @@ fn wipe_fixture() -> (Fixture, StandingApprovals) {
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let layer = ConfirmLayer::builder(k1())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .replay_store(store.clone())
         .standing_store(store.clone())
@@ -1552,7 +1552,7 @@ async fn holds_the_approval_pages_token_and_the_standing_pages_do_not_cross() {
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let layer = ConfirmLayer::builder(k1())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .store(store.clone())
         .approval_url(BASE)
@@ -1606,11 +1606,11 @@ async fn holds_the_local_principal_is_no_one_on_the_standing_page() {
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let layer = ConfirmLayer::builder(k1())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .replay_store(store.clone())
         .standing_store(store.clone())
-        .local_principal(alice())
+        .unauthenticated_local_principal(alice())
         .tool(
             "notes_delete",
             delete_policy(&notes).standing(Duration::from_secs(600), 5, workspace),
@@ -1637,7 +1637,7 @@ async fn holds_revoke_all_on_one_deployments_page_leaves_anothers() {
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let a = layer_with(
         k1(),
-        "a.example",
+        "https://a.example/mcp",
         &notes,
         &clock,
         &store,
@@ -1646,7 +1646,7 @@ async fn holds_revoke_all_on_one_deployments_page_leaves_anothers() {
     );
     let b = layer_with(
         k1(),
-        "b.example",
+        "https://b.example/mcp",
         &notes,
         &clock,
         &store,
@@ -1692,7 +1692,7 @@ fn holds_a_form_field_named_remember_is_refused_with_standing() {
     ] {
         let built = ConfirmLayer::builder(k1())
             .without_tool_list()
-            .audience("notes.example")
+            .audience("https://notes.example/mcp")
             .tool("notes_delete", policy)
             .try_build();
         assert!(
@@ -1805,7 +1805,7 @@ async fn holds_a_scope_that_changed_between_form_and_answer_grants_nothing() {
     let cell = Arc::clone(&era);
     let layer = ConfirmLayer::builder(k1())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .replay_store(store.clone())
         .standing_store(store.clone())

@@ -120,7 +120,7 @@ async fn arguments_that_differ_only_in_nesting_are_not_the_same_arguments() {
 
 // --- the payload parser: `Claims::decode` (src/token/claims.rs) ----------------------------------
 
-const SECRET: [u8; 32] = [0x42; 32];
+const SECRET: [u8; 32] = secret(0x42);
 const KID: &str = "k1";
 
 /// Seals `payload` under the ring (`KID`, `SECRET`) the way `codec::seal` does.
@@ -220,7 +220,7 @@ fn a_hex_secret_is_the_same_key_as_its_bytes() {
         assert_eq!(by_hex, by_bytes, "{hex}");
     }
     // A different secret is a different key (the check above is not vacuous).
-    let other = KeyRing::single("k", [0u8; 32]).unwrap();
+    let other = KeyRing::single("k", secret(0)).unwrap();
     assert!(!mcp_confirm::__bench::open(
         &other,
         &mcp_confirm::__bench::seal_sample(&from_bytes)

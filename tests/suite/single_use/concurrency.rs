@@ -21,7 +21,7 @@ async fn concurrent_retries_across_two_instances_run_the_call_once() {
     let build = || {
         ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
             .without_tool_list()
-            .audience("notes.example")
+            .audience("https://notes.example/mcp")
             .replay_store(store.clone())
             .tool("notes_delete", delete_policy(&notes))
             .build()

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 const RETRIES: usize = 64;
 const ROUNDS: usize = 20;
-const KEY: &str = "6d63702d636f6e6669726d2d6d756c74692d696e7374616e63652d746573742d6b6579";
+const KEY: &str = "6e24993cf5096d1a6104a5b7d1078e2bf13c83b12635441a799f9c155b04ca56";
 
 struct Cluster {
     urls: [String; 2],
@@ -29,7 +29,7 @@ async fn start_cluster(store_url: &str) -> Cluster {
         "--key",
         KEY,
         "--audience",
-        "notes-cluster",
+        "https://notes-cluster.example/mcp",
         "--replay-store",
         store_url,
     ];

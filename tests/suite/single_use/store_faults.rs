@@ -148,7 +148,7 @@ fn fixture_over(store: impl ReplayStore) -> Fixture {
     let memory = mcp_confirm::store::MemoryReplayStore::new();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .replay_store(store)
         .tool("notes_delete", delete_policy(&notes))

@@ -315,7 +315,7 @@ fn standing_is_refused_where_it_cannot_be_kept() {
     // With no store given at all, the default memory store keeps them.
     ConfirmLayer::builder(KeyRing::random())
         .without_tool_list()
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .tool("notes_delete", offer(delete_policy(&notes)))
         .try_build()
         .unwrap();
@@ -340,9 +340,9 @@ fn instances(uses: u32) -> (Fixture, Fixture, Fixture, StandingApprovals) {
             .build()
     };
     let (a, b, other) = (
-        layer("notes.example"),
-        layer("notes.example"),
-        layer("other.example"),
+        layer("https://notes.example/mcp"),
+        layer("https://notes.example/mcp"),
+        layer("https://other.example/mcp"),
     );
     let revoker = b.standing_approvals().unwrap();
     (

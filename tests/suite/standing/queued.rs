@@ -167,7 +167,7 @@ async fn a_grant_under_a_standing_approval_that_is_gone_never_begins() {
     // still has time left.
     q.f.clock.advance(Duration::from_secs(60));
     let gone = Grants::new(Arc::clone(&q.grants))
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .clock(q.f.clock.clone())
         .standing_store(MemoryReplayStore::with_clock(100, q.f.clock.clone()))
         .revalidate("notes_delete", |_: mcp_confirm::Revalidation| async {
@@ -185,7 +185,7 @@ async fn a_worker_without_the_standing_store_leaves_such_a_grant_to_one_that_has
     grant_standing(&q).await;
     let grant = covered(&q, 10).await;
     let blind = Grants::new(Arc::clone(&q.grants))
-        .audience("notes.example")
+        .audience("https://notes.example/mcp")
         .revalidate("notes_delete", |_: mcp_confirm::Revalidation| async {
             Ok::<_, mcp_confirm::Refusal>(())
         });

@@ -200,7 +200,7 @@ fn approvals(
 async fn twelve_racing_calls_spend_one_use(standing: Arc<dyn StandingStore>) {
     // A ring of its own: alice's approvals on a shared store are this run's only.
     let keys = KeyRing::random();
-    let audience = format!("refused-{}", Nonce::random().to_hex());
+    let audience = format!("https://refused-{}.example/mcp", Nonce::random().to_hex());
     let race = Race::new();
     let (a, b) = (
         race.instance(&keys, &audience, Arc::clone(&standing)),
@@ -318,7 +318,7 @@ async fn a_call_dropped_during_its_revalidation_spends_no_use() {
     let keys = KeyRing::random();
     let standing = Arc::new(MemoryReplayStore::new());
     let race = Race::new();
-    let f = race.instance(&keys, "notes.example", standing.clone());
+    let f = race.instance(&keys, "https://notes.example/mcp", standing.clone());
     let first = f.alice(&call(json!(1), PERSONAL, "Groceries")).await;
     f.alice(&retry(
         call(json!(1), PERSONAL, "Groceries"),
@@ -327,7 +327,7 @@ async fn a_call_dropped_during_its_revalidation_spends_no_use() {
         accept_remembering("note-7", json!("standing")),
     ))
     .await;
-    let handle = approvals(&keys, "notes.example", standing);
+    let handle = approvals(&keys, "https://notes.example/mcp", standing);
     let alice = Principal::new("alice");
     // The gate held: the next revalidation waits at it, with its use reserved.
     let gate = Arc::clone(&race.gate).lock_owned().await;

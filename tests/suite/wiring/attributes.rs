@@ -284,7 +284,8 @@ type Service = mcp_confirm::Confirm<StreamableHttpService<NotesServer, LocalSess
 
 /// A builder with the tests' key and audience, and nothing else.
 fn builder() -> mcp_confirm::ConfirmLayerBuilder {
-    ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap()).audience("notes.example")
+    ConfirmLayer::builder(KeyRing::single("k1", crate::common::secret(7)).unwrap())
+        .audience("https://notes.example/mcp")
 }
 
 /// A layer configured only from the server's attributes: its policies and tool definitions.

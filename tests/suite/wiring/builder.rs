@@ -233,8 +233,8 @@ fn rmcp(server: FilesServer) -> Rmcp {
 }
 
 fn builder(store: &MemoryReplayStore) -> ConfirmLayerBuilder {
-    ConfirmLayer::builder(KeyRing::single("k1", [7u8; 32]).unwrap())
-        .audience("files.example")
+    ConfirmLayer::builder(KeyRing::single("k1", crate::common::secret(7)).unwrap())
+        .audience("https://files.example/mcp")
         .replay_store(store.clone())
 }
 
@@ -373,7 +373,7 @@ fn a_browser_approved_tool_needs_an_approval_store() {
     let browser = || {
         ConfirmLayer::builder(KeyRing::random())
             .without_tool_list()
-            .audience("files")
+            .audience("https://files.example/mcp")
             .approval_url("http://files.example/confirm/")
             .tool(
                 "files_wipe",
@@ -399,7 +399,7 @@ fn a_browser_approved_tool_needs_an_approval_store() {
     // A form-only layer needs none.
     ConfirmLayer::builder(KeyRing::random())
         .without_tool_list()
-        .audience("files")
+        .audience("https://files.example/mcp")
         .replay_store(MemoryReplayStore::new())
         .tool("files_wipe", ToolPolicy::confirm_only())
         .try_build()

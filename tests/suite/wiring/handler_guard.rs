@@ -417,8 +417,8 @@ fn rmcp_service<S: ServerHandler + Clone + Send + Sync + 'static>(
 }
 
 fn builder(store: &MemoryReplayStore) -> ConfirmLayerBuilder {
-    ConfirmLayer::builder(KeyRing::single("k1", [9u8; 32]).unwrap())
-        .audience("guard-attacks.example")
+    ConfirmLayer::builder(KeyRing::single("k1", crate::common::secret(9)).unwrap())
+        .audience("https://guard-attacks.example/mcp")
         .replay_store(store.clone())
 }
 

@@ -3,6 +3,8 @@
 
 mod attributes;
 mod builder;
+mod deployment;
 mod handler_guard;
+mod local_principal;
 mod principal;
 mod standing_scope;

@@ -70,7 +70,7 @@ use serde_json::{Value, json};
 const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|principals|peer|challenges] \
     [--clients N] [--duration SECS] [--runs N] [--requests N] [--redis URL] [--warmup-ms MS] \
     [--server-threads N] [--wrap 'COMMAND ARGS'] [--principals N] [--peer-dir DIR] [--node BIN]";
-const KEY: &str = "6d63702d636f6e6669726d2d6c6f616467656e2d6b65792d3031323334353637";
+const KEY: &str = "172800cae78ee83db26ec88a3ab8f997cbf321dc49a6d6a759ea84bae8a73188";
 /// Titles seeded per second of a confirm run: far above what two cores can confirm.
 const TITLES_PER_SECOND: u64 = 25_000;
 /// The same for the TypeScript SDK peer (it confirms a few hundred a second).
