@@ -106,6 +106,16 @@ pub enum ConfigError {
          .exempt({0:?}), or annotate it read_only_hint / destructive_hint = false"
     )]
     UnconfirmedDestructiveTool(String),
+    /// A tool that may be destructive (by its annotations) has no guard on its handler while the
+    /// server's other tools do: it sits in an impl without `#[confirm_router]` (a second
+    /// `#[tool_router(router = …)]` impl, say). A route that goes around the layer would run it
+    /// unconfirmed.
+    #[error(
+        "tool {0:?} may be destructive and its handler has no guard (its impl lacks \
+         #[confirm_router]): put #[confirm_router] on the impl that declares it, or serve the \
+         server's tools through mcp_confirm::rmcp::guarded(router)"
+    )]
+    UnguardedTool(String),
     /// The server info is not an object with a string `name` and `version`.
     #[error("server info must be an object with a string name and version")]
     InvalidServerInfo,
@@ -173,6 +183,7 @@ impl ConfirmLayer {
             duplicates: Vec::new(),
             tool_lists: Vec::new(),
             without_tool_list: false,
+            guards_handlers: false,
             confirm_destructive: false,
             destructive_messages: Vec::new(),
             exempt: Vec::new(),
@@ -276,6 +287,8 @@ pub struct ConfirmLayerBuilder {
     duplicates: Vec<String>,
     tool_lists: Vec<Result<Value, String>>,
     without_tool_list: bool,
+    /// `declarations` was called: the server guards its handlers with `#[confirm_router]`.
+    guards_handlers: bool,
     confirm_destructive: bool,
     destructive_messages: Vec<(String, String)>,
     exempt: Vec<String>,
@@ -419,7 +432,9 @@ impl ConfirmLayerBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
     pub fn declarations(self, declarations: crate::rmcp::Declarations) -> Self {
         let crate::rmcp::Declarations { policies, tools } = declarations;
-        self.tools(policies).tool_list(tools)
+        let mut builder = self.tools(policies).tool_list(tools);
+        builder.guards_handlers = true;
+        builder
     }
 
     /// Builds the layer without the server's tool list. **An explicit opt-out of a check**: the
@@ -635,6 +650,7 @@ impl ConfirmLayerBuilder {
                         "tool {name:?} has a policy but is not in the tool list"
                     )));
                 }
+                check_guarded(listed, self.guards_handlers, &self.exempt)?;
                 check_declared(&policies, listed, &self.exempt)?;
                 confirm_destructive(
                     &mut policies,
@@ -652,8 +668,15 @@ impl ConfirmLayerBuilder {
             }
             None => {}
         }
-        for (name, policy) in &policies {
+        for (name, policy) in &mut policies {
             policy.validate(name).map_err(ConfigError::InvalidPolicy)?;
+            let title = listed
+                .as_ref()
+                .and_then(|listed| listed.get(name))
+                .and_then(|info| info.title.as_deref())
+                .unwrap_or(name);
+            policy.describe_for(&crate::form::plain_label(title, 80));
+            policy.revalidate_by_default();
         }
         if policies
             .values()
@@ -882,6 +905,7 @@ fn check_declared(
 ) -> Result<(), ConfigError> {
     let mut names: Vec<&String> = listed.keys().collect();
     names.sort();
+    let mut generated: Vec<&String> = Vec::new();
     for name in names {
         let info = &listed[name];
         let Some(kind) = info.declared.as_deref() else {
@@ -933,6 +957,30 @@ fn check_declared(
     Ok(())
 }
 
+/// When the server guards its handlers (its declarations came from `#[confirm_router]`, or any
+/// listed tool carries the mark), every listed tool that may be destructive must carry the mark
+/// too: one without it comes from an impl nothing guards, and would run unconfirmed on a route
+/// around the layer. Exempt tools run unconfirmed on purpose and are left alone.
+fn check_guarded(
+    listed: &HashMap<String, ToolInfo>,
+    guards_handlers: bool,
+    exempt: &[String],
+) -> Result<(), ConfigError> {
+    let guarding = guards_handlers || listed.values().any(|info| info.declared.is_some());
+    if !guarding {
+        return Ok(());
+    }
+    let mut names: Vec<&String> = listed.keys().collect();
+    names.sort();
+    match names.into_iter().find(|name| {
+        let info = &listed[*name];
+        info.destructive && info.declared.is_none() && !exempt.contains(name)
+    }) {
+        Some(name) => Err(ConfigError::UnguardedTool(name.clone())),
+        None => Ok(()),
+    }
+}
+
 /// Gives each destructive tool of `listed` a confirm-only policy that names the tool and
 /// describes the call when `all_destructive` (unless it has a policy or is exempt), after
 /// checking that each exempt tool is listed and has no policy; without `all_destructive`, a
@@ -958,6 +1006,7 @@ fn confirm_destructive(
     }
     let mut names: Vec<&String> = listed.keys().collect();
     names.sort();
+    let mut generated = Vec::new();
     for name in names {
         let info = &listed[name];
         let needs = info.destructive || info.declared.is_some();
@@ -972,15 +1021,14 @@ fn confirm_destructive(
             || format!("Allow {title} to run? It may change or delete data."),
             |(_, m)| m.clone(),
         );
-        let mut policy = ToolPolicy::confirm_only()
+        let policy = ToolPolicy::confirm_only()
             .message(message)
             .confirm_title(format!("Yes, run {title}"));
-        policy.describe_call = true;
         policies.insert(name.clone(), policy);
+        generated.push(name);
     }
     for (name, _) in messages {
-        let generated = policies.get(name).is_some_and(|p| p.describe_call);
-        if !generated {
+        if !generated.contains(&name) {
             return Err(ConfigError::InvalidPolicy(format!(
                 "destructive_message for {name:?}: confirm_destructive does not confirm that tool \
                  (not listed, not destructive, exempt, or given its own policy)"

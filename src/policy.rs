@@ -110,6 +110,44 @@ pub struct Revalidation {
     pub seen_version: Option<String>,
 }
 
+/// The revalidation of a pick-one policy that gave none: the resolver, asked again.
+struct ResolveAgain {
+    resolver: Arc<dyn Resolver>,
+    /// The argument the layer writes the choice into: not part of what the resolver was asked.
+    select_into: Option<String>,
+}
+
+impl Revalidate for ResolveAgain {
+    fn revalidate(&self, check: Revalidation) -> BoxFuture<'static, Result<(), Refusal>> {
+        let mut arguments = (*check.arguments).clone();
+        if let (Some(field), Value::Object(map)) = (&self.select_into, &mut arguments) {
+            map.remove(field);
+        }
+        let lookup = Lookup {
+            principal: check.principal,
+            tool: check.tool,
+            arguments: Arc::new(arguments),
+        };
+        let candidates = self.resolver.resolve(lookup);
+        Box::pin(async move {
+            let candidates = candidates
+                .await
+                .map_err(|e| Refusal::new(format!("resolving again failed: {e}")))?;
+            let still = candidates.iter().any(|c| {
+                Some(c.id()) == check.chosen.as_deref()
+                    && c.version() == check.seen_version.as_deref()
+            });
+            if still {
+                Ok(())
+            } else {
+                Err(Refusal::new(
+                    "the chosen record is gone or changed since the form (resolved again)",
+                ))
+            }
+        })
+    }
+}
+
 /// A failure of a resolver: the call is refused with an internal error, nothing is shown.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -365,8 +403,8 @@ pub struct ToolPolicy {
     pub(crate) revalidate: Option<Arc<dyn Revalidate>>,
     pub(crate) when: Option<Arc<dyn Condition>>,
     pub(crate) message: String,
-    /// The form's message also names the tool and summarises the call's arguments (the
-    /// generated policies of [`confirm_destructive`](crate::ConfirmLayerBuilder::confirm_destructive)).
+    /// The form's message also summarises the call's arguments: every confirm-only policy (the
+    /// layer sets it when it builds).
     pub(crate) describe_call: bool,
     pub(crate) input_key: String,
     pub(crate) choice_field: String,
@@ -402,6 +440,9 @@ struct Given {
     choice_settings: bool,
     queued: bool,
     claimed_by_handler: bool,
+    /// The form's message and checkbox title, as given (else the layer words them).
+    message: bool,
+    confirm_title: bool,
 }
 
 impl fmt::Debug for ToolPolicy {
@@ -466,7 +507,10 @@ impl ToolPolicy {
         Self::base(Some(Arc::new(resolver)), "Choose one item and confirm.")
     }
 
-    /// The user confirms the call as it is; the form holds only the confirmation checkbox.
+    /// The user confirms the call as it is: the form names the tool (its `title`, else its
+    /// name), lists the call's arguments (one `name: value` line each, cleaned and cut to a
+    /// screenful) under the [`message`](Self::message), and holds the confirmation checkbox.
+    /// Nobody is asked to approve a call they cannot see.
     pub fn confirm_only() -> Self {
         Self::base(None, "Confirm this action.")
     }
@@ -474,7 +518,41 @@ impl ToolPolicy {
     /// The message shown above the form. Write it server-side; never take it from arguments.
     pub fn message(mut self, message: impl Into<String>) -> Self {
         self.message = message.into();
+        self.given.message = true;
         self
+    }
+
+    /// Words a confirm-only form for the tool titled `title` where the policy left it to the
+    /// layer, and makes it list the call's arguments: a form that says "Confirm this action."
+    /// over nothing else lets a user approve a call they never saw.
+    pub(crate) fn describe_for(&mut self, title: &str) {
+        if self.resolver.is_some() {
+            return;
+        }
+        self.describe_call = true;
+        if !self.given.message {
+            self.message = format!("Run {title}?");
+        }
+        if !self.given.confirm_title {
+            self.confirm_title = format!("Yes, run {title}");
+        }
+    }
+
+    /// Gives a pick-one policy that names no [`revalidate`](Self::revalidate) hook the layer's
+    /// own: ask the resolver again, as the principal, over the same arguments, right before the
+    /// call runs, and refuse unless the chosen record is still among the candidates at the
+    /// version the user saw. Versions that are signed but never compared protect nothing: an
+    /// invoice changed from 12.00 to 9,000.00 between form and answer would be voided anyway.
+    pub(crate) fn revalidate_by_default(&mut self) {
+        if self.revalidate.is_some() || self.versions != Versions::Required {
+            return;
+        }
+        if let Some(resolver) = &self.resolver {
+            self.revalidate = Some(Arc::new(ResolveAgain {
+                resolver: Arc::clone(resolver),
+                select_into: self.select_into.clone(),
+            }));
+        }
     }
 
     /// The `inputRequests` / `inputResponses` key (default `"confirmation"`).
@@ -506,6 +584,7 @@ impl ToolPolicy {
     /// The title shown for the confirmation checkbox.
     pub fn confirm_title(mut self, title: impl Into<String>) -> Self {
         self.confirm_title = title.into();
+        self.given.confirm_title = true;
         self
     }
 

@@ -230,6 +230,63 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for Principal {
     }
 }
 
+/// Guards, at the level of the whole server, every tool of `router` that may be destructive: its
+/// definition says so by its annotations (the spec's defaults: not `readOnlyHint: true`, not
+/// `destructiveHint: false`) or carries the `#[confirm]` mark. Such a tool's handler then runs
+/// only with the layer's verdict on exactly this call, as a `#[confirm_router]` handler does,
+/// whichever impl block it comes from; its definition is marked, so the layer knows it is
+/// guarded.
+///
+/// For servers whose tools come from several impls, one of which may lack `#[confirm_router]`:
+///
+/// ```ignore
+/// #[tool_handler(router = mcp_confirm::rmcp::guarded(Self::tool_router() + Self::admin_router()))]
+/// impl ServerHandler for Billing { /* … */ }
+/// ```
+///
+/// (or keep the guarded router in a field). The layer refuses to build when its tool list shows
+/// a destructive tool that nothing guards ([`ConfigError::UnguardedTool`](crate::ConfigError::UnguardedTool)).
+pub fn guarded<S: Send + Sync + 'static>(
+    mut router: ::rmcp::handler::server::router::tool::ToolRouter<S>,
+) -> ::rmcp::handler::server::router::tool::ToolRouter<S> {
+    for route in router.map.values_mut() {
+        let declared = route
+            .attr
+            .meta
+            .as_ref()
+            .is_some_and(|meta| meta.0.contains_key(crate::protocol::META_DECLARED));
+        let annotations = route
+            .attr
+            .annotations
+            .as_ref()
+            .and_then(|a| serde_json::to_value(a).ok());
+        if !declared && !crate::tools::is_destructive(annotations.as_ref()) {
+            continue;
+        }
+        if !declared {
+            let meta = route.attr.meta.take().unwrap_or_default();
+            route.attr.meta = Some(__private::declare(meta, "destructive"));
+        }
+        let inner = Arc::clone(&route.call);
+        route.call = Arc::new(move |context| guard_call(Arc::clone(&inner), context));
+    }
+    router
+}
+
+/// One guarded call: the verdict first (extracted as a handler's `Confirmation` would be),
+/// then the handler.
+fn guard_call<S: Send + Sync + 'static>(
+    inner: Arc<::rmcp::handler::server::tool::DynCallToolHandler<S>>,
+    mut context: ToolCallContext<'_, S>,
+) -> std::pin::Pin<
+    Box<dyn Future<Output = Result<::rmcp::model::CallToolResponse, ErrorData>> + Send + '_>,
+> {
+    Box::pin(async move {
+        Confirmation::from_context_part(&mut context)?;
+        inner(context).await
+    })
+}
+
 /// What one `#[confirm_router]` impl declares: the policies of its `#[confirm]` tools and the
 /// definitions of all its tools. Give it to
 /// [`ConfirmLayerBuilder::declarations`](crate::ConfirmLayerBuilder::declarations): the layer

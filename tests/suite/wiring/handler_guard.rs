@@ -1240,7 +1240,8 @@ async fn a_second_impl_without_confirm_router_is_not_left_unconfirmed() {
 }
 
 /// HOLDS. The mitigation for the split impl: give the combined router's list as well, and the
-/// unconfirmed destructive tool of the second impl fails the build by name.
+/// unguarded destructive tool of the second impl fails the build by name (issue 34: before,
+/// `.confirm_destructive()` made it build, and the handler stayed unguarded).
 #[test]
 fn the_combined_router_list_catches_the_second_impl() {
     let log = log();
@@ -1251,10 +1252,8 @@ fn the_combined_router_list_catches_the_second_impl() {
         .tool_list(server.tool_router.list_all())
         .try_build()
         .unwrap_err();
-    assert_eq!(
-        err,
-        ConfigError::UnconfirmedDestructiveTool("split_drop".into())
-    );
+    assert_eq!(err, ConfigError::UnguardedTool("split_drop".into()));
+    assert!(err.to_string().contains("#[confirm_router]"), "{err}");
 }
 
 // ---------------------------------------------------------------------------------------------

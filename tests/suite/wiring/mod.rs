@@ -2,6 +2,7 @@
 //! handler guard that fails closed without the layer.
 
 mod attributes;
+mod billing;
 mod builder;
 mod deployment;
 mod handler_guard;
