@@ -905,7 +905,6 @@ fn check_declared(
 ) -> Result<(), ConfigError> {
     let mut names: Vec<&String> = listed.keys().collect();
     names.sort();
-    let mut generated: Vec<&String> = Vec::new();
     for name in names {
         let info = &listed[name];
         let Some(kind) = info.declared.as_deref() else {
