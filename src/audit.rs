@@ -179,6 +179,20 @@ pub(crate) fn completed(nonce: &Nonce, consumed: bool) {
     }
 }
 
+/// A `claimed_by_handler` call ran and its handler did not claim the nonce: the layer burned it
+/// after the call, so the answer cannot run the handler again. A wiring error to fix: the
+/// handler must consume the nonce in its transaction and act only if that succeeded.
+pub(crate) fn handler_did_not_claim(tool: &str, nonce: &Nonce) {
+    tracing::error!(target: TARGET, decision = "handler_did_not_claim", tool, nonce = %nonce.short(),
+        "the handler of a claimed_by_handler tool ran without claiming its confirmation; the layer burned it after the call");
+}
+
+/// The check that a handler claimed its nonce could not reach the store.
+pub(crate) fn handler_claim_unchecked(tool: &str, nonce: &Nonce, error: &dyn std::fmt::Display) {
+    tracing::error!(target: TARGET, decision = "handler_claim_unchecked", tool, nonce = %nonce.short(),
+        error = %error, "could not check that the handler claimed its confirmation");
+}
+
 /// What every grant event names: the tool, who approved, the grant (short) and the nonce (short).
 pub(crate) struct GrantFields<'a> {
     pub(crate) tool: &'a str,

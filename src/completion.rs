@@ -28,14 +28,38 @@ fn finish(mut work: Pin<Box<dyn Future<Output = ()> + Send>>) -> Option<()> {
 
 /// Moves a claimed nonce to Consumed when dropped: after the inner response has ended, or was
 /// dropped, or when the call never got that far. A claimed nonce never returns to Fresh.
+///
+/// For a [`claimed_by_handler`](crate::ToolPolicy::claimed_by_handler) call, which the layer
+/// forwards unclaimed, the guard checks instead that the handler claimed the nonce: if it can
+/// still be claimed, the handler did not (a handler copied without its `consume_in`), and the
+/// guard burns it, so the same answer never runs the handler a second time.
 pub(crate) struct CompletionGuard {
     store: Arc<dyn ReplayStore>,
     request: ClaimRequest,
+    /// `Some(tool)`: the handler was to claim; check that it did.
+    after_handler: Option<Arc<str>>,
 }
 
 impl CompletionGuard {
     pub(crate) fn new(store: Arc<dyn ReplayStore>, request: ClaimRequest) -> Self {
-        Self { store, request }
+        Self {
+            store,
+            request,
+            after_handler: None,
+        }
+    }
+
+    /// The guard of a call whose handler claims the nonce itself.
+    pub(crate) fn after_handler(
+        store: Arc<dyn ReplayStore>,
+        request: ClaimRequest,
+        tool: Arc<str>,
+    ) -> Self {
+        Self {
+            store,
+            request,
+            after_handler: Some(tool),
+        }
     }
 }
 
@@ -43,10 +67,22 @@ impl Drop for CompletionGuard {
     fn drop(&mut self) {
         let (store, request) = (Arc::clone(&self.store), self.request);
         let nonce = request.nonce;
-        let completion = Box::pin(async move {
-            let consumed = matches!(store.complete(&request).await, Ok(true));
-            audit::completed(&request.nonce, consumed);
-        });
+        let completion: Pin<Box<dyn Future<Output = ()> + Send>> = match self.after_handler.take() {
+            None => Box::pin(async move {
+                let consumed = matches!(store.complete(&request).await, Ok(true));
+                audit::completed(&request.nonce, consumed);
+            }),
+            Some(tool) => Box::pin(async move {
+                match store.claim(&request).await {
+                    Ok(crate::store::Claim::Claimed) => {
+                        let _ = store.complete(&request).await;
+                        audit::handler_did_not_claim(&tool, &request.nonce);
+                    }
+                    Ok(_) => audit::completed(&request.nonce, true),
+                    Err(e) => audit::handler_claim_unchecked(&tool, &request.nonce, &e),
+                }
+            }),
+        };
         if finish(completion).is_none() {
             audit::completed(&nonce, false);
         }

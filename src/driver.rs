@@ -1097,7 +1097,16 @@ impl Attempt<'_> {
             None
         };
         let guard = if policy.settlement == Settlement::ByHandler {
-            // The handler claims inside the transaction that makes the change.
+            // The handler claims inside the transaction that makes the change; a state already
+            // used (burned, or claimed by an earlier run) never reaches it again.
+            if config
+                .store
+                .is_used(claims.nonce, claims.principal)
+                .await
+                .map_err(store_failed)?
+            {
+                return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
+            }
             None
         } else {
             if let Err(refused) = claim(config, claims, &request).await {
@@ -1121,7 +1130,8 @@ impl Attempt<'_> {
                 audit::revoked(&call.tool, &principal, &claims.nonce, refusal.reason());
                 withdraw(config, grant).await;
                 if guard.is_none() {
-                    // Nothing was claimed yet: burn the state all the same.
+                    // Nothing was claimed yet (the handler was to claim): burn the state all
+                    // the same.
                     burn(config, &request).await;
                 }
                 drop(guard);
@@ -1131,6 +1141,18 @@ impl Attempt<'_> {
                 ));
             }
         }
+        // The handler claims in its own transaction; once its response is over the layer
+        // checks that it did, and burns the nonce if not.
+        let guard = match guard {
+            None if policy.settlement == Settlement::ByHandler => {
+                Some(CompletionGuard::after_handler(
+                    Arc::clone(&config.store),
+                    request,
+                    call.tool.as_str().into(),
+                ))
+            }
+            guard => guard,
+        };
         if standing {
             self.grant_standing(claims).await;
         }
@@ -1146,7 +1168,7 @@ impl Attempt<'_> {
             version,
             nonce: claims.nonce,
             expires_at: request.expires_at,
-            claimed: guard.is_some(),
+            claimed: policy.settlement != Settlement::ByHandler,
             grant,
             selected_into: policy.select_into.as_deref().map(Arc::from),
             standing: None,

@@ -743,6 +743,18 @@ impl ConfirmLayerBuilder {
             }
             Some(store) => (store, self.approvals, self.standing),
         };
+        if let Some(name) = sorted_names(&policies)
+            .into_iter()
+            .find(|name| policies[*name].settlement == Settlement::ByHandler)
+            && !store.claims_in_handler()
+        {
+            // The handler could not claim anything: every answer would run it again.
+            return Err(ConfigError::InvalidPolicy(format!(
+                "tool {name:?} is claimed_by_handler, and its handler cannot claim a nonce of \
+                 this replay store in its transaction (PostgresReplayStore::consume_in can): \
+                 use that store, or let the layer claim"
+            )));
+        }
         let mut tools = HashMap::with_capacity(policies.len());
         for (name, policy) in policies {
             let header = param_header(&name, &policy, listed.as_ref())?;
@@ -793,6 +805,13 @@ impl ConfirmLayerBuilder {
             Err(e) => panic!("invalid ConfirmLayer configuration: {e}"),
         }
     }
+}
+
+/// The policies' tool names, sorted: errors name the same tool on every run.
+fn sorted_names(policies: &HashMap<String, ToolPolicy>) -> Vec<&String> {
+    let mut names: Vec<&String> = policies.keys().collect();
+    names.sort();
+    names
 }
 
 /// An absolute `http(s)` URL with a host, and no query or fragment.

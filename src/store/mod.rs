@@ -271,6 +271,14 @@ pub trait ReplayStore: fmt::Debug + Send + Sync + 'static {
     /// `Some` for a store whose entries do not survive a restart of this process: the epoch of
     /// this life of the store. `None` only if entries outlive the process (Redis, Postgres).
     fn boot_epoch(&self) -> Option<BootEpoch>;
+
+    /// Whether a tool's handler can claim a nonce of this store itself, inside the transaction
+    /// that makes its change (`PostgresReplayStore::consume_in`): what a
+    /// [`claimed_by_handler`](crate::ToolPolicy::claimed_by_handler) tool needs. `false` by
+    /// default, and a layer with such a tool does not build on a store that says `false`.
+    fn claims_in_handler(&self) -> bool {
+        false
+    }
 }
 
 impl<S: ReplayStore + ?Sized> ReplayStore for Arc<S> {
@@ -292,5 +300,9 @@ impl<S: ReplayStore + ?Sized> ReplayStore for Arc<S> {
 
     fn boot_epoch(&self) -> Option<BootEpoch> {
         (**self).boot_epoch()
+    }
+
+    fn claims_in_handler(&self) -> bool {
+        (**self).claims_in_handler()
     }
 }

@@ -407,6 +407,10 @@ impl ReplayStore for PostgresReplayStore {
         // Rows live in the database, not in this process.
         None
     }
+
+    fn claims_in_handler(&self) -> bool {
+        true
+    }
 }
 
 /// A standing approval read from its row (`record`, `used`).

@@ -502,3 +502,43 @@ pub const fn secret(seed: u8) -> [u8; 32] {
     }
     out
 }
+
+/// A memory store that says its nonces can be claimed in a handler's transaction: the stand-in
+/// for `PostgresReplayStore` in tests of `claimed_by_handler` that need no database.
+#[derive(Debug, Clone)]
+pub struct ClaimsInHandler(pub MemoryReplayStore);
+
+impl ReplayStore for ClaimsInHandler {
+    fn claim(
+        &self,
+        claim: &mcp_confirm::store::ClaimRequest,
+    ) -> mcp_confirm::store::BoxFuture<
+        '_,
+        Result<mcp_confirm::store::Claim, mcp_confirm::store::StoreError>,
+    > {
+        self.0.claim(claim)
+    }
+
+    fn complete(
+        &self,
+        claim: &mcp_confirm::store::ClaimRequest,
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::store::StoreError>> {
+        self.0.complete(claim)
+    }
+
+    fn is_used(
+        &self,
+        nonce: mcp_confirm::store::Nonce,
+        principal: mcp_confirm::store::PrincipalKey,
+    ) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::store::StoreError>> {
+        self.0.is_used(nonce, principal)
+    }
+
+    fn boot_epoch(&self) -> Option<mcp_confirm::store::BootEpoch> {
+        self.0.boot_epoch()
+    }
+
+    fn claims_in_handler(&self) -> bool {
+        true
+    }
+}

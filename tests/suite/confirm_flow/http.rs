@@ -1084,14 +1084,15 @@ async fn a_state_issued_for_another_input_key_is_refused() {
 #[tokio::test]
 async fn claimed_by_handler_policies_forward_unclaimed_and_say_so() {
     let notes = Notes::seeded();
-    let f = fixture_with(|b| b.tool("notes_delete", delete_policy(&notes).claimed_by_handler()));
+    let f = fixture_with(|b| {
+        b.tool("notes_delete", delete_policy(&notes).claimed_by_handler())
+            .replay_store(ClaimsInHandler(MemoryReplayStore::new()))
+    });
     let state = challenge(&f).await;
     let go = accepted(&state, json!(2), "note-7");
     assert_ran(&f.alice(&go).await);
     let confirmed = f.seen.last().confirmed.expect("Confirmed");
     assert!(!confirmed.claimed, "the handler must claim");
-    // The layer left the nonce fresh for the handler's transaction.
-    assert_eq!(claim_again(&f.store, confirmed.nonce).await, Claim::Claimed);
     // The default policy claims in the layer and says so.
     let (f, state) = challenged().await;
     f.accept(&state, json!(2), "note-7").await;
@@ -1101,7 +1102,11 @@ async fn claimed_by_handler_policies_forward_unclaimed_and_say_so() {
 #[tokio::test]
 async fn claimed_by_handler_policies_still_burn_failed_revalidations() {
     let notes = Notes::seeded();
-    let f = fixture_with(|b| b.tool("notes_delete", delete_policy(&notes).claimed_by_handler()));
+    let store = MemoryReplayStore::new();
+    let f = fixture_with(|b| {
+        b.tool("notes_delete", delete_policy(&notes).claimed_by_handler())
+            .replay_store(ClaimsInHandler(store.clone()))
+    });
     let state = challenge(&f).await;
     notes.move_to("note-7", TEAM);
     let go = accepted(&state, json!(2), "note-7");
@@ -1111,11 +1116,10 @@ async fn claimed_by_handler_policies_still_burn_failed_revalidations() {
     );
     assert_eq!(f.seen.count(), 0);
     // The state was burned in the layer's store even though the layer does not claim on accept:
-    // a later accept still reaches the handler, whose own claim of the nonce then fails.
+    // a later accept is refused before it reaches the handler.
     notes.move_to("note-7", PERSONAL);
-    f.accept(&state, json!(3), "note-7").await;
-    let nonce = f.seen.last().confirmed.expect("forwarded").nonce;
-    assert_eq!(claim_again(&f.store, nonce).await, Claim::Consumed);
+    assert_frozen_state_error(&f.accept(&state, json!(3), "note-7").await);
+    assert_eq!(f.seen.count(), 0);
 }
 
 #[tokio::test]

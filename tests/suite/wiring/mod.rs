@@ -5,6 +5,7 @@ mod attributes;
 mod billing;
 mod builder;
 mod deployment;
+mod handler_claims;
 mod handler_guard;
 mod local_principal;
 mod principal;
