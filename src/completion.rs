@@ -36,8 +36,31 @@ fn finish(mut work: Pin<Box<dyn Future<Output = ()> + Send>>) -> Option<()> {
 pub(crate) struct CompletionGuard {
     store: Arc<dyn ReplayStore>,
     request: ClaimRequest,
-    /// `Some(tool)`: the handler was to claim; check that it did.
-    after_handler: Option<Arc<str>>,
+    /// `Some`: the handler was to claim; check that it did.
+    after_handler: Option<(Arc<str>, HandlerCall)>,
+}
+
+/// A `claimed_by_handler` call of this process, from its acceptance until the layer has checked
+/// its handler's claim: while it lives, another answer with the same nonce is refused.
+pub(crate) struct HandlerCall {
+    calls: Arc<dashmap::DashSet<Nonce>>,
+    nonce: Nonce,
+}
+
+impl HandlerCall {
+    /// `None` when a call with this nonce is already running here.
+    pub(crate) fn begin(calls: &Arc<dashmap::DashSet<Nonce>>, nonce: Nonce) -> Option<Self> {
+        calls.insert(nonce).then(|| Self {
+            calls: Arc::clone(calls),
+            nonce,
+        })
+    }
+}
+
+impl Drop for HandlerCall {
+    fn drop(&mut self) {
+        self.calls.remove(&self.nonce);
+    }
 }
 
 impl CompletionGuard {
@@ -54,11 +77,12 @@ impl CompletionGuard {
         store: Arc<dyn ReplayStore>,
         request: ClaimRequest,
         tool: Arc<str>,
+        call: HandlerCall,
     ) -> Self {
         Self {
             store,
             request,
-            after_handler: Some(tool),
+            after_handler: Some((tool, call)),
         }
     }
 }
@@ -72,7 +96,14 @@ impl Drop for CompletionGuard {
                 let consumed = matches!(store.complete(&request).await, Ok(true));
                 audit::completed(&request.nonce, consumed);
             }),
-            Some(tool) => Box::pin(async move {
+            Some((tool, call)) => Box::pin(async move {
+                // Held until the check is done: no answer with this nonce runs meanwhile.
+                let _call = call;
+                if store.take_handler_attempt(request.nonce) {
+                    // The handler claimed in its transaction: committed, the nonce is used;
+                    // rolled back, the confirmation stays usable, as the transaction left it.
+                    return;
+                }
                 match store.claim(&request).await {
                     Ok(crate::store::Claim::Claimed) => {
                         let _ = store.complete(&request).await;

@@ -48,6 +48,9 @@ pub(crate) struct Config {
     pub(crate) server_info: Option<Value>,
     /// What the layer knows of the server's tool list, and marks in its answers.
     pub(crate) listing: Arc<ToolListing>,
+    /// The nonces of `claimed_by_handler` calls running in this process, until the layer has
+    /// checked that their handler claimed: a replay of one is refused as in flight.
+    pub(crate) handler_calls: Arc<dashmap::DashSet<crate::kernel::Nonce>>,
     /// Where queued tools' grants go.
     pub(crate) grants: Option<Arc<dyn GrantStore>>,
     /// How long a new grant may wait for its first attempt.

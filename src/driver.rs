@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::audit::{self, Event};
-use crate::completion::{CompletionGuard, ReservedUse};
+use crate::completion::{CompletionGuard, HandlerCall, ReservedUse};
 use crate::config::{Config, GuardedTool};
 use crate::confirmed::{Confirmed, Waived, WaiverReason};
 use crate::engine::{self, Declared, Refused};
@@ -1096,9 +1096,16 @@ impl Attempt<'_> {
         } else {
             None
         };
+        let mut handler_call = None;
         let guard = if policy.settlement == Settlement::ByHandler {
-            // The handler claims inside the transaction that makes the change; a state already
-            // used (burned, or claimed by an earlier run) never reaches it again.
+            // The handler claims inside the transaction that makes the change; a state in a
+            // call here, or already used (burned, or claimed by an earlier run), never reaches
+            // it again.
+            handler_call = Some(
+                HandlerCall::begin(&config.handler_calls, claims.nonce).ok_or_else(|| {
+                    Refused::replay(claims.nonce, "in_flight", StateError::InFlight)
+                })?,
+            );
             if config
                 .store
                 .is_used(claims.nonce, claims.principal)
@@ -1143,15 +1150,14 @@ impl Attempt<'_> {
         }
         // The handler claims in its own transaction; once its response is over the layer
         // checks that it did, and burns the nonce if not.
-        let guard = match guard {
-            None if policy.settlement == Settlement::ByHandler => {
-                Some(CompletionGuard::after_handler(
-                    Arc::clone(&config.store),
-                    request,
-                    call.tool.as_str().into(),
-                ))
-            }
-            guard => guard,
+        let guard = match (guard, handler_call) {
+            (None, Some(handler_call)) => Some(CompletionGuard::after_handler(
+                Arc::clone(&config.store),
+                request,
+                call.tool.as_str().into(),
+                handler_call,
+            )),
+            (guard, _) => guard,
         };
         if standing {
             self.grant_standing(claims).await;

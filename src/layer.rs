@@ -783,6 +783,7 @@ impl ConfirmLayerBuilder {
                 challenge_limiter,
                 server_info,
                 listing: Arc::new(listing),
+                handler_calls: Arc::default(),
                 grants: self.grants,
                 grant_ttl: self.grant_ttl,
                 approval_url: self.approval_url,

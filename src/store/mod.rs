@@ -279,6 +279,15 @@ pub trait ReplayStore: fmt::Debug + Send + Sync + 'static {
     fn claims_in_handler(&self) -> bool {
         false
     }
+
+    /// Whether a handler of this process tried to claim `nonce` itself (and forgets it): `true`
+    /// after `PostgresReplayStore::consume_in`, committed or rolled back. After a
+    /// `claimed_by_handler` call the layer burns a nonce no handler tried to claim, and leaves
+    /// one that was tried as the handler's transaction left it.
+    fn take_handler_attempt(&self, nonce: Nonce) -> bool {
+        let _ = nonce;
+        false
+    }
 }
 
 impl<S: ReplayStore + ?Sized> ReplayStore for Arc<S> {
@@ -304,5 +313,9 @@ impl<S: ReplayStore + ?Sized> ReplayStore for Arc<S> {
 
     fn claims_in_handler(&self) -> bool {
         (**self).claims_in_handler()
+    }
+
+    fn take_handler_attempt(&self, nonce: Nonce) -> bool {
+        (**self).take_handler_attempt(nonce)
     }
 }

@@ -231,6 +231,7 @@ impl PostgresReplayStore {
         nonce: Nonce,
         expires_at: SystemTime,
     ) -> Result<bool, StoreError> {
+        handler_attempts::record(nonce);
         let sql = format!(
             "INSERT INTO {t} AS n (nonce, state, owner, expires_at) VALUES ($1, 'consumed', NULL, $2)
              ON CONFLICT (nonce) DO UPDATE SET state = 'consumed', owner = NULL, expires_at = EXCLUDED.expires_at
@@ -410,6 +411,10 @@ impl ReplayStore for PostgresReplayStore {
 
     fn claims_in_handler(&self) -> bool {
         true
+    }
+
+    fn take_handler_attempt(&self, nonce: Nonce) -> bool {
+        handler_attempts::take(nonce)
     }
 }
 
@@ -896,5 +901,39 @@ impl ApprovalStore for PostgresReplayStore {
                 })
                 .collect()
         }))
+    }
+}
+
+/// The nonces handlers of this process passed to [`PostgresReplayStore::consume_in`], until the
+/// layer asks after the call: a handler that tried (and committed, or rolled back to leave the
+/// confirmation usable) is told apart from one that never claimed. Bounded: when full it
+/// forgets, and a forgotten attempt only means the layer burns that nonce ("ask again").
+mod handler_attempts {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+
+    use super::Nonce;
+
+    const MAX: usize = 100_000;
+
+    fn attempts() -> &'static Mutex<HashSet<Nonce>> {
+        static ATTEMPTS: OnceLock<Mutex<HashSet<Nonce>>> = OnceLock::new();
+        ATTEMPTS.get_or_init(Mutex::default)
+    }
+
+    pub(super) fn record(nonce: Nonce) {
+        if let Ok(mut attempts) = attempts().lock() {
+            if attempts.len() >= MAX {
+                attempts.clear();
+            }
+            attempts.insert(nonce);
+        }
+    }
+
+    pub(super) fn take(nonce: Nonce) -> bool {
+        attempts()
+            .lock()
+            .map(|mut attempts| attempts.remove(&nonce))
+            .unwrap_or(false)
     }
 }
