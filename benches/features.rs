@@ -605,7 +605,7 @@ fn browser_layer() -> (
     let clock = ManualClock::new(SystemTime::now());
     let store = MemoryReplayStore::with_clock(1_000_000, clock.clone());
     let layer = ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://bench.example/mcp")
         .ttl(Duration::from_secs(60))
         .without_challenge_rate_limit()
@@ -1060,7 +1060,7 @@ fn standing_benches(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         lookup.arguments["workspaceUri"].as_str().map(str::to_owned)
     });
     let layer = ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://bench.example/mcp")
         .without_challenge_rate_limit()
         .clock(clock.clone())

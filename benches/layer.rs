@@ -67,7 +67,7 @@ fn layer(store: MemoryReplayStore) -> ConfirmLayer {
     .choice_field("note_id")
     .select_into("note_id");
     ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://bench.example/mcp")
         .without_challenge_rate_limit()
         .replay_store(store)

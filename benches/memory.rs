@@ -225,7 +225,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn approval_template() -> Approval {
     let store = MemoryReplayStore::with_capacity(100);
     let layer = ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .store(store.clone())
         .approval_url("https://notes.example/confirm/")
@@ -259,7 +259,7 @@ fn approval_template() -> Approval {
 fn grant_template() -> Grant {
     let grants = Arc::new(MemoryGrantStore::new());
     let layer = ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .replay_store(MemoryReplayStore::with_capacity(100))
         .tool(

@@ -87,8 +87,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "warning: using a random signing key; instances behind one endpoint must share a key"
     );
     let confirm = ConfirmLayer::builder(KeyRing::random())
-        .without_tool_list()
         .audience(format!("http://{addr}/mcp"))
+        // The tools the server lists, the same definitions its tools/list answers with: the
+        // layer checks that every destructive one is confirmed and that no policy is misspelt.
+        .tool_list(tools())
         .tool("notes_delete", policy)
         .build();
 
@@ -101,7 +103,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("MCP endpoint on http://{addr}/mcp (tokens: alice-token, bob-token)");
     println!("try:\n  curl -s http://{addr}/mcp -H 'Authorization: Bearer alice-token' \\");
-    println!("    -H 'Content-Type: application/json' -H 'MCP-Protocol-Version: 2026-07-28' \\");
+    println!(
+        "    -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\"
+    );
+    println!("    -H 'MCP-Protocol-Version: 2026-07-28' \\");
     println!("    -H 'Mcp-Method: tools/call' -H 'Mcp-Name: notes_delete' \\");
     println!(
         "    -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"notes_delete\",\"arguments\":{{\"title\":\"Groceries\"}},\"_meta\":{{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{{\"elicitation\":{{}}}}}}}}}}'"
@@ -123,6 +128,19 @@ async fn authenticate(mut request: Request, next: Next) -> Response {
     };
     request.extensions_mut().insert(Principal::new(principal));
     next.run(request).await
+}
+
+/// The server's tools, as its `tools/list` answers and as the layer is given them.
+fn tools() -> Value {
+    json!([
+        {"name": "notes_list", "inputSchema": {"type": "object"},
+         "annotations": {"readOnlyHint": true}},
+        {"name": "notes_delete",
+         "inputSchema": {"type": "object", "required": ["title"], "properties": {
+             "title": {"type": "string"},
+             "note_id": {"type": "string", "description": "written in by the layer"}}},
+         "annotations": {"destructiveHint": true}}
+    ])
 }
 
 /// A bare-bones JSON-RPC handler standing in for an MCP server.
@@ -169,10 +187,7 @@ async fn handle(
             text(list)
         }
         (Some("tools/list"), _) => {
-            json!({"resultType":"complete","ttlMs":0,"cacheScope":"private","tools":[
-            {"name":"notes_list","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},
-            {"name":"notes_delete","inputSchema":{"type":"object","properties":{"title":{"type":"string"}},"required":["title"]},
-             "annotations":{"destructiveHint":true}}]})
+            json!({"resultType":"complete","ttlMs":0,"cacheScope":"private","tools":tools()})
         }
         _ => {
             let error = json!({"code":-32601,"message":"Method not found"});

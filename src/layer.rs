@@ -85,11 +85,11 @@ pub enum ConfigError {
     /// No tool list: without the server's tool definitions the layer cannot tell that every
     /// destructive tool is confirmed (a policy under a misspelt name would leave the real tool
     /// unconfirmed). Give [`tool_list`](ConfirmLayerBuilder::tool_list) or
-    /// [`declarations`](ConfirmLayerBuilder::declarations), or opt out with
-    /// [`without_tool_list`](ConfirmLayerBuilder::without_tool_list).
+    /// [`declarations`](ConfirmLayerBuilder::declarations).
     #[error(
         "the layer needs the server's tool list to check that every destructive tool is confirmed: \
-         give .tool_list(…) or .declarations(…), or opt out with .without_tool_list()"
+         give .declarations(server.confirm_declarations()) with rmcp, or .tool_list(…) with the \
+         tools your server lists"
     )]
     MissingToolList,
     /// A tool declared with `#[confirm]` (its definition carries the mark) has no policy in the
@@ -437,16 +437,18 @@ impl ConfirmLayerBuilder {
         builder
     }
 
-    /// Builds the layer without the server's tool list. **An explicit opt-out of a check**: the
-    /// layer then confirms exactly the tools named in [`tool`](Self::tool) and
-    /// [`tools`](Self::tools), and cannot tell at build time that a name is misspelt or that a
-    /// destructive tool has no policy.
+    /// Builds the layer without the server's tool list. **Removes a guarantee on purpose**, as
+    /// its name says: the layer then confirms exactly the tools named in [`tool`](Self::tool) and
+    /// [`tools`](Self::tools), and cannot tell at build time that a name is misspelt
+    /// (`.tool("files_delte", …)`) or that a destructive tool has no policy. Such a tool runs
+    /// unconfirmed until the net below catches it, on each instance, after each restart. For
+    /// servers whose tools change at run time; everything else gives a tool list.
     ///
     /// What remains is a run-time net: each `tools/list` answer the layer marks is read, and a
     /// listed tool that is destructive by its annotations (or declared with `#[confirm]`) and
     /// has neither a policy nor an exemption is refused from then on, with an error in the audit
     /// log. Calls that arrive before this instance saw such an answer are not covered.
-    pub fn without_tool_list(mut self) -> Self {
+    pub fn without_tool_list_unchecked(mut self) -> Self {
         self.without_tool_list = true;
         self
     }

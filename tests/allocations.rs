@@ -128,7 +128,7 @@ fn forged_states_and_unanswered_challenges_leave_nothing_behind() {
         let inner_calls = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&inner_calls);
         let svc = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience("https://notes.example/mcp")
             .without_challenge_rate_limit()
             .replay_store(store.clone())

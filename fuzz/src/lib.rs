@@ -121,7 +121,7 @@ impl Harness {
             .expect("a current-thread runtime");
         let keys = KeyRing::single(KEY_ID, SECRET).expect("a valid ring");
         let layer = ConfirmLayer::builder(keys)
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience("https://fuzz.example/mcp")
             .replay_store(MemoryReplayStore::with_capacity(10_000))
             .unauthenticated_local_principal(Principal::new("alice"))

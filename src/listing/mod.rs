@@ -43,7 +43,7 @@ pub(crate) struct ToolListing {
     /// their calls carry a [`Waived`](crate::Waived) so a guarded handler runs them.
     exempt: HashSet<String>,
     /// The names in the tool list the layer was built with; `None` when it was built
-    /// [`without_tool_list`](crate::ConfirmLayerBuilder::without_tool_list). A call of any other
+    /// [`without_tool_list_unchecked`](crate::ConfirmLayerBuilder::without_tool_list_unchecked). A call of any other
     /// name is refused ([`Unconfirmed::Unlisted`]).
     known: Option<HashSet<String>>,
     /// Tools an answer showed as destructive (or declared with `#[confirm]`) that the layer has

@@ -240,7 +240,7 @@ pub enum StoreError {
 ///
 /// let store = MapStore { epoch: BootEpoch::random(), budget: 100, entries: Default::default() };
 /// let layer = mcp_confirm::ConfirmLayer::builder(mcp_confirm::KeyRing::random())
-///     .without_tool_list()
+///     .without_tool_list_unchecked()
 ///     .audience("https://notes.example/mcp")
 ///     .replay_store(store)
 ///     .build();

@@ -29,7 +29,7 @@ pub fn destroy_policy(notes: &Notes) -> ToolPolicy {
 /// A builder on `store` and `clock` with the approval page at [`BASE`], and no tool yet.
 pub fn base(keys: KeyRing, clock: &ManualClock, store: &MemoryReplayStore) -> ConfirmLayerBuilder {
     ConfirmLayer::builder(keys)
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .ttl(Duration::from_secs(300))
         .clock(clock.clone())

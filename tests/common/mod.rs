@@ -284,7 +284,7 @@ fn keyed_builder(
     store: &MemoryReplayStore,
 ) -> ConfirmLayerBuilder {
     ConfirmLayer::builder(keys)
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .ttl(Duration::from_secs(300))
         .clock(clock.clone())

@@ -27,7 +27,7 @@ pub fn queued_layer(
 
 pub fn builder(clock: &ManualClock, store: &MemoryReplayStore) -> ConfirmLayerBuilder {
     ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .replay_store(store.clone())

@@ -250,7 +250,7 @@ fn browser_approval_needs_an_absolute_approval_url() {
     let notes = Notes::seeded();
     let build = |url: Option<&str>| {
         let mut b = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience("https://notes.example/mcp")
             .tool("notes_destroy", delete_policy(&notes).approve_in_browser());
         if let Some(url) = url {
@@ -303,7 +303,7 @@ async fn the_page_and_the_retry_may_reach_different_instances() {
         let notes = Notes::seeded();
         let instance = || {
             ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-                .without_tool_list()
+                .without_tool_list_unchecked()
                 .audience("https://notes.example/mcp")
                 .store(Arc::clone(&store))
                 .tool(
@@ -355,7 +355,7 @@ async fn the_page_and_the_retry_may_reach_different_instances() {
 async fn the_page_never_falls_back_to_the_local_principal() {
     let notes = Notes::seeded();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .unauthenticated_local_principal(Principal::new("alice"))
         .tool(

@@ -272,7 +272,7 @@ async fn rules_that_cannot_hold_are_refused_at_build() {
     let notes = Notes::seeded();
     let build = |policy: mcp_confirm::ToolPolicy| {
         ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience("https://notes.example/mcp")
             .approval_url(BASE)
             .tool("notes_destroy", policy)
@@ -448,7 +448,7 @@ async fn across_instances_two_racing_approvers_and_the_retry_elsewhere() {
         );
         // An approver of another deployment, sharing the store: nothing to see.
         let other = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience("https://other.example/mcp")
             .store(Arc::clone(&store))
             .tool("notes_destroy", policy())

@@ -158,7 +158,7 @@ fn layer_on(
     policy: ToolPolicy,
 ) -> (Confirm, ApprovalPage, Recorder) {
     let layer = ConfirmLayer::builder(KeyRing::single("k1", key).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .store(Arc::clone(store))
         .tool("notes_destroy", policy)
@@ -433,7 +433,7 @@ async fn holds_replayed_posts_and_other_audiences_decide_nothing() {
         .tool("notes_destroy", policy())
         .build();
     let other = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://other.example/mcp")
         .clock(clock.clone())
         .store(store.clone())
@@ -552,7 +552,7 @@ async fn holds_the_inbox_lists_only_what_its_reader_may_decide() {
         .tool("notes_destroy", destroy_policy(&notes))
         .build();
     let other = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://other.example/mcp")
         .clock(clock.clone())
         .store(store.clone())
@@ -620,7 +620,7 @@ async fn holds_the_redis_inbox_sets_do_not_grow_without_bound() {
         .unwrap()
         .prefix(prefix.clone());
     let layer = ConfirmLayer::builder(KeyRing::single("k1", run_key()).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .ttl(Duration::from_secs(2))
         .store(store)
@@ -941,7 +941,7 @@ fn holds_standing_with_approvers_and_recheck_without_others_are_refused() {
     let notes = Notes::seeded();
     let build = |policy: ToolPolicy| {
         ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience("https://notes.example/mcp")
             .approval_url(BASE)
             .tool("notes_destroy", policy)
@@ -972,7 +972,7 @@ async fn holds_a_passkey_rule_is_refused_at_build_or_can_be_met() {
     let notes = Notes::seeded();
     let rule = Approvers::anyone_but_caller().with_passkey();
     let built = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .approval_url(BASE)
         .tool(

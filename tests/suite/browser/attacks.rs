@@ -185,7 +185,7 @@ async fn holds_the_origin_check_accepts_the_browsers_origin_for_equivalent_urls(
         let clock = ManualClock::new(now());
         let store = MemoryReplayStore::with_clock(10_000, clock.clone());
         let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience("https://notes.example/mcp")
             .clock(clock.clone())
             .store(store.clone())
@@ -729,7 +729,7 @@ async fn holds_the_page_escapes_what_it_shows() {
     .select_into("note_id")
     .approve_in_browser();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .store(store.clone())
@@ -919,7 +919,7 @@ pub(super) fn on_store_with(
     // A key of this run's own: the principal digests (and so the per-principal cap on pending
     // approvals) are not shared with earlier runs' records still in the Postgres table.
     let layer = ConfirmLayer::builder(KeyRing::single("k1", run_key()).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .store(Arc::clone(store))
         .tool("notes_destroy", policy)

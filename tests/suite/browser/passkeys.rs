@@ -437,7 +437,7 @@ async fn the_passkey_page_keeps_each_principal_to_their_own() {
 async fn a_rule_that_requires_passkeys_needs_a_verifier() {
     let notes = Notes::seeded();
     let refused = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .approval_url(BASE)
         .tool(
@@ -470,7 +470,7 @@ async fn registered_on_one_instance_approved_on_another_retried_on_a_third() {
         let instance = || {
             let passkeys = Passkeys::new("notes.example", ORIGIN_URL, Arc::clone(&store)).unwrap();
             let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-                .without_tool_list()
+                .without_tool_list_unchecked()
                 .audience("https://notes.example/mcp")
                 .store(Arc::clone(&store))
                 .tool(

@@ -13,7 +13,7 @@ use tower::{ServiceBuilder, ServiceExt};
 
 fn layer(notes: &Notes) -> ConfirmLayer {
     ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .tool("notes_delete", delete_policy(notes))
         .build()

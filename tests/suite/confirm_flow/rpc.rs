@@ -17,7 +17,7 @@ fn service(
 + Clone {
     let notes = Notes::seeded();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .tool("notes_delete", delete_policy(&notes))
         .build();

@@ -297,7 +297,7 @@ async fn holds_a_grant_issued_for_one_audience_never_runs_in_another() {
     let shared = Arc::new(MemoryGrantStore::with_clock(100, clock.clone()));
     let layer = |audience: &str| {
         ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience(audience)
             .clock(clock.clone())
             .replay_store(replay.clone())

@@ -329,7 +329,7 @@ async fn holds_another_deployments_page_neither_shows_nor_decides_an_approval() 
     let keys = || KeyRing::single("k1", KEY).unwrap();
     let a = builder(keys(), &notes, &clock, &store).build();
     let b = ConfirmLayer::builder(keys())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://other.example/mcp")
         .ttl(Duration::from_secs(300))
         .clock(clock.clone())
@@ -510,7 +510,7 @@ fn picking(candidates: Vec<Candidate>, browser_page: bool) -> (Fixture, mcp_conf
         policy = policy.approve_in_browser();
     }
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .store(store.clone())
@@ -675,7 +675,7 @@ async fn candidate_ids_with_bidi_or_zero_width_characters_are_never_shown() {
     .choice_field("id")
     .plain_enum();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .replay_store(store.clone())
@@ -1248,7 +1248,7 @@ fn holds_when_with_select_into_is_a_build_error() {
     let notes = Notes::seeded();
     let policy = delete_policy(&notes).when(|_: Lookup| async { Ok::<_, PolicyError>(false) });
     let built = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .tool("notes_delete", policy)
         .try_build();

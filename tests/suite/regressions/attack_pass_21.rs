@@ -74,7 +74,7 @@ fn layer_with(
     up_to: Duration,
 ) -> ConfirmLayer {
     ConfirmLayer::builder(keys)
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience(audience)
         .ttl(Duration::from_secs(300))
         .clock(clock.clone())
@@ -144,7 +144,7 @@ fn system_layer(
     uses: u32,
 ) -> ConfirmLayer {
     ConfirmLayer::builder(k1())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience(audience)
         .ttl(Duration::from_secs(300))
         .clock(SystemClock::default())
@@ -812,7 +812,7 @@ async fn holds_another_principal_audience_or_tool_is_not_covered() {
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let build = |audience: &str| {
         ConfirmLayer::builder(k1())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience(audience)
             .clock(clock.clone())
             .replay_store(store.clone())
@@ -1026,7 +1026,7 @@ fn wipe_fixture() -> (Fixture, StandingApprovals) {
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let layer = ConfirmLayer::builder(k1())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .replay_store(store.clone())
@@ -1551,7 +1551,7 @@ async fn holds_the_approval_pages_token_and_the_standing_pages_do_not_cross() {
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let layer = ConfirmLayer::builder(k1())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .store(store.clone())
@@ -1605,7 +1605,7 @@ async fn holds_the_local_principal_is_no_one_on_the_standing_page() {
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let layer = ConfirmLayer::builder(k1())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .replay_store(store.clone())
@@ -1691,7 +1691,7 @@ fn holds_a_form_field_named_remember_is_refused_with_standing() {
         offer(ToolPolicy::confirm_only().confirm_field("remember")),
     ] {
         let built = ConfirmLayer::builder(k1())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience("https://notes.example/mcp")
             .tool("notes_delete", policy)
             .try_build();
@@ -1804,7 +1804,7 @@ async fn holds_a_scope_that_changed_between_form_and_answer_grants_nothing() {
     let era = Arc::new(Mutex::new("before".to_owned()));
     let cell = Arc::clone(&era);
     let layer = ConfirmLayer::builder(k1())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .replay_store(store.clone())

@@ -20,7 +20,7 @@ async fn concurrent_retries_across_two_instances_run_the_call_once() {
     // Two instances: separate layers, separate inner services, the same key, audience and store.
     let build = || {
         ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience("https://notes.example/mcp")
             .replay_store(store.clone())
             .tool("notes_delete", delete_policy(&notes))

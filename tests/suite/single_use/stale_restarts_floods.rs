@@ -299,7 +299,7 @@ async fn challenges_are_rate_limited_per_principal() {
 #[test]
 fn a_zero_challenge_rate_is_a_configuration_error() {
     let built = mcp_confirm::ConfirmLayer::builder(mcp_confirm::KeyRing::random())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://a.example/mcp")
         .challenge_rate_limit(0, 5)
         .try_build();

@@ -147,7 +147,7 @@ fn fixture_over(store: impl ReplayStore) -> Fixture {
     let clock = mcp_confirm::clock::ManualClock::new(std::time::SystemTime::now());
     let memory = mcp_confirm::store::MemoryReplayStore::new();
     let layer = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .clock(clock.clone())
         .replay_store(store)

@@ -314,7 +314,7 @@ fn standing_is_refused_where_it_cannot_be_kept() {
     }
     // With no store given at all, the default memory store keeps them.
     ConfirmLayer::builder(KeyRing::random())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .tool("notes_delete", offer(delete_policy(&notes)))
         .try_build()

@@ -521,7 +521,7 @@ async fn the_param_header_follows_the_tools_x_mcp_header_schema() {
         let server = NotesServer::new(seeded());
         let confirm = builder()
             .tools(server.confirm_policies())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .build();
         behind(confirm, server, true)
     };

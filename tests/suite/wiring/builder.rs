@@ -372,7 +372,7 @@ fn forgetting_the_declarations_does_not_build() {
 fn a_browser_approved_tool_needs_an_approval_store() {
     let browser = || {
         ConfirmLayer::builder(KeyRing::random())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience("https://files.example/mcp")
             .approval_url("http://files.example/confirm/")
             .tool(
@@ -398,7 +398,7 @@ fn a_browser_approved_tool_needs_an_approval_store() {
     browser().try_build().unwrap();
     // A form-only layer needs none.
     ConfirmLayer::builder(KeyRing::random())
-        .without_tool_list()
+        .without_tool_list_unchecked()
         .audience("https://files.example/mcp")
         .replay_store(MemoryReplayStore::new())
         .tool("files_wipe", ToolPolicy::confirm_only())
@@ -413,7 +413,7 @@ async fn opting_out_of_the_tool_list_and_forgetting_the_policies_spends_nothing(
     let files = seeded();
     let store = MemoryReplayStore::new();
     let server = FilesServer::new(Arc::clone(&files));
-    let layer = builder(&store).without_tool_list().build();
+    let layer = builder(&store).without_tool_list_unchecked().build();
     let svc = ServiceBuilder::new().layer(layer).service(rmcp(server));
     let mut client = TestClient::new(svc.clone()).principal(alice());
     let delete = client.call("files_delete", json!({"pattern": "b"})).await;

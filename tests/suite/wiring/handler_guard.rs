@@ -663,7 +663,7 @@ fn fake_behind(
     Error = impl std::fmt::Debug,
 > + Clone {
     let store = MemoryReplayStore::new();
-    let layer = configure(builder(&store).without_tool_list()).build();
+    let layer = configure(builder(&store).without_tool_list_unchecked()).build();
     ServiceBuilder::new().layer(layer).service(fake.service())
 }
 
@@ -1294,7 +1294,7 @@ async fn a_listing_that_hides_a_tool_does_not_unguard_it() {
         }
     });
     let store = MemoryReplayStore::new();
-    let layer = builder(&store).without_tool_list().build();
+    let layer = builder(&store).without_tool_list_unchecked().build();
     let svc = ServiceBuilder::new().layer(layer).service(hiding);
     let listed = post_raw(&svc, &list_body(), None).await;
     assert!(!listed.contains("vault_purge"), "{listed}");

@@ -33,7 +33,7 @@ async fn over_stdio_messages_the_local_principal_still_applies() {
     let notes = Notes::seeded();
     let layer =
         mcp_confirm::ConfirmLayer::builder(mcp_confirm::KeyRing::single("k1", KEY).unwrap())
-            .without_tool_list()
+            .without_tool_list_unchecked()
             .audience("https://notes.example/mcp")
             .unauthenticated_local_principal(Principal::new("alice"))
             .tool("notes_delete", delete_policy(&notes))

@@ -10,3 +10,4 @@ mod handler_guard;
 mod local_principal;
 mod principal;
 mod standing_scope;
+mod tool_list;
