@@ -159,6 +159,21 @@ pub(crate) fn unlisted(call: &ToolCall) -> Reply {
     Reply::error(Some(&call.id), &RpcError::unlisted_tool())
 }
 
+/// Whether an outer `ConfirmLayer` already settled this request: its verdict is in the
+/// extensions. Two layers on one route would ask forever (each strips the other's state), and
+/// with two keys neither can verify the other's.
+pub(crate) fn settled_outside(extensions: &http::Extensions) -> bool {
+    extensions.get::<Confirmed>().is_some() || extensions.get::<Waived>().is_some()
+}
+
+/// The answer to a call that passed an outer `ConfirmLayer` and reached this one.
+pub(crate) fn stacked(call: &ToolCall) -> Reply {
+    tracing::error!(target: crate::audit::TARGET, decision = "refused", tool = %call.tool,
+        reason = "stacked_layers",
+        "two ConfirmLayers confirm this tool on one route: build one layer with every policy (one key ring, one audience), and remove the other");
+    Reply::error(Some(&call.id), &RpcError::stacked_layers())
+}
+
 /// The protocol gates, then authentication: who is asking, if the request may be considered.
 fn admit(
     config: &Config,

@@ -356,7 +356,7 @@ pub mod __fuzz {
 struct ReadmeDoctests;
 
 pub use confirmed::{Confirmed, Waived, WaiverReason};
-pub use http::ResponseFuture;
+pub use http::{InnerHttpService, ResponseFuture};
 pub use layer::{ConfigError, ConfirmLayer, ConfirmLayerBuilder};
 
 /// The builder's defaults and bounds, for code that wants to say "the default" by name.

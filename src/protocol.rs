@@ -311,6 +311,16 @@ impl RpcError {
         .with_data(json!({ "reason": "tool_not_listed" }))
     }
 
+    /// A call that an outer `ConfirmLayer` already confirmed reached a second one.
+    pub(crate) fn stacked_layers() -> Self {
+        Self::new(
+            code::INTERNAL_ERROR,
+            "This call passed two confirmation layers; nothing was changed.",
+            StatusCode::OK,
+        )
+        .with_data(json!({ "reason": "stacked_layers" }))
+    }
+
     pub(crate) fn internal() -> Self {
         Self::new(
             code::INTERNAL_ERROR,

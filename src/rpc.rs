@@ -116,6 +116,10 @@ where
                 let reply = Reply::error(id.as_deref(), &error);
                 return Box::pin(std::future::ready(Ok(reply.into())));
             }
+            Parsed::Intercept(call, _) if driver::settled_outside(&msg.extensions) => {
+                let reply = driver::stacked(&call);
+                return Box::pin(std::future::ready(Ok(reply.into())));
+            }
             Parsed::Intercept(call, Route::Exempt) => {
                 let principal = config.message_principal(&msg.extensions);
                 msg.extensions

@@ -79,9 +79,26 @@ impl ApprovedByArgs {
             );
         }
         let mut rule = if let Some(array) = &self.any_of {
+            if array.elems.is_empty() {
+                // An empty list is no rule at all; and rustc's own error for `[]` (E0283, type
+                // annotations needed) names no fix.
+                return error(
+                    array.span(),
+                    "`any_of` names at least one principal: any_of = [\"bob\", \"carol\"]",
+                );
+            }
             let mut names = Vec::new();
             for element in &array.elems {
                 match element {
+                    syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(name),
+                        ..
+                    }) if name.value().trim().is_empty() => {
+                        return error(
+                            name.span(),
+                            "an empty principal names no one: list the approvers by name",
+                        );
+                    }
                     syn::Expr::Lit(syn::ExprLit {
                         lit: syn::Lit::Str(name),
                         ..

@@ -229,6 +229,11 @@ where
         Parsed::Reject { id, error } => State::Replying {
             reply: Some(Reply::error(id.as_deref(), &error)),
         },
+        Parsed::Intercept(call, _) if driver::settled_outside(&parts.extensions) => {
+            State::Replying {
+                reply: Some(driver::stacked(&call)),
+            }
+        }
         Parsed::Intercept(call, Route::Exempt) => {
             // Exempt by configuration: the same bytes, with the waiver a guarded handler needs.
             let mut parts = parts;

@@ -22,13 +22,41 @@ use crate::body::{RequestBody, ResponseBody};
 use crate::protocol::{Reply, RpcError};
 use crate::service::Confirm;
 
-impl<S, B, ResBody> Service<Request<B>> for Confirm<S>
+/// What [`Confirm`] can wrap over HTTP: a cloneable service of `Request<RequestBody<B>>` (an
+/// axum `Router`, rmcp's `StreamableHttpService`, a hyper `service_fn`, or any service generic
+/// over its request body). Implemented for every such service; it exists so that a service that
+/// is not one (an axum `from_fn` middleware placed inside the layer, say) gets an error that
+/// says where it belongs.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the inner service of `ConfirmLayer`",
+    label = "the layer hands its inner service a `Request<RequestBody<_>>`, which this does not take",
+    note = "authentication and other axum middleware go in front of the layer, which reads the `Principal` they put in the request: `ServiceBuilder::new().layer(auth).layer(confirm).service(mcp)`",
+    note = "a service that takes `Request<axum::body::Body>` only can sit inside the layer behind `tower::ServiceBuilder::new().map_request(|r: Request<_>| r.map(axum::body::Body::new))`"
+)]
+pub trait InnerHttpService<B>:
+    Service<Request<RequestBody<B>>, Response = Response<Self::ResponseBody>> + Clone
+{
+    /// The body of the inner service's responses.
+    type ResponseBody;
+}
+
+// Not recommended: a failing bound is reported as this trait, with its message, not as the
+// `Service` bound inside it.
+#[diagnostic::do_not_recommend]
+impl<S, B, ResBody> InnerHttpService<B> for S
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone,
+{
+    type ResponseBody = ResBody;
+}
+
+impl<S, B> Service<Request<B>> for Confirm<S>
+where
+    S: InnerHttpService<B>,
     B: Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<ResponseBody<S::ResponseBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S, B>;
 

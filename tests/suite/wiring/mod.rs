@@ -9,5 +9,6 @@ mod handler_claims;
 mod handler_guard;
 mod local_principal;
 mod principal;
+mod stacked_layers;
 mod standing_scope;
 mod tool_list;
