@@ -824,6 +824,17 @@ impl ToolPolicy {
                 "tool {tool:?}: `recheck_approvers` needs `approved_by`: there is no one else to re-check"
             ));
         }
+        if !self.approvers.admits_caller() && self.recheck_approvers.is_none() {
+            // The page compares who approves with who asked by name; an approval page signed in
+            // by e-mail and an endpoint that names people by user id make the caller "someone
+            // else". Only the deployment's directory knows both names of one person.
+            return Err(format!(
+                "tool {tool:?}: approvers that exclude the caller need `recheck_approvers`, which \
+                 gets the caller as the endpoint names them and each approver as the page names \
+                 them, and must answer false when they are the same person (the page and the \
+                 endpoint may name one person differently, an e-mail and a user id)"
+            ));
+        }
         if self.standing.is_some() && !self.approvers.is_caller_only() {
             return Err(format!(
                 "tool {tool:?}: `standing` cannot go with `approved_by`: the later calls it \

@@ -78,6 +78,18 @@ impl ApprovedByArgs {
                  `any_of = [\"…\"]` and `role = \"…\"`",
             );
         }
+        let excludes_caller =
+            self.anyone_but_caller.is_present() || self.except_caller.is_present();
+        if excludes_caller && self.recheck.is_none() {
+            // The page and the endpoint may name one person differently (an e-mail and a user
+            // id): only the deployment's directory can tell the caller from someone else.
+            return error(
+                Span::call_site(),
+                "approvers that exclude the caller need `recheck = …`: your directory gets the \
+                 caller as the endpoint names them and each approver as the page names them, and \
+                 answers false when they are the same person",
+            );
+        }
         let mut rule = if let Some(array) = &self.any_of {
             if array.elems.is_empty() {
                 // An empty list is no rule at all; and rustc's own error for `[]` (E0283, type
@@ -443,11 +455,19 @@ mod tests {
             policy.contains("Self::still_approver(&this,query)"),
             "{policy}"
         );
-        let four_eyes = args(quote!(#[confirm(approved_by(anyone_but_caller))])).unwrap();
+        let four_eyes = args(quote!(#[confirm(approved_by(
+            anyone_but_caller,
+            recheck = Self::not_the_caller
+        ))]))
+        .unwrap();
         assert!(
             text(four_eyes.policy())
-                .ends_with(".approved_by(::mcp_confirm::Approvers::anyone_but_caller())"),
+                .contains(".approved_by(::mcp_confirm::Approvers::anyone_but_caller())"),
         );
+        // Without a directory to tell one person's two names apart: an error at the attribute.
+        let unchecked = args(quote!(#[confirm(approved_by(anyone_but_caller))])).unwrap();
+        let policy = text(unchecked.policy());
+        assert!(policy.contains("compile_error!") && policy.contains("recheck"), "{policy}");
         let role = args(quote!(#[confirm(approved_by(role = "admin"))])).unwrap();
         assert!(text(role.policy()).contains("Approvers::role(\"admin\")"));
     }

@@ -542,3 +542,12 @@ impl ReplayStore for ClaimsInHandler {
         true
     }
 }
+
+/// The directory of the tests: one name per person, so two names are two people. The recheck
+/// every rule that excludes the caller needs (a deployment whose pages and endpoint name people
+/// differently maps them here).
+pub async fn different_people(
+    query: mcp_confirm::ApproverQuery,
+) -> Result<bool, mcp_confirm::PolicyError> {
+    Ok(query.approver != query.caller.subject())
+}

@@ -18,7 +18,14 @@ fn admin(subject: &str) -> Principal {
 
 /// The fixture with `notes_destroy` approved by `rule`, its page and its inbox.
 fn approved_by(rule: Approvers) -> (Fixture, ApprovalPage, InboxPage) {
-    with_layer(|b, notes| b.tool("notes_destroy", destroy_policy(notes).approved_by(rule)))
+    with_layer(|b, notes| {
+        b.tool(
+            "notes_destroy",
+            destroy_policy(notes)
+                .approved_by(rule)
+                .recheck_approvers(different_people),
+        )
+    })
 }
 
 fn with_layer(
@@ -283,11 +290,15 @@ async fn rules_that_cannot_hold_are_refused_at_build() {
     let standing = mcp_confirm::ToolPolicy::standing;
     for (policy, words) in [
         (
-            destroy_policy(&notes).approved_by(Approvers::caller().except_caller()),
+            destroy_policy(&notes)
+                .approved_by(Approvers::caller().except_caller())
+                .recheck_approvers(different_people),
             "admits no one",
         ),
         (
-            destroy_policy(&notes).approved_by(Approvers::anyone_but_caller().required(0)),
+            destroy_policy(&notes)
+                .approved_by(Approvers::anyone_but_caller().required(0))
+                .recheck_approvers(different_people),
             "between 1 and",
         ),
         (
@@ -309,7 +320,9 @@ async fn rules_that_cannot_hold_are_refused_at_build() {
         ),
         (
             standing(
-                destroy_policy(&notes).approved_by(Approvers::anyone_but_caller()),
+                destroy_policy(&notes)
+                    .approved_by(Approvers::anyone_but_caller())
+                    .recheck_approvers(different_people),
                 std::time::Duration::from_secs(60),
                 3,
                 |l: &mcp_confirm::Lookup| l.arguments["workspaceUri"].as_str().map(str::to_owned),
@@ -321,8 +334,12 @@ async fn rules_that_cannot_hold_are_refused_at_build() {
         assert!(refused.contains(words), "{refused}");
     }
     assert!(
-        build(destroy_policy(&notes).approved_by(Approvers::anyone_but_caller().required(2)))
-            .is_ok()
+        build(
+            destroy_policy(&notes)
+                .approved_by(Approvers::anyone_but_caller().required(2))
+                .recheck_approvers(different_people)
+        )
+        .is_ok()
     );
 }
 
@@ -401,7 +418,9 @@ async fn the_inbox_lists_what_waits_for_each_approver_newest_first() {
 async fn across_instances_two_racing_approvers_and_the_retry_elsewhere() {
     for (backend, store) in stores("approvers across instances").await {
         let policy = || {
-            destroy_policy(&Notes::seeded()).approved_by(Approvers::anyone_but_caller().required(2))
+            destroy_policy(&Notes::seeded())
+                .approved_by(Approvers::anyone_but_caller().required(2))
+                .recheck_approvers(different_people)
         };
         let (first, _, _) = on_store_with(&store, policy());
         let (_, page, _) = on_store_with(&store, policy());
@@ -520,7 +539,8 @@ async fn a_queued_tool_gets_its_grant_only_once_the_approvers_decide() {
             "notes_destroy",
             destroy_policy(notes)
                 .queued()
-                .approved_by(Approvers::anyone_but_caller().required(2)),
+                .approved_by(Approvers::anyone_but_caller().required(2))
+                .recheck_approvers(different_people),
         )
         .grant_store(store_for_layer)
     });

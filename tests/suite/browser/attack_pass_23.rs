@@ -77,7 +77,14 @@ fn with_layer(
 }
 
 fn approved_by(rule: Approvers) -> (Fixture, ApprovalPage, InboxPage) {
-    with_layer(|b, notes| b.tool("notes_destroy", destroy_policy(notes).approved_by(rule)))
+    with_layer(|b, notes| {
+        b.tool(
+            "notes_destroy",
+            destroy_policy(notes)
+                .approved_by(rule)
+                .recheck_approvers(different_people),
+        )
+    })
 }
 
 async fn open(page: &ApprovalPage, url: &str, who: &Principal) -> (StatusCode, String) {
@@ -219,7 +226,11 @@ async fn holds_the_caller_is_recognised_across_a_key_rotation() {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let policy = || destroy_policy(&notes).approved_by(Approvers::anyone_but_caller());
+    let policy = || {
+        destroy_policy(&notes)
+            .approved_by(Approvers::anyone_but_caller())
+            .recheck_approvers(different_people)
+    };
     let old = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
         .tool("notes_destroy", policy())
         .build();
@@ -257,7 +268,11 @@ async fn holds_the_caller_cannot_self_approve_on_a_page_with_another_key() {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let policy = || destroy_policy(&notes).approved_by(Approvers::anyone_but_caller());
+    let policy = || {
+        destroy_policy(&notes)
+            .approved_by(Approvers::anyone_but_caller())
+            .recheck_approvers(different_people)
+    };
     let mcp = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
         .tool("notes_destroy", policy())
         .build();
@@ -300,8 +315,9 @@ async fn holds_the_retry_refuses_an_endorsement_by_the_callers_own_subject() {
             .unwrap()
             .prefix(prefix.clone()),
     );
-    let policy =
-        destroy_policy(&Notes::seeded()).approved_by(Approvers::anyone_but_caller().required(2));
+    let policy = destroy_policy(&Notes::seeded())
+        .approved_by(Approvers::anyone_but_caller().required(2))
+        .recheck_approvers(different_people);
     let (svc, page, seen) = layer_on(&store, run_key(), policy);
     let (page_url, id, state) =
         elicitation(&send(&svc, post(&destroy_call(json!(1)), Some("alice"))).await);
@@ -353,8 +369,9 @@ async fn holds_the_retry_refuses_a_record_whose_rule_was_edited() {
             .unwrap()
             .prefix(prefix.clone()),
     );
-    let policy =
-        destroy_policy(&Notes::seeded()).approved_by(Approvers::anyone_but_caller().required(2));
+    let policy = destroy_policy(&Notes::seeded())
+        .approved_by(Approvers::anyone_but_caller().required(2))
+        .recheck_approvers(different_people);
     let (svc, _page, seen) = layer_on(&store, run_key(), policy);
     let (_, id, state) =
         elicitation(&send(&svc, post(&destroy_call(json!(1)), Some("alice"))).await);
@@ -428,7 +445,11 @@ async fn holds_replayed_posts_and_other_audiences_decide_nothing() {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let policy = || destroy_policy(&notes).approved_by(Approvers::anyone_but_caller());
+    let policy = || {
+        destroy_policy(&notes)
+            .approved_by(Approvers::anyone_but_caller())
+            .recheck_approvers(different_people)
+    };
     let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
         .tool("notes_destroy", policy())
         .build();
@@ -479,7 +500,8 @@ async fn holds_a_decline_racing_an_approval_is_applied_atomically() {
         for required in [2u8, 1] {
             for round in 0..3 {
                 let policy = destroy_policy(&Notes::seeded())
-                    .approved_by(Approvers::anyone_but_caller().required(required));
+                    .approved_by(Approvers::anyone_but_caller().required(required))
+                    .recheck_approvers(different_people);
                 let (svc, page, seen) = on_store_with(&store, policy);
                 let (url, _, state) = elicitation(
                     &send(&svc, post(&destroy_call(json!(round)), Some("alice"))).await,
@@ -559,7 +581,9 @@ async fn holds_the_inbox_lists_only_what_its_reader_may_decide() {
         .approval_url(BASE)
         .tool(
             "notes_destroy",
-            destroy_policy(&notes).approved_by(Approvers::anyone_but_caller()),
+            destroy_policy(&notes)
+                .approved_by(Approvers::anyone_but_caller())
+                .recheck_approvers(different_people),
         )
         .build();
     let inbox = named.inbox_page();
@@ -626,7 +650,9 @@ async fn holds_the_redis_inbox_sets_do_not_grow_without_bound() {
         .store(store)
         .tool(
             "notes_destroy",
-            destroy_policy(&Notes::seeded()).approved_by(Approvers::anyone_but_caller()),
+            destroy_policy(&Notes::seeded())
+                .approved_by(Approvers::anyone_but_caller())
+                .recheck_approvers(different_people),
         )
         .approval_url(BASE)
         .build();
@@ -691,7 +717,9 @@ async fn holds_notices_only_where_others_decide_and_no_details_unless_shared() {
     let (f, _, _) = with_layer(move |b, notes| {
         b.tool(
             "notes_destroy",
-            destroy_policy(notes).approved_by(Approvers::anyone_but_caller()),
+            destroy_policy(notes)
+                .approved_by(Approvers::anyone_but_caller())
+                .recheck_approvers(different_people),
         )
         .tool(
             "notes_purge",
@@ -722,7 +750,8 @@ async fn holds_notices_only_where_others_decide_and_no_details_unless_shared() {
         b.tool(
             "notes_destroy",
             destroy_policy(notes)
-                .approved_by(Approvers::anyone_but_caller().share_candidate_labels()),
+                .approved_by(Approvers::anyone_but_caller().share_candidate_labels())
+                .recheck_approvers(different_people),
         )
         .notifier(h)
     });
@@ -749,7 +778,8 @@ async fn holds_slack_markup_in_subjects_and_labels_is_escaped() {
                     Approvers::anyone_but_caller()
                         .share_candidate_labels()
                         .share_argument_values(),
-                ),
+                )
+                .recheck_approvers(different_people),
         )
         .notifier(h)
     });
@@ -800,7 +830,9 @@ async fn holds_a_full_webhook_queue_never_blocks_the_request() {
     let (f, _, _) = with_layer(move |b, notes| {
         b.tool(
             "notes_destroy",
-            destroy_policy(notes).approved_by(Approvers::anyone_but_caller()),
+            destroy_policy(notes)
+                .approved_by(Approvers::anyone_but_caller())
+                .recheck_approvers(different_people),
         )
         .notifier(w)
     });
@@ -977,7 +1009,9 @@ async fn holds_a_passkey_rule_is_refused_at_build_or_can_be_met() {
         .approval_url(BASE)
         .tool(
             "notes_destroy",
-            destroy_policy(&notes).approved_by(rule.clone()),
+            destroy_policy(&notes)
+                .approved_by(rule.clone())
+                .recheck_approvers(different_people),
         )
         .try_build();
     if built.is_err() {

@@ -35,7 +35,12 @@ fn setup(rule: Approvers) -> Setup {
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let passkeys = Passkeys::new("notes.example", ORIGIN_URL, store.clone()).unwrap();
     let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
-        .tool("notes_destroy", destroy_policy(&notes).approved_by(rule))
+        .tool(
+            "notes_destroy",
+            destroy_policy(&notes)
+                .approved_by(rule)
+                .recheck_approvers(different_people),
+        )
         .passkeys(passkeys)
         .build();
     let (page, keys_page) = (layer.approval_page(), layer.passkey_page().unwrap());
@@ -442,7 +447,9 @@ async fn a_rule_that_requires_passkeys_needs_a_verifier() {
         .approval_url(BASE)
         .tool(
             "notes_destroy",
-            destroy_policy(&notes).approved_by(Approvers::anyone_but_caller().with_passkey()),
+            destroy_policy(&notes)
+                .approved_by(Approvers::anyone_but_caller().with_passkey())
+                .recheck_approvers(different_people),
         )
         .try_build();
     assert!(
@@ -476,7 +483,8 @@ async fn registered_on_one_instance_approved_on_another_retried_on_a_third() {
                 .tool(
                     "notes_destroy",
                     destroy_policy(&Notes::seeded())
-                        .approved_by(Approvers::anyone_but_caller().with_passkey()),
+                        .approved_by(Approvers::anyone_but_caller().with_passkey())
+                        .recheck_approvers(different_people),
                 )
                 .approval_url(BASE)
                 .passkeys(passkeys)

@@ -129,7 +129,12 @@ fn notified(webhooks: &Webhooks, rule: Approvers) -> Fixture {
     let clock = mcp_confirm::clock::ManualClock::new(now());
     let store = mcp_confirm::store::MemoryReplayStore::with_clock(10_000, clock.clone());
     let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
-        .tool("notes_destroy", destroy_policy(&notes).approved_by(rule))
+        .tool(
+            "notes_destroy",
+            destroy_policy(&notes)
+                .approved_by(rule)
+                .recheck_approvers(different_people),
+        )
         .tool(
             "notes_purge",
             destroy_policy(&notes).input_key("destroy_approval"),

@@ -356,7 +356,9 @@ async fn each_approvers_decision_is_recorded_with_who_gave_it() {
     let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
         .tool(
             "notes_destroy",
-            destroy_policy(&notes).approved_by(Approvers::anyone_but_caller().required(2)),
+            destroy_policy(&notes)
+                .approved_by(Approvers::anyone_but_caller().required(2))
+                .recheck_approvers(different_people),
         )
         .audit_log(log.clone())
         .build();

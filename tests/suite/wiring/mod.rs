@@ -1,6 +1,7 @@
 //! Wiring the layer and the handlers: the builder's checks, the #[confirm] attributes, and the
 //! handler guard that fails closed without the layer.
 
+mod approver_naming;
 mod attributes;
 mod billing;
 mod builder;
