@@ -467,7 +467,10 @@ mod tests {
         // Without a directory to tell one person's two names apart: an error at the attribute.
         let unchecked = args(quote!(#[confirm(approved_by(anyone_but_caller))])).unwrap();
         let policy = text(unchecked.policy());
-        assert!(policy.contains("compile_error!") && policy.contains("recheck"), "{policy}");
+        assert!(
+            policy.contains("compile_error!") && policy.contains("recheck"),
+            "{policy}"
+        );
         let role = args(quote!(#[confirm(approved_by(role = "admin"))])).unwrap();
         assert!(text(role.policy()).contains("Approvers::role(\"admin\")"));
     }
