@@ -604,7 +604,7 @@ fn browser_layer() -> (
 ) {
     let clock = ManualClock::new(SystemTime::now());
     let store = MemoryReplayStore::with_clock(1_000_000, clock.clone());
-    let layer = ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
+    let layer = ConfirmLayer::builder(KeyRing::single("k1", common::secret(7)).unwrap())
         .without_tool_list_unchecked()
         .audience("https://bench.example/mcp")
         .ttl(Duration::from_secs(60))
@@ -996,7 +996,7 @@ fn listing_benches(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     let list = json!({"jsonrpc":"2.0","id":2,"method":"tools/list",
                       "params":{"_meta": meta(json!({"form":{}}))}});
     let layer = || {
-        ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
+        ConfirmLayer::builder(KeyRing::single("k1", common::secret(7)).unwrap())
             .tool_list(tools.clone())
             .audience("https://bench.example/mcp")
             .without_challenge_rate_limit()
@@ -1059,7 +1059,7 @@ fn standing_benches(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     .standing(Duration::from_secs(600), USES, |lookup: &Lookup| {
         lookup.arguments["workspaceUri"].as_str().map(str::to_owned)
     });
-    let layer = ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
+    let layer = ConfirmLayer::builder(KeyRing::single("k1", common::secret(7)).unwrap())
         .without_tool_list_unchecked()
         .audience("https://bench.example/mcp")
         .without_challenge_rate_limit()
@@ -1166,21 +1166,3 @@ fn benches(c: &mut Criterion) {
 
 criterion_group!(feature_benches, benches);
 criterion_main!(feature_benches);
-
-/// A fixed secret that looks random (a splitmix64 stream from `seed`): distinct per seed, the
-/// same on every run, and accepted by `KeyRing`, which refuses `[seed; 32]`.
-const fn secret(seed: u8) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    let mut x = 0x6d63_7063_6f6e_6669_u64 ^ seed as u64;
-    let mut i = 0;
-    while i < 32 {
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        out[i] = z as u8;
-        i += 1;
-    }
-    out
-}

@@ -66,7 +66,7 @@ fn layer(store: MemoryReplayStore) -> ConfirmLayer {
     .input_key("delete_choice")
     .choice_field("note_id")
     .select_into("note_id");
-    ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
+    ConfirmLayer::builder(KeyRing::single("k1", common::secret(7)).unwrap())
         .without_tool_list_unchecked()
         .audience("https://bench.example/mcp")
         .without_challenge_rate_limit()
@@ -243,7 +243,7 @@ fn benches(c: &mut Criterion) {
     group.finish();
 
     // --- the state codec, next to rmcp's on the same bytes -----------------------------------
-    let ring = KeyRing::single("k1", secret(7)).unwrap();
+    let ring = KeyRing::single("k1", common::secret(7)).unwrap();
     let token = mcp_confirm::__bench::seal_sample(&ring);
     let payload = mcp_confirm::__bench::sample_payload();
     let rmcp_codec = rmcp::model::RequestStateCodec::try_new(vec![7u8; 32]).unwrap();
@@ -375,21 +375,3 @@ fn redis_benches(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
 
 criterion_group!(layer_benches, benches);
 criterion_main!(layer_benches);
-
-/// A fixed secret that looks random (a splitmix64 stream from `seed`): distinct per seed, the
-/// same on every run, and accepted by `KeyRing`, which refuses `[seed; 32]`.
-const fn secret(seed: u8) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    let mut x = 0x6d63_7063_6f6e_6669_u64 ^ seed as u64;
-    let mut i = 0;
-    while i < 32 {
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        out[i] = z as u8;
-        i += 1;
-    }
-    out
-}

@@ -224,7 +224,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// three candidates, read back from the store.
 fn approval_template() -> Approval {
     let store = MemoryReplayStore::with_capacity(100);
-    let layer = ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
+    let layer = ConfirmLayer::builder(KeyRing::single("k1", common::secret(7)).unwrap())
         .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .store(store.clone())
@@ -258,7 +258,7 @@ fn approval_template() -> Approval {
 /// A grant as a queued tool's confirmation issues it, read back from the store.
 fn grant_template() -> Grant {
     let grants = Arc::new(MemoryGrantStore::new());
-    let layer = ConfirmLayer::builder(KeyRing::single("k1", secret(7)).unwrap())
+    let layer = ConfirmLayer::builder(KeyRing::single("k1", common::secret(7)).unwrap())
         .without_tool_list_unchecked()
         .audience("https://notes.example/mcp")
         .replay_store(MemoryReplayStore::with_capacity(100))
@@ -492,22 +492,4 @@ fn nonces(count: usize) {
     let after = rss_kib();
     assert_eq!(store.len(), count);
     report("nonces", count, before, after, took);
-}
-
-/// A fixed secret that looks random (a splitmix64 stream from `seed`): distinct per seed, the
-/// same on every run, and accepted by `KeyRing`, which refuses `[seed; 32]`.
-const fn secret(seed: u8) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    let mut x = 0x6d63_7063_6f6e_6669_u64 ^ seed as u64;
-    let mut i = 0;
-    while i < 32 {
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        out[i] = z as u8;
-        i += 1;
-    }
-    out
 }

@@ -1090,14 +1090,7 @@ impl Attempt<'_> {
         // refuses with the confirmation still unspent. Its id leaves this function only with the
         // forwarded call; if the claim fails, it is withdrawn.
         let grant = if policy.settlement == Settlement::Queued {
-            if config
-                .store
-                .is_used(claims.nonce, claims.principal)
-                .await
-                .map_err(store_failed)?
-            {
-                return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
-            }
+            unused(config, claims).await?;
             let terms = GrantTerms {
                 principal: claims.principal,
                 arguments_digest: claims.arguments,
@@ -1121,14 +1114,7 @@ impl Attempt<'_> {
                     Refused::replay(claims.nonce, "in_flight", StateError::InFlight)
                 })?,
             );
-            if config
-                .store
-                .is_used(claims.nonce, claims.principal)
-                .await
-                .map_err(store_failed)?
-            {
-                return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
-            }
+            unused(config, claims).await?;
             None
         } else {
             if let Err(refused) = claim(config, claims, &request).await {
@@ -1314,6 +1300,21 @@ fn claim_request(config: &Config, claims: &Claims) -> ClaimRequest {
         claims.principal,
         config.sealer.retention(claims),
     )
+}
+
+/// Refuses a state whose nonce is already held (in flight or consumed), without claiming it:
+/// for the settlements that do not claim before the call (a queued tool's grant comes first; a
+/// `claimed_by_handler` tool's handler claims).
+async fn unused(config: &Config, claims: &Claims) -> Result<(), Refused> {
+    let used = config
+        .store
+        .is_used(claims.nonce, claims.principal)
+        .await
+        .map_err(store_failed)?;
+    if used {
+        return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
+    }
+    Ok(())
 }
 
 /// Claims the state's nonce; any answer but [`Claim::Claimed`] is a refusal.

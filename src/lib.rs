@@ -275,8 +275,10 @@ pub mod __fuzz {
     /// The fixed ring the targets open states with.
     fn ring() -> Option<&'static KeyRing> {
         static RING: std::sync::OnceLock<Option<KeyRing>> = std::sync::OnceLock::new();
-        RING.get_or_init(|| KeyRing::single("k1", crate::token::keyring::secret(0x42)).ok())
-            .as_ref()
+        RING.get_or_init(|| {
+            KeyRing::single("k1", crate::token::keyring::fixed_test_secret(0x42)).ok()
+        })
+        .as_ref()
     }
 
     /// Opens `token` under a fixed ring. Checks: no panic; whatever opens re-seals to itself.

@@ -19,6 +19,8 @@
 
 use std::future::poll_fn;
 
+pub use crate::token::keyring::fixed_test_secret;
+
 use bytes::Bytes;
 use http_body::Body;
 use http_body_util::{BodyExt, Full};

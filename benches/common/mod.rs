@@ -28,3 +28,6 @@ pub(crate) fn three_candidates() -> Vec<Candidate> {
         Candidate::labelled("note-14", "Groceries (Friday)").with_version("v1-14"),
     ]
 }
+
+/// The benches' key: 32 bytes that look random, fixed per seed.
+pub(crate) use mcp_confirm::testing::fixed_test_secret as secret;

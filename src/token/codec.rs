@@ -118,7 +118,7 @@ pub(crate) fn open<'r>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::token::keyring::secret;
+    use crate::token::keyring::fixed_test_secret as secret;
 
     fn claims() -> Claims {
         crate::token::claims::sample()

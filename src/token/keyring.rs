@@ -330,10 +330,11 @@ fn valid_key_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, feature = "fuzzing", feature = "testing"))]
 /// A fixed secret that looks random (a splitmix64 stream from `seed`): distinct per seed, the
-/// same on every run, and accepted by `KeyRing`, which refuses `[seed; 32]`.
-pub(crate) const fn secret(seed: u8) -> [u8; 32] {
+/// same on every run, and accepted by [`KeyRing`], which refuses `[seed; 32]`. For tests only:
+/// anyone can compute it.
+pub const fn fixed_test_secret(seed: u8) -> [u8; 32] {
     let mut out = [0u8; 32];
     let mut x = 0x6d63_7063_6f6e_6669_u64 ^ seed as u64;
     let mut i = 0;
@@ -380,26 +381,26 @@ mod tests {
             }
         );
         assert!(matches!(
-            KeyRing::single("", secret(0)),
+            KeyRing::single("", fixed_test_secret(0)),
             Err(KeyError::InvalidId(_))
         ));
         assert!(matches!(
-            KeyRing::single("k 1", secret(0)),
+            KeyRing::single("k 1", fixed_test_secret(0)),
             Err(KeyError::InvalidId(_))
         ));
         assert!(matches!(
-            KeyRing::single("k".repeat(33), secret(0)),
+            KeyRing::single("k".repeat(33), fixed_test_secret(0)),
             Err(KeyError::InvalidId(_))
         ));
         assert!(matches!(
-            KeyRing::new([("a", secret(1)), ("a", secret(2))]),
+            KeyRing::new([("a", fixed_test_secret(1)), ("a", fixed_test_secret(2))]),
             Err(KeyError::DuplicateId(_))
         ));
         assert_eq!(
             KeyRing::new(Vec::<(String, Vec<u8>)>::new()).unwrap_err(),
             KeyError::Empty
         );
-        assert!(KeyRing::single("k1", secret(0)).is_ok());
+        assert!(KeyRing::single("k1", fixed_test_secret(0)).is_ok());
     }
 
     /// Issue 34, mistake 9: the README's `[7; 32]`, an all-zero key, a password and hex that was
@@ -427,7 +428,10 @@ mod tests {
         let message = KeyRing::single("k1", [7u8; 32]).unwrap_err().to_string();
         assert!(message.contains("openssl rand -hex 32"), "{message}");
         for seed in 0..=255 {
-            assert!(KeyRing::single("k1", secret(seed)).is_ok(), "{seed}");
+            assert!(
+                KeyRing::single("k1", fixed_test_secret(seed)).is_ok(),
+                "{seed}"
+            );
         }
         let mut random = [0u8; 32];
         getrandom::fill(&mut random).unwrap();
@@ -436,7 +440,11 @@ mod tests {
 
     #[test]
     fn debug_redacts_secrets() {
-        let ring = KeyRing::new([("k2", secret(0xAB)), ("k1", secret(0xCD))]).unwrap();
+        let ring = KeyRing::new([
+            ("k2", fixed_test_secret(0xAB)),
+            ("k1", fixed_test_secret(0xCD)),
+        ])
+        .unwrap();
         let shown = format!("{ring:?}");
         assert!(shown.contains("k2") && shown.contains("k1") && shown.contains("<redacted>"));
         assert!(!shown.to_lowercase().contains("ab, ab") && !shown.contains("171"));
@@ -445,7 +453,10 @@ mod tests {
 
     #[test]
     fn hex_secrets() {
-        let hex: String = secret(1).iter().map(|b| format!("{b:02x}")).collect();
+        let hex: String = fixed_test_secret(1)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         assert!(KeyRing::single_hex("k", &hex).is_ok());
         assert!(matches!(
             KeyRing::single_hex("k", "zz"),
@@ -477,8 +488,8 @@ mod tests {
 
     #[test]
     fn principal_digest_is_keyed() {
-        let a = KeyRing::single("k", secret(1)).unwrap();
-        let b = KeyRing::single("k", secret(2)).unwrap();
+        let a = KeyRing::single("k", fixed_test_secret(1)).unwrap();
+        let b = KeyRing::single("k", fixed_test_secret(2)).unwrap();
         assert_ne!(
             a.signing().principal_digest("alice"),
             b.signing().principal_digest("alice")

@@ -485,23 +485,8 @@ pub async fn challenged() -> (Fixture, String) {
     (f, state)
 }
 
-/// A fixed secret that looks random (a splitmix64 stream from `seed`): distinct per seed, the
-/// same on every run, and accepted by `KeyRing`, which refuses `[seed; 32]`.
-pub const fn secret(seed: u8) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    let mut x = 0x6d63_7063_6f6e_6669_u64 ^ seed as u64;
-    let mut i = 0;
-    while i < 32 {
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        out[i] = z as u8;
-        i += 1;
-    }
-    out
-}
+/// The tests' keys: 32 bytes that look random, fixed per seed.
+pub use mcp_confirm::testing::fixed_test_secret as secret;
 
 /// A memory store that says its nonces can be claimed in a handler's transaction: the stand-in
 /// for `PostgresReplayStore` in tests of `claimed_by_handler` that need no database.

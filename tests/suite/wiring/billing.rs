@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use super::handler_guard::rmcp_service;
 use mcp_confirm::rmcp::{Confirmation, guarded};
 use mcp_confirm::testing::TestClient;
 use mcp_confirm::{
@@ -16,7 +17,7 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{ProtocolVersion, ServerCapabilities, ServerConfig};
 use rmcp::transport::streamable_http_server::{
-    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    StreamableHttpService, session::local::LocalSessionManager,
 };
 use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
 use serde::Deserialize;
@@ -144,17 +145,6 @@ impl Billing {
     }
 }
 
-fn rmcp(server: Billing) -> StreamableHttpService<Billing, LocalSessionManager> {
-    StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default()
-            .with_legacy_session_mode(false)
-            .with_sse_keep_alive(None)
-            .with_json_response(true),
-    )
-}
-
 /// The layer as the README wires it, given the server's whole tool list.
 fn layer(server: &Billing) -> ConfirmLayerBuilder {
     ConfirmLayer::builder(KeyRing::single("k1", crate::common::secret(34)).unwrap())
@@ -170,7 +160,7 @@ fn client(
     let layer = layer(server).build();
     let svc = ServiceBuilder::new()
         .layer(layer)
-        .service(rmcp(server.clone()));
+        .service(rmcp_service(server.clone()));
     TestClient::new(svc).principal(Principal::new("alice"))
 }
 
@@ -192,7 +182,7 @@ fn a_destructive_tool_of_an_unguarded_impl_stops_the_build_by_name() {
 #[tokio::test]
 async fn the_guarded_router_refuses_every_destructive_tool_on_a_route_around_the_layer() {
     let server = Billing::guarded();
-    let mut bare = TestClient::new(rmcp(server.clone())).principal(Principal::new("alice"));
+    let mut bare = TestClient::new(rmcp_service(server.clone())).principal(Principal::new("alice"));
     for (tool, arguments) in [
         ("ledger_purge", json!({})),
         ("customer_erase", json!({"customer_id": "cus_42"})),

@@ -403,7 +403,7 @@ impl Forged {
 // Wiring helpers.
 // ---------------------------------------------------------------------------------------------
 
-fn rmcp_service<S: ServerHandler + Clone + Send + Sync + 'static>(
+pub(super) fn rmcp_service<S: ServerHandler + Clone + Send + Sync + 'static>(
     server: S,
 ) -> StreamableHttpService<S, LocalSessionManager> {
     StreamableHttpService::new(
