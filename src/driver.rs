@@ -1026,15 +1026,7 @@ impl Attempt<'_> {
     /// A cancel: nothing is consumed, so the same state may be answered again, unless it was
     /// already used, which is refused like any other replay.
     async fn cancel(&self, claims: &Claims) -> Result<Decision, Refused> {
-        let used = self
-            .config
-            .store
-            .is_used(claims.nonce, claims.principal)
-            .await
-            .map_err(store_failed)?;
-        if used {
-            return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
-        }
+        unused(self.config, claims).await?;
         audit::cancelled(&self.call.tool, self.principal, &claims.nonce);
         self.config.note(Event {
             event: "cancelled",
@@ -1303,8 +1295,8 @@ fn claim_request(config: &Config, claims: &Claims) -> ClaimRequest {
 }
 
 /// Refuses a state whose nonce is already held (in flight or consumed), without claiming it:
-/// for the settlements that do not claim before the call (a queued tool's grant comes first; a
-/// `claimed_by_handler` tool's handler claims).
+/// a cancel, and the settlements that do not claim before the call (a queued tool's grant comes
+/// first; a `claimed_by_handler` tool's handler claims).
 async fn unused(config: &Config, claims: &Claims) -> Result<(), Refused> {
     let used = config
         .store
