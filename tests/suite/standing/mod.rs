@@ -14,6 +14,7 @@ use mcp_confirm::{
 };
 use serde_json::{Value, json};
 
+mod attacks;
 mod browser;
 mod page;
 mod queued;

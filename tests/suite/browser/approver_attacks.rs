@@ -1,4 +1,4 @@
-//! Attack pass 23: an adversarial pass on "someone else approves" (#23) — approver rules on the
+//! The attacks on "someone else approves" (the adversarial pass on #23) — approver rules on the
 //! approval page and in every store, four eyes against the caller's other sessions, roles and
 //! keys, counting, the chosen record, declines racing approvals, records edited in a shared
 //! store, replayed posts, the inbox, notifications (payloads, Slack, signatures, the queue) and

@@ -1,4 +1,4 @@
-//! Attack pass 21: an adversarial pass on standing approvals (#21) — the scope a later call is
+//! The attacks on standing approvals (the adversarial pass on #21) — the scope a later call is
 //! matched by, the granting retry and its signed terms, the use count under races and across
 //! instances and backends, restarts and key rotations, budgets and floods, the protocol gates on
 //! a call that needs no form, the standing-approvals page, and the corners of the `remember`
