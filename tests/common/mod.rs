@@ -4,6 +4,7 @@
 pub mod audit_events;
 pub mod authenticator;
 pub mod browser;
+pub mod faulty;
 pub mod queued;
 
 use std::collections::BTreeMap;

@@ -7,9 +7,7 @@ use std::sync::Arc;
 
 use crate::notes_http::{accept, offered_ids, options};
 use mcp_confirm::KeyRing;
-use mcp_confirm::grant::GrantStoreError;
-use mcp_confirm::grant::{Begin, Finish, Grant, GrantId, GrantState, GrantStore, Lease, Revoke};
-use mcp_confirm::store::BoxFuture;
+use mcp_confirm::grant::{GrantState, GrantStore};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation,
     JsonObject, ProtocolVersion,
@@ -1079,63 +1077,20 @@ async fn a_client_without_tasks_waits_for_the_same_grant_in_the_request() {
     assert_eq!(server.notes_in("personal"), PERSONAL_WITHOUT_GROCERIES);
 }
 
-/// A memory grant store whose `begin` answers late once it has started an attempt (a slow round
-/// trip, a paused worker): the window in which a `tasks/cancel` lands after the grant was begun
-/// and before the purge acts. It remembers the last grant begun.
-#[derive(Debug)]
-struct SlowAfterBegin {
-    inner: mcp_confirm::grant::MemoryGrantStore,
-    began: Arc<tokio::sync::Notify>,
-    last: std::sync::Mutex<Option<mcp_confirm::grant::GrantId>>,
-}
-
-impl GrantStore for SlowAfterBegin {
-    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
-        self.inner.issue(grant)
-    }
-    fn begin(
-        &self,
-        id: GrantId,
-        lease: std::time::Duration,
-    ) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
-        Box::pin(async move {
-            let begun = self.inner.begin(id, lease).await;
-            if let Ok(Begin::Started(_)) = begun {
-                *self.last.lock().unwrap() = Some(id);
-                self.began.notify_one();
-                tokio::time::sleep(std::time::Duration::from_millis(800)).await;
-            }
-            begun
-        })
-    }
-    fn finish(
-        &self,
-        lease: Lease,
-        outcome: Finish,
-    ) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
-        self.inner.finish(lease, outcome)
-    }
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
-        self.inner.revoke(id)
-    }
-    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
-        self.inner.confirm(lease)
-    }
-    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
-        self.inner.get(id)
-    }
-}
-
 /// A `tasks/cancel` that lands after the task began its grant and before the purge acts: the
 /// grant is revoked while its attempt re-checks, the attempt's last check before acting fails,
 /// and nothing is deleted. (Found by an attack on the first version: the notes were deleted.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_after_the_task_began_its_grant_stops_the_purge() {
-    let grants = Arc::new(SlowAfterBegin {
-        inner: mcp_confirm::grant::MemoryGrantStore::new(),
-        began: Arc::default(),
-        last: std::sync::Mutex::new(None),
-    });
+    // Its `begin` answers 800 ms late once it started an attempt: the window in which a
+    // `tasks/cancel` lands after the grant was begun and before the purge acts.
+    let grants = Arc::new(crate::common::faulty::FaultyGrants::new(
+        mcp_confirm::grant::MemoryGrantStore::new(),
+        crate::common::faulty::Faults {
+            slow_after_begin: Some(std::time::Duration::from_millis(800)),
+            ..Default::default()
+        },
+    ));
     let server = Server::start_with(
         false,
         |data| notes::NotesStore::open(data).unwrap(),
@@ -1158,7 +1113,11 @@ async fn a_cancel_after_the_task_began_its_grant_stops_the_purge() {
         .await
         .expect("tasks/cancel is acknowledged");
     let done = settled(&alice, &task).await;
-    let id = grants.last.lock().unwrap().expect("a grant was begun");
+    let id = grants
+        .last_begun
+        .lock()
+        .unwrap()
+        .expect("a grant was begun");
     let state = grants.inner.get(id).await.unwrap().unwrap().state;
     assert!(
         matches!(state, GrantState::Revoking { .. } | GrantState::Revoked),

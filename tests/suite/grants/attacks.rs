@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::common::audit_events::Events;
+use crate::common::faulty::{Faults, FaultyGrants};
 use crate::common::*;
 use mcp_confirm::clock::{Clock, ManualClock};
 use mcp_confirm::grant::{
@@ -779,68 +780,6 @@ async fn holds_postgres_transaction_mode_against_the_plain_path_on_one_grant() {
     assert_eq!(state_of(&store, second.id).await, GrantState::Consumed);
 }
 
-/// A grant store that counts the grants it stored, and takes 20 ms to store one (so two racing
-/// retries overlap: the second arrives while the first holds its claim).
-#[derive(Debug)]
-struct Counting(
-    Arc<MemoryGrantStore>,
-    Arc<AtomicUsize>,
-    Arc<std::sync::Mutex<Vec<GrantId>>>,
-);
-
-impl GrantStore for Counting {
-    fn issue(
-        &self,
-        grant: &Grant,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<(), mcp_confirm::grant::GrantStoreError>> {
-        let issued = Arc::clone(&self.1);
-        self.2.lock().unwrap().push(grant.id);
-        let inner = self.0.issue(grant);
-        Box::pin(async move {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let result = inner.await;
-            if result.is_ok() {
-                issued.fetch_add(1, Ordering::SeqCst);
-            }
-            result
-        })
-    }
-    fn begin(
-        &self,
-        id: GrantId,
-        lease: Duration,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<Begin, mcp_confirm::grant::GrantStoreError>> {
-        self.0.begin(id, lease)
-    }
-    fn finish(
-        &self,
-        lease: mcp_confirm::grant::Lease,
-        outcome: Finish,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::grant::GrantStoreError>> {
-        self.0.finish(lease, outcome)
-    }
-    fn revoke(
-        &self,
-        id: GrantId,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<Revoke, mcp_confirm::grant::GrantStoreError>>
-    {
-        self.0.revoke(id)
-    }
-    fn confirm(
-        &self,
-        lease: mcp_confirm::grant::Lease,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::grant::GrantStoreError>> {
-        self.0.confirm(lease)
-    }
-    fn get(
-        &self,
-        id: GrantId,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<Option<Grant>, mcp_confirm::grant::GrantStoreError>>
-    {
-        self.0.get(id)
-    }
-}
-
 /// Two retries of one accepted confirmation race through the layer on two threads, 20 times:
 /// each time one is forwarded with one grant, the other is refused, and exactly one grant is
 /// stored. (Fails if the grant were issued before the claim, or the claim were not atomic.)
@@ -849,10 +788,15 @@ async fn holds_one_confirmation_races_into_one_grant() {
     let notes = Notes::seeded();
     let clock = manual_clock();
     let replay = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let issued = Arc::new(AtomicUsize::new(0));
-    let inner = Arc::new(MemoryGrantStore::with_clock(10_000, clock.clone()));
-    let ids = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let store = Counting(Arc::clone(&inner), Arc::clone(&issued), Arc::clone(&ids));
+    // Each grant takes 20 ms to store, so two racing retries overlap.
+    let store = FaultyGrants::new(
+        MemoryGrantStore::with_clock(10_000, clock.clone()),
+        Faults {
+            issue_delay: Some(Duration::from_millis(20)),
+            ..Faults::default()
+        },
+    );
+    let (ids, inner) = (Arc::clone(&store.issued), Arc::clone(&store.inner));
     let layer = base_builder(&notes, &clock, &replay)
         .tool("notes_delete", delete_policy(&notes).queued())
         .grant_store(store)

@@ -5,14 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::common::faulty::{Faults, FaultyGrants};
 use crate::common::queued::*;
 use crate::common::*;
 use mcp_confirm::clock::ManualClock;
-use mcp_confirm::grant::{
-    Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, GrantStoreError, Lease,
-    MemoryGrantStore, Revoke, RunError,
-};
-use mcp_confirm::store::{BoxFuture, MemoryReplayStore};
+use mcp_confirm::grant::{Grant, GrantError, GrantState, GrantStore, MemoryGrantStore, RunError};
+use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{ConfigError, ToolPolicy};
 use serde_json::json;
 
@@ -122,9 +120,8 @@ async fn a_refusal_at_approval_withdraws_its_grant() {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let issued = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let inner = Arc::new(MemoryGrantStore::new());
-    let counting = Counting(Arc::clone(&inner), Arc::clone(&issued));
+    let counting = FaultyGrants::recording(MemoryGrantStore::new());
+    let (issued, inner) = (Arc::clone(&counting.issued), Arc::clone(&counting.inner));
     let f = Fixture::new(
         queued_layer(&notes, &clock, &store, counting),
         notes,
@@ -153,67 +150,23 @@ async fn a_refusal_at_approval_withdraws_its_grant() {
     );
 }
 
-/// A memory grant store that counts the grants issued.
-#[derive(Debug)]
-struct Counting(Arc<MemoryGrantStore>, Arc<std::sync::Mutex<Vec<GrantId>>>);
-
-impl GrantStore for Counting {
-    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
-        self.1.lock().unwrap().push(grant.id);
-        self.0.issue(grant)
-    }
-    fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
-        self.0.begin(id, lease)
-    }
-    fn finish(
-        &self,
-        lease: Lease,
-        outcome: Finish,
-    ) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
-        self.0.finish(lease, outcome)
-    }
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
-        self.0.revoke(id)
-    }
-    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
-        self.0.confirm(lease)
-    }
-    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
-        self.0.get(id)
-    }
-}
-
-/// A grant store that refuses to store anything.
-#[derive(Debug)]
-struct Down;
-
-impl GrantStore for Down {
-    fn issue(&self, _: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
-        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
-    }
-    fn begin(&self, _: GrantId, _: Duration) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
-        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
-    }
-    fn finish(&self, _: Lease, _: Finish) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
-        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
-    }
-    fn revoke(&self, _: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
-        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
-    }
-    fn confirm(&self, _: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
-        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
-    }
-    fn get(&self, _: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
-        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
-    }
-}
-
 #[tokio::test]
 async fn a_grant_store_down_at_approval_refuses_and_leaves_the_confirmation_unspent() {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let layer = queued_layer(&notes, &clock, &store, Down);
+    let layer = queued_layer(
+        &notes,
+        &clock,
+        &store,
+        FaultyGrants::new(
+            MemoryGrantStore::new(),
+            Faults {
+                down: true,
+                ..Faults::default()
+            },
+        ),
+    );
     let f = Fixture::new(layer, notes, clock, store);
     let state = f.alice(&delete_call(json!(1), "Groceries")).await.state();
     let refused = f.accept(&state, json!(2), "note-7").await;

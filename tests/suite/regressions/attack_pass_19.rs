@@ -7,6 +7,7 @@
 //! they are regression tests. The others failed when they were written; their doc comment says
 //! **Was broken**, what broke, where, and how it was fixed.
 
+use crate::common::faulty::{Faults, FaultyGrants};
 use mcp_confirm_demo::{app, notes};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,11 +17,8 @@ use crate::common::*;
 use http::StatusCode;
 use mcp_confirm::approval::MAX_PENDING_APPROVALS;
 use mcp_confirm::clock::ManualClock;
-use mcp_confirm::grant::GrantStoreError;
-use mcp_confirm::grant::{
-    Begin, Finish, Grant, GrantId, GrantStore, Lease, MemoryGrantStore, Revoke,
-};
-use mcp_confirm::store::{BoxFuture, MemoryReplayStore};
+use mcp_confirm::grant::{GrantId, GrantStore, MemoryGrantStore};
+use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, ToolPolicy};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation,
@@ -1024,42 +1022,6 @@ async fn a_refused_purge_reads_the_same_on_every_instance() {
     );
 }
 
-/// A grant store shared by the instances of a deployment whose worker is gone (the instance that
-/// held the task restarted, so its in-process task is lost, and the grant waits past its
-/// expiry): every grant is stored already expired and no attempt ever begins.
-#[derive(Debug, Default)]
-struct WorkerGone {
-    inner: MemoryGrantStore,
-}
-
-impl GrantStore for WorkerGone {
-    fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
-        let mut grant = grant.clone();
-        grant.expires_at = std::time::SystemTime::now() - Duration::from_secs(1);
-        let issued = self.inner.issue(&grant);
-        Box::pin(issued)
-    }
-    fn begin(&self, _: GrantId, _: Duration) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
-        Box::pin(std::future::ready(Err(GrantStoreError::Timeout)))
-    }
-    fn finish(
-        &self,
-        lease: Lease,
-        outcome: Finish,
-    ) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
-        self.inner.finish(lease, outcome)
-    }
-    fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
-        self.inner.revoke(id)
-    }
-    fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
-        self.inner.confirm(lease)
-    }
-    fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
-        self.inner.get(id)
-    }
-}
-
 /// **Was broken (liveness, restart).** A task whose grant can never run reads `working` forever on
 /// every other instance.
 ///
@@ -1076,7 +1038,13 @@ impl GrantStore for WorkerGone {
 #[tokio::test]
 async fn a_task_whose_grant_expired_reads_finished_elsewhere() {
     let (_dir, store) = notes_store();
-    let grants: Arc<dyn GrantStore> = Arc::new(WorkerGone::default());
+    let grants: Arc<dyn GrantStore> = Arc::new(FaultyGrants::new(
+        MemoryGrantStore::new(),
+        Faults {
+            worker_gone: true,
+            ..Faults::default()
+        },
+    ));
     let first = instance(&store, Arc::clone(&grants)).await;
     let second = instance(&store, grants).await;
     let alice = task_client(&first, "alice-token").await;
