@@ -1,6 +1,7 @@
 //! Approval in the browser: the page, its decision, and the attacks on it.
 
 mod approval;
+mod approval_attacks;
 mod approver_attacks;
 mod approvers;
 mod attacks;

@@ -3,4 +3,5 @@
 
 mod http;
 mod inner_services;
+mod protocol_attacks;
 mod rpc;

@@ -2,5 +2,7 @@
 //! its attacks, and the Postgres transactional mode.
 
 mod attacks;
+pub(crate) mod cluster;
 mod e2e;
 mod postgres;
+mod signin_attacks;

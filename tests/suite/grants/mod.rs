@@ -2,5 +2,6 @@
 //! layer, and the attacks on grants.
 
 mod attacks;
+mod demo_attacks;
 mod processes;
 mod queued;

@@ -1,6 +1,6 @@
-//! Regression suites: the mutants the tests were written to kill, and the attack pass on #19
-//! (browser approvals, guards). The attacks on standing approvals are `standing::attacks`; those on
-//! approvers, `browser::approver_attacks`.
+//! The mutants the tests were written to kill. The attack passes live beside the behaviour they
+//! attack: `standing::attacks`, `browser::approver_attacks`, `browser::approval_attacks`,
+//! `demo::signin_attacks`, `confirm_flow::protocol_attacks`, `grants::demo_attacks`,
+//! `wiring::listing_attacks`.
 
-mod attack_pass_19;
 mod mutants;

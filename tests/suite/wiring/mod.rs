@@ -8,6 +8,7 @@ mod builder;
 mod deployment;
 mod handler_claims;
 mod handler_guard;
+mod listing_attacks;
 mod local_principal;
 mod principal;
 mod stacked_layers;
