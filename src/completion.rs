@@ -26,6 +26,21 @@ fn finish(mut work: Pin<Box<dyn Future<Output = ()> + Send>>) -> Option<()> {
     Some(())
 }
 
+/// Marks a nonce used without running anything: claims it and, if the claim was fresh, consumes
+/// it. `Ok(true)`: it was fresh (this burned it); `Ok(false)`: it was already held.
+pub(crate) async fn burn(
+    store: &dyn ReplayStore,
+    request: &ClaimRequest,
+) -> Result<bool, crate::store::StoreError> {
+    match store.claim(request).await? {
+        crate::store::Claim::Claimed => {
+            let _ = store.complete(request).await;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
 /// Moves a claimed nonce to Consumed when dropped: after the inner response has ended, or was
 /// dropped, or when the call never got that far. A claimed nonce never returns to Fresh.
 ///
@@ -104,12 +119,9 @@ impl Drop for CompletionGuard {
                     // rolled back, the confirmation stays usable, as the transaction left it.
                     return;
                 }
-                match store.claim(&request).await {
-                    Ok(crate::store::Claim::Claimed) => {
-                        let _ = store.complete(&request).await;
-                        audit::handler_did_not_claim(&tool, &request.nonce);
-                    }
-                    Ok(_) => audit::completed(&request.nonce, true),
+                match burn(&*store, &request).await {
+                    Ok(true) => audit::handler_did_not_claim(&tool, &request.nonce),
+                    Ok(false) => audit::completed(&request.nonce, true),
                     Err(e) => audit::handler_claim_unchecked(&tool, &request.nonce, &e),
                 }
             }),

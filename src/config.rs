@@ -96,43 +96,38 @@ impl Config {
             })
     }
 
-    /// An HTTP request's principal: from the extensions only. A blank one (empty or whitespace)
-    /// names no one: the request is unauthenticated. The
+    /// An HTTP request's principal: from the extensions only. The
     /// [unauthenticated local principal](crate::ConfirmLayerBuilder::unauthenticated_local_principal)
     /// never applies here: an HTTP endpoint is reachable by others, whatever it listens on.
     pub(crate) fn principal(&self, extensions: &http::Extensions) -> Option<Principal> {
-        match self.principal.extract(extensions) {
-            Some(principal) if principal.is_blank() => {
-                tracing::warn!(target: crate::audit::TARGET,
-                    "the authenticator put a blank principal in the request: treated as unauthenticated");
-                None
-            }
-            Some(principal) => Some(principal),
-            None => {
-                if self.local_principal.is_some() {
-                    tracing::warn!(target: crate::audit::TARGET,
-                        "an HTTP request without a principal: unauthenticated (the local principal applies to the message service only)");
-                }
-                None
-            }
+        let principal = self.authenticated(extensions);
+        if principal.is_none() && self.local_principal.is_some() {
+            tracing::warn!(target: crate::audit::TARGET,
+                "an HTTP request without a principal: unauthenticated (the local principal applies to the message service only)");
         }
+        principal
     }
 
     /// A JSON-RPC message's principal (stdio, queues): from the extensions, else the
     /// configured unauthenticated local principal. Blank ones name no one.
     pub(crate) fn message_principal(&self, extensions: &http::Extensions) -> Option<Principal> {
-        match self.principal.extract(extensions) {
-            Some(principal) if principal.is_blank() => {
-                tracing::warn!(target: crate::audit::TARGET,
-                    "the authenticator put a blank principal in the message: treated as unauthenticated");
-                None
-            }
-            Some(principal) => Some(principal),
-            None => self
-                .local_principal
+        self.authenticated(extensions).or_else(|| {
+            self.local_principal
                 .clone()
-                .filter(|principal| !principal.is_blank()),
+                .filter(|principal| !principal.is_blank())
+        })
+    }
+
+    /// The principal the authenticator put in the extensions. A blank one (empty or
+    /// whitespace) names no one: the request is unauthenticated.
+    fn authenticated(&self, extensions: &http::Extensions) -> Option<Principal> {
+        let principal = self.principal.extract(extensions)?;
+        if principal.is_blank() {
+            tracing::warn!(target: crate::audit::TARGET,
+                "the authenticator put a blank principal in the request: treated as unauthenticated");
+            return None;
         }
+        Some(principal)
     }
 
     /// Whom a new challenge for `principal` is charged to: the digest its state will carry.

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::audit::{self, Event};
-use crate::completion::{CompletionGuard, HandlerCall, ReservedUse};
+use crate::completion::{self, CompletionGuard, HandlerCall, ReservedUse};
 use crate::config::{Config, GuardedTool};
 use crate::confirmed::{Confirmed, Waived, WaiverReason};
 use crate::engine::{self, Declared, Refused};
@@ -1275,12 +1275,11 @@ async fn withdraw(config: &Config, grant: Option<GrantId>) {
     }
 }
 
-/// Marks a nonce used without running anything (best effort: a failure leaves it fresh, and the
-/// handler of a `claimed_by_handler` policy still refuses a second use).
+/// Marks a nonce used without running anything (best effort: a failure leaves it fresh, and a
+/// `claimed_by_handler` tool's used state is refused before its handler, whose own claim fails
+/// too).
 async fn burn(config: &Config, request: &ClaimRequest) {
-    if let Ok(Claim::Claimed) = config.store.claim(request).await {
-        let _ = config.store.complete(request).await;
-    }
+    let _ = completion::burn(&*config.store, request).await;
 }
 
 /// A claim of the state's nonce by a fresh owner, charged to the principal the state names, kept

@@ -643,9 +643,10 @@ impl ConfirmLayerBuilder {
         let mut policies = self.tools;
         match &listed {
             Some(listed) => {
-                let mut names: Vec<&String> = policies.keys().collect();
-                names.sort();
-                if let Some(name) = names.into_iter().find(|name| !listed.contains_key(*name)) {
+                if let Some(name) = sorted_names(&policies)
+                    .into_iter()
+                    .find(|name| !listed.contains_key(*name))
+                {
                     // A policy for a name the server does not have: a typo, or a stale list.
                     // Either way the tool it meant would run unconfirmed.
                     return Err(ConfigError::InvalidToolList(format!(
@@ -810,9 +811,10 @@ impl ConfirmLayerBuilder {
     }
 }
 
-/// The policies' tool names, sorted: errors name the same tool on every run.
-fn sorted_names(policies: &HashMap<String, ToolPolicy>) -> Vec<&String> {
-    let mut names: Vec<&String> = policies.keys().collect();
+/// A map's tool names, sorted: checks visit tools in one order, and errors name the same tool
+/// on every run.
+fn sorted_names<V>(by_name: &HashMap<String, V>) -> Vec<&String> {
+    let mut names: Vec<&String> = by_name.keys().collect();
     names.sort();
     names
 }
@@ -925,8 +927,7 @@ fn check_declared(
     listed: &HashMap<String, ToolInfo>,
     exempt: &[String],
 ) -> Result<(), ConfigError> {
-    let mut names: Vec<&String> = listed.keys().collect();
-    names.sort();
+    let names = sorted_names(listed);
     for name in names {
         let info = &listed[name];
         let Some(kind) = info.declared.as_deref() else {
@@ -991,8 +992,7 @@ fn check_guarded(
     if !guarding {
         return Ok(());
     }
-    let mut names: Vec<&String> = listed.keys().collect();
-    names.sort();
+    let names = sorted_names(listed);
     match names.into_iter().find(|name| {
         let info = &listed[*name];
         info.destructive && info.declared.is_none() && !exempt.contains(name)
@@ -1025,8 +1025,7 @@ fn confirm_destructive(
             )));
         }
     }
-    let mut names: Vec<&String> = listed.keys().collect();
-    names.sort();
+    let names = sorted_names(listed);
     let mut generated = Vec::new();
     for name in names {
         let info = &listed[name];

@@ -119,14 +119,20 @@ struct ResolveAgain {
 
 impl Revalidate for ResolveAgain {
     fn revalidate(&self, check: Revalidation) -> BoxFuture<'static, Result<(), Refusal>> {
-        let mut arguments = (*check.arguments).clone();
-        if let (Some(field), Value::Object(map)) = (&self.select_into, &mut arguments) {
-            map.remove(field);
-        }
+        // The arguments as the resolver first saw them: without the choice the layer wrote in
+        // (copied only when there is one to take out).
+        let arguments = match (&self.select_into, &*check.arguments) {
+            (Some(field), Value::Object(map)) if map.contains_key(field) => {
+                let mut map = map.clone();
+                map.remove(field);
+                Arc::new(Value::Object(map))
+            }
+            _ => Arc::clone(&check.arguments),
+        };
         let lookup = Lookup {
             principal: check.principal,
             tool: check.tool,
-            arguments: Arc::new(arguments),
+            arguments,
         };
         let candidates = self.resolver.resolve(lookup);
         Box::pin(async move {
