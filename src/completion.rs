@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Waker};
 
-use crate::audit;
+use crate::audit::event::DecisionEvent;
 use crate::kernel::Nonce;
 use crate::store::standing::{StandingId, StandingKey, StandingStore};
 use crate::store::{ClaimRequest, ReplayStore};
@@ -109,7 +109,11 @@ impl Drop for CompletionGuard {
         let completion: Pin<Box<dyn Future<Output = ()> + Send>> = match self.after_handler.take() {
             None => Box::pin(async move {
                 let consumed = matches!(store.complete(&request).await, Ok(true));
-                audit::completed(&request.nonce, consumed);
+                DecisionEvent::Completed {
+                    nonce: &request.nonce,
+                    consumed,
+                }
+                .trace();
             }),
             Some((tool, call)) => Box::pin(async move {
                 // Held until the check is done: no answer with this nonce runs meanwhile.
@@ -120,14 +124,31 @@ impl Drop for CompletionGuard {
                     return;
                 }
                 match burn(&*store, &request).await {
-                    Ok(true) => audit::handler_did_not_claim(&tool, &request.nonce),
-                    Ok(false) => audit::completed(&request.nonce, true),
-                    Err(e) => audit::handler_claim_unchecked(&tool, &request.nonce, &e),
+                    Ok(true) => DecisionEvent::HandlerDidNotClaim {
+                        tool: &tool,
+                        nonce: &request.nonce,
+                    }
+                    .trace(),
+                    Ok(false) => DecisionEvent::Completed {
+                        nonce: &request.nonce,
+                        consumed: true,
+                    }
+                    .trace(),
+                    Err(e) => DecisionEvent::HandlerClaimUnchecked {
+                        tool: &tool,
+                        nonce: &request.nonce,
+                        error: &e,
+                    }
+                    .trace(),
                 }
             }),
         };
         if finish(completion).is_none() {
-            audit::completed(&nonce, false);
+            DecisionEvent::Completed {
+                nonce: &nonce,
+                consumed: false,
+            }
+            .trace();
         }
     }
 }
@@ -154,7 +175,12 @@ impl Held {
             self.store.give_back(self.key, self.id, self.ticket).await,
             Ok(true)
         );
-        audit::standing_given_back(&self.id.to_hex(), &self.ticket, given);
+        DecisionEvent::StandingGivenBack {
+            id: &self.id,
+            ticket: &self.ticket,
+            given,
+        }
+        .trace();
     }
 }
 
@@ -197,7 +223,12 @@ impl Drop for ReservedUse {
         };
         let (id, ticket) = (held.id, held.ticket);
         if finish(Box::pin(held.give_back())).is_none() {
-            audit::standing_given_back(&id.to_hex(), &ticket, false);
+            DecisionEvent::StandingGivenBack {
+                id: &id,
+                ticket: &ticket,
+                given: false,
+            }
+            .trace();
         }
     }
 }

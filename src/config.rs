@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::audit::Event;
+use crate::audit::event::DecisionEvent;
+use crate::audit::{DecisionLog, LogEntry};
 use crate::engine::Refused;
 use crate::grant::GrantStore;
 use crate::kernel::PrincipalKey;
@@ -63,8 +64,7 @@ pub(crate) struct Config {
     /// Hears of each new approval that others decide.
     pub(crate) notifier: Option<Arc<dyn crate::notify::Notifier>>,
     /// Where every decision is recorded as evidence.
-    #[cfg(feature = "audit-log")]
-    pub(crate) log: Option<crate::audit_log::AuditLog>,
+    pub(crate) log: Option<Arc<dyn DecisionLog>>,
 }
 
 /// What the layer does with a `tools/call` of one tool.
@@ -144,7 +144,6 @@ impl Config {
     /// What grants of this layer write to its decision log.
     pub(crate) fn grant_log(&self) -> crate::grant::log::GrantLog {
         crate::grant::log::GrantLog {
-            #[cfg(feature = "audit-log")]
             log: self.log.clone(),
         }
     }
@@ -152,105 +151,53 @@ impl Config {
     /// Whether decisions are written to a decision log (what only the log needs is computed
     /// only then).
     pub(crate) fn logging(&self) -> bool {
-        #[cfg(feature = "audit-log")]
-        return self.log.is_some();
-        #[cfg(not(feature = "audit-log"))]
-        false
+        self.log.is_some()
     }
 
-    /// Records `event` in the decision log, if there is one; a log that is down loses it (it
-    /// counts what it loses). For what does not run anything.
-    #[cfg_attr(
-        not(feature = "audit-log"),
-        allow(unused_variables, clippy::unused_self)
-    )]
-    pub(crate) fn note(&self, event: Event<'_>) {
-        #[cfg(feature = "audit-log")]
-        if let Some(log) = &self.log {
-            let _ = log.append(self.record(event));
+    /// Reports `event`: to `tracing`, and to the decision log if there is one and the event is
+    /// a record there; a log that is down loses it (it counts what it loses). For what does
+    /// not run anything.
+    pub(crate) fn report(&self, event: DecisionEvent<'_>) {
+        event.trace();
+        if let Some(log) = &self.log
+            && let Some(entry) = self.entry(&event)
+        {
+            let _ = log.append(entry);
         }
     }
 
-    /// Records `event`, a decision that lets a call run, and resolves once the record is
-    /// written (and synced, per the log's [`Fsync`](crate::audit_log::Fsync)): a call never runs
-    /// on a record that was only queued. A log that is down, or a write that fails, refuses it
-    /// unless the log's policy is to fail open (which only queues the record).
-    #[cfg_attr(
-        not(feature = "audit-log"),
-        allow(unused_variables, clippy::unused_self)
-    )]
-    pub(crate) async fn note_decisive(&self, event: Event<'_>) -> Result<(), Refused> {
-        #[cfg(feature = "audit-log")]
-        if let Some(log) = &self.log {
-            let record = self.record(event);
-            let written = match log.options().when_down {
-                crate::audit_log::WhenDown::FailOpen => log.append(record),
-                _ => match log.append_durable(record) {
-                    Ok(durable) => durable.await.map(|_| ()),
-                    Err(e) => Err(e),
-                },
-            };
-            if written.is_err() {
-                return self.when_log_down(log);
-            }
+    /// Reports `event`, a decision that lets a call run, and resolves once its record is
+    /// written (and synced, as the log says): a call never runs on a record that was only
+    /// queued. A log that is down, or a write that fails, refuses it unless the log's policy
+    /// is to fail open (which only queues the record).
+    pub(crate) async fn report_decisive(&self, event: DecisionEvent<'_>) -> Result<(), Refused> {
+        event.trace();
+        if let Some(log) = &self.log
+            && let Some(entry) = self.entry(&event)
+        {
+            crate::audit::write_decisive(&**log, entry, "a call runs")
+                .await
+                .map_err(|_| log_down())?;
         }
         Ok(())
     }
 
     /// Whether a decision that lets a call run could be recorded now: asked before anything is
     /// claimed, so that a log that is down costs no one a confirmation.
-    #[cfg_attr(not(feature = "audit-log"), allow(clippy::unused_self))]
     pub(crate) fn log_ready(&self) -> Result<(), Refused> {
-        #[cfg(feature = "audit-log")]
-        if let Some(log) = &self.log
-            && !log.is_healthy()
-        {
-            return self.when_log_down(log);
-        }
-        Ok(())
-    }
-
-    #[cfg(feature = "audit-log")]
-    fn when_log_down(&self, log: &crate::audit_log::AuditLog) -> Result<(), Refused> {
-        match log.options().when_down {
-            crate::audit_log::WhenDown::FailOpen => {
-                tracing::error!(target: crate::audit::TARGET, decision = "log_bypassed",
-                    "the decision log is down and its policy is to fail open: a call runs unrecorded");
-                Ok(())
-            }
-            _ => Err(Refused::new(
-                crate::protocol::RpcError::log_unavailable(),
-                "the decision log is down (full queue or a failed write); fail closed",
-            )),
+        match &self.log {
+            Some(log) => crate::audit::ready(&**log, "a call runs").map_err(|_| log_down()),
+            None => Ok(()),
         }
     }
 
-    /// The log's record of `event`.
-    #[cfg(feature = "audit-log")]
-    fn record(&self, event: Event<'_>) -> crate::audit_log::Record {
-        use crate::kernel::hex;
-        let mut record = crate::audit_log::Record::new(event.event);
-        record.at_ms = self
-            .sealer
-            .now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        record.audience.clone_from(&self.audience);
-        record.tool = event.tool.map(str::to_owned);
-        if let Some(principal) = event.principal {
-            record.principal = Some(self.principal_key(principal).to_hex());
-            record.subject = Some(principal.subject().to_owned());
-        }
-        record.arguments = event.arguments.map(|d| hex(&d));
-        record.chosen = event.chosen.map(str::to_owned);
-        record.version = event.version.map(str::to_owned);
-        record.shown = event.shown.map(|d| hex(&d));
-        record.nonce = event.nonce.map(crate::kernel::Nonce::short);
-        record.grant = event.grant;
-        record.standing = event.standing;
-        record.class = event.class;
-        record.reason = event.reason.map(str::to_owned);
-        record
+    /// The log's entry of `event` in this deployment, at the layer's time.
+    fn entry(&self, event: &DecisionEvent<'_>) -> Option<LogEntry> {
+        event.entry(
+            self.sealer.now(),
+            &self.audience,
+            Some(&|principal: &Principal| self.principal_key(principal)),
+        )
     }
 
     /// The epoch a state binds: the replay store's, or zeros for a store whose entries outlive
@@ -260,6 +207,14 @@ impl Config {
             .boot_epoch()
             .map_or([0; 16], |epoch| *epoch.as_bytes())
     }
+}
+
+/// The refusal of a call whose decisive record the log could not take.
+fn log_down() -> Refused {
+    Refused::new(
+        crate::protocol::RpcError::log_unavailable(),
+        "the decision log is down (full queue or a failed write); fail closed",
+    )
 }
 
 impl fmt::Debug for Config {

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::audit::{self, Event};
+use std::borrow::Cow;
+
+use crate::audit::event::{self, DecisionEvent, step_refused};
 use crate::completion::{self, CompletionGuard, HandlerCall, ReservedUse};
 use crate::config::{Config, GuardedTool};
 use crate::confirmed::{Confirmed, Waived, WaiverReason};
@@ -56,6 +58,8 @@ pub(crate) struct Approved {
     pub(crate) guard: Option<CompletionGuard>,
     /// The tool, for what an adapter adds of its own (the HTTP `Mcp-Param-*` header).
     pub(crate) tool: Arc<GuardedTool>,
+    /// Under a standing approval: the uses it has left after this one.
+    pub(crate) standing_left: Option<u32>,
 }
 
 /// Decides what happens to an intercepted call of `guarded`.
@@ -72,15 +76,15 @@ pub(crate) async fn decide(
     let principal = match admit(&config, &call, principal, declared.as_ref()) {
         Ok(principal) => principal,
         Err(refused) => {
-            config.note(refused.event(&call.tool, None));
-            return Decision::Reply(refused.reply(&call, None));
+            config.report(refused.event(&call.tool, None));
+            return Decision::Reply(refused.reply(&call));
         }
     };
     let decision = match try_decide(&config, &guarded, &call, &principal).await {
         Ok(decision) => decision,
         Err(refused) => {
-            config.note(refused.event(&call.tool, Some(&principal)));
-            return Decision::Reply(refused.reply(&call, Some(&principal)));
+            config.report(refused.event(&call.tool, Some(&principal)));
+            return Decision::Reply(refused.reply(&call));
         }
     };
     // A call runs only once its record is durably in the decision log (or the log's policy says
@@ -90,57 +94,60 @@ pub(crate) async fn decide(
         Decision::Reply(_) => Ok(()),
         Decision::Pass { waived, .. } => {
             config
-                .note_decisive(Event {
-                    event: "waived",
-                    tool: Some(&call.tool),
+                .report_decisive(DecisionEvent::Waived {
+                    tool: &call.tool,
                     principal: Some(&principal),
                     arguments: Some(waived.arguments),
-                    reason: Some(match waived.reason {
+                    reason: match waived.reason {
                         WaiverReason::Exempt => "exempt",
                         _ => "the policy's condition is false",
-                    }),
-                    ..Event::default()
+                    },
                 })
                 .await
         }
         Decision::Forward(approved) => {
-            let c = &approved.confirmed;
-            config
-                .note_decisive(Event {
-                    event: if c.standing.is_some() {
-                        "standing_used"
-                    } else {
-                        "accepted"
-                    },
-                    tool: Some(&c.tool),
-                    principal: Some(&principal),
-                    arguments: Some(c.arguments),
-                    chosen: c.chosen.as_deref(),
-                    version: c.version.as_deref(),
-                    nonce: Some(&c.nonce),
-                    grant: c.grant.map(|g| g.short()),
-                    standing: c.standing.map(|s| s.to_hex()[..8].to_owned()),
-                    ..Event::default()
-                })
-                .await
+            let confirmed = &approved.confirmed;
+            let event = match approved.standing_left {
+                Some(left) => DecisionEvent::StandingUsed { confirmed, left },
+                None => DecisionEvent::Accepted { confirmed },
+            };
+            let recorded = config.report_decisive(event).await;
+            if recorded.is_ok() {
+                config.report(DecisionEvent::Forwarded {
+                    tool: &confirmed.tool,
+                    principal: &confirmed.principal,
+                    nonce: &confirmed.nonce,
+                });
+            }
+            recorded
         }
     };
     match recorded {
         Ok(()) => decision,
-        Err(refused) => Decision::Reply(refused.reply(&call, Some(&principal))),
+        Err(refused) => {
+            refused.event(&call.tool, Some(&principal)).trace();
+            Decision::Reply(refused.reply(&call))
+        }
     }
 }
 
-/// The waiver an exempt tool's call carries to its handler.
+/// The waiver an exempt tool's call carries to its handler (reported, not a log record: an
+/// exemption is configuration, not a decision).
 pub(crate) fn exempt(call: &ToolCall, principal: Option<&Principal>) -> Waived {
-    audit::waived(&call.tool, principal, "exempt");
+    DecisionEvent::Waived {
+        tool: &call.tool,
+        principal,
+        arguments: None,
+        reason: "exempt",
+    }
+    .trace();
     Waived::new(&call.tool, WaiverReason::Exempt, call.arguments())
 }
 
 /// The answer to a call of a tool the server lists as needing a confirmation the layer was not
 /// configured with.
 pub(crate) fn undeclared(call: &ToolCall) -> Reply {
-    audit::refused(
+    step_refused(
         &call.tool,
         None,
         "undeclared: the server lists this tool as needing a confirmation, and the layer has no policy for it",
@@ -150,7 +157,7 @@ pub(crate) fn undeclared(call: &ToolCall) -> Reply {
 
 /// The answer to a call of a tool that is not in the tool list the layer was built with.
 pub(crate) fn unlisted(call: &ToolCall) -> Reply {
-    audit::refused(
+    step_refused(
         &call.tool,
         None,
         "unlisted: the tool is in no tool list the layer was built with (a router left out of \
@@ -168,9 +175,7 @@ pub(crate) fn settled_outside(extensions: &http::Extensions) -> bool {
 
 /// The answer to a call that passed an outer `ConfirmLayer` and reached this one.
 pub(crate) fn stacked(call: &ToolCall) -> Reply {
-    tracing::error!(target: crate::audit::TARGET, decision = "refused", tool = %call.tool,
-        reason = "stacked_layers",
-        "two ConfirmLayers confirm this tool on one route: build one layer with every policy (one key ring, one audience), and remove the other");
+    DecisionEvent::StackedLayers { tool: &call.tool }.trace();
     Reply::error(Some(&call.id), &RpcError::stacked_layers())
 }
 
@@ -287,7 +292,6 @@ impl Attempt<'_> {
         if needed {
             return Ok(None);
         }
-        audit::waived(&self.call.tool, Some(self.principal), "condition false");
         Ok(Some(Waived::new(
             &self.call.tool,
             WaiverReason::ConditionFalse,
@@ -361,17 +365,15 @@ impl Attempt<'_> {
                 offer.as_ref().map(|(_, terms)| *terms),
             )
             .map_err(|e| Refused::new(RpcError::internal(), format!("seal: {e}")))?;
-        audit::challenged(&call.tool, self.principal, &claims.nonce, candidates.len());
-        config.note(Event {
-            event: "challenged",
-            tool: Some(&call.tool),
-            principal: Some(self.principal),
-            arguments: Some(claims.arguments),
+        config.report(DecisionEvent::Challenged {
+            tool: &call.tool,
+            principal: self.principal,
+            nonce: &claims.nonce,
+            arguments: claims.arguments,
+            candidates: candidates.len(),
             shown: config
                 .logging()
                 .then(|| shown_digest(&candidates, words.as_deref())),
-            nonce: Some(&claims.nonce),
-            ..Event::default()
         });
         let ask = match policy.channel {
             Channel::Form => Ask::Form(form::schema(policy, &candidates, words)),
@@ -408,13 +410,13 @@ impl Attempt<'_> {
             .await
             .map_err(|e| Refused::new(RpcError::internal(), format!("resolver failed: {e}")))?;
         if found.is_empty() {
-            audit::refused(&self.call.tool, Some(self.principal), "no candidates");
+            step_refused(&self.call.tool, Some(self.principal), "no candidates");
             return Ok(Err(
                 self.outcome(Outcome::NoCandidates, &policy.no_candidates_text)
             ));
         }
         if found.len() > policy.max_candidates {
-            audit::refused(&self.call.tool, Some(self.principal), "too many candidates");
+            step_refused(&self.call.tool, Some(self.principal), "too many candidates");
             let text = format!(
                 "{} records match; at most {} can be offered. Narrow the request; nothing was changed.",
                 found.len(),
@@ -476,7 +478,7 @@ impl Attempt<'_> {
         let tool = self.call.tool.as_str();
         let scope = offer.scope_of(&self.lookup());
         let Some(scope) = scope.filter(|s| StandingTerms::scope_digest(s) == terms.scope) else {
-            audit::refused(
+            step_refused(
                 tool,
                 Some(self.principal),
                 "standing approval not granted: the call's scope is not the one offered",
@@ -500,21 +502,18 @@ impl Attempt<'_> {
             uses,
         );
         match store.grant(&standing).await {
-            Ok(()) => {
-                audit::standing_granted(tool, self.principal, &standing.id.to_hex(), secs, uses);
-                self.config.note(Event {
-                    event: "standing_granted",
-                    tool: Some(tool),
-                    principal: Some(self.principal),
-                    nonce: Some(&claims.nonce),
-                    standing: Some(standing.id.to_hex()[..8].to_owned()),
-                    ..Event::default()
-                });
-            }
-            Err(e) => audit::refused(
+            Ok(()) => self.config.report(DecisionEvent::StandingGranted {
+                tool,
+                principal: self.principal,
+                nonce: &claims.nonce,
+                id: &standing.id,
+                secs,
+                uses,
+            }),
+            Err(e) => step_refused(
                 tool,
                 Some(self.principal),
-                &format!("standing approval not kept: {e}"),
+                format!("standing approval not kept: {e}"),
             ),
         }
     }
@@ -545,10 +544,10 @@ impl Attempt<'_> {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    audit::refused(
+                    step_refused(
                         call.tool.as_str(),
                         Some(self.principal),
-                        &format!("standing store unavailable, asking instead: {e}"),
+                        format!("standing store unavailable, asking instead: {e}"),
                     );
                     return Ok(None);
                 }
@@ -578,7 +577,6 @@ impl Attempt<'_> {
             }
         };
         let tool = call.tool.as_str();
-        let id = standing.id.to_hex();
         let arguments = self.guarded.confirmed_arguments(call, chosen.as_deref());
         let digest = arguments_digest(Some(&arguments), None);
         let nonce = Nonce::random();
@@ -610,10 +608,10 @@ impl Attempt<'_> {
             .use_one(key, standing.id, nonce)
             .await
             .unwrap_or_else(|e| {
-                audit::refused(
+                step_refused(
                     tool,
                     Some(self.principal),
-                    &format!("standing store unavailable, asking instead: {e}"),
+                    format!("standing store unavailable, asking instead: {e}"),
                 );
                 Use::Unknown
             });
@@ -626,14 +624,11 @@ impl Attempt<'_> {
                     Use::Revoked => "revoked",
                     _ => "unknown",
                 };
-                audit::standing_ended(tool, self.principal, &id, outcome);
-                config.note(Event {
-                    event: "standing_ended",
-                    tool: Some(tool),
-                    principal: Some(self.principal),
-                    standing: Some(id[..8].to_owned()),
-                    class: Some(outcome.to_owned()),
-                    ..Event::default()
+                config.report(DecisionEvent::StandingEnded {
+                    tool,
+                    principal: self.principal,
+                    id: &standing.id,
+                    outcome,
                 });
                 withdraw(config, grant).await;
                 return Ok(None);
@@ -649,7 +644,7 @@ impl Attempt<'_> {
                 seen_version: version.clone(),
             };
             if let Err(refusal) = hook.revalidate(check).await {
-                audit::refused(tool, Some(self.principal), refusal.reason());
+                step_refused(tool, Some(self.principal), refusal.reason());
                 reserved.give_back().await;
                 withdraw(config, grant).await;
                 return Ok(Some(self.outcome(
@@ -663,22 +658,12 @@ impl Attempt<'_> {
             Refused::new(RpcError::internal(), "confirmed body could not be rebuilt")
         })?;
         reserved.keep();
-        audit::standing_used(
-            tool,
-            self.principal,
-            &id,
-            &crate::kernel::hex(&digest[..8]),
-            left,
-        );
         if left == 0 {
-            audit::standing_ended(tool, self.principal, &id, "exhausted");
-            config.note(Event {
-                event: "standing_ended",
-                tool: Some(tool),
-                principal: Some(self.principal),
-                standing: Some(id[..8].to_owned()),
-                class: Some("exhausted".to_owned()),
-                ..Event::default()
+            config.report(DecisionEvent::StandingEnded {
+                tool,
+                principal: self.principal,
+                id: &standing.id,
+                outcome: "exhausted",
             });
         }
         let confirmed = Confirmed {
@@ -694,12 +679,12 @@ impl Attempt<'_> {
             standing: Some(standing.id),
             arguments: digest,
         };
-        audit::forwarded(tool, self.principal, &nonce);
         Ok(Some(Decision::Forward(Box::new(Approved {
             body,
             confirmed,
             guard: None,
             tool: Arc::clone(self.guarded),
+            standing_left: Some(left),
         }))))
     }
 
@@ -799,16 +784,16 @@ impl Attempt<'_> {
         match self.verdict(claims).await? {
             Verdict::AskAgain(reason) => {
                 if let Some(reason) = reason {
-                    audit::refused(
+                    step_refused(
                         &self.call.tool,
                         Some(self.principal),
-                        &format!("asked again: {reason}"),
+                        format!("asked again: {reason}"),
                     );
                 }
                 self.challenge().await
             }
             Verdict::Pending { status } => {
-                audit::refused(
+                step_refused(
                     &self.call.tool,
                     Some(self.principal),
                     "not decided on the page yet",
@@ -1006,15 +991,12 @@ impl Attempt<'_> {
         let request = claim_request(self.config, claims);
         claim(self.config, claims, &request).await?;
         let _ = self.config.store.complete(&request).await;
-        audit::refused(&self.call.tool, Some(self.principal), reason);
-        self.config.note(Event {
-            event: "refused",
-            tool: Some(&self.call.tool),
+        self.config.report(DecisionEvent::Refused {
+            tool: &self.call.tool,
             principal: Some(self.principal),
             nonce: Some(&claims.nonce),
-            class: Some("approval_withdrawn".to_owned()),
-            reason: Some(reason),
-            ..Event::default()
+            class: Some(Cow::Borrowed("approval_withdrawn")),
+            reason: Cow::Borrowed(reason),
         });
         Ok(self.outcome(
             Outcome::Revoked,
@@ -1027,13 +1009,10 @@ impl Attempt<'_> {
     /// already used, which is refused like any other replay.
     async fn cancel(&self, claims: &Claims) -> Result<Decision, Refused> {
         unused(self.config, claims).await?;
-        audit::cancelled(&self.call.tool, self.principal, &claims.nonce);
-        self.config.note(Event {
-            event: "cancelled",
-            tool: Some(&self.call.tool),
-            principal: Some(self.principal),
-            nonce: Some(&claims.nonce),
-            ..Event::default()
+        self.config.report(DecisionEvent::Cancelled {
+            tool: &self.call.tool,
+            principal: self.principal,
+            nonce: &claims.nonce,
         });
         Ok(self.outcome(
             Outcome::Cancelled,
@@ -1048,14 +1027,11 @@ impl Attempt<'_> {
         // Best effort: if completing fails the entry stays InFlight, which refuses replays just
         // the same.
         let _ = self.config.store.complete(&request).await;
-        audit::declined(&self.call.tool, self.principal, &claims.nonce, unconfirmed);
-        self.config.note(Event {
-            event: "declined",
-            tool: Some(&self.call.tool),
-            principal: Some(self.principal),
-            nonce: Some(&claims.nonce),
-            reason: unconfirmed.then_some("accepted without confirming"),
-            ..Event::default()
+        self.config.report(DecisionEvent::Declined {
+            tool: &self.call.tool,
+            principal: self.principal,
+            nonce: &claims.nonce,
+            unconfirmed,
         });
         Ok(self.outcome(Outcome::Declined, "The user declined; nothing was changed."))
     }
@@ -1117,7 +1093,6 @@ impl Attempt<'_> {
             // dropped.
             Some(CompletionGuard::new(Arc::clone(&config.store), request))
         };
-        audit::accepted(&call.tool, &principal, &claims.nonce, chosen.as_deref());
         if let Some(hook) = &policy.revalidate {
             let check = Revalidation {
                 principal: principal.clone(),
@@ -1127,7 +1102,13 @@ impl Attempt<'_> {
                 seen_version: version.clone(),
             };
             if let Err(refusal) = hook.revalidate(check).await {
-                audit::revoked(&call.tool, &principal, &claims.nonce, refusal.reason());
+                DecisionEvent::Revoked {
+                    tool: &call.tool,
+                    principal: &principal,
+                    nonce: &claims.nonce,
+                    reason: refusal.reason(),
+                }
+                .trace();
                 withdraw(config, grant).await;
                 if guard.is_none() {
                     // Nothing was claimed yet (the handler was to claim): burn the state all
@@ -1173,12 +1154,12 @@ impl Attempt<'_> {
             standing: None,
             arguments: arguments_digest(Some(&arguments), None),
         };
-        audit::forwarded(&confirmed.tool, &confirmed.principal, &claims.nonce);
         Ok(Decision::Forward(Box::new(Approved {
             body,
             confirmed,
             guard,
             tool: Arc::clone(self.guarded),
+            standing_left: None,
         })))
     }
 
@@ -1220,8 +1201,9 @@ impl Attempt<'_> {
             };
             Refused::new(error, format!("grant store: {e}"))
         })?;
-        audit::grant_issued(&grant.audit(), grant.chosen.as_deref());
-        let _ = config.grant_log().note("grant_issued", &grant, None, now);
+        config
+            .grant_log()
+            .report(DecisionEvent::GrantIssued { grant: &grant }, now);
         Ok(grant.id)
     }
 
@@ -1235,7 +1217,7 @@ impl Attempt<'_> {
 /// A digest of what the user was shown: each candidate's id, version and label as the form
 /// cleaned it, and the standing option's words.
 fn shown_digest(candidates: &[Candidate], standing: Option<&str>) -> [u8; 32] {
-    audit::shown_digest(
+    event::shown_digest(
         candidates.iter().map(|c| (c.id(), c.version(), c.label())),
         standing,
     )

@@ -5,7 +5,9 @@
 
 use serde_json::Value;
 
-use crate::audit::{self, Event};
+use std::borrow::Cow;
+
+use crate::audit::event::DecisionEvent;
 use crate::kernel::Nonce;
 use crate::message::{TOOLS_CALL, ToolCall};
 use crate::principal::Principal;
@@ -81,44 +83,39 @@ impl Refused {
         }
     }
 
-    /// The decision log's record of this refusal: its class (what the wire says), and its
-    /// real reason.
+    /// What this refusal reports: its class (what the wire says), and its real reason.
     pub(crate) fn event<'a>(
         &'a self,
         tool: &'a str,
         principal: Option<&'a Principal>,
-    ) -> Event<'a> {
+    ) -> DecisionEvent<'a> {
         let class = self
             .error
             .data
             .as_ref()
             .and_then(|d| d.get("reason"))
             .and_then(serde_json::Value::as_str)
-            .map_or_else(|| self.error.code.to_string(), str::to_owned);
-        let (event, reason, nonce) = match &self.why {
-            Why::Reason(reason) => ("refused", Some(reason.as_str()), None),
-            Why::Replay { nonce, state } => ("replay_blocked", Some(*state), Some(nonce)),
-        };
-        Event {
-            event,
-            tool: Some(tool),
-            principal,
-            nonce,
-            class: Some(class),
-            reason,
-            ..Event::default()
+            .map_or_else(|| Cow::Owned(self.error.code.to_string()), Cow::Borrowed);
+        match &self.why {
+            Why::Reason(reason) => DecisionEvent::Refused {
+                tool,
+                principal,
+                nonce: None,
+                class: Some(class),
+                reason: Cow::Borrowed(reason),
+            },
+            Why::Replay { nonce, state } => DecisionEvent::ReplayBlocked {
+                tool,
+                principal,
+                nonce,
+                class,
+                state,
+            },
         }
     }
 
-    /// Records the refusal and turns it into the reply to `call`.
-    pub(crate) fn reply(self, call: &ToolCall, principal: Option<&Principal>) -> Reply {
-        match (&self.why, principal) {
-            (Why::Replay { nonce, state }, Some(principal)) => {
-                audit::replay_blocked(&call.tool, principal, nonce, state);
-            }
-            (Why::Replay { state, .. }, None) => audit::refused(&call.tool, None, state),
-            (Why::Reason(reason), principal) => audit::refused(&call.tool, principal, reason),
-        }
+    /// The reply to `call` (the caller reports the refusal).
+    pub(crate) fn reply(&self, call: &ToolCall) -> Reply {
         Reply::error(Some(&call.id), &self.error)
     }
 }

@@ -194,7 +194,6 @@ impl ConfirmLayer {
             notifier: None,
             #[cfg(feature = "passkeys")]
             passkeys: None,
-            #[cfg(feature = "audit-log")]
             log: None,
         }
     }
@@ -299,8 +298,7 @@ pub struct ConfirmLayerBuilder {
     notifier: Option<Arc<dyn Notifier>>,
     #[cfg(feature = "passkeys")]
     passkeys: Option<crate::passkey::Passkeys>,
-    #[cfg(feature = "audit-log")]
-    log: Option<crate::audit_log::AuditLog>,
+    log: Option<Arc<dyn crate::audit::DecisionLog>>,
 }
 
 impl fmt::Debug for ConfirmLayerBuilder {
@@ -362,14 +360,13 @@ impl ConfirmLayerBuilder {
         self
     }
 
-    /// Records every decision in `log`, a tamper-evident decision log (feature `audit-log`).
-    /// A call is let through only once its record is queued; while the log is down, the log's
-    /// [`WhenDown`](crate::audit_log::WhenDown) policy says what happens (by default such calls
+    /// Records every decision in `log`, a tamper-evident decision log (`mcp-confirm-log`'s
+    /// `AuditLog`, or any [`DecisionLog`](crate::audit::DecisionLog)). A call is let through
+    /// only once its record is written; while the log is down, the log's
+    /// [`WhenDown`](crate::audit::WhenDown) policy says what happens (by default such calls
     /// are refused, nothing runs and no confirmation is spent).
-    #[cfg(feature = "audit-log")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "audit-log")))]
-    pub fn audit_log(mut self, log: crate::audit_log::AuditLog) -> Self {
-        self.log = Some(log);
+    pub fn audit_log(mut self, log: impl crate::audit::DecisionLog) -> Self {
+        self.log = Some(Arc::new(log));
         self
     }
 
@@ -793,7 +790,6 @@ impl ConfirmLayerBuilder {
                 notifier: self.notifier,
                 #[cfg(feature = "passkeys")]
                 passkeys: self.passkeys,
-                #[cfg(feature = "audit-log")]
                 log: self.log,
             }),
         })

@@ -12,7 +12,7 @@ use http_body::Body;
 use http_body_util::{BodyExt, Full, Limited};
 use sha2::{Digest, Sha256};
 
-use crate::audit;
+use crate::audit::event::DecisionEvent;
 use crate::guard::{media_type, origin_of};
 use crate::kernel::{hex, unhex};
 use crate::principal::{Principal, PrincipalExtractor};
@@ -172,7 +172,12 @@ pub(crate) fn form_refused(
     principal: &Principal,
     why: &str,
 ) -> Response<Full<Bytes>> {
-    audit::page_refused(channel, principal, why);
+    DecisionEvent::PageRefused {
+        channel,
+        principal,
+        reason: why,
+    }
+    .trace();
     page(
         StatusCode::FORBIDDEN,
         "Refused",
@@ -245,7 +250,12 @@ impl Entrance<'_> {
             return Ok(Entry::Show(visitor));
         }
         if let Err(refusal) = same_origin(request.headers(), self.origin) {
-            audit::page_refused(self.channel, &visitor.principal, refusal);
+            DecisionEvent::PageRefused {
+                channel: self.channel,
+                principal: &visitor.principal,
+                reason: refusal,
+            }
+            .trace();
             return Err(page(
                 StatusCode::FORBIDDEN,
                 "Refused",

@@ -32,7 +32,7 @@ use ::rmcp::handler::server::common::FromContextPart;
 use ::rmcp::handler::server::tool::ToolCallContext;
 use serde_json::Value;
 
-use crate::audit;
+use crate::audit::event::DecisionEvent;
 use crate::confirmed::{Confirmed, Waived, WaiverReason};
 use crate::grant::GrantId;
 use crate::policy::ToolPolicy;
@@ -114,10 +114,11 @@ impl Confirmation {
         match self.chosen() {
             Some(chosen) => Ok((chosen, self.version())),
             None => {
-                audit::unguarded(
-                    self.tool(),
-                    "the handler asked for a chosen id and the confirmation has none",
-                );
+                DecisionEvent::Unguarded {
+                    tool: self.tool(),
+                    reason: "the handler asked for a chosen id and the confirmation has none",
+                }
+                .trace();
                 Err(refused())
             }
         }
@@ -208,7 +209,11 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for Confirmation {
                 Ok(confirmation)
             }
             Err(reason) => {
-                audit::unguarded(&context.name, reason);
+                DecisionEvent::Unguarded {
+                    tool: &context.name,
+                    reason,
+                }
+                .trace();
                 Err(refused())
             }
         }

@@ -19,7 +19,7 @@ use http_body::Body;
 use http_body_util::Full;
 
 use super::html::{self, gone, not_yours, page, render, unavailable, waiting};
-use crate::audit;
+use crate::audit::event::{self, DecisionEvent, step_refused};
 use crate::config::Config;
 use crate::kernel::BoxFuture;
 use crate::page::{
@@ -159,7 +159,7 @@ impl ApprovalPage {
             // Another deployment's approval (sharing this store) is none of this page's business.
             Ok(Some(approval)) if approval.audience == self.config.audience => approval,
             Ok(Some(approval)) => {
-                audit::refused(
+                step_refused(
                     &approval.tool,
                     Some(principal),
                     "approval of another audience",
@@ -179,7 +179,7 @@ impl ApprovalPage {
         if caller {
             return Ok((approval, Access::Watch));
         }
-        audit::refused(&approval.tool, Some(principal), why);
+        step_refused(&approval.tool, Some(principal), why);
         Err(not_yours())
     }
 
@@ -254,49 +254,30 @@ impl ApprovalPage {
         )
     }
 
-    /// Records the page's decision in the decision log: who decided, the choice and its version
-    /// as the page showed them, and a digest of all it showed.
-    fn note_decided(
+    /// Reports the page's decision: who decided, the choice and its version as the page
+    /// showed them, and (for the log) a digest of all it showed.
+    fn report_decided(
         &self,
         approval: &Approval,
         principal: &Principal,
         decision: &Decision,
         last: bool,
     ) {
-        let (event, chosen, standing) = match decision {
-            Decision::Approved { chosen, standing } if last => {
-                ("approval_approved", Some(chosen.as_str()), *standing)
-            }
-            // One of several approvals the rule requires: counted, not yet the decision.
-            Decision::Approved { chosen, standing } => {
-                ("approval_endorsed", Some(chosen.as_str()), *standing)
-            }
-            Decision::Declined => ("approval_declined", None, false),
-        };
-        let version = chosen.and_then(|chosen| {
-            approval
-                .choices
-                .iter()
-                .find(|c| c.id == chosen)
-                .and_then(|c| c.version.as_deref())
+        let shown = self.config.logging().then(|| {
+            event::shown_digest(
+                approval
+                    .choices
+                    .iter()
+                    .map(|c| (c.id.as_str(), c.version.as_deref(), Some(c.label.as_str()))),
+                approval.standing.as_deref(),
+            )
         });
-        let shown = audit::shown_digest(
-            approval
-                .choices
-                .iter()
-                .map(|c| (c.id.as_str(), c.version.as_deref(), Some(c.label.as_str()))),
-            approval.standing.as_deref(),
-        );
-        self.config.note(audit::Event {
-            event,
-            tool: Some(&approval.tool),
-            principal: Some(principal),
-            chosen,
-            version,
-            shown: Some(shown),
-            nonce: Some(&approval.nonce),
-            class: standing.then(|| "standing".to_owned()),
-            ..audit::Event::default()
+        self.config.report(DecisionEvent::ApprovalDecided {
+            approval,
+            principal,
+            decision,
+            last,
+            shown,
         });
     }
 
@@ -357,7 +338,7 @@ impl ApprovalPage {
         {
             Ok((approval, Access::Decide { caller })) => (approval, caller),
             Ok((approval, Access::Watch)) => {
-                audit::refused(
+                step_refused(
                     &approval.tool,
                     Some(principal),
                     "the caller decided their own request where others must",
@@ -367,7 +348,7 @@ impl ApprovalPage {
             Err(refusal) => return refusal,
         };
         if self.answered_by_client(&approval).await {
-            audit::refused(
+            step_refused(
                 &approval.tool,
                 Some(principal),
                 "approval decided after the client answered",
@@ -437,8 +418,7 @@ impl ApprovalPage {
                 approvals,
                 required,
             }) => {
-                audit::page_decided(&approval.tool, principal, &approval.nonce, &decision);
-                self.note_decided(&approval, principal, &decision, false);
+                self.report_decided(&approval, principal, &decision, false);
                 page(
                     StatusCode::OK,
                     "Approval recorded",
@@ -449,8 +429,7 @@ impl ApprovalPage {
                 )
             }
             Ok(Decided::Recorded) => {
-                audit::page_decided(&approval.tool, principal, &approval.nonce, &decision);
-                self.note_decided(&approval, principal, &decision, true);
+                self.report_decided(&approval, principal, &decision, true);
                 let text = match decision {
                     Decision::Approved { .. } => {
                         "Approved. Return to your client and continue: the request runs there."
@@ -462,7 +441,7 @@ impl ApprovalPage {
                 page(StatusCode::OK, "Done", &format!("<p>{text}</p>"))
             }
             Ok(Decided::AlreadyDecided) => {
-                audit::refused(&approval.tool, Some(principal), "approval decided twice");
+                step_refused(&approval.tool, Some(principal), "approval decided twice");
                 page(
                     StatusCode::CONFLICT,
                     "Already decided",
@@ -470,7 +449,7 @@ impl ApprovalPage {
                 )
             }
             Ok(Decided::AlreadyApproved) => {
-                audit::refused(
+                step_refused(
                     &approval.tool,
                     Some(principal),
                     "approved twice by one approver",
@@ -482,7 +461,7 @@ impl ApprovalPage {
                 )
             }
             Ok(Decided::OwnRequest) => {
-                audit::refused(
+                step_refused(
                     &approval.tool,
                     Some(principal),
                     "the caller decided their own request where others must",

@@ -16,7 +16,7 @@ use http_body::Body;
 use http_body_util::Full;
 
 use super::html::{page, unavailable};
-use crate::audit;
+use crate::audit::event::step_refused;
 use crate::config::Config;
 use crate::kernel::{BoxFuture, hex};
 use crate::page::{
@@ -109,7 +109,7 @@ pub(super) async fn step(
             .verify_assertion(keys, principal.subject(), &binding, &sealed, &response, now)
             .await
             .map_err(|e| {
-                audit::refused(&approval.tool, Some(principal), &format!("passkey: {e}"));
+                step_refused(&approval.tool, Some(principal), format!("passkey: {e}"));
                 match e {
                     PasskeyError::Store(_) => unavailable(),
                     _ => refused_page(),
@@ -131,7 +131,7 @@ pub(super) async fn step(
         }
         Err(PasskeyError::Store(_)) => return Err(unavailable()),
         Err(e) => {
-            audit::refused(&approval.tool, Some(principal), &format!("passkey: {e}"));
+            step_refused(&approval.tool, Some(principal), format!("passkey: {e}"));
             return Err(refused_page());
         }
     };
@@ -299,7 +299,7 @@ impl PasskeyPage {
                     Ok(_) => self.show(&visitor, None).await,
                     Err(PasskeyError::Store(_)) => unavailable(),
                     Err(e) => {
-                        audit::refused("-", Some(principal), &format!("passkey registration: {e}"));
+                        step_refused("-", Some(principal), format!("passkey registration: {e}"));
                         self.show(&visitor, Some("The passkey was not registered."))
                             .await
                     }

@@ -95,6 +95,30 @@ impl Record {
     }
 }
 
+impl From<crate::audit::LogEntry> for Record {
+    /// The record of a layer's entry (its `seq`, `instance` and `tag` are the writer's).
+    fn from(entry: crate::audit::LogEntry) -> Self {
+        Self {
+            arguments: entry.arguments,
+            at_ms: entry.at_ms,
+            audience: entry.audience,
+            chosen: entry.chosen,
+            class: entry.class,
+            event: entry.event.to_owned(),
+            nonce: entry.nonce,
+            principal: entry.principal,
+            reason: entry.reason,
+            shown: entry.shown,
+            standing: entry.standing,
+            subject: entry.subject,
+            tool: entry.tool,
+            version: entry.version,
+            grant: entry.grant,
+            ..Self::default()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,16 +20,7 @@ use super::checkpoint::{LogKey, SignedCheckpoint, VerifierKey};
 use super::file::{FileLog, Fsync};
 use super::record::Record;
 
-/// What the layer does with a destructive call while the log cannot take its record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum WhenDown {
-    /// Refuse it (the default): nothing destructive runs without its record.
-    #[default]
-    FailClosed,
-    /// Let it run, and say so in `tracing` at error level.
-    FailOpen,
-}
+pub use crate::audit::WhenDown;
 
 /// How the log is written.
 #[derive(Debug, Clone)]
@@ -592,4 +583,29 @@ fn probe(log: &mut impl LogSink, options: &LogOptions, refused: u64) -> Result<(
         "{refused} records were refused while the log could not be written"
     ));
     log.append(std::slice::from_mut(&mut record)).map(|_| ())
+}
+
+impl crate::audit::DecisionLog for AuditLog {
+    fn when_down(&self) -> WhenDown {
+        self.options.when_down
+    }
+
+    fn is_healthy(&self) -> bool {
+        AuditLog::is_healthy(self)
+    }
+
+    fn append(&self, entry: crate::audit::LogEntry) -> Result<(), crate::audit::LogDown> {
+        AuditLog::append(self, Record::from(entry)).map_err(|_| crate::audit::LogDown)
+    }
+
+    fn append_durable(
+        &self,
+        entry: crate::audit::LogEntry,
+    ) -> Result<crate::audit::DurableWrite, crate::audit::LogDown> {
+        let durable = AuditLog::append_durable(self, Record::from(entry))
+            .map_err(|_| crate::audit::LogDown)?;
+        Ok(Box::pin(async move {
+            durable.await.map(|_| ()).map_err(|_| crate::audit::LogDown)
+        }))
+    }
 }

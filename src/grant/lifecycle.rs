@@ -8,7 +8,6 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use crate::audit;
 use crate::kernel::{Nonce, PrincipalKey, hex, unhex};
 use crate::store::standing::StandingRef;
 
@@ -82,16 +81,6 @@ impl Grant {
                 now >= lease_until && now >= self.expires_at
             }
             _ => false,
-        }
-    }
-
-    /// What the audit events of this grant name.
-    pub(crate) fn audit(&self) -> audit::GrantFields<'_> {
-        audit::GrantFields {
-            tool: &self.tool,
-            subject: &self.subject,
-            grant: self.id.short(),
-            nonce: self.nonce.short(),
         }
     }
 }

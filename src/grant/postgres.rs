@@ -17,7 +17,7 @@ use super::{
     Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, GrantStoreError, Grants,
     Lease, Revoke, RunError, record,
 };
-use crate::audit;
+use crate::audit::event::DecisionEvent;
 use crate::clock::{Clock, SystemClock};
 use crate::kernel::BoxFuture;
 use crate::store::backend::{bounded, postgres_pool, table_name};
@@ -250,31 +250,33 @@ impl Grants<PostgresGrantStore> {
                     // This attempt expired it: record that.
                     write(&tx, &grant).await?;
                     commit(store, tx).await.map_err(unavailable)?;
-                    audit::grant_expired(&id.short(), Some(&grant.nonce));
-                    let _ = self
-                        .log
-                        .note("grant_expired", &grant, None, store.clock.now());
+                    let expired = DecisionEvent::GrantExpired {
+                        id: &id,
+                        grant: Some(&grant),
+                    };
+                    self.log.report(expired, store.clock.now());
                 }
                 return Err(RunError::Grant(GrantError::Ended(state)));
             }
         };
-        audit::grant_executing(&grant.audit(), lease.attempt);
         // Unrecorded, nothing acts: the transaction rolls back and the grant stays as it was.
+        let begun = DecisionEvent::GrantBegun {
+            grant: &grant,
+            attempt: lease.attempt,
+        };
         self.log
-            .begun(&grant, store.clock.now())
+            .begun(begun, store.clock.now())
             .await
             .map_err(RunError::Grant)?;
         if let Err(refusal) = self.check(&grant).await {
             grant.finish(&lease, Finish::Failed);
             write(&tx, &grant).await?;
             commit(store, tx).await.map_err(unavailable)?;
-            audit::grant_failed(&grant.audit(), refusal.reason());
-            let _ = self.log.note(
-                "grant_failed",
-                &grant,
-                Some(refusal.reason()),
-                store.clock.now(),
-            );
+            let failed = DecisionEvent::GrantFailed {
+                grant: &grant,
+                reason: refusal.reason(),
+            };
+            self.log.report(failed, store.clock.now());
             return Err(RunError::Grant(GrantError::Refused(refusal)));
         }
         // On an error the transaction is dropped: the change and the grant roll back together.
@@ -282,10 +284,11 @@ impl Grants<PostgresGrantStore> {
         grant.finish(&lease, Finish::Consumed);
         write(&tx, &grant).await?;
         commit(store, tx).await.map_err(unavailable)?;
-        audit::grant_consumed(&grant.audit(), lease.attempt);
-        let _ = self
-            .log
-            .note("grant_consumed", &grant, None, store.clock.now());
+        let consumed = DecisionEvent::GrantConsumed {
+            grant: &grant,
+            attempt: lease.attempt,
+        };
+        self.log.report(consumed, store.clock.now());
         Ok(value)
     }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use super::{
     Begin, Finish, Grant, GrantId, GrantState, GrantStore, GrantStoreError, Lease, Revoke,
 };
-use crate::audit;
+use crate::audit::event::{DecisionEvent, step_refused as refused};
 use crate::clock::{Clock, SystemClock};
 use crate::policy::{Refusal, Revalidate, Revalidation};
 use crate::principal::Principal;
@@ -185,14 +185,16 @@ impl<S: GrantStore> Grants<S> {
         self
     }
 
-    /// Records each grant's life in `log` (feature `audit-log`; set by
+    /// Records each grant's life in `log` (`mcp-confirm-log`'s `AuditLog`, or any
+    /// [`DecisionLog`](crate::audit::DecisionLog); set by
     /// [`ConfirmLayer::grants`](crate::ConfirmLayer::grants) when the layer has one): begun,
     /// consumed, failed, revoked, expired. With a log that is down, a grant does not begin
     /// ([`GrantError::LogUnavailable`], retryable) unless the log's policy is to fail open.
-    #[cfg(feature = "audit-log")]
     #[must_use]
-    pub fn audit_log(mut self, log: crate::audit_log::AuditLog) -> Self {
-        self.log = GrantLog { log: Some(log) };
+    pub fn audit_log(mut self, log: impl crate::audit::DecisionLog) -> Self {
+        self.log = GrantLog {
+            log: Some(Arc::new(log)),
+        };
         self
     }
 
@@ -248,12 +250,13 @@ impl<S: GrantStore> Grants<S> {
                     // This begin may be what expired it: record it, with the nonce if the
                     // store still answers.
                     let grant = self.store.get(id).await.ok().flatten();
-                    audit::grant_expired(&id.short(), grant.as_ref().map(|g| &g.nonce));
-                    if let Some(grant) = &grant {
-                        let _ = self
-                            .log
-                            .note("grant_expired", grant, None, self.clock.now());
-                    }
+                    self.log.report(
+                        DecisionEvent::GrantExpired {
+                            id: &id,
+                            grant: grant.as_ref(),
+                        },
+                        self.clock.now(),
+                    );
                 }
                 return Err(GrantError::Ended(state));
             }
@@ -267,22 +270,23 @@ impl<S: GrantStore> Grants<S> {
         if self.audience.as_ref().is_some_and(|a| *a != grant.audience) {
             // Another deployment's grant in a shared store: not ours to run or to fail. Its lease
             // runs out and its own workers begin it again.
-            audit::refused(&grant.tool, None, "grant issued for another audience");
+            refused(&grant.tool, None, "grant issued for another audience");
             return Err(GrantError::Refused(Refusal::new(
                 "the grant was issued for another deployment",
             )));
         }
-        audit::grant_executing(&grant.audit(), lease.attempt);
         // Unrecorded, the attempt does not act: its lease runs out and a later one starts over.
-        self.log.begun(&grant, self.clock.now()).await?;
+        let begun = DecisionEvent::GrantBegun {
+            grant: &grant,
+            attempt: lease.attempt,
+        };
+        self.log.begun(begun, self.clock.now()).await?;
         if let Err(refusal) = self.check(&grant).await {
-            audit::grant_failed(&grant.audit(), refusal.reason());
-            let _ = self.log.note(
-                "grant_failed",
-                &grant,
-                Some(refusal.reason()),
-                self.clock.now(),
-            );
+            let failed = DecisionEvent::GrantFailed {
+                grant: &grant,
+                reason: refusal.reason(),
+            };
+            self.log.report(failed, self.clock.now());
             // If this write is lost the lease runs out and the next attempt is refused the same way.
             let _ = self.store.finish(lease, Finish::Failed).await;
             return Err(GrantError::Refused(refusal));
@@ -330,7 +334,11 @@ impl<S: GrantStore> Grants<S> {
         if let Err(e) = attempt.consumed().await {
             // The action happened; only its record did not. The lease runs out and the next
             // attempt's re-check finds the record gone (or unchanged, for idempotent work).
-            audit::grant_finish_lost(&id.short(), &e);
+            DecisionEvent::GrantFinishLost {
+                id: &id,
+                reason: &e,
+            }
+            .trace();
         }
         Ok(value)
     }
@@ -355,7 +363,7 @@ impl<S: GrantStore> Grants<S> {
             return Err(GrantError::Unknown);
         }
         if grant.subject != principal.subject() {
-            audit::refused(&grant.tool, Some(principal), "revoke by another principal");
+            refused(&grant.tool, Some(principal), "revoke by another principal");
             return Err(GrantError::NotOwner);
         }
         let revoked = self
@@ -365,10 +373,11 @@ impl<S: GrantStore> Grants<S> {
             .map_err(GrantError::Unavailable)?;
         match revoked {
             Revoke::Revoked | Revoke::Stopping { .. } => {
-                audit::grant_revoked(&grant.audit());
-                let _ = self
-                    .log
-                    .note("grant_revoked", &grant, None, self.clock.now());
+                let revoked = DecisionEvent::GrantRevoked {
+                    grant: &grant,
+                    reason: None,
+                };
+                self.log.report(revoked, self.clock.now());
             }
             Revoke::Unknown => return Err(GrantError::Unknown),
             _ => {}
@@ -439,7 +448,7 @@ impl<S: GrantStore> Grants<S> {
         let Some(store) = &self.standing else {
             // A worker set up without the standing store cannot tell: it leaves the grant to one
             // that can.
-            audit::refused(
+            refused(
                 &grant.tool,
                 None,
                 "grant issued under a standing approval, and this worker has no standing store \
@@ -456,7 +465,7 @@ impl<S: GrantStore> Grants<S> {
         if standing.is_some_and(|s| s.id == under.id && !s.revoked) {
             return Ok(());
         }
-        audit::refused(
+        refused(
             &grant.tool,
             None,
             "the standing approval the grant was issued under was revoked or is gone",
@@ -468,11 +477,11 @@ impl<S: GrantStore> Grants<S> {
             .map_err(GrantError::Unavailable)?
         {
             Revoke::Revoked => {
-                audit::grant_revoked(&grant.audit());
-                let reason = "its standing approval was revoked or is gone";
-                let _ = self
-                    .log
-                    .note("grant_revoked", &grant, Some(reason), self.clock.now());
+                let revoked = DecisionEvent::GrantRevoked {
+                    grant: &grant,
+                    reason: Some("its standing approval was revoked or is gone"),
+                };
+                self.log.report(revoked, self.clock.now());
                 Err(GrantError::Ended(GrantState::Revoked))
             }
             Revoke::Ended(state) => Err(GrantError::Ended(state)),
@@ -529,10 +538,11 @@ impl<S: GrantStore> Attempt<'_, S> {
     /// [`GrantError::Unavailable`] if the store did not answer.
     pub async fn consumed(self) -> Result<(), GrantError> {
         self.finish(Finish::Consumed).await?;
-        audit::grant_consumed(&self.grant.audit(), self.lease.attempt);
-        let _ = self
-            .log
-            .note("grant_consumed", &self.grant, None, self.clock.now());
+        let consumed = DecisionEvent::GrantConsumed {
+            grant: &self.grant,
+            attempt: self.lease.attempt,
+        };
+        self.log.report(consumed, self.clock.now());
         Ok(())
     }
 
@@ -542,10 +552,11 @@ impl<S: GrantStore> Attempt<'_, S> {
     /// As for [`consumed`](Self::consumed).
     pub async fn failed(self, reason: &str) -> Result<(), GrantError> {
         self.finish(Finish::Failed).await?;
-        audit::grant_failed(&self.grant.audit(), reason);
-        let _ = self
-            .log
-            .note("grant_failed", &self.grant, Some(reason), self.clock.now());
+        let failed = DecisionEvent::GrantFailed {
+            grant: &self.grant,
+            reason,
+        };
+        self.log.report(failed, self.clock.now());
         Ok(())
     }
 

@@ -101,7 +101,11 @@ impl ToolListing {
         }
         let needs = listed.declared.is_some() || listed.destructive;
         if needs && !self.exempt.contains(listed.name) && self.undeclared.insert(listed.name) {
-            crate::audit::undeclared(listed.name, listed.declared);
+            crate::audit::event::DecisionEvent::Undeclared {
+                tool: listed.name,
+                declared: listed.declared,
+            }
+            .trace();
         }
         None
     }
@@ -110,7 +114,7 @@ impl ToolListing {
     /// showed, so it refuses every tool it has no policy or exemption for.
     pub(crate) fn unread(&self, why: &'static str) {
         self.undeclared.close();
-        crate::audit::listing_unread(why);
+        crate::audit::event::DecisionEvent::ListingUnread { why }.trace();
     }
 }
 

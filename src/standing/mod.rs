@@ -89,18 +89,12 @@ impl StandingApprovals {
                     .revoke(standing.principal, Some(standing.id))
                     .await?;
                 if done > 0 {
-                    crate::audit::standing_revoked(
-                        &standing.tool,
-                        principal,
-                        &standing.id.to_hex(),
-                    );
-                    self.config.note(crate::audit::Event {
-                        event: "standing_revoked",
-                        tool: Some(&standing.tool),
-                        principal: Some(principal),
-                        standing: Some(standing.id.to_hex()[..8].to_owned()),
-                        ..crate::audit::Event::default()
-                    });
+                    self.config
+                        .report(crate::audit::event::DecisionEvent::StandingRevoked {
+                            tool: &standing.tool,
+                            principal,
+                            id: &standing.id,
+                        });
                 }
                 revoked += done;
             }

@@ -98,7 +98,7 @@ async fn grants_are_audited_with_their_id_and_nonce() {
     let short = |id: GrantId| id.to_string()[..8].to_owned();
     for (decision, grant) in [
         ("grant_issued", id),
-        ("grant_executing", id),
+        ("grant_begun", id),
         ("grant_consumed", id),
         ("grant_revoked", revoked),
         ("grant_expired", expired),
