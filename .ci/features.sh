@@ -19,6 +19,7 @@ text = open(path).read()
 # target, and the members other than the macros.
 text = re.sub(r'(?m)^mcp-confirm = \{ path = "\.".*\n', "", text)
 text = re.sub(r'(?m)^mcp-confirm-demo = \{ path = "demo".*\n', "", text)
+text = re.sub(r'(?m)^mcp-confirm-log = \{ path = "log".*\n', "", text)
 text = re.sub(r'(?ms)^\[\[bench\]\]\n.*?(?=^\[)', "", text)
 text, members = re.subn(r'(?m)^members = \[.*\]$', 'members = ["macros"]', text)
 text, defaults = re.subn(r'(?m)^default-members = \[.*\]$', 'default-members = ["."]', text)
@@ -29,7 +30,7 @@ PY
 # at another path gets its own artifacts, and leaves the main ones alone).
 export CARGO_TARGET_DIR=$root/target
 cd "$work/pkg"
-for features in "" fs redis redis-cluster postgres rmcp macros testing test-support audit-log webhooks passkeys; do
+for features in "" fs redis redis-cluster postgres rmcp macros testing test-support webhooks passkeys; do
   echo "== --no-default-features ${features:+--features $features}: build, unit tests"
   cargo build -q --lib --no-default-features ${features:+--features "$features"}
   # The scanner's long adversarial runs are the same whatever the features: once, in the first.
@@ -40,6 +41,11 @@ for features in "" fs redis redis-cluster postgres rmcp macros testing test-supp
   grep -E "^test result" "$work/test.log"
 done
 cd "$root"
+# The decision log's crate, with and without its one feature.
+for features in "" postgres; do
+  echo "== mcp-confirm-log ${features:+--features $features}: build"
+  cargo build -q -p mcp-confirm-log ${features:+--features "$features"}
+done
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   echo "== docs as docs.rs builds them (nightly, --cfg docsrs, all features)"
   RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo +nightly doc -q --no-deps --all-features \

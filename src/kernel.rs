@@ -127,7 +127,7 @@ sixteen_bytes!(
 );
 
 /// Lower-case hex: every id and digest this crate writes as text.
-pub(crate) fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -139,7 +139,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 /// Exactly `N` bytes as [`hex`] writes them (`2 * N` lower-case digits); `None` for anything
 /// else.
-pub(crate) fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
+pub fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
     let digits = text.as_bytes();
     if digits.len() != N * 2 {
         return None;

@@ -132,11 +132,10 @@
 //!   [policy](ToolPolicy::standing) lets the user give ("allow for 10 minutes"), listed and
 //!   revoked through the API or a page; [`store::standing`] keeps them.
 //! - [`grant`]: durable grants for work that runs later, and the worker API.
-//! - `audit_log` (feature `audit-log`): the tamper-evident decision log (Merkle tree, signed
-//!   checkpoints, record tags and the signer's view so that only what the writer wrote is
-//!   signed, witnesses that keep checkpoints off the log's storage, a file or a shared
-//!   PostgreSQL table, the offline verifier's checks);
-//!   [`audit`] names the `tracing` target every decision is also reported under.
+//! - [`audit`]: what every decision reports: the `tracing` target, and the
+//!   [`DecisionLog`](audit::DecisionLog) seam through which a decision log keeps it. The
+//!   tamper-evident log itself (Merkle tree, signed checkpoints, witnesses, a file or a shared
+//!   PostgreSQL table, the offline verifier) is the `mcp-confirm-log` crate.
 //! - [`guard`]: Host/Origin validation to stack in front; [`scope`]: workspace containment for
 //!   file tools; `rmcp` (feature `rmcp`): the handler-side `Confirmation`; `testing` (feature
 //!   `testing`): a client for both rounds.
@@ -158,9 +157,6 @@
 pub mod approval;
 mod approvers;
 pub mod audit;
-#[cfg(feature = "audit-log")]
-#[cfg_attr(docsrs, doc(cfg(feature = "audit-log")))]
-pub mod audit_log;
 pub mod body;
 pub mod clock;
 mod completion;
@@ -246,12 +242,16 @@ pub mod __bench {
     }
 }
 
-/// Support for the code `#[confirm_router]` generates. Not part of the API.
+/// Support for the code `#[confirm_router]` generates and for the workspace's other crates
+/// (`mcp-confirm-log`), released together with this one. Not part of the API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::kernel::{hex, unhex};
     pub use crate::policy::PolicyShape;
     #[cfg(feature = "rmcp")]
     pub use crate::rmcp::__private::*;
+    #[cfg(feature = "postgres")]
+    pub use crate::store::backend::{migrate_once, table_name};
     #[cfg(feature = "rmcp")]
     pub use ::rmcp::model::Tool;
 }

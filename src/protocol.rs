@@ -232,7 +232,6 @@ impl RpcError {
 
     /// The decision log cannot take the record of a call that would run (and its policy is to
     /// fail closed): nothing ran, the confirmation is unspent.
-    #[cfg_attr(not(feature = "audit-log"), allow(dead_code))]
     pub(crate) fn log_unavailable() -> Self {
         Self::new(
             code::STORE_UNAVAILABLE,

@@ -65,7 +65,7 @@ pub struct Options {
     /// Serve without `ConfirmLayer` (only for measuring what the layer costs).
     pub without_confirmation: bool,
     /// Where every decision is recorded, tamper-evident; `None`: no decision log.
-    pub audit_log: Option<mcp_confirm::audit_log::AuditLog>,
+    pub audit_log: Option<mcp_confirm_log::AuditLog>,
     /// Who is told of each approval waiting for someone else (`notes_shred`); `None`: no one
     /// (the approvers' inbox lists them all the same).
     pub notifier: Option<Webhooks>,

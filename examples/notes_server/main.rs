@@ -297,7 +297,7 @@ async fn run() -> Result<(), String> {
             Some(url) => (
                 vkey.clone(),
                 format!(
-                    "PostgreSQL table {table} at {url}\n    copy it: cargo run -p mcp-confirm-audit -- pull --postgres {url} --table {table} --dir DIR",
+                    "PostgreSQL table {table} at {url}\n    copy it: cargo run -p mcp-confirm-log --features postgres -- pull --postgres {url} --table {table} --dir DIR",
                     table = audit_table(&flags)
                 ),
                 "DIR".to_owned(),
@@ -363,7 +363,7 @@ async fn run() -> Result<(), String> {
             println!("  decision log: {place}");
             println!("    checkpoints witnessed in {}", witness_dir.display());
             println!(
-                "    verify it: cargo run -p mcp-confirm-audit -- verify --dir {dir} --key {vkey} --witness {}",
+                "    verify it: cargo run -p mcp-confirm-log -- verify --dir {dir} --key {vkey} --witness {}",
                 witness_dir.display()
             );
         }
@@ -456,8 +456,8 @@ fn audit_witness_dir(flags: &Flags) -> PathBuf {
 /// away from the log's disk and the witness on storage the log's writers cannot change: whoever
 /// holds the key can rewrite history and sign it, and whoever holds the log, its view and its
 /// witness together can roll all three back.
-fn audit_log(flags: &Flags) -> Result<(mcp_confirm::audit_log::AuditLog, PathBuf), String> {
-    use mcp_confirm::audit_log::{AuditLog, DirWitness, LogKey, LogOptions};
+fn audit_log(flags: &Flags) -> Result<(mcp_confirm_log::AuditLog, PathBuf), String> {
+    use mcp_confirm_log::{AuditLog, DirWitness, LogKey, LogOptions};
     let dir = audit_dir(flags);
     let key_file = flags
         .audit_key_file
@@ -492,7 +492,7 @@ fn audit_log(flags: &Flags) -> Result<(mcp_confirm::audit_log::AuditLog, PathBuf
     if let Some(url) = &flags.audit_postgres {
         // Shared by every instance given the same URL (and key file): one sequence, one tree.
         let table = audit_table(flags);
-        let sink = mcp_confirm::audit_log::PostgresLog::connect(url, table, key)
+        let sink = mcp_confirm_log::PostgresLog::connect(url, table, key)
             .map_err(|e| format!("decision log in {url}: {e}"))?
             .view_file(view)
             .witness(witness);
@@ -508,7 +508,7 @@ fn audit_log(flags: &Flags) -> Result<(mcp_confirm::audit_log::AuditLog, PathBuf
     match AuditLog::file(&dir, key, options) {
         // Two writers on one directory would sign two trees under one name: the second
         // instance does not start.
-        Err(mcp_confirm::audit_log::LogError::Locked) => Err(format!(
+        Err(mcp_confirm_log::LogError::Locked) => Err(format!(
             "decision log {}: another instance writes it; give this one its own --data-dir (or \
              --audit-dir with its own --audit-key-file), or share one log through --audit-postgres",
             dir.display()
@@ -523,12 +523,11 @@ fn audit_table(flags: &Flags) -> &str {
     flags
         .audit_table
         .as_deref()
-        .unwrap_or(mcp_confirm::audit_log::PostgresLog::DEFAULT_TABLE)
+        .unwrap_or(mcp_confirm_log::PostgresLog::DEFAULT_TABLE)
 }
 
-fn key_again(seed: [u8; 32]) -> Result<mcp_confirm::audit_log::LogKey, String> {
-    mcp_confirm::audit_log::LogKey::from_seed("notes.example/decisions", seed)
-        .map_err(|e| e.to_string())
+fn key_again(seed: [u8; 32]) -> Result<mcp_confirm_log::LogKey, String> {
+    mcp_confirm_log::LogKey::from_seed("notes.example/decisions", seed).map_err(|e| e.to_string())
 }
 
 fn write_secret(path: &std::path::Path, text: &str) -> Result<(), String> {

@@ -21,7 +21,6 @@ pub enum WhenDown {
 /// record is not in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the decision log is not accepting records")]
-#[non_exhaustive]
 pub struct LogDown;
 
 /// A write that resolves once its record is durable.

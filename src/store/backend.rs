@@ -22,7 +22,7 @@ pub(crate) async fn bounded<T, E: From<StoreError>>(
 /// tables; otherwise `ddl` runs in one transaction (rolled back if it fails, so the connection is
 /// not left inside it). Every migration of the crate goes through here.
 #[cfg(feature = "postgres")]
-pub(crate) async fn migrate_once(
+pub async fn migrate_once(
     client: &mut tokio_postgres::Client,
     current: &str,
     ddl: &str,
@@ -95,7 +95,7 @@ pub(crate) fn postgres_pool(
 /// `table` if it is a plain SQL identifier (letters, digits and `_`, not starting with a digit,
 /// at most 63 bytes), the only names spliced into SQL text.
 #[cfg(feature = "postgres")]
-pub(crate) fn table_name(table: &str) -> Result<String, StoreError> {
+pub fn table_name(table: &str) -> Result<String, StoreError> {
     let valid = !table.is_empty()
         && table.len() <= 63
         && table.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')

@@ -6,7 +6,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use mcp_confirm::audit_log::{AuditLog, FileLog, Finding, Fsync, LogError, LogOptions, verify};
+use mcp_confirm_log::{AuditLog, FileLog, Finding, Fsync, LogError, LogOptions, verify};
 
 use super::{decision, fresh_dir, key};
 

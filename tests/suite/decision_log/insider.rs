@@ -7,10 +7,8 @@
 use std::fs;
 use std::path::Path;
 
-use mcp_confirm::audit_log::file::{self, CHECKPOINTS, RECORDS, VIEW, checkpoint_path};
-use mcp_confirm::audit_log::{
-    DirWitness, FileLog, FileOptions, Finding, Fsync, LogError, Record, verify,
-};
+use mcp_confirm_log::file::{self, CHECKPOINTS, RECORDS, VIEW, checkpoint_path};
+use mcp_confirm_log::{DirWitness, FileLog, FileOptions, Finding, Fsync, LogError, Record, verify};
 
 use super::{decision, fresh_dir, key, lines, write_lines};
 
@@ -250,7 +248,7 @@ fn copy_dir(from: &Path, to: &Path) {
 /// at runtime, and its writer stays down instead of signing on.
 #[test]
 fn a_second_log_under_one_name_is_refused_by_the_witness_while_running() {
-    use mcp_confirm::audit_log::{AuditLog, LogOptions};
+    use mcp_confirm_log::{AuditLog, LogOptions};
     let witness_dir = fresh_dir("insider-second-witness");
     let witness = || DirWitness::new(&witness_dir, key().verifier()).unwrap();
     let second = AuditLog::file(

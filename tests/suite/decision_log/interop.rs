@@ -4,7 +4,7 @@
 
 use ct_merkle::mem_backed_tree::MemoryBackedTree;
 use ct_merkle::{ConsistencyProof, InclusionProof};
-use mcp_confirm::audit_log::merkle;
+use mcp_confirm_log::merkle;
 use sha2::Sha256;
 
 fn flat(proof: &[merkle::Hash]) -> Vec<u8> {

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use mcp_confirm::audit_log::{
-    AuditLog, FileLog, Fsync, LogError, LogOptions, LogSink, Record, SignedCheckpoint, WhenDown,
-    merkle, verify,
-};
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::grant::{GrantError, GrantState, GrantStore, Grants, MemoryGrantStore, Revoke};
 use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{ConfirmLayerBuilder, KeyRing, Principal};
+use mcp_confirm_log::{
+    AuditLog, FileLog, Fsync, LogError, LogOptions, LogSink, Record, SignedCheckpoint, WhenDown,
+    merkle, verify,
+};
 use serde_json::json;
 
 use super::{fresh_dir, key};
@@ -574,7 +574,7 @@ async fn a_durable_append_answers_after_the_write() {
         .unwrap();
     assert_eq!(seq, 0);
     // It is in the file before anything else happened (no flush, no checkpoint).
-    let on_disk = std::fs::read_to_string(dir.join(mcp_confirm::audit_log::file::RECORDS)).unwrap();
+    let on_disk = std::fs::read_to_string(dir.join(mcp_confirm_log::file::RECORDS)).unwrap();
     assert!(on_disk.contains("\"event\":\"accepted\""));
     failing.store(true, Ordering::SeqCst);
     let lost = log.append_durable(Record::new("accepted")).unwrap().await;

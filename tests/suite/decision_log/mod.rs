@@ -11,8 +11,8 @@ mod postgres;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use mcp_confirm::audit_log::file::{CHECKPOINTS, RECORDS, checkpoint_path};
-use mcp_confirm::audit_log::{
+use mcp_confirm_log::file::{CHECKPOINTS, RECORDS, checkpoint_path};
+use mcp_confirm_log::{
     CheckpointError, FileLog, Finding, Fsync, LogError, LogKey, Record, VerifierKey, merkle, verify,
 };
 

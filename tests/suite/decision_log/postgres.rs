@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use mcp_confirm::audit_log::postgres::export;
-use mcp_confirm::audit_log::{AuditLog, Finding, LogOptions, LogSink, PostgresLog, verify};
+use mcp_confirm_log::postgres::export;
+use mcp_confirm_log::{AuditLog, Finding, LogOptions, LogSink, PostgresLog, verify};
 
 use super::{decision, fresh_dir, key};
 
@@ -74,7 +74,7 @@ fn instance(table: &Table, name: &str) -> AuditLog {
     AuditLog::new(sink, key().verifier(), options).unwrap()
 }
 
-fn exported(table: &Table) -> mcp_confirm::audit_log::Verified {
+fn exported(table: &Table) -> mcp_confirm_log::Verified {
     let dir = fresh_dir("pg-export");
     export(&crate::backends::postgres_url(), &table.0, &dir).unwrap();
     verify(&dir, &key().verifier(), &[]).unwrap()
@@ -211,11 +211,11 @@ fn an_edit_behind_the_triggers_back_is_named_and_never_signed_over() {
     let mut sink = PostgresLog::connect(&url, t, key()).unwrap();
     assert!(matches!(
         sink.checkpoint(),
-        Err(mcp_confirm::audit_log::LogError::Damaged(_))
+        Err(mcp_confirm_log::LogError::Damaged(_))
     ));
     assert!(matches!(
         sink.recover(),
-        Err(mcp_confirm::audit_log::LogError::Damaged(_))
+        Err(mcp_confirm_log::LogError::Damaged(_))
     ));
     let b = instance(&table, "b");
     b.append(decision(5)).unwrap();
@@ -318,7 +318,7 @@ fn a_truncated_and_rewritten_table_stops_the_running_signer_and_is_never_signed(
     // A restarted signer reads the rows again: row 2's tag is not its writer's.
     let mut sink = PostgresLog::connect(&crate::backends::postgres_url(), &table.0, key()).unwrap();
     match sink.checkpoint() {
-        Err(mcp_confirm::audit_log::LogError::Damaged(why)) => {
+        Err(mcp_confirm_log::LogError::Damaged(why)) => {
             assert!(why.contains("record 2"), "{why}");
         }
         other => panic!("a restarted signer signed a rewritten table: {other:?}"),
@@ -337,9 +337,7 @@ fn a_table_rolled_back_to_an_old_dump_is_caught_by_a_witness() {
     let witnessed = || {
         let sink = PostgresLog::connect(&crate::backends::postgres_url(), &table.0, key())
             .unwrap()
-            .witness(
-                mcp_confirm::audit_log::DirWitness::new(&witness_dir, key().verifier()).unwrap(),
-            );
+            .witness(mcp_confirm_log::DirWitness::new(&witness_dir, key().verifier()).unwrap());
         let options = LogOptions {
             every: Duration::from_millis(50),
             instance: "a".into(),

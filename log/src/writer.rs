@@ -20,7 +20,7 @@ use super::checkpoint::{LogKey, SignedCheckpoint, VerifierKey};
 use super::file::{FileLog, Fsync};
 use super::record::Record;
 
-pub use crate::audit::WhenDown;
+pub use mcp_confirm::audit::WhenDown;
 
 /// How the log is written.
 #[derive(Debug, Clone)]
@@ -160,7 +160,7 @@ struct Shared {
 /// A decision log a layer appends to ([`ConfirmLayerBuilder::audit_log`]). Clones share one
 /// writer; the last one dropped writes a final checkpoint and stops it.
 ///
-/// [`ConfirmLayerBuilder::audit_log`]: crate::ConfirmLayerBuilder
+/// [`ConfirmLayerBuilder::audit_log`]: mcp_confirm::ConfirmLayerBuilder::audit_log
 #[derive(Clone)]
 pub struct AuditLog {
     sender: Option<SyncSender<Command>>,
@@ -484,13 +484,13 @@ fn write_loop(
                         since_checkpoint += 1;
                         oldest_unsigned.get_or_insert_with(Instant::now);
                         shared.healthy.store(true, Ordering::Release);
-                        tracing::warn!(target: crate::audit::TARGET, decision = "log_up",
+                        tracing::warn!(target: mcp_confirm::audit::TARGET, decision = "log_up",
                             records = log.size(), "the decision log is written again");
                     }
                     Err(e) => {
                         *backoff = (*backoff * 2).min(BACKOFF_MAX);
                         *retry_at = Instant::now() + *backoff;
-                        tracing::debug!(target: crate::audit::TARGET, error = %e,
+                        tracing::debug!(target: mcp_confirm::audit::TARGET, error = %e,
                             retry_in_ms = backoff.as_millis() as u64,
                             "the decision log is still down");
                     }
@@ -559,13 +559,13 @@ fn go_down(shared: &Shared, health: &mut Health, refused: u64, error: &LogError,
         refused,
     };
     if let LogError::Damaged(why) = error {
-        tracing::error!(target: crate::audit::TARGET, decision = "log_damaged",
+        tracing::error!(target: mcp_confirm::audit::TARGET, decision = "log_damaged",
             error = %why,
             "the decision log was changed by someone other than its writer: nothing more is \
              signed and calls that need a record are refused until an operator inspects it \
              (mcp-confirm-audit inspect)");
     } else {
-        tracing::error!(target: crate::audit::TARGET, decision = "log_down",
+        tracing::error!(target: mcp_confirm::audit::TARGET, decision = "log_down",
             error = %error, "the decision log {what}");
     }
 }
@@ -585,7 +585,7 @@ fn probe(log: &mut impl LogSink, options: &LogOptions, refused: u64) -> Result<(
     log.append(std::slice::from_mut(&mut record)).map(|_| ())
 }
 
-impl crate::audit::DecisionLog for AuditLog {
+impl mcp_confirm::audit::DecisionLog for AuditLog {
     fn when_down(&self) -> WhenDown {
         self.options.when_down
     }
@@ -594,18 +594,24 @@ impl crate::audit::DecisionLog for AuditLog {
         AuditLog::is_healthy(self)
     }
 
-    fn append(&self, entry: crate::audit::LogEntry) -> Result<(), crate::audit::LogDown> {
-        AuditLog::append(self, Record::from(entry)).map_err(|_| crate::audit::LogDown)
+    fn append(
+        &self,
+        entry: mcp_confirm::audit::LogEntry,
+    ) -> Result<(), mcp_confirm::audit::LogDown> {
+        AuditLog::append(self, Record::from(entry)).map_err(|_| mcp_confirm::audit::LogDown)
     }
 
     fn append_durable(
         &self,
-        entry: crate::audit::LogEntry,
-    ) -> Result<crate::audit::DurableWrite, crate::audit::LogDown> {
+        entry: mcp_confirm::audit::LogEntry,
+    ) -> Result<mcp_confirm::audit::DurableWrite, mcp_confirm::audit::LogDown> {
         let durable = AuditLog::append_durable(self, Record::from(entry))
-            .map_err(|_| crate::audit::LogDown)?;
+            .map_err(|_| mcp_confirm::audit::LogDown)?;
         Ok(Box::pin(async move {
-            durable.await.map(|_| ()).map_err(|_| crate::audit::LogDown)
+            durable
+                .await
+                .map(|_| ())
+                .map_err(|_| mcp_confirm::audit::LogDown)
         }))
     }
 }

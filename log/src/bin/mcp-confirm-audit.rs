@@ -35,7 +35,7 @@ use std::process::ExitCode;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use mcp_confirm::audit_log::{DirWitness, Finding, LogKey, Record, VerifierKey, merkle, verify};
+use mcp_confirm_log::{DirWitness, Finding, LogKey, Record, VerifierKey, merkle, verify};
 use serde_json::{Value, json};
 
 const USAGE: &str = "usage:
@@ -174,7 +174,7 @@ fn kept_elsewhere(args: &Args, key: &VerifierKey) -> Result<Vec<String>, String>
 fn kept_checkpoints(
     args: &Args,
     verifier: &VerifierKey,
-) -> Result<Vec<mcp_confirm::audit_log::SignedCheckpoint>, String> {
+) -> Result<Vec<mcp_confirm_log::SignedCheckpoint>, String> {
     kept_elsewhere(args, verifier)?
         .iter()
         .map(|text| {
@@ -269,13 +269,9 @@ fn signing_key(args: &Args) -> Result<LogKey, String> {
 fn inspect(args: &Args) -> Result<bool, String> {
     let signing = signing_key(args)?;
     let must_extend = kept_checkpoints(args, &signing.verifier())?;
-    let problems = mcp_confirm::audit_log::file::inspect(
-        dir(args)?,
-        args.view.as_deref(),
-        &signing,
-        &must_extend,
-    )
-    .map_err(|e| e.to_string())?;
+    let problems =
+        mcp_confirm_log::file::inspect(dir(args)?, args.view.as_deref(), &signing, &must_extend)
+            .map_err(|e| e.to_string())?;
     for problem in &problems {
         println!("DIFFERS  {problem}");
     }
@@ -305,13 +301,9 @@ fn adopt_legacy(args: &Args) -> Result<bool, String> {
             "adopt-legacy trusts the log as it is: give a checkpoint kept elsewhere it must extend (--seen FILE or --witness DIR)\n{USAGE}"
         ));
     }
-    let size = mcp_confirm::audit_log::file::adopt_legacy(
-        dir(args)?,
-        args.view.as_deref(),
-        &signing,
-        &kept,
-    )
-    .map_err(|e| e.to_string())?;
+    let size =
+        mcp_confirm_log::file::adopt_legacy(dir(args)?, args.view.as_deref(), &signing, &kept)
+            .map_err(|e| e.to_string())?;
     println!(
         "wrote a signer's view of {size} records; the writer checks the log against it from now on"
     );
@@ -476,7 +468,7 @@ fn check_proof(args: &Args) -> Result<bool, String> {
 }
 
 fn show(args: &Args, filtered: bool) -> Result<bool, String> {
-    let path = dir(args)?.join(mcp_confirm::audit_log::file::RECORDS);
+    let path = dir(args)?.join(mcp_confirm_log::file::RECORDS);
     let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     // Which records a checkpoint vouches for: lines past the newest that verifies are marked,
     // by their place in the file (not by the number a line claims).
@@ -529,6 +521,12 @@ fn show(args: &Args, filtered: bool) -> Result<bool, String> {
     Ok(true)
 }
 
+#[cfg(not(feature = "postgres"))]
+fn pull(_: &Args) -> Result<bool, String> {
+    Err("this mcp-confirm-audit was built without PostgreSQL support (feature `postgres` of mcp-confirm-log)".to_owned())
+}
+
+#[cfg(feature = "postgres")]
 fn pull(args: &Args) -> Result<bool, String> {
     let url = args
         .postgres
@@ -537,10 +535,9 @@ fn pull(args: &Args) -> Result<bool, String> {
     let table = args
         .table
         .as_deref()
-        .unwrap_or(mcp_confirm::audit_log::PostgresLog::DEFAULT_TABLE);
+        .unwrap_or(mcp_confirm_log::PostgresLog::DEFAULT_TABLE);
     let dir = dir(args)?;
-    let copied =
-        mcp_confirm::audit_log::postgres::export(url, table, dir).map_err(|e| e.to_string())?;
+    let copied = mcp_confirm_log::postgres::export(url, table, dir).map_err(|e| e.to_string())?;
     println!(
         "copied {copied} records and the checkpoints of {table} into {}; now verify it",
         dir.display()

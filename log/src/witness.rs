@@ -241,7 +241,7 @@ impl Witnessing {
                     must_extend.push(signed);
                 }
                 Err(e) => {
-                    tracing::warn!(target: crate::audit::TARGET, witness = ?witness, error = %e,
+                    tracing::warn!(target: mcp_confirm::audit::TARGET, witness = ?witness, error = %e,
                         "a witness of the decision log cannot be read: not checked at start");
                     held.push(u64::MAX);
                 }
@@ -351,7 +351,7 @@ impl Witnessing {
                     match self.split_at(old) {
                         Some((tree, newer)) => tree.consistency_proof_to(newer).unwrap_or_default(),
                         None => {
-                            tracing::warn!(target: crate::audit::TARGET, witness = ?witness,
+                            tracing::warn!(target: mcp_confirm::audit::TARGET, witness = ?witness,
                                 "a witness of the decision log is too far behind to prove to now; it is brought up to date at the next start");
                             break;
                         }
@@ -370,7 +370,7 @@ impl Witnessing {
                         )));
                     }
                     Err(e) => {
-                        tracing::warn!(target: crate::audit::TARGET, witness = ?witness, error = %e,
+                        tracing::warn!(target: mcp_confirm::audit::TARGET, witness = ?witness, error = %e,
                             "a checkpoint of the decision log did not reach a witness; the next one will");
                         break;
                     }

@@ -80,7 +80,7 @@ impl TagKey {
         record.tag = None;
         let untagged = record.to_line();
         let mac = self.mac(RECORD_DOMAIN, origin, untagged.as_bytes());
-        record.tag = Some(crate::kernel::hex(&mac[..RECORD_TAG_BYTES]));
+        record.tag = Some(mcp_confirm::__private::hex(&mac[..RECORD_TAG_BYTES]));
         record.to_line()
     }
 
@@ -92,7 +92,7 @@ impl TagKey {
         let mut untagged = record.clone();
         untagged.tag = None;
         let mac = self.mac(RECORD_DOMAIN, origin, untagged.to_line().as_bytes());
-        let expected = crate::kernel::hex(&mac[..RECORD_TAG_BYTES]);
+        let expected = mcp_confirm::__private::hex(&mac[..RECORD_TAG_BYTES]);
         bool::from(expected.as_bytes().ct_eq(tag.as_bytes()))
     }
 }
@@ -141,7 +141,7 @@ impl View {
     fn encode(&self, origin: &str, key: &TagKey, generation: u64) -> String {
         let body = self.body(origin, generation);
         let tag = key.mac(VIEW_DOMAIN, origin, body.as_bytes());
-        format!("{body}tag {}\n", crate::kernel::hex(&tag))
+        format!("{body}tag {}\n", mcp_confirm::__private::hex(&tag))
     }
 
     /// One slot's view and generation, if it is one this key wrote for this log.
@@ -149,7 +149,7 @@ impl View {
         let (body, tag_line) = text.strip_suffix('\n')?.rsplit_once('\n')?;
         let body = format!("{body}\n");
         let tag = tag_line.strip_prefix("tag ")?;
-        let expected = crate::kernel::hex(&key.mac(VIEW_DOMAIN, origin, body.as_bytes()));
+        let expected = mcp_confirm::__private::hex(&key.mac(VIEW_DOMAIN, origin, body.as_bytes()));
         if !bool::from(expected.as_bytes().ct_eq(tag.as_bytes())) {
             return None;
         }

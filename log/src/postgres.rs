@@ -104,7 +104,7 @@ impl PostgresLog {
     /// [`LogError::Backend`] if the database cannot be reached or refuses; a `table` that is
     /// not a plain identifier too.
     pub fn connect(url: &str, table: &str, key: LogKey) -> Result<Self, LogError> {
-        let table = crate::store::backend::table_name(table)
+        let table = mcp_confirm::__private::table_name(table)
             .map_err(|e| LogError::Backend(e.to_string()))?;
         let url = url.to_owned();
         // Built and first used on a thread of its own: a runtime cannot be entered from inside
@@ -198,7 +198,7 @@ impl PostgresLog {
         })?;
         self.connection = Some(runtime.spawn(async move {
             if let Err(e) = connection.await {
-                tracing::warn!(target: crate::audit::TARGET, error = %e,
+                tracing::warn!(target: mcp_confirm::audit::TARGET, error = %e,
                     "the decision log's database connection ended");
             }
         }));
@@ -239,7 +239,7 @@ impl PostgresLog {
         let timeout = self.timeout;
         let client = self.client.as_mut().ok_or_else(down)?;
         self.runtime.block_on(bounded(timeout, async {
-            crate::store::backend::migrate_once(client, &current, &ddl)
+            mcp_confirm::__private::migrate_once(client, &current, &ddl)
                 .await
                 .map_err(backend)
         }))
@@ -636,7 +636,7 @@ impl LogSink for PostgresLog {
 /// written (it must not hold a log already).
 pub fn export(url: &str, table: &str, dir: &Path) -> Result<u64, LogError> {
     let table =
-        crate::store::backend::table_name(table).map_err(|e| LogError::Backend(e.to_string()))?;
+        mcp_confirm::__private::table_name(table).map_err(|e| LogError::Backend(e.to_string()))?;
     fs::create_dir_all(dir.join(CHECKPOINTS))?;
     if dir.join(RECORDS).exists() {
         return Err(LogError::Io(std::io::Error::new(

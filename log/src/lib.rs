@@ -1,3 +1,8 @@
+//! `mcp-confirm-log`: the tamper-evident decision log of
+//! [`mcp-confirm`](https://docs.rs/mcp-confirm). Give an [`AuditLog`] to
+//! `ConfirmLayerBuilder::audit_log` (and to `Grants::audit_log`): the layer reports each
+//! decision through the core's `mcp_confirm::audit::DecisionLog` seam, and this crate keeps it.
+//!
 //! A tamper-evident record of every decision: an append-only log whose records are the leaves of
 //! a Merkle tree (RFC 9162 hashing), with signed checkpoints (C2SP `tlog-checkpoint` in a
 //! `signed-note`, Ed25519) every N records or T seconds and on shutdown, inclusion and
@@ -25,6 +30,9 @@
 //!   decision that lets a call run waits for its record to be written
 //!   ([`AuditLog::append_durable`]); what a layer does while the log is down is its
 //!   [`WhenDown`] policy.
+
+#![deny(missing_docs, unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod checkpoint;
 pub mod file;

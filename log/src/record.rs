@@ -95,9 +95,9 @@ impl Record {
     }
 }
 
-impl From<crate::audit::LogEntry> for Record {
+impl From<mcp_confirm::audit::LogEntry> for Record {
     /// The record of a layer's entry (its `seq`, `instance` and `tag` are the writer's).
-    fn from(entry: crate::audit::LogEntry) -> Self {
+    fn from(entry: mcp_confirm::audit::LogEntry) -> Self {
         Self {
             arguments: entry.arguments,
             at_ms: entry.at_ms,

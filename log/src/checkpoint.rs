@@ -161,7 +161,7 @@ impl fmt::Display for VerifierKey {
             f,
             "{}+{}+{}",
             self.name,
-            crate::kernel::hex(&self.id),
+            mcp_confirm::__private::hex(&self.id),
             STANDARD.encode(encoded)
         )
     }
@@ -178,7 +178,7 @@ impl std::str::FromStr for VerifierKey {
             return Err(CheckpointError::BadKey("expected <name>+<id>+<key>"));
         };
         check_name(name)?;
-        let id: [u8; 4] = crate::kernel::unhex(id)
+        let id: [u8; 4] = mcp_confirm::__private::unhex(id)
             .ok_or(CheckpointError::BadKey("the key id is not 8 hex digits"))?;
         let bytes = STANDARD
             .decode(key)

@@ -194,7 +194,7 @@ impl FileLog {
             let file = OpenOptions::new().write(true).open(&path)?;
             file.set_len(good)?;
             file.sync_all()?;
-            tracing::warn!(target: crate::audit::TARGET, decision = "log_recovered",
+            tracing::warn!(target: mcp_confirm::audit::TARGET, decision = "log_recovered",
                 kept = frontier.size(), cut = %cut.display(),
                 "the decision log's last line was cut short by a crash; it was moved aside");
         }
@@ -264,7 +264,7 @@ impl FileLog {
 
     /// Marks the log damaged (it stays down) and answers the error.
     fn damage(&mut self, why: &str) -> LogError {
-        tracing::error!(target: crate::audit::TARGET, decision = "log_damaged", error = why,
+        tracing::error!(target: mcp_confirm::audit::TARGET, decision = "log_damaged", error = why,
             "the decision log was changed by someone other than its writer");
         self.damaged = Some(why.to_owned());
         LogError::Damaged(why.to_owned())
@@ -366,7 +366,7 @@ impl FileLog {
                     // The records are on the disk and the view may say so; it need not: an
                     // older view is a lower bound the next start still checks (and a
                     // checkpoint writes it again, or fails).
-                    tracing::debug!(target: crate::audit::TARGET, error = %e,
+                    tracing::debug!(target: mcp_confirm::audit::TARGET, error = %e,
                         "the signer's view was not updated after a write");
                 }
             }
