@@ -1,6 +1,6 @@
 //! The gates every intercepted call passes before anything stateful, without I/O: the request's
 //! own protocol declarations and capabilities, and [`Refused`], a refusal's frozen wire answer
-//! beside the real reason for the audit log. The async [`driver`](crate::driver) runs these
+//! beside the real reason for the audit log. The async [`decision`](crate::decision) path runs these
 //! first, then the sealer, the resolver, the replay store and the revalidation hook.
 
 use serde_json::Value;

@@ -162,7 +162,7 @@ pub mod clock;
 mod completion;
 mod config;
 mod confirmed;
-mod driver;
+mod decision;
 mod engine;
 mod form;
 pub mod grant;

@@ -12,7 +12,7 @@ use http::Extensions;
 use tower_service::Service;
 
 use crate::config::Route;
-use crate::driver::{self, Decision};
+use crate::decision::{self, Decision};
 use crate::kernel::BoxFuture;
 use crate::listing::{self, Listed};
 use crate::message::{self, Parsed};
@@ -116,29 +116,29 @@ where
                 let reply = Reply::error(id.as_deref(), &error);
                 return Box::pin(std::future::ready(Ok(reply.into())));
             }
-            Parsed::Intercept(call, _) if driver::settled_outside(&msg.extensions) => {
-                let reply = driver::stacked(&call);
+            Parsed::Intercept(call, _) if decision::settled_outside(&msg.extensions) => {
+                let reply = decision::stacked(&call);
                 return Box::pin(std::future::ready(Ok(reply.into())));
             }
             Parsed::Intercept(call, Route::Exempt) => {
                 let principal = config.message_principal(&msg.extensions);
                 msg.extensions
-                    .insert(driver::exempt(&call, principal.as_ref()));
+                    .insert(decision::exempt(&call, principal.as_ref()));
                 return Box::pin(inner.call(msg));
             }
             Parsed::Intercept(call, Route::Undeclared) => {
-                let reply = driver::undeclared(&call);
+                let reply = decision::undeclared(&call);
                 return Box::pin(std::future::ready(Ok(reply.into())));
             }
             Parsed::Intercept(call, Route::Unlisted) => {
-                let reply = driver::unlisted(&call);
+                let reply = decision::unlisted(&call);
                 return Box::pin(std::future::ready(Ok(reply.into())));
             }
             Parsed::Intercept(call, Route::Confirm(guarded)) => (call, guarded),
         };
         Box::pin(async move {
             let principal = config.message_principal(&msg.extensions);
-            match driver::decide(Arc::clone(&config), guarded, call, principal, None).await {
+            match decision::decide(Arc::clone(&config), guarded, call, principal, None).await {
                 Decision::Reply(reply) => Ok(reply.into()),
                 Decision::Pass { body, waived } => {
                     msg.body = body;

@@ -6,14 +6,44 @@ use std::borrow::Cow;
 use std::fmt::Display;
 use std::time::SystemTime;
 
-use super::TARGET;
 use super::sink::LogEntry;
-use crate::confirmed::Confirmed;
-use crate::grant::{Grant, GrantId};
 use crate::kernel::{Nonce, PrincipalKey, hex};
 use crate::principal::Principal;
 use crate::store::approval::{Approval, Decision};
 use crate::store::standing::StandingId;
+
+/// What the events of a call that runs name: who and what, the digest of the arguments it runs
+/// with, the record chosen and its version, and the grant or standing approval it runs under.
+pub(crate) struct Runs<'a> {
+    pub(crate) tool: &'a str,
+    pub(crate) principal: &'a Principal,
+    pub(crate) nonce: &'a Nonce,
+    pub(crate) arguments: &'a [u8; 32],
+    pub(crate) chosen: Option<&'a str>,
+    pub(crate) version: Option<&'a str>,
+    /// The grant id's first bytes (hex).
+    pub(crate) grant: Option<String>,
+    pub(crate) standing: Option<&'a StandingId>,
+}
+
+/// What a grant's events name: the grant module describes its grants in these terms (the
+/// argument digest is of the arguments the work acts on, the chosen id written in).
+pub(crate) struct GrantFacts<'a> {
+    /// The grant id's first bytes (hex).
+    pub(crate) id: String,
+    pub(crate) audience: &'a str,
+    pub(crate) principal: &'a PrincipalKey,
+    pub(crate) subject: &'a str,
+    pub(crate) tool: &'a str,
+    pub(crate) arguments: [u8; 32],
+    pub(crate) chosen: Option<&'a str>,
+    pub(crate) version: Option<&'a str>,
+    pub(crate) nonce: &'a Nonce,
+    pub(crate) standing: Option<&'a StandingId>,
+}
+
+/// The `tracing` target of every audit event.
+pub const TARGET: &str = "mcp_confirm::audit";
 
 /// One decision, or one step of one, as operators see it and the decision log keeps it.
 ///
@@ -33,9 +63,9 @@ pub(crate) enum DecisionEvent<'a> {
         shown: Option<[u8; 32]>,
     },
     /// An acceptance that lets the call run.
-    Accepted { confirmed: &'a Confirmed },
+    Accepted { call: Runs<'a> },
     /// A call that runs under a standing approval, `left` uses left.
-    StandingUsed { confirmed: &'a Confirmed, left: u32 },
+    StandingUsed { call: Runs<'a>, left: u32 },
     /// The call went on to the inner service.
     Forwarded {
         tool: &'a str,
@@ -151,26 +181,29 @@ pub(crate) enum DecisionEvent<'a> {
         error: &'a (dyn Display + Sync),
     },
     /// A queued tool's grant was stored.
-    GrantIssued { grant: &'a Grant },
+    GrantIssued { grant: GrantFacts<'a> },
     /// An attempt began a grant's work (recorded durably before the work runs).
-    GrantBegun { grant: &'a Grant, attempt: u32 },
+    GrantBegun { grant: GrantFacts<'a>, attempt: u32 },
     /// A grant's work finished.
-    GrantConsumed { grant: &'a Grant, attempt: u32 },
+    GrantConsumed { grant: GrantFacts<'a>, attempt: u32 },
     /// A grant's work was refused or failed.
-    GrantFailed { grant: &'a Grant, reason: &'a str },
+    GrantFailed {
+        grant: GrantFacts<'a>,
+        reason: &'a str,
+    },
     /// A grant was revoked.
     GrantRevoked {
-        grant: &'a Grant,
+        grant: GrantFacts<'a>,
         reason: Option<&'a str>,
     },
     /// A grant ran out; found by a `begin` that may no longer read it (`grant: None`).
     GrantExpired {
-        id: &'a GrantId,
-        grant: Option<&'a Grant>,
+        id: String,
+        grant: Option<GrantFacts<'a>>,
     },
     /// A grant's end could not be written; it stays begun until its lease runs out.
     GrantFinishLost {
-        id: &'a GrantId,
+        id: String,
         reason: &'a (dyn Display + Sync),
     },
     /// A person decided an approval on the page (`last`: the decision; otherwise one of the
@@ -245,15 +278,15 @@ impl DecisionEvent<'_> {
                 ..
             } => tracing::info!(target: TARGET, decision, tool, principal = principal.subject(),
                 nonce = %nonce.short(), candidates),
-            Self::Accepted { confirmed: c } => {
-                tracing::info!(target: TARGET, decision, tool = &*c.tool,
+            Self::Accepted { call: ref c } => {
+                tracing::info!(target: TARGET, decision, tool = c.tool,
                     principal = c.principal.subject(), nonce = %c.nonce.short(),
-                    chosen = c.chosen.as_deref().unwrap_or("-"));
+                    chosen = c.chosen.unwrap_or("-"));
             }
-            Self::StandingUsed { confirmed: c, left } => {
-                tracing::info!(target: TARGET, decision, tool = &*c.tool,
+            Self::StandingUsed { call: ref c, left } => {
+                tracing::info!(target: TARGET, decision, tool = c.tool,
                     principal = c.principal.subject(),
-                    standing = %c.standing.map(|s| s.to_hex()).unwrap_or_default(),
+                    standing = %c.standing.map(StandingId::to_hex).unwrap_or_default(),
                     arguments = %hex(&c.arguments[..8]), left);
             }
             Self::Forwarded {
@@ -374,25 +407,26 @@ impl DecisionEvent<'_> {
                 tracing::error!(target: TARGET, decision, tool, nonce = %nonce.short(),
                     error = %error, "could not check that the handler claimed its confirmation");
             }
-            Self::GrantIssued { grant } => tracing::info!(target: TARGET, decision,
-                tool = grant.tool, principal = grant.subject, grant = %grant.id.short(),
-                nonce = %grant.nonce.short(), chosen = grant.chosen.as_deref().unwrap_or("-")),
-            Self::GrantBegun { grant, attempt } | Self::GrantConsumed { grant, attempt } => {
+            Self::GrantIssued { ref grant } => tracing::info!(target: TARGET, decision,
+                tool = grant.tool, principal = grant.subject, grant = %grant.id,
+                nonce = %grant.nonce.short(), chosen = grant.chosen.unwrap_or("-")),
+            Self::GrantBegun { ref grant, attempt }
+            | Self::GrantConsumed { ref grant, attempt } => {
                 tracing::info!(target: TARGET, decision, tool = grant.tool,
-                    principal = grant.subject, grant = %grant.id.short(),
+                    principal = grant.subject, grant = %grant.id,
                     nonce = %grant.nonce.short(), attempt);
             }
-            Self::GrantFailed { grant, reason } => tracing::warn!(target: TARGET, decision,
-                tool = grant.tool, principal = grant.subject, grant = %grant.id.short(),
+            Self::GrantFailed { ref grant, reason } => tracing::warn!(target: TARGET, decision,
+                tool = grant.tool, principal = grant.subject, grant = %grant.id,
                 nonce = %grant.nonce.short(), reason),
-            Self::GrantRevoked { grant, reason } => tracing::info!(target: TARGET, decision,
-                tool = grant.tool, principal = grant.subject, grant = %grant.id.short(),
+            Self::GrantRevoked { ref grant, reason } => tracing::info!(target: TARGET, decision,
+                tool = grant.tool, principal = grant.subject, grant = %grant.id,
                 nonce = %grant.nonce.short(), reason = reason.unwrap_or("-")),
-            Self::GrantExpired { id, grant } => tracing::info!(target: TARGET, decision,
-                grant = %id.short(),
-                nonce = %grant.map_or_else(|| "-".to_owned(), |g| g.nonce.short())),
-            Self::GrantFinishLost { id, reason } => {
-                tracing::warn!(target: TARGET, decision, grant = %id.short(), %reason);
+            Self::GrantExpired { ref id, ref grant } => tracing::info!(target: TARGET, decision,
+                grant = %id,
+                nonce = %grant.as_ref().map_or_else(|| "-".to_owned(), |g| g.nonce.short())),
+            Self::GrantFinishLost { ref id, reason } => {
+                tracing::warn!(target: TARGET, decision, grant = %id, %reason);
             }
             Self::ApprovalDecided {
                 approval,
@@ -442,15 +476,15 @@ impl DecisionEvent<'_> {
                 entry.shown = shown.map(|d| hex(&d));
                 entry.nonce = Some(nonce.short());
             }
-            Self::Accepted { confirmed: c } | Self::StandingUsed { confirmed: c, .. } => {
-                entry.tool = Some(c.tool.to_string());
-                who(&mut entry, &c.principal);
-                entry.arguments = Some(hex(&c.arguments));
-                entry.chosen.clone_from(&c.chosen);
-                entry.version.clone_from(&c.version);
+            Self::Accepted { call: ref c } | Self::StandingUsed { call: ref c, .. } => {
+                entry.tool = Some(c.tool.to_owned());
+                who(&mut entry, c.principal);
+                entry.arguments = Some(hex(c.arguments));
+                entry.chosen = c.chosen.map(str::to_owned);
+                entry.version = c.version.map(str::to_owned);
                 entry.nonce = Some(c.nonce.short());
-                entry.grant = c.grant.map(|g| g.short());
-                entry.standing = c.standing.map(|s| short_id(&s));
+                entry.grant.clone_from(&c.grant);
+                entry.standing = c.standing.map(short_id);
             }
             Self::Declined {
                 tool,
@@ -547,14 +581,17 @@ impl DecisionEvent<'_> {
                 who(&mut entry, principal);
                 entry.standing = Some(short_id(id));
             }
-            Self::GrantIssued { grant }
-            | Self::GrantBegun { grant, .. }
-            | Self::GrantConsumed { grant, .. }
+            Self::GrantIssued { ref grant }
+            | Self::GrantBegun { ref grant, .. }
+            | Self::GrantConsumed { ref grant, .. }
             | Self::GrantExpired {
-                grant: Some(grant), ..
+                grant: Some(ref grant),
+                ..
             } => grant_entry(&mut entry, grant, None),
-            Self::GrantFailed { grant, reason } => grant_entry(&mut entry, grant, Some(reason)),
-            Self::GrantRevoked { grant, reason } => grant_entry(&mut entry, grant, reason),
+            Self::GrantFailed { ref grant, reason } => {
+                grant_entry(&mut entry, grant, Some(reason));
+            }
+            Self::GrantRevoked { ref grant, reason } => grant_entry(&mut entry, grant, reason),
             Self::ApprovalDecided {
                 approval,
                 principal,
@@ -595,23 +632,19 @@ impl DecisionEvent<'_> {
     }
 }
 
-/// A grant's entry: digests and prefixes, never the arguments. The argument digest is of the
-/// arguments the work acts on (the chosen id written in), as the layer's `accepted` entry has
-/// it. A grant's audience and principal digest are its own.
-fn grant_entry(entry: &mut LogEntry, grant: &Grant, reason: Option<&str>) {
-    entry.audience.clone_from(&grant.audience);
-    entry.tool = Some(grant.tool.clone());
+/// A grant's entry: digests and prefixes, never the arguments. A grant's audience and
+/// principal digest are its own.
+fn grant_entry(entry: &mut LogEntry, grant: &GrantFacts<'_>, reason: Option<&str>) {
+    grant.audience.clone_into(&mut entry.audience);
+    entry.tool = Some(grant.tool.to_owned());
     entry.principal = Some(grant.principal.to_hex());
-    entry.subject = Some(grant.subject.clone());
-    entry.arguments = Some(hex(&crate::token::claims::arguments_digest(
-        Some(&grant.arguments),
-        None,
-    )));
-    entry.chosen.clone_from(&grant.chosen);
-    entry.version.clone_from(&grant.version);
+    entry.subject = Some(grant.subject.to_owned());
+    entry.arguments = Some(hex(&grant.arguments));
+    entry.chosen = grant.chosen.map(str::to_owned);
+    entry.version = grant.version.map(str::to_owned);
     entry.nonce = Some(grant.nonce.short());
-    entry.grant = Some(grant.id.short());
-    entry.standing = grant.standing.as_ref().map(|s| short_id(&s.id));
+    entry.grant = Some(grant.id.clone());
+    entry.standing = grant.standing.map(short_id);
     entry.reason = reason.map(str::to_owned);
 }
 

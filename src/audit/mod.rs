@@ -12,9 +12,8 @@
 
 pub(crate) mod event;
 mod sink;
+mod write;
 
+pub use event::TARGET;
 pub use sink::{DecisionLog, DurableWrite, LogDown, LogEntry, WhenDown};
-pub(crate) use sink::{ready, write_decisive};
-
-/// The `tracing` target of every audit event.
-pub const TARGET: &str = "mcp_confirm::audit";
+pub(crate) use write::{ready, write_decisive};

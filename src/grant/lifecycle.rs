@@ -83,6 +83,23 @@ impl Grant {
             _ => false,
         }
     }
+
+    /// What this grant's decision events name: its id's first bytes, who and what, and the
+    /// digest of the arguments the work acts on (as the layer's `accepted` record has it).
+    pub(crate) fn facts(&self) -> crate::audit::event::GrantFacts<'_> {
+        crate::audit::event::GrantFacts {
+            id: self.id.short(),
+            audience: &self.audience,
+            principal: &self.principal,
+            subject: &self.subject,
+            tool: &self.tool,
+            arguments: crate::token::claims::arguments_digest(Some(&self.arguments), None),
+            chosen: self.chosen.as_deref(),
+            version: self.version.as_deref(),
+            nonce: &self.nonce,
+            standing: self.standing.as_ref().map(|s| &s.id),
+        }
+    }
 }
 
 /// Where a grant is in its life.

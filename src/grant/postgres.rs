@@ -251,8 +251,8 @@ impl Grants<PostgresGrantStore> {
                     write(&tx, &grant).await?;
                     commit(store, tx).await.map_err(unavailable)?;
                     let expired = DecisionEvent::GrantExpired {
-                        id: &id,
-                        grant: Some(&grant),
+                        id: id.short(),
+                        grant: Some(grant.facts()),
                     };
                     self.log.report(expired, store.clock.now());
                 }
@@ -261,7 +261,7 @@ impl Grants<PostgresGrantStore> {
         };
         // Unrecorded, nothing acts: the transaction rolls back and the grant stays as it was.
         let begun = DecisionEvent::GrantBegun {
-            grant: &grant,
+            grant: grant.facts(),
             attempt: lease.attempt,
         };
         self.log
@@ -273,7 +273,7 @@ impl Grants<PostgresGrantStore> {
             write(&tx, &grant).await?;
             commit(store, tx).await.map_err(unavailable)?;
             let failed = DecisionEvent::GrantFailed {
-                grant: &grant,
+                grant: grant.facts(),
                 reason: refusal.reason(),
             };
             self.log.report(failed, store.clock.now());
@@ -285,7 +285,7 @@ impl Grants<PostgresGrantStore> {
         write(&tx, &grant).await?;
         commit(store, tx).await.map_err(unavailable)?;
         let consumed = DecisionEvent::GrantConsumed {
-            grant: &grant,
+            grant: grant.facts(),
             attempt: lease.attempt,
         };
         self.log.report(consumed, store.clock.now());

@@ -252,8 +252,8 @@ impl<S: GrantStore> Grants<S> {
                     let grant = self.store.get(id).await.ok().flatten();
                     self.log.report(
                         DecisionEvent::GrantExpired {
-                            id: &id,
-                            grant: grant.as_ref(),
+                            id: id.short(),
+                            grant: grant.as_ref().map(Grant::facts),
                         },
                         self.clock.now(),
                     );
@@ -277,13 +277,13 @@ impl<S: GrantStore> Grants<S> {
         }
         // Unrecorded, the attempt does not act: its lease runs out and a later one starts over.
         let begun = DecisionEvent::GrantBegun {
-            grant: &grant,
+            grant: grant.facts(),
             attempt: lease.attempt,
         };
         self.log.begun(begun, self.clock.now()).await?;
         if let Err(refusal) = self.check(&grant).await {
             let failed = DecisionEvent::GrantFailed {
-                grant: &grant,
+                grant: grant.facts(),
                 reason: refusal.reason(),
             };
             self.log.report(failed, self.clock.now());
@@ -335,7 +335,7 @@ impl<S: GrantStore> Grants<S> {
             // The action happened; only its record did not. The lease runs out and the next
             // attempt's re-check finds the record gone (or unchanged, for idempotent work).
             DecisionEvent::GrantFinishLost {
-                id: &id,
+                id: id.short(),
                 reason: &e,
             }
             .trace();
@@ -374,7 +374,7 @@ impl<S: GrantStore> Grants<S> {
         match revoked {
             Revoke::Revoked | Revoke::Stopping { .. } => {
                 let revoked = DecisionEvent::GrantRevoked {
-                    grant: &grant,
+                    grant: grant.facts(),
                     reason: None,
                 };
                 self.log.report(revoked, self.clock.now());
@@ -478,7 +478,7 @@ impl<S: GrantStore> Grants<S> {
         {
             Revoke::Revoked => {
                 let revoked = DecisionEvent::GrantRevoked {
-                    grant: &grant,
+                    grant: grant.facts(),
                     reason: Some("its standing approval was revoked or is gone"),
                 };
                 self.log.report(revoked, self.clock.now());
@@ -539,7 +539,7 @@ impl<S: GrantStore> Attempt<'_, S> {
     pub async fn consumed(self) -> Result<(), GrantError> {
         self.finish(Finish::Consumed).await?;
         let consumed = DecisionEvent::GrantConsumed {
-            grant: &self.grant,
+            grant: self.grant.facts(),
             attempt: self.lease.attempt,
         };
         self.log.report(consumed, self.clock.now());
@@ -553,7 +553,7 @@ impl<S: GrantStore> Attempt<'_, S> {
     pub async fn failed(self, reason: &str) -> Result<(), GrantError> {
         self.finish(Finish::Failed).await?;
         let failed = DecisionEvent::GrantFailed {
-            grant: &self.grant,
+            grant: self.grant.facts(),
             reason,
         };
         self.log.report(failed, self.clock.now());

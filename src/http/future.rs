@@ -21,7 +21,7 @@ use super::headers;
 use crate::body::{RequestBody, ResponseBody};
 use crate::completion::CompletionGuard;
 use crate::config::{Config, Route};
-use crate::driver::{self, Decision};
+use crate::decision::{self, Decision};
 use crate::guard::media_type;
 use crate::kernel::BoxFuture;
 use crate::listing::Marker;
@@ -229,9 +229,9 @@ where
         Parsed::Reject { id, error } => State::Replying {
             reply: Some(Reply::error(id.as_deref(), &error)),
         },
-        Parsed::Intercept(call, _) if driver::settled_outside(&parts.extensions) => {
+        Parsed::Intercept(call, _) if decision::settled_outside(&parts.extensions) => {
             State::Replying {
-                reply: Some(driver::stacked(&call)),
+                reply: Some(decision::stacked(&call)),
             }
         }
         Parsed::Intercept(call, Route::Exempt) => {
@@ -240,7 +240,7 @@ where
             let principal = config.principal(&parts.extensions);
             parts
                 .extensions
-                .insert(driver::exempt(&call, principal.as_ref()));
+                .insert(decision::exempt(&call, principal.as_ref()));
             let request = Request::from_parts(parts, RequestBody::buffered(body));
             State::Inner {
                 future: inner.call(request),
@@ -249,10 +249,10 @@ where
             }
         }
         Parsed::Intercept(call, Route::Undeclared) => State::Replying {
-            reply: Some(driver::undeclared(&call)),
+            reply: Some(decision::undeclared(&call)),
         },
         Parsed::Intercept(call, Route::Unlisted) => State::Replying {
-            reply: Some(driver::unlisted(&call)),
+            reply: Some(decision::unlisted(&call)),
         },
         // A form is never shown for (nor answered by) a body a browser could send cross-site
         // without a preflight: confirmed calls must say they are JSON.
@@ -274,7 +274,7 @@ where
         Parsed::Intercept(call, Route::Confirm(guarded)) => {
             let principal = config.principal(&parts.extensions);
             let declared = headers::declared(&parts.headers);
-            let decision = Box::pin(driver::decide(
+            let decision = Box::pin(decision::decide(
                 Arc::clone(config),
                 guarded,
                 call,
