@@ -27,38 +27,24 @@ use crate::passkey::{Binding, PasskeyError, Passkeys};
 use crate::principal::Principal;
 use crate::store::approval::Approval;
 
-/// Base64url and the `PublicKeyCredential` to JSON, as webauthn-rs reads it.
-const HELPERS: &str = "const d=s=>Uint8Array.from(atob(s.replace(/-/g,'+').replace(/_/g,'/')),c=>c.charCodeAt(0)),\
-e=b=>btoa(String.fromCharCode(...new Uint8Array(b))).replace(/\\+/g,'-').replace(/\\//g,'_').replace(/=+$/,''),\
-o=JSON.parse(document.getElementById('options').textContent).publicKey,\
-b=document.getElementById('passkey'),f=document.getElementById('passkey-form'),m=document.getElementById('status');\
-o.challenge=d(o.challenge);";
+/// The approval page's passkey step (`js/passkey-assert.js`: `navigator.credentials.get`, then
+/// post the assertion), in one scope with what both ceremonies share (`js/passkey-common.js`).
+/// The page admits it by its SHA-256, computed from these bytes when the page is written.
+const ASSERT_SCRIPT: &str = concat!(
+    "(() => {\n",
+    include_str!("js/passkey-common.js"),
+    include_str!("js/passkey-assert.js"),
+    "})();\n"
+);
 
-/// The approval page's passkey step: `navigator.credentials.get`, then post the assertion.
-fn assert_script() -> String {
-    format!(
-        "(()=>{{{HELPERS}(o.allowCredentials||[]).forEach(c=>c.id=d(c.id));\
-         b.addEventListener('click',async()=>{{b.disabled=true;m.textContent='Waiting for your passkey…';try{{\
-         const c=await navigator.credentials.get({{publicKey:o}}),r=c.response;\
-         f.elements.response.value=JSON.stringify({{id:c.id,rawId:e(c.rawId),type:c.type,extensions:{{}},\
-         response:{{authenticatorData:e(r.authenticatorData),clientDataJSON:e(r.clientDataJSON),\
-         signature:e(r.signature),userHandle:r.userHandle?e(r.userHandle):null}}}});f.submit();}}\
-         catch(x){{m.textContent='The passkey was not used ('+x.name+').';b.disabled=false;}}}});}})();"
-    )
-}
-
-/// The registration: `navigator.credentials.create`, then post the credential.
-fn register_script() -> String {
-    format!(
-        "(()=>{{{HELPERS}o.user.id=d(o.user.id);(o.excludeCredentials||[]).forEach(c=>c.id=d(c.id));\
-         b.addEventListener('click',async()=>{{b.disabled=true;m.textContent='Waiting for your authenticator…';try{{\
-         const c=await navigator.credentials.create({{publicKey:o}}),r=c.response;\
-         f.elements.response.value=JSON.stringify({{id:c.id,rawId:e(c.rawId),type:c.type,extensions:{{}},\
-         response:{{attestationObject:e(r.attestationObject),clientDataJSON:e(r.clientDataJSON),\
-         transports:r.getTransports?r.getTransports():[]}}}});f.submit();}}\
-         catch(x){{m.textContent='No passkey was created ('+x.name+').';b.disabled=false;}}}});}})();"
-    )
-}
+/// The registration (`js/passkey-register.js`: `navigator.credentials.create`, then post the
+/// credential), in one scope with what both ceremonies share.
+const REGISTER_SCRIPT: &str = concat!(
+    "(() => {\n",
+    include_str!("js/passkey-common.js"),
+    include_str!("js/passkey-register.js"),
+    "})();\n"
+);
 
 /// JSON inside a `<script type="application/json">`: no `<` that could close it.
 fn data_block(json: &str) -> String {
@@ -178,7 +164,7 @@ pub(super) async fn step(
         StatusCode::OK,
         "Confirm with your passkey",
         &html,
-        &assert_script(),
+        ASSERT_SCRIPT,
     ))
 }
 
@@ -376,7 +362,7 @@ impl PasskeyPage {
              <p id=\"status\" role=\"status\"></p>",
             escape(&ceremony.sealed)
         );
-        page_with_script(StatusCode::OK, "Your passkeys", &html, &register_script())
+        page_with_script(StatusCode::OK, "Your passkeys", &html, REGISTER_SCRIPT)
     }
 }
 

@@ -108,6 +108,23 @@ async fn register(
         csp.contains("script-src 'sha256-") && csp.contains("default-src 'none'"),
         "{csp}"
     );
+    // The one script the policy admits is the one the page runs: its hash is computed from the
+    // script file's bytes, not kept beside it by hand.
+    let script = html
+        .split("<script>")
+        .nth(1)
+        .and_then(|rest| rest.split("</script>").next())
+        .expect("the page runs one inline script");
+    let hash = {
+        use base64::Engine as _;
+        use sha2::Digest as _;
+        base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(script))
+    };
+    assert!(
+        csp.contains(&format!("script-src 'sha256-{hash}'")),
+        "{csp}"
+    );
+    assert!(script.contains("navigator.credentials.create"), "{script}");
     let response = client.register(&options(&html));
     let body = form(&[
         ("csrf", &hidden(&html, "csrf")),
