@@ -4,7 +4,7 @@
 //! `POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`). A test whose backend cannot
 //! be reached says so on the terminal and passes, unless `MCP_CONFIRM_REQUIRE_BACKENDS=1` (as in
 //! CI), which makes it fail.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_macros, unused_imports)]
 
 use std::io::Write;
 
@@ -92,3 +92,81 @@ pub async fn postgres(what: &str) -> Option<String> {
     }
     unavailable(what, "Postgres", why)
 }
+
+/// One fresh replay store per backend (which also keeps standing approvals, browser approvals
+/// and passkeys): what a layer-level scenario shares between the instances it builds. Each call
+/// is a store of its own (a fresh Redis prefix; Postgres rows are keyed by each run's own
+/// nonces and audiences), so scenarios run side by side.
+pub mod replay_store {
+    use std::time::Duration;
+
+    use mcp_confirm::store::{MemoryReplayStore, Nonce, PostgresReplayStore, RedisReplayStore};
+
+    /// A memory store: always there.
+    pub async fn memory(_what: &str) -> Option<MemoryReplayStore> {
+        Some(MemoryReplayStore::new())
+    }
+
+    /// A store in the Redis at `REDIS_URL`, under a prefix of its own; `None` (or a failure,
+    /// when backends are required) if Redis does not answer.
+    pub async fn redis(what: &str) -> Option<RedisReplayStore> {
+        let url = super::redis(what).await?;
+        let store = RedisReplayStore::open(&url).ok()?;
+        Some(
+            store
+                .prefix(format!("mcp-confirm-test:{}:", Nonce::random().to_hex()))
+                .timeout(Duration::from_secs(5)),
+        )
+    }
+
+    /// A store in the Postgres at `POSTGRES_URL`, its tables made; `None` (or a failure, when
+    /// backends are required) if Postgres does not answer.
+    pub async fn postgres(what: &str) -> Option<PostgresReplayStore> {
+        let url = super::postgres(what).await?;
+        let store = PostgresReplayStore::connect(&url)
+            .ok()?
+            .timeout(Duration::from_secs(5));
+        store.migrate().await.ok()?;
+        Some(store)
+    }
+}
+
+/// Runs one layer-level scenario on every backend named, as the store conformance suites run
+/// theirs: one test per backend, each given a fresh store of that backend
+/// ([`replay_store`]); a backend that is not there is a loud skip (a failure in CI).
+///
+/// ```ignore
+/// on_every_backend! {
+///     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+///     racing_calls_spend_exactly_the_uses;
+///     memory => holds_racing_calls_spend_exactly_the_uses_on_memory,
+///     redis => holds_racing_calls_spend_exactly_the_uses_on_redis,
+///     postgres => holds_racing_calls_spend_exactly_the_uses_on_postgres,
+/// }
+/// ```
+///
+/// The scenario is an `async fn(store)` generic over the store traits it needs; each test keeps
+/// its own name, so a failure says which backend it was.
+macro_rules! on_every_backend {
+    (
+        $(#[$attr:meta])*
+        $scenario:path;
+        $( $backend:ident => $test:ident ),+ $(,)?
+    ) => {
+        $crate::backends::on_every_backend!(
+            @each [$(#[$attr])*] $scenario; $( $backend => $test ),+
+        );
+    };
+    (@each $attrs:tt $scenario:path; $( $backend:ident => $test:ident ),+) => {
+        $( $crate::backends::on_every_backend!(@one $attrs $scenario; $backend => $test); )+
+    };
+    (@one [$($attrs:tt)*] $scenario:path; $backend:ident => $test:ident) => {
+        $($attrs)*
+        async fn $test() {
+            if let Some(store) = $crate::backends::replay_store::$backend(stringify!($test)).await {
+                $scenario(store).await;
+            }
+        }
+    };
+}
+pub(crate) use on_every_backend;

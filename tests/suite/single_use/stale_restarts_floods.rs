@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::backends::on_every_backend;
 use crate::common::*;
 use mcp_confirm::store::{MemoryReplayStore, Nonce, ReplayStore};
 use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
@@ -187,21 +188,16 @@ async fn durable_states_survive_restarts(make: impl Fn() -> std::sync::Arc<dyn R
     assert_eq!(third.seen.count(), 0);
 }
 
-#[tokio::test]
-async fn redis_states_survive_restarts_and_stay_single_use() {
-    let prefix = format!("mcp-confirm-test:{}:", Nonce::random().to_hex());
-    let Some(store) = redis_store(&prefix).await else {
-        return;
-    };
+/// Three lives of a server on one durable store of `store`'s backend.
+async fn lives_on(store: impl ReplayStore + Clone) {
     durable_states_survive_restarts(|| std::sync::Arc::new(store.clone())).await;
 }
 
-#[tokio::test]
-async fn postgres_states_survive_restarts_and_stay_single_use() {
-    let Some(store) = postgres_store().await else {
-        return;
-    };
-    durable_states_survive_restarts(|| std::sync::Arc::new(store.clone())).await;
+on_every_backend! {
+    #[tokio::test]
+    lives_on;
+    redis => redis_states_survive_restarts_and_stay_single_use,
+    postgres => postgres_states_survive_restarts_and_stay_single_use,
 }
 
 // --- 3. One principal cannot lock everyone out --------------------------------------------------

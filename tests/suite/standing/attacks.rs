@@ -16,14 +16,13 @@ use mcp_confirm::clock::{ManualClock, SystemClock};
 use mcp_confirm::store::standing::{
     MAX_STANDING_PER_PRINCIPAL, Standing, StandingId, StandingStore,
 };
-use mcp_confirm::store::{
-    MemoryReplayStore, Nonce, PostgresReplayStore, PrincipalKey, RedisReplayStore, StoreError,
-};
+use mcp_confirm::store::{MemoryReplayStore, Nonce, PrincipalKey, StoreError};
 use mcp_confirm::{
     ConfirmLayer, KeyRing, Lookup, Principal, StandingApprovals, StandingPage, ToolPolicy,
 };
 use serde_json::{Value, json};
 
+use crate::backends::on_every_backend;
 use crate::common::browser::{FORM_HEADERS, ORIGIN, csrf, visit};
 use crate::common::*;
 
@@ -160,26 +159,6 @@ fn system_layer(
 fn system_fixture(layer: ConfirmLayer, notes: Notes) -> Fixture {
     let clock = ManualClock::new(now());
     Fixture::new(layer, notes, clock, MemoryReplayStore::new())
-}
-
-async fn redis_store(what: &str) -> Option<RedisReplayStore> {
-    let url = crate::backends::redis(what).await?;
-    let prefix = format!("mcp-confirm-attack21:{}:", Nonce::random().to_hex());
-    Some(
-        RedisReplayStore::open(&url)
-            .unwrap()
-            .prefix(prefix)
-            .timeout(Duration::from_secs(5)),
-    )
-}
-
-async fn postgres_store(what: &str) -> Option<PostgresReplayStore> {
-    let url = crate::backends::postgres(what).await?;
-    let store = PostgresReplayStore::connect(&url)
-        .unwrap()
-        .timeout(Duration::from_secs(5));
-    store.migrate().await.unwrap();
-    Some(store)
 }
 
 fn unique_audience() -> String {
@@ -673,20 +652,8 @@ async fn race(f: Arc<Fixture>, racers: usize) -> (usize, usize) {
     (ran_count, asked)
 }
 
-/// 32 concurrent covered calls against 3 uses, on the memory store: exactly 3 run.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn holds_racing_calls_spend_exactly_the_uses_on_memory() {
-    let (f, _) = deployment(3);
-    grant(&f).await;
-    assert_eq!(race(Arc::new(f), 32).await, (3, 29));
-}
-
-/// The same race through two layers on one Redis standing store.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn holds_racing_calls_spend_exactly_the_uses_on_redis() {
-    let Some(store) = redis_store("attack 21: standing race (Redis)").await else {
-        return;
-    };
+/// 24 concurrent covered calls against 3 uses, through one layer on `store`: exactly 3 run.
+async fn racing_calls_spend_exactly_the_uses(store: impl StandingStore + Clone) {
     let notes = Notes::seeded();
     let audience = unique_audience();
     let a = system_fixture(
@@ -697,20 +664,12 @@ async fn holds_racing_calls_spend_exactly_the_uses_on_redis() {
     assert_eq!(race(Arc::new(a), 24).await, (3, 21));
 }
 
-/// The same race on one Postgres standing store.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn holds_racing_calls_spend_exactly_the_uses_on_postgres() {
-    let Some(store) = postgres_store("attack 21: standing race (Postgres)").await else {
-        return;
-    };
-    let notes = Notes::seeded();
-    let audience = unique_audience();
-    let a = system_fixture(
-        system_layer(&audience, &notes, store.clone(), 3),
-        notes.clone(),
-    );
-    grant(&a).await;
-    assert_eq!(race(Arc::new(a), 24).await, (3, 21));
+on_every_backend! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    racing_calls_spend_exactly_the_uses;
+    memory => holds_racing_calls_spend_exactly_the_uses_on_memory,
+    redis => holds_racing_calls_spend_exactly_the_uses_on_redis,
+    postgres => holds_racing_calls_spend_exactly_the_uses_on_postgres,
 }
 
 // =============================================================================================
@@ -733,20 +692,12 @@ async fn revoke_elsewhere_then_use(store: impl StandingStore + Clone) {
     assert!(b_approvals.list(&alice()).await.unwrap().is_empty());
 }
 
-/// Revoked on one instance, used on another, sharing Redis: the form.
-#[tokio::test]
-async fn holds_a_revocation_on_one_instance_stops_the_next_use_on_another_redis() {
-    if let Some(store) = redis_store("attack 21: revoke across instances (Redis)").await {
-        revoke_elsewhere_then_use(store).await;
-    }
-}
-
-/// Revoked on one instance, used on another, sharing Postgres: the form.
-#[tokio::test]
-async fn holds_a_revocation_on_one_instance_stops_the_next_use_on_another_postgres() {
-    if let Some(store) = postgres_store("attack 21: revoke across instances (Postgres)").await {
-        revoke_elsewhere_then_use(store).await;
-    }
+on_every_backend! {
+    /// Revoked on one instance, used on another, sharing one store: the form.
+    #[tokio::test]
+    revoke_elsewhere_then_use;
+    redis => holds_a_revocation_on_one_instance_stops_the_next_use_on_another_redis,
+    postgres => holds_a_revocation_on_one_instance_stops_the_next_use_on_another_postgres,
 }
 
 /// A restart with the memory store (a new `MemoryReplayStore`): no approval is carried over, and
@@ -1122,7 +1073,8 @@ fn standing_for(principal: PrincipalKey, scope: &str) -> Standing {
 
 /// The budget counts live approvals ("at most MAX_STANDING_PER_PRINCIPAL live ones"): after a
 /// principal revokes all of hers, she may grant again; the same after they are all used up.
-async fn revoked_and_exhausted_free_the_budget(store: &dyn StandingStore, backend: &str) {
+async fn revoked_and_exhausted_free_the_budget(store: impl StandingStore) {
+    let backend = std::any::type_name_of_val(&store);
     let mut refused = Vec::new();
     for how in ["revoked", "exhausted"] {
         let principal = PrincipalKey::from_bytes(*Nonce::random().as_bytes());
@@ -1159,23 +1111,12 @@ async fn revoked_and_exhausted_free_the_budget(store: &dyn StandingStore, backen
     );
 }
 
-#[tokio::test]
-async fn holds_revoked_or_exhausted_approvals_free_the_budget_on_memory() {
-    revoked_and_exhausted_free_the_budget(&MemoryReplayStore::new(), "memory").await;
-}
-
-#[tokio::test]
-async fn holds_revoked_or_exhausted_approvals_free_the_budget_on_redis() {
-    if let Some(store) = redis_store("attack 21: standing budget (Redis)").await {
-        revoked_and_exhausted_free_the_budget(&store, "redis").await;
-    }
-}
-
-#[tokio::test]
-async fn holds_revoked_or_exhausted_approvals_free_the_budget_on_postgres() {
-    if let Some(store) = postgres_store("attack 21: standing budget (Postgres)").await {
-        revoked_and_exhausted_free_the_budget(&store, "postgres").await;
-    }
+on_every_backend! {
+    #[tokio::test]
+    revoked_and_exhausted_free_the_budget;
+    memory => holds_revoked_or_exhausted_approvals_free_the_budget_on_memory,
+    redis => holds_revoked_or_exhausted_approvals_free_the_budget_on_redis,
+    postgres => holds_revoked_or_exhausted_approvals_free_the_budget_on_postgres,
 }
 
 /// A huge scope (1 MiB, from the scope function over the arguments) is shown cut, in the form

@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Full};
 use mcp_confirm::body::RequestBody;
 use mcp_confirm::clock::{ManualClock, SystemClock};
 use mcp_confirm::store::standing::StandingStore;
-use mcp_confirm::store::{MemoryReplayStore, Nonce, PostgresReplayStore, RedisReplayStore};
+use mcp_confirm::store::{MemoryReplayStore, Nonce};
 use mcp_confirm::{
     Candidate, ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal, Refusal,
     Revalidation, StandingApprovals, ToolPolicy,
@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 use tower::Layer;
 
 use super::{accept_remembering, call, workspace};
+use crate::backends::on_every_backend;
 use crate::common::*;
 
 /// How many calls race, and how many uses the approval has.
@@ -278,38 +279,17 @@ async fn twelve_racing_calls_spend_one_use(standing: Arc<dyn StandingStore>) {
     assert_eq!(handle.list(&alice).await.unwrap()[0].used, 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_calls_refused_by_their_revalidation_spend_no_use() {
-    twelve_racing_calls_spend_one_use(Arc::new(MemoryReplayStore::new())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_calls_refused_by_their_revalidation_spend_no_use_on_redis() {
-    let Some(url) =
-        crate::backends::redis("refused calls give their standing use back (Redis)").await
-    else {
-        return;
-    };
-    let prefix = format!("mcp-confirm-test:refused:{}:", Nonce::random().to_hex());
-    let store = RedisReplayStore::open(&url)
-        .unwrap()
-        .prefix(prefix)
-        .timeout(Duration::from_secs(5));
+/// The twelve racing calls on one standing store of `store`'s backend.
+async fn racing_calls_refused_on(store: impl StandingStore) {
     twelve_racing_calls_spend_one_use(Arc::new(store)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_calls_refused_by_their_revalidation_spend_no_use_on_postgres() {
-    let Some(url) =
-        crate::backends::postgres("refused calls give their standing use back (PostgreSQL)").await
-    else {
-        return;
-    };
-    let store = PostgresReplayStore::connect(&url)
-        .unwrap()
-        .timeout(Duration::from_secs(5));
-    store.migrate().await.unwrap();
-    twelve_racing_calls_spend_one_use(Arc::new(store)).await;
+on_every_backend! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    racing_calls_refused_on;
+    memory => racing_calls_refused_by_their_revalidation_spend_no_use,
+    redis => racing_calls_refused_by_their_revalidation_spend_no_use_on_redis,
+    postgres => racing_calls_refused_by_their_revalidation_spend_no_use_on_postgres,
 }
 
 /// A call whose client goes away while its revalidation runs never ran: its use comes back.
