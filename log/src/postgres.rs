@@ -1,4 +1,4 @@
-//! The decision log in PostgreSQL, for several instances (features `audit-log` and `postgres`).
+//! The decision log in PostgreSQL, for several instances (feature `postgres`).
 //!
 //! Every instance appends to one table under one sequence: a batch takes a transaction-scoped
 //! advisory lock and numbers its records after the highest, so the log has one order and no
