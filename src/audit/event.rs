@@ -456,7 +456,8 @@ impl DecisionEvent<'_> {
         audience: &str,
         key: Option<KeyOf<'_>>,
     ) -> Option<LogEntry> {
-        let mut entry = LogEntry::new(self.name(), at, audience);
+        // Allocates nothing for the events that are no record (the last arm below).
+        let mut entry = LogEntry::new(self.name(), at);
         let who = |entry: &mut LogEntry, principal: &Principal| {
             entry.principal = key.map(|key| key(principal).to_hex());
             entry.subject = Some(principal.subject().to_owned());
@@ -627,6 +628,9 @@ impl DecisionEvent<'_> {
             | Self::GrantExpired { grant: None, .. }
             | Self::GrantFinishLost { .. }
             | Self::LogBypassed { .. } => return None,
+        }
+        if entry.audience.is_empty() {
+            audience.clone_into(&mut entry.audience);
         }
         Some(entry)
     }

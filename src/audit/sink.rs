@@ -66,14 +66,13 @@ pub struct LogEntry {
 }
 
 impl LogEntry {
-    /// An entry of `event` at `at` for `audience`; the rest is filled in by the event.
-    pub(crate) fn new(event: &'static str, at: std::time::SystemTime, audience: &str) -> Self {
+    /// An entry of `event` at `at`; the rest is filled in by the event.
+    pub(crate) fn new(event: &'static str, at: std::time::SystemTime) -> Self {
         Self {
             event,
             at_ms: at
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            audience: audience.to_owned(),
             ..Self::default()
         }
     }
