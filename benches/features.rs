@@ -30,8 +30,8 @@
 //! - `grant/memory/finish`: `finish(lease, Consumed)` of the current attempt; issued and begun
 //!   beforehand, 256 per fresh store.
 //! - `grant/redis/{issue,begin,finish}`, `grant/postgres/{issue,begin,finish}`: the same on
-//!   `RedisGrantStore` (issue: one `SET NX`; begin, finish: `GET`, then a Lua compare-and-set)
-//!   and `PostgresGrantStore` (issue: one `INSERT`; begin, finish: one transaction with
+//!   `RedisStore` (issue: one `SET NX`; begin, finish: `GET`, then a Lua compare-and-set)
+//!   and `PostgresStore` (issue: one `INSERT`; begin, finish: one transaction with
 //!   `SELECT … FOR UPDATE` and `UPDATE`). Every grant of a sample is issued (and begun) before
 //!   the sample is timed.
 //!
@@ -86,12 +86,9 @@ use http_body_util::{BodyExt, Full};
 use mcp_confirm::approval::{Approval, ApprovalId, ApprovalStore, Decided, Decider, Decision};
 use mcp_confirm::body::RequestBody;
 use mcp_confirm::clock::{Clock, ManualClock};
-use mcp_confirm::grant::{
-    Begin, Finish, Grant, GrantId, GrantStore, Lease, MemoryGrantStore, PostgresGrantStore,
-    RedisGrantStore,
-};
+use mcp_confirm::grant::{Begin, Finish, Grant, GrantId, GrantStore, Lease, MemoryGrantStore};
 use mcp_confirm::store::{
-    MemoryReplayStore, Nonce, PostgresReplayStore, PrincipalKey, RedisReplayStore, ReplayStore,
+    MemoryReplayStore, Nonce, PostgresStore, PrincipalKey, RedisStore, ReplayStore,
 };
 use mcp_confirm::{
     Candidate, ConfirmLayer, Confirmed, KeyRing, Lookup, META_CONFIRMATION, PolicyError, Principal,
@@ -240,18 +237,18 @@ fn postgres_url() -> String {
 }
 
 /// The Redis stores, if Redis answers.
-fn redis_stores(rt: &tokio::runtime::Runtime) -> Option<(RedisGrantStore, RedisReplayStore)> {
+fn redis_stores(rt: &tokio::runtime::Runtime) -> Option<(RedisStore, RedisStore)> {
     let url = redis_url();
     // The connection managers spawn their drivers on the current runtime.
     let _runtime = rt.enter();
     let probe = || -> Result<_, String> {
-        let grants = RedisGrantStore::open(&url)
+        let grants = RedisStore::open(&url)
             .map_err(|e| e.to_string())?
-            .prefix(format!("{REDIS_PREFIX}grant:"))
-            .retention(Duration::ZERO);
-        let store = RedisReplayStore::open(&url)
+            .grant_prefix(format!("{REDIS_PREFIX}grant:"))
+            .grant_retention(Duration::ZERO);
+        let store = RedisStore::open(&url)
             .map_err(|e| e.to_string())?
-            .prefix(REDIS_PREFIX);
+            .grant_prefix(REDIS_PREFIX);
         rt.block_on(store.is_used(Nonce::random(), random_principal()))
             .map_err(|e| e.to_string())?;
         Ok((grants, store))
@@ -262,17 +259,15 @@ fn redis_stores(rt: &tokio::runtime::Runtime) -> Option<(RedisGrantStore, RedisR
 }
 
 /// The PostgreSQL stores, their tables made, if PostgreSQL answers.
-fn postgres_stores(
-    rt: &tokio::runtime::Runtime,
-) -> Option<(PostgresGrantStore, PostgresReplayStore)> {
+fn postgres_stores(rt: &tokio::runtime::Runtime) -> Option<(PostgresStore, PostgresStore)> {
     let url = postgres_url();
     let _runtime = rt.enter();
     let probe = || -> Result<_, String> {
-        let grants = PostgresGrantStore::connect(&url)
-            .and_then(|s| s.table(PG_GRANTS))
+        let grants = PostgresStore::connect(&url)
+            .and_then(|s| s.grants_table(PG_GRANTS))
             .map_err(|e| e.to_string())?;
-        let store = PostgresReplayStore::connect(&url)
-            .and_then(|s| s.table(PG_STORE))
+        let store = PostgresStore::connect(&url)
+            .and_then(|s| s.grants_table(PG_STORE))
             .map_err(|e| e.to_string())?;
         rt.block_on(async {
             grants.migrate().await.map_err(|e| e.to_string())?;
@@ -401,8 +396,8 @@ fn memory_issued(clock: &ManualClock, n: u64) -> (MemoryGrantStore, Vec<GrantId>
 fn grant_benches(
     c: &mut Criterion,
     rt: &tokio::runtime::Runtime,
-    redis: Option<&RedisGrantStore>,
-    postgres: Option<&PostgresGrantStore>,
+    redis: Option<&RedisStore>,
+    postgres: Option<&PostgresStore>,
 ) {
     let mut group = c.benchmark_group("grant");
     group.throughput(Throughput::Elements(1));
@@ -678,8 +673,8 @@ async fn proposed_form(
 fn approval_benches(
     c: &mut Criterion,
     rt: &tokio::runtime::Runtime,
-    redis: Option<&RedisReplayStore>,
-    postgres: Option<&PostgresReplayStore>,
+    redis: Option<&RedisStore>,
+    postgres: Option<&PostgresStore>,
 ) {
     let mut group = c.benchmark_group("approval");
     group.throughput(Throughput::Elements(1));

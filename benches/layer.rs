@@ -321,7 +321,7 @@ fn redis_benches(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     // The connection manager spawns its driver on the current runtime.
     let _runtime = rt.enter();
-    let Ok(store) = mcp_confirm::store::RedisReplayStore::open(&url) else {
+    let Ok(store) = mcp_confirm::store::RedisStore::open(&url) else {
         return;
     };
     let store = store.prefix("mcp-confirm-bench:");

@@ -29,7 +29,7 @@ use deadpool_postgres::Pool;
 use http::StatusCode;
 use mcp_confirm::guard::HostOriginLayer;
 use mcp_confirm::rmcp::Confirmation;
-use mcp_confirm::store::PostgresReplayStore;
+use mcp_confirm::store::PostgresStore;
 use mcp_confirm::{
     Candidate, ConfirmLayer, Confirmed, KeyRing, Lookup, PolicyError, Principal, Refusal,
     Revalidation, confirm_router,
@@ -59,7 +59,7 @@ fn may_use(principal: &str, workspace: &str) -> bool {
 pub(crate) struct Db {
     pub(crate) pool: Pool,
     pub(crate) notes: String,
-    pub(crate) replay: PostgresReplayStore,
+    pub(crate) replay: PostgresStore,
     /// For tests: fail inside the delete transaction after the claim, before the commit.
     pub(crate) fail_after_claim: Arc<AtomicBool>,
 }
@@ -67,7 +67,7 @@ pub(crate) struct Db {
 impl Db {
     /// Connects, creates both tables if needed and seeds an empty notes table.
     pub(crate) async fn open(url: &str, notes: &str, replay: &str) -> Result<Self, String> {
-        let replay = PostgresReplayStore::connect(url)
+        let replay = PostgresStore::connect(url)
             .and_then(|s| s.table(replay))
             .map_err(|e| e.to_string())?;
         replay.migrate().await.map_err(|e| e.to_string())?;

@@ -551,8 +551,8 @@ impl ConfirmLayerBuilder {
     }
 
     /// Where the grants of [queued](ToolPolicy::queued) tools are kept: a store every instance and
-    /// every worker shares ([`RedisGrantStore`](crate::grant::RedisGrantStore),
-    /// [`PostgresGrantStore`](crate::grant::PostgresGrantStore); a
+    /// every worker shares ([`RedisStore`](crate::store::RedisStore),
+    /// [`PostgresStore`](crate::store::PostgresStore), which keep every other store too; a
     /// [`MemoryGrantStore`](crate::grant::MemoryGrantStore) only when the workers run in this
     /// process).
     pub fn grant_store(mut self, store: impl GrantStore) -> Self {
@@ -751,7 +751,7 @@ impl ConfirmLayerBuilder {
             // The handler could not claim anything: every answer would run it again.
             return Err(ConfigError::InvalidPolicy(format!(
                 "tool {name:?} is claimed_by_handler, and its handler cannot claim a nonce of \
-                 this replay store in its transaction (PostgresReplayStore::consume_in can): \
+                 this replay store in its transaction (PostgresStore::consume_in can): \
                  use that store, or let the layer claim"
             )));
         }

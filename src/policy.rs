@@ -639,7 +639,7 @@ impl ToolPolicy {
 
     /// Leaves the nonce claim of an accepted confirmation to the handler, for data that lives in the
     /// replay store's database: the handler records [`Confirmed::nonce`](crate::Confirmed) inside
-    /// the transaction that makes the change (e.g. `PostgresReplayStore::consume_in`), so the claim
+    /// the transaction that makes the change (e.g. `PostgresStore::consume_in`), so the claim
     /// and the change commit or roll back together, and a crash leaves neither.
     ///
     /// The layer still verifies, validates the answer and revalidates, and declines still consume

@@ -605,14 +605,15 @@ async fn serve(listener: tokio::net::TcpListener, router: axum::Router, limits: 
 /// Where `notes_purge`'s grants are kept: beside the replay store (the same Redis or PostgreSQL),
 /// in memory otherwise.
 async fn grant_store(spec: &str) -> Arc<dyn mcp_confirm::grant::GrantStore> {
-    use mcp_confirm::grant::{MemoryGrantStore, PostgresGrantStore, RedisGrantStore};
+    use mcp_confirm::grant::MemoryGrantStore;
+    use mcp_confirm::store::{PostgresStore, RedisStore};
     if (spec.starts_with("redis://") || spec.starts_with("rediss://"))
-        && let Ok(store) = RedisGrantStore::open(spec)
+        && let Ok(store) = RedisStore::open(spec)
     {
         return Arc::new(store);
     }
     if (spec.starts_with("postgres://") || spec.starts_with("postgresql://"))
-        && let Ok(store) = PostgresGrantStore::connect(spec)
+        && let Ok(store) = PostgresStore::connect(spec)
     {
         if let Err(e) = store.migrate().await {
             eprintln!(
@@ -633,7 +634,7 @@ async fn replay_store(
     budget: Option<usize>,
 ) -> Result<Option<Arc<dyn app::Store>>, String> {
     use mcp_confirm::store::MemoryReplayStore;
-    use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
+    use mcp_confirm::store::{PostgresStore, RedisStore};
     if spec == "memory" {
         return Ok(budget.map(|budget| {
             let store = MemoryReplayStore::new().principal_budget(budget);
@@ -652,15 +653,14 @@ async fn replay_store(
         return Ok(Some(Arc::new(store)));
     }
     if spec.starts_with("redis://") || spec.starts_with("rediss://") {
-        let mut store = RedisReplayStore::open(spec).map_err(|e| format!("--replay-store: {e}"))?;
+        let mut store = RedisStore::open(spec).map_err(|e| format!("--replay-store: {e}"))?;
         if let Some(budget) = budget {
             store = store.principal_budget(budget);
         }
         return Ok(Some(Arc::new(store)));
     }
     if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
-        let mut store =
-            PostgresReplayStore::connect(spec).map_err(|e| format!("--replay-store: {e}"))?;
+        let mut store = PostgresStore::connect(spec).map_err(|e| format!("--replay-store: {e}"))?;
         if let Some(budget) = budget {
             store = store.principal_budget(budget);
         }

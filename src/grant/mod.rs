@@ -55,12 +55,6 @@ mod worker;
 
 pub use lifecycle::{Begin, Finish, Grant, GrantId, GrantIdError, GrantState, Lease, Revoke};
 pub use memory::MemoryGrantStore;
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::PostgresGrantStore;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::RedisGrantStore;
 pub use worker::{Attempt, GrantError, Grants, RunError};
 
 /// A grant store failure. The layer refuses the call (nothing is spent); a worker does not run

@@ -5,11 +5,10 @@
 //! and written back before the lock is released. So PostgreSQL applies exactly the rules every
 //! other store applies, and two workers racing one grant get one attempt.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use deadpool_postgres::{Pool, Transaction};
+use deadpool_postgres::Transaction;
 use tokio_postgres::error::SqlState;
 
 use super::backend;
@@ -18,134 +17,23 @@ use super::{
     Lease, Revoke, RunError, record,
 };
 use crate::audit::event::DecisionEvent;
-use crate::clock::{Clock, SystemClock};
 use crate::kernel::BoxFuture;
-use crate::store::backend::{bounded, postgres_pool, table_name};
+use crate::store::PostgresStore;
+use crate::store::backend::bounded;
 
-/// A [`GrantStore`] in PostgreSQL, shared by every instance and worker.
-///
-/// Create the table with [`migrate`](Self::migrate). Rows are kept until their grant's expiry
-/// plus [`PostgresGrantStore::DEFAULT_RETENTION`] (delete older ones with [`prune`](Self::prune));
-/// a grant forgotten after that answers [`Begin::Unknown`], which never runs.
-#[derive(Clone)]
-pub struct PostgresGrantStore {
-    pool: Pool,
-    table: String,
-    timeout: Duration,
-    retention: Duration,
-    clock: Arc<dyn Clock>,
-}
-
-impl fmt::Debug for PostgresGrantStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresGrantStore")
-            .field("table", &self.table)
-            .field("timeout", &self.timeout)
-            .field("retention", &self.retention)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PostgresGrantStore {
-    /// The default table.
-    pub const DEFAULT_TABLE: &str = "mcp_confirm_grants";
-    /// The default time allowed for one store call (including taking a pooled connection).
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-    /// How long a grant is kept after its expiry, so late job retries find it ended.
-    pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
-
-    /// A store for the database at `url` (`postgres://user@host:port/db`), pooled.
-    ///
-    /// # Errors
-    /// [`GrantStoreError::Backend`] if `url` is not a valid connection string.
-    pub fn connect(url: &str) -> Result<Self, GrantStoreError> {
-        Ok(Self::with_pool(postgres_pool(url, Self::DEFAULT_TIMEOUT)?))
-    }
-
-    /// A store over an existing pool.
-    pub fn with_pool(pool: Pool) -> Self {
-        Self {
-            pool,
-            table: Self::DEFAULT_TABLE.to_owned(),
-            timeout: Self::DEFAULT_TIMEOUT,
-            retention: Self::DEFAULT_RETENTION,
-            clock: Arc::new(SystemClock),
-        }
-    }
-
-    /// Uses `table` (letters, digits and `_`, not starting with a digit, at most 63 bytes).
-    ///
-    /// # Errors
-    /// [`GrantStoreError::Backend`] for any other name.
-    pub fn table(mut self, table: &str) -> Result<Self, GrantStoreError> {
-        self.table = table_name(table)?;
-        Ok(self)
-    }
-
-    /// How long one store call may take before it fails (and the worker must not run).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// How long a grant is kept after its expiry.
-    pub fn retention(mut self, retention: Duration) -> Self {
-        self.retention = retention;
-        self
-    }
-
-    /// The clock leases and expiries are judged by (default: the system clock).
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
-        self
-    }
-
-    /// Creates the table if it does not exist.
-    ///
-    /// # Errors
-    /// [`GrantStoreError`] if the database refuses.
-    pub async fn migrate(&self) -> Result<(), GrantStoreError> {
-        let t = &self.table;
-        // Instances starting beside live ones only read the catalog when the table is there;
-        // otherwise the DDL runs under a lock (instances starting together would race
-        // `CREATE … IF NOT EXISTS`, and PostgreSQL reports the loser as a duplicate type).
-        let current = format!(
-            "SELECT to_regclass('{t}') IS NOT NULL AND to_regclass('{t}_keep_until') IS NOT NULL"
-        );
-        let sql = format!(
-            "SELECT pg_advisory_xact_lock(hashtext('mcp-confirm:migrate:{t}'));
-             CREATE TABLE IF NOT EXISTS {t} (
-                id text PRIMARY KEY,
-                record text NOT NULL,
-                keep_until timestamptz NOT NULL);
-             CREATE INDEX IF NOT EXISTS {t}_keep_until ON {t} (keep_until);"
-        );
-        bounded(self.timeout, async {
-            let mut client = self.pool.get().await.map_err(backend)?;
-            crate::store::backend::migrate_once(&mut client, &current, &sql)
-                .await
-                .map_err(backend)
-        })
-        .await
-    }
-
-    /// Deletes the rows kept past their retention; how many.
-    ///
-    /// # Errors
-    /// [`GrantStoreError`] if the database refuses.
-    pub async fn prune(&self) -> Result<u64, GrantStoreError> {
-        let sql = format!("DELETE FROM {} WHERE keep_until < $1", self.table);
-        let now: SystemTime = self.clock.now();
-        bounded(self.timeout, async {
-            let client = self.pool.get().await.map_err(backend)?;
-            client.execute(&sql, &[&now]).await.map_err(backend)
-        })
-        .await
-    }
-
+/// Grants kept by [`PostgresStore`], the one type of every store in PostgreSQL: one row per
+/// grant in its grants' table (made by [`PostgresStore::migrate`]), kept until the grant's expiry
+/// plus [`PostgresStore::grant_retention`] (older rows are deleted by
+/// [`PostgresStore::prune_expired`]); a grant forgotten after that answers [`Begin::Unknown`],
+/// which never runs.
+impl PostgresStore {
     /// Writes `grant`'s record in `tx`.
-    async fn write(&self, tx: &Transaction<'_>, grant: &Grant) -> Result<(), GrantStoreError> {
-        let update = format!("UPDATE {} SET record = $2 WHERE id = $1", self.table);
+    async fn write_grant(
+        &self,
+        tx: &Transaction<'_>,
+        grant: &Grant,
+    ) -> Result<(), GrantStoreError> {
+        let update = format!("UPDATE {} SET record = $2 WHERE id = $1", self.grants_table);
         let (id, text) = (grant.id.to_string(), record::encode(grant));
         bounded(self.timeout, async {
             tx.execute(&update, &[&id, &text]).await.map_err(backend)
@@ -156,14 +44,17 @@ impl PostgresGrantStore {
 
     /// Applies `step` to the grant `id` with its row locked, writing it back if it changed;
     /// `missing` answers for an unknown id.
-    async fn transition<T>(
+    async fn grant_transition<T>(
         &self,
         id: GrantId,
         missing: T,
         step: impl FnOnce(&mut Grant) -> T,
     ) -> Result<T, GrantStoreError> {
-        let select = format!("SELECT record FROM {} WHERE id = $1 FOR UPDATE", self.table);
-        let update = format!("UPDATE {} SET record = $2 WHERE id = $1", self.table);
+        let select = format!(
+            "SELECT record FROM {} WHERE id = $1 FOR UPDATE",
+            self.grants_table
+        );
+        let update = format!("UPDATE {} SET record = $2 WHERE id = $1", self.grants_table);
         let id = id.to_string();
         let mut client = self.pool.get().await.map_err(backend)?;
         let tx = client.transaction().await.map_err(backend)?;
@@ -182,7 +73,7 @@ impl PostgresGrantStore {
     }
 }
 
-impl Grants<PostgresGrantStore> {
+impl Grants<PostgresStore> {
     /// Runs grant `id`'s action in one PostgreSQL transaction with the grant's own transitions:
     /// the grant's row is locked, begun, re-checked, acted on by `action` (with the same
     /// transaction, for data in this database) and consumed, and all of it commits together.
@@ -209,7 +100,7 @@ impl Grants<PostgresGrantStore> {
         let unavailable = |e: GrantStoreError| RunError::Grant(GrantError::Unavailable(e));
         let select = format!(
             "SELECT record FROM {} WHERE id = $1 FOR UPDATE NOWAIT",
-            store.table
+            store.grants_table
         );
         let key = id.to_string();
         let mut client = bounded(store.timeout, async {
@@ -226,7 +117,7 @@ impl Grants<PostgresGrantStore> {
             Err(_) => return Err(unavailable(GrantStoreError::Timeout)),
             Ok(Err(e)) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
                 return Err(RunError::Grant(GrantError::Busy {
-                    retry_after: store.clock.now() + self.lease,
+                    retry_after: store.grant_clock.now() + self.lease,
                 }));
             }
             Ok(Err(e)) => return Err(unavailable(backend(e))),
@@ -237,9 +128,9 @@ impl Grants<PostgresGrantStore> {
         let mut grant =
             record::decode(&text).ok_or_else(|| unavailable(GrantStoreError::Corrupt))?;
         let write = async |tx: &Transaction<'_>, grant: &Grant| {
-            store.write(tx, grant).await.map_err(unavailable)
+            store.write_grant(tx, grant).await.map_err(unavailable)
         };
-        let lease = match grant.begin(store.clock.now(), self.lease) {
+        let lease = match grant.begin(store.grant_clock.now(), self.lease) {
             Begin::Started(lease) => lease,
             Begin::Busy { until } => {
                 return Err(RunError::Grant(GrantError::Busy { retry_after: until }));
@@ -254,7 +145,7 @@ impl Grants<PostgresGrantStore> {
                         id: id.short(),
                         grant: Some(grant.facts()),
                     };
-                    self.log.report(expired, store.clock.now());
+                    self.log.report(expired, store.grant_clock.now());
                 }
                 return Err(RunError::Grant(GrantError::Ended(state)));
             }
@@ -265,7 +156,7 @@ impl Grants<PostgresGrantStore> {
             attempt: lease.attempt,
         };
         self.log
-            .begun(begun, store.clock.now())
+            .begun(begun, store.grant_clock.now())
             .await
             .map_err(RunError::Grant)?;
         if let Err(refusal) = self.check(&grant).await {
@@ -276,7 +167,7 @@ impl Grants<PostgresGrantStore> {
                 grant: grant.facts(),
                 reason: refusal.reason(),
             };
-            self.log.report(failed, store.clock.now());
+            self.log.report(failed, store.grant_clock.now());
             return Err(RunError::Grant(GrantError::Refused(refusal)));
         }
         // On an error the transaction is dropped: the change and the grant roll back together.
@@ -288,24 +179,24 @@ impl Grants<PostgresGrantStore> {
             grant: grant.facts(),
             attempt: lease.attempt,
         };
-        self.log.report(consumed, store.clock.now());
+        self.log.report(consumed, store.grant_clock.now());
         Ok(value)
     }
 }
 
-async fn commit(store: &PostgresGrantStore, tx: Transaction<'_>) -> Result<(), GrantStoreError> {
+async fn commit(store: &PostgresStore, tx: Transaction<'_>) -> Result<(), GrantStoreError> {
     bounded(store.timeout, async { tx.commit().await.map_err(backend) }).await
 }
 
-impl GrantStore for PostgresGrantStore {
+impl GrantStore for PostgresStore {
     fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
         let mut fresh = grant.clone();
         fresh.state = GrantState::Granted;
         let (id, text) = (grant.id.to_string(), record::encode(&fresh));
-        let keep_until: SystemTime = grant.expires_at + self.retention;
+        let keep_until: SystemTime = grant.expires_at + self.grant_retention;
         let sql = format!(
             "INSERT INTO {} (id, record, keep_until) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
-            self.table
+            self.grants_table
         );
         Box::pin(bounded(self.timeout, async move {
             let client = self.pool.get().await.map_err(backend)?;
@@ -324,8 +215,8 @@ impl GrantStore for PostgresGrantStore {
     fn begin(&self, id: GrantId, lease: Duration) -> BoxFuture<'_, Result<Begin, GrantStoreError>> {
         Box::pin(bounded(self.timeout, async move {
             // The time is read once the row is locked, so a lease never starts in the past.
-            let clock = Arc::clone(&self.clock);
-            self.transition(id, Begin::Unknown, move |g| g.begin(clock.now(), lease))
+            let clock = Arc::clone(&self.grant_clock);
+            self.grant_transition(id, Begin::Unknown, move |g| g.begin(clock.now(), lease))
                 .await
         }))
     }
@@ -337,20 +228,20 @@ impl GrantStore for PostgresGrantStore {
     ) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
         Box::pin(bounded(
             self.timeout,
-            self.transition(lease.grant, false, move |g| g.finish(&lease, outcome)),
+            self.grant_transition(lease.grant, false, move |g| g.finish(&lease, outcome)),
         ))
     }
 
     fn revoke(&self, id: GrantId) -> BoxFuture<'_, Result<Revoke, GrantStoreError>> {
         Box::pin(bounded(self.timeout, async move {
-            let clock = Arc::clone(&self.clock);
-            self.transition(id, Revoke::Unknown, move |g| g.revoke(clock.now()))
+            let clock = Arc::clone(&self.grant_clock);
+            self.grant_transition(id, Revoke::Unknown, move |g| g.revoke(clock.now()))
                 .await
         }))
     }
 
     fn confirm(&self, lease: Lease) -> BoxFuture<'_, Result<bool, GrantStoreError>> {
-        let now = self.clock.now();
+        let now = self.grant_clock.now();
         Box::pin(async move {
             let grant = self.get(lease.grant).await?;
             Ok(grant.is_some_and(|grant| grant.holds(&lease, now)))
@@ -358,7 +249,7 @@ impl GrantStore for PostgresGrantStore {
     }
 
     fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
-        let sql = format!("SELECT record FROM {} WHERE id = $1", self.table);
+        let sql = format!("SELECT record FROM {} WHERE id = $1", self.grants_table);
         Box::pin(bounded(self.timeout, async move {
             let client = self.pool.get().await.map_err(backend)?;
             let row = client

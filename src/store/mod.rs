@@ -49,10 +49,26 @@ pub use crate::kernel::{BoxFuture, Nonce, PrincipalKey};
 pub const DEFAULT_PRINCIPAL_BUDGET: usize = 1_000;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::PostgresReplayStore;
+pub use postgres::PostgresStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::RedisReplayStore;
+pub use redis::RedisStore;
+
+/// The former name of [`PostgresStore`], which keeps every store in PostgreSQL.
+#[cfg(feature = "postgres")]
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `PostgresStore`: one type keeps every store"
+)]
+pub type PostgresReplayStore = PostgresStore;
+
+/// The former name of [`RedisStore`], which keeps every store in Redis.
+#[cfg(feature = "redis")]
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `RedisStore`: one type keeps every store"
+)]
+pub type RedisReplayStore = RedisStore;
 
 /// Identifies the one retry that holds a claim, so only it can complete the claim.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -273,7 +289,7 @@ pub trait ReplayStore: fmt::Debug + Send + Sync + 'static {
     fn boot_epoch(&self) -> Option<BootEpoch>;
 
     /// Whether a tool's handler can claim a nonce of this store itself, inside the transaction
-    /// that makes its change (`PostgresReplayStore::consume_in`): what a
+    /// that makes its change (`PostgresStore::consume_in`): what a
     /// [`claimed_by_handler`](crate::ToolPolicy::claimed_by_handler) tool needs. `false` by
     /// default, and a layer with such a tool does not build on a store that says `false`.
     fn claims_in_handler(&self) -> bool {
@@ -281,7 +297,7 @@ pub trait ReplayStore: fmt::Debug + Send + Sync + 'static {
     }
 
     /// Whether a handler of this process tried to claim `nonce` itself (and forgets it): `true`
-    /// after `PostgresReplayStore::consume_in`, committed or rolled back. After a
+    /// after `PostgresStore::consume_in`, committed or rolled back. After a
     /// `claimed_by_handler` call the layer burns a nonce no handler tried to claim, and leaves
     /// one that was tried as the handler's transaction left it.
     fn take_handler_attempt(&self, nonce: Nonce) -> bool {

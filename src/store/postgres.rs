@@ -1,6 +1,7 @@
 //! A replay store shared through PostgreSQL.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{GenericClient, Pool};
@@ -19,6 +20,7 @@ use super::{
     BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, PrincipalKey,
     ReplayStore, StoreError,
 };
+use crate::clock::{Clock, SystemClock};
 
 /// A [`ReplayStore`] in PostgreSQL, for deployments with more than one instance.
 ///
@@ -36,28 +38,41 @@ use super::{
 ///
 /// Times are the application's clock (the one that verified the state), never the database's.
 #[derive(Clone)]
-pub struct PostgresReplayStore {
-    pool: Pool,
+pub struct PostgresStore {
+    pub(crate) pool: Pool,
     table: String,
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     budget: usize,
+    /// The grants' table ([`DEFAULT_GRANTS_TABLE`](Self::DEFAULT_GRANTS_TABLE) by default).
+    pub(crate) grants_table: String,
+    /// How long a grant's row is kept after its expiry.
+    pub(crate) grant_retention: Duration,
+    /// What grants' leases and expiries are judged by.
+    pub(crate) grant_clock: Arc<dyn Clock>,
 }
 
-impl fmt::Debug for PostgresReplayStore {
+impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresReplayStore")
+        f.debug_struct("PostgresStore")
             .field("table", &self.table)
             .field("timeout", &self.timeout)
             .field("budget", &self.budget)
+            .field("grants_table", &self.grants_table)
+            .field("grant_retention", &self.grant_retention)
             .finish_non_exhaustive()
     }
 }
 
-impl PostgresReplayStore {
+impl PostgresStore {
     /// The default table.
     pub const DEFAULT_TABLE: &str = "mcp_confirm_nonces";
     /// The default time allowed for one store call (including taking a pooled connection).
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+    /// The grants' default table (where `PostgresGrantStore` kept them).
+    pub const DEFAULT_GRANTS_TABLE: &str = "mcp_confirm_grants";
+    /// How long a grant's row is kept after its expiry by default, so late job retries find it
+    /// ended.
+    pub const DEFAULT_GRANT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
     /// A store for the database at `url` (`postgres://user@host:port/db`), with a small pool that
     /// connects on demand, so a database that is down at start-up does not stop the server.
@@ -75,6 +90,9 @@ impl PostgresReplayStore {
             table: Self::DEFAULT_TABLE.to_owned(),
             timeout: Self::DEFAULT_TIMEOUT,
             budget: DEFAULT_PRINCIPAL_BUDGET,
+            grants_table: Self::DEFAULT_GRANTS_TABLE.to_owned(),
+            grant_retention: Self::DEFAULT_GRANT_RETENTION,
+            grant_clock: Arc::new(SystemClock),
         }
     }
 
@@ -99,14 +117,39 @@ impl PostgresReplayStore {
         self
     }
 
-    /// Creates the table and its indexes if they do not exist (and `<table>_approvals` and
-    /// `<table>_standing` beside it, for browser and standing approvals), and adds the columns
-    /// a table made by an earlier version lacks (`principal`; the standing uses' `tickets`).
+    /// Uses another table for grants (the same rules as [`table`](Self::table)).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] for an invalid name.
+    pub fn grants_table(mut self, table: &str) -> Result<Self, StoreError> {
+        self.grants_table = table_name(table)?;
+        Ok(self)
+    }
+
+    /// How long a grant's row is kept after its expiry (default
+    /// [`DEFAULT_GRANT_RETENTION`](Self::DEFAULT_GRANT_RETENTION)); a grant forgotten after that
+    /// answers [`Begin::Unknown`](crate::grant::Begin::Unknown), which never runs.
+    pub fn grant_retention(mut self, retention: Duration) -> Self {
+        self.grant_retention = retention;
+        self
+    }
+
+    /// The clock grants' leases and expiries are judged by (default: the system clock).
+    pub fn grant_clock(mut self, clock: impl Clock) -> Self {
+        self.grant_clock = Arc::new(clock);
+        self
+    }
+
+    /// Creates the table and its indexes if they do not exist (and `<table>_approvals`,
+    /// `<table>_standing` and `<table>_passkeys` beside it, and the grants' table), and adds the
+    /// columns a table made by an earlier version lacks (`principal`; the standing uses'
+    /// `tickets`).
     ///
     /// # Errors
     /// [`StoreError`] if the database cannot be reached or refuses.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let t = &self.table;
+        let g = &self.grants_table;
         // An instance starting beside live ones must not lock their tables: when every table,
         // column and index is there (the usual start) it only reads the catalog. Otherwise the
         // DDL runs once, under a lock, in one transaction that takes each table's strongest lock
@@ -131,7 +174,9 @@ impl PostgresReplayStore {
                        AND attrelid IN (to_regclass('{t}'), to_regclass('{t}_approvals'))) = 2
                 AND (SELECT count(*) FROM pg_attribute
                      WHERE attname = 'tickets' AND NOT attisdropped
-                       AND attrelid = to_regclass('{t}_standing')) = 1"
+                       AND attrelid = to_regclass('{t}_standing')) = 1
+                AND to_regclass('{g}') IS NOT NULL
+                AND to_regclass('{g}_keep_until') IS NOT NULL"
         );
         let sql = format!(
             "SELECT pg_advisory_xact_lock(hashtext('mcp-confirm:migrate:{t}'));
@@ -171,7 +216,12 @@ impl PostgresReplayStore {
                 subject text NOT NULL,
                 record text NOT NULL,
                 created_ms bigint NOT NULL);
-             CREATE INDEX IF NOT EXISTS {t}_passkeys_subject ON {t}_passkeys (subject, created_ms);"
+             CREATE INDEX IF NOT EXISTS {t}_passkeys_subject ON {t}_passkeys (subject, created_ms);
+             CREATE TABLE IF NOT EXISTS {g} (
+                id text PRIMARY KEY,
+                record text NOT NULL,
+                keep_until timestamptz NOT NULL);
+             CREATE INDEX IF NOT EXISTS {g}_keep_until ON {g} (keep_until);"
         );
         self.bounded(async {
             let mut client = self.pool.get().await.map_err(backend)?;
@@ -182,7 +232,7 @@ impl PostgresReplayStore {
         .await
     }
 
-    /// Deletes rows past their expiry and returns how many.
+    /// Deletes rows past their expiry (grants' past their retention) and returns how many.
     ///
     /// # Errors
     /// [`StoreError`] if the database cannot be reached.
@@ -193,13 +243,18 @@ impl PostgresReplayStore {
             self.table
         );
         let standing = format!("DELETE FROM {}_standing WHERE expires_at <= $1", self.table);
+        let grants = format!("DELETE FROM {} WHERE keep_until < $1", self.grants_table);
         self.bounded(async {
             let client = self.pool.get().await.map_err(backend)?;
             let now = SystemTime::now();
             let nonces = client.execute(&sql, &[&now]).await.map_err(backend)?;
             let approvals = client.execute(&approvals, &[&now]).await.map_err(backend)?;
             let standing = client.execute(&standing, &[&now]).await.map_err(backend)?;
-            Ok(nonces + approvals + standing)
+            let grants = client
+                .execute(&grants, &[&self.grant_clock.now()])
+                .await
+                .map_err(backend)?;
+            Ok(nonces + approvals + standing + grants)
         })
         .await
     }
@@ -264,7 +319,7 @@ fn lock_key(table: &str, principal: &PrincipalKey) -> (i32, i32) {
     (class as i32, i32::from_be_bytes([a, b, c, d]))
 }
 
-impl ReplayStore for PostgresReplayStore {
+impl ReplayStore for PostgresStore {
     fn claim(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<Claim, StoreError>> {
         // One statement, after the lock: held rows answer as replays whatever the budget.
         let sql = format!(
@@ -426,7 +481,7 @@ fn standing_row(row: &tokio_postgres::Row) -> Result<Standing, StoreError> {
         .ok_or_else(|| StoreError::Backend("a standing approval does not decode".into()))
 }
 
-impl StandingStore for PostgresReplayStore {
+impl StandingStore for PostgresStore {
     fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>> {
         if let Err(e) = standing.check_keepable() {
             return Box::pin(std::future::ready(Err(e)));
@@ -643,7 +698,7 @@ impl StandingStore for PostgresReplayStore {
     }
 }
 
-impl PasskeyStore for PostgresReplayStore {
+impl PasskeyStore for PostgresStore {
     fn passkeys<'a>(
         &'a self,
         subject: &'a str,
@@ -752,7 +807,7 @@ impl PasskeyStore for PostgresReplayStore {
     }
 }
 
-impl ApprovalStore for PostgresReplayStore {
+impl ApprovalStore for PostgresStore {
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
         let t = &self.table;
         let lock = "SELECT pg_advisory_xact_lock(hashtext($1))".to_owned();
@@ -904,7 +959,7 @@ impl ApprovalStore for PostgresReplayStore {
     }
 }
 
-/// The nonces handlers of this process passed to [`PostgresReplayStore::consume_in`], until the
+/// The nonces handlers of this process passed to [`PostgresStore::consume_in`], until the
 /// layer asks after the call: a handler that tried (and committed, or rolled back to leave the
 /// confirmation usable) is told apart from one that never claimed. Bounded: when full it
 /// forgets, and a forgotten attempt only means the layer burns that nonce ("ask again").

@@ -1,6 +1,8 @@
-//! A replay store shared through Redis.
+//! Every store shared through Redis, in one type: the replay store, standing approvals,
+//! browser approvals and passkeys here; its grants in [`crate::grant`] (`grant/redis.rs`).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use redis::aio::ConnectionManager;
@@ -20,6 +22,7 @@ use super::{
     BootEpoch, BoxFuture, Claim, ClaimRequest, DEFAULT_PRINCIPAL_BUDGET, Nonce, Owner,
     PrincipalKey, ReplayStore, StoreError,
 };
+use crate::clock::{Clock, SystemClock};
 use crate::kernel::hex;
 
 /// Claims `KEYS[1]` (a nonce) for the principal whose live entries are the sorted set `KEYS[2]`
@@ -130,14 +133,21 @@ return 1
 ///   can be claimed again on the promoted replica. Where that matters, use a single primary with
 ///   `appendfsync always`, or the Postgres store.
 #[derive(Clone)]
-pub struct RedisReplayStore {
-    connection: Connection,
+pub struct RedisStore {
+    pub(crate) connection: Connection,
     prefix: String,
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     budget: usize,
+    /// Where grants are kept: `{prefix}grant:`, [`DEFAULT_GRANT_PREFIX`](Self::DEFAULT_GRANT_PREFIX)
+    /// by default.
+    pub(crate) grant_prefix: String,
+    /// How long a grant is kept after its expiry.
+    pub(crate) grant_retention: Duration,
+    /// What grants' leases and expiries are judged by.
+    pub(crate) grant_clock: Arc<dyn Clock>,
     claim: Script,
     complete: Script,
-    cas: Script,
+    pub(crate) cas: Script,
     replace_field: Script,
     use_standing: Script,
     give_back_standing: Script,
@@ -146,14 +156,14 @@ pub struct RedisReplayStore {
 
 /// A single server (reconnecting) or a cluster.
 #[derive(Clone)]
-enum Connection {
+pub(crate) enum Connection {
     Single(ConnectionManager),
     #[cfg(feature = "redis-cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
 }
 
 impl Connection {
-    async fn query<T: FromRedisValue>(&self, command: &redis::Cmd) -> RedisResult<T> {
+    pub(crate) async fn query<T: FromRedisValue>(&self, command: &redis::Cmd) -> RedisResult<T> {
         match self.clone() {
             Connection::Single(mut c) => command.query_async(&mut c).await,
             #[cfg(feature = "redis-cluster")]
@@ -161,7 +171,10 @@ impl Connection {
         }
     }
 
-    async fn invoke<T: FromRedisValue>(&self, script: &ScriptInvocation<'_>) -> RedisResult<T> {
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        script: &ScriptInvocation<'_>,
+    ) -> RedisResult<T> {
         match self.clone() {
             Connection::Single(mut c) => script.invoke_async(&mut c).await,
             #[cfg(feature = "redis-cluster")]
@@ -170,21 +183,27 @@ impl Connection {
     }
 }
 
-impl fmt::Debug for RedisReplayStore {
+impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisReplayStore")
+        f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("budget", &self.budget)
+            .field("grant_prefix", &self.grant_prefix)
+            .field("grant_retention", &self.grant_retention)
             .finish_non_exhaustive()
     }
 }
 
-impl RedisReplayStore {
+impl RedisStore {
     /// The default key prefix.
     pub const DEFAULT_PREFIX: &str = "mcp-confirm:nonce:";
     /// The default time allowed for one store call before the claim is refused.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
+    /// Where grants are kept by default (where `RedisGrantStore` kept them).
+    pub const DEFAULT_GRANT_PREFIX: &str = "mcp-confirm:grant:";
+    /// How long a grant is kept after its expiry by default, so late job retries find it ended.
+    pub const DEFAULT_GRANT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
     /// A store for the Redis at `url` (`redis://host:port/db`). The connection is made on first use
     /// and re-made after failures, so a store that is down at start-up does not stop the server:
@@ -230,6 +249,9 @@ impl RedisReplayStore {
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             timeout: Self::DEFAULT_TIMEOUT,
             budget: DEFAULT_PRINCIPAL_BUDGET,
+            grant_prefix: Self::DEFAULT_GRANT_PREFIX.to_owned(),
+            grant_retention: Self::DEFAULT_GRANT_RETENTION,
+            grant_clock: Arc::new(SystemClock),
             claim: Script::new(CLAIM),
             complete: Script::new(COMPLETE),
             cas: Script::new(COMPARE_AND_SET),
@@ -240,9 +262,32 @@ impl RedisReplayStore {
         }
     }
 
-    /// Namespaces the keys, e.g. per deployment sharing one Redis.
+    /// Namespaces the keys, e.g. per deployment sharing one Redis: every key of this store
+    /// starts with `prefix`, grants' with `{prefix}grant:`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self.grant_prefix = format!("{}grant:", self.prefix);
+        self
+    }
+
+    /// Where grants are kept, if not under [`prefix`](Self::prefix) (set after it).
+    pub fn grant_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.grant_prefix = prefix.into();
+        self
+    }
+
+    /// How long a grant is kept after its expiry (default
+    /// [`DEFAULT_GRANT_RETENTION`](Self::DEFAULT_GRANT_RETENTION)); a grant forgotten after that
+    /// answers [`Begin::Unknown`](crate::grant::Begin::Unknown), which never runs.
+    pub fn grant_retention(mut self, retention: Duration) -> Self {
+        self.grant_retention = retention;
+        self
+    }
+
+    /// The clock grants' leases and expiries are judged by (default: the system clock). Every
+    /// instance's clock must agree within the leases' margin.
+    pub fn grant_clock(mut self, clock: impl Clock) -> Self {
+        self.grant_clock = Arc::new(clock);
         self
     }
 
@@ -385,7 +430,7 @@ fn unix_millis(at: SystemTime) -> u64 {
     u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
 
-impl ReplayStore for RedisReplayStore {
+impl ReplayStore for RedisStore {
     fn claim(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<Claim, StoreError>> {
         let claim = *claim;
         Box::pin(async move {
@@ -442,7 +487,7 @@ impl ReplayStore for RedisReplayStore {
     }
 }
 
-impl StandingStore for RedisReplayStore {
+impl StandingStore for RedisStore {
     fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>> {
         if let Err(e) = standing.check_keepable() {
             return Box::pin(std::future::ready(Err(e)));
@@ -625,7 +670,7 @@ impl StandingStore for RedisReplayStore {
     }
 }
 
-impl ApprovalStore for RedisReplayStore {
+impl ApprovalStore for RedisStore {
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
         let (key, text) = (self.approval_key(&approval.id), approval.encode());
         let now = SystemTime::now();
@@ -796,7 +841,7 @@ impl ApprovalStore for RedisReplayStore {
     }
 }
 
-impl RedisReplayStore {
+impl RedisStore {
     /// A subject's passkeys: one hash, credential id → record.
     fn passkeys_key(&self, subject: &str) -> String {
         format!("{}passkeys:{}", self.prefix, subject_key(subject))
@@ -814,7 +859,7 @@ impl RedisReplayStore {
     }
 }
 
-impl PasskeyStore for RedisReplayStore {
+impl PasskeyStore for RedisStore {
     fn passkeys<'a>(
         &'a self,
         subject: &'a str,

@@ -49,7 +49,7 @@ pub fn skip_log() -> std::path::PathBuf {
 /// `Ok` if the Redis at `url` answers a read-only probe.
 pub async fn redis_answers(url: &str) -> Result<(), String> {
     use mcp_confirm::store::ReplayStore;
-    let store = mcp_confirm::store::RedisReplayStore::open(url).map_err(|e| e.to_string())?;
+    let store = mcp_confirm::store::RedisStore::open(url).map_err(|e| e.to_string())?;
     store
         .is_used(
             mcp_confirm::store::Nonce::random(),
@@ -62,7 +62,7 @@ pub async fn redis_answers(url: &str) -> Result<(), String> {
 
 /// `Ok` if the Postgres at `url` answers and the replay-store table exists (made if missing).
 pub async fn postgres_answers(url: &str) -> Result<(), String> {
-    let store = mcp_confirm::store::PostgresReplayStore::connect(url).map_err(|e| e.to_string())?;
+    let store = mcp_confirm::store::PostgresStore::connect(url).map_err(|e| e.to_string())?;
     store.migrate().await.map_err(|e| e.to_string())
 }
 
@@ -100,7 +100,7 @@ pub async fn postgres(what: &str) -> Option<String> {
 pub mod replay_store {
     use std::time::Duration;
 
-    use mcp_confirm::store::{MemoryReplayStore, Nonce, PostgresReplayStore, RedisReplayStore};
+    use mcp_confirm::store::{MemoryReplayStore, Nonce, PostgresStore, RedisStore};
 
     /// A memory store: always there.
     pub async fn memory(_what: &str) -> Option<MemoryReplayStore> {
@@ -109,9 +109,9 @@ pub mod replay_store {
 
     /// A store in the Redis at `REDIS_URL`, under a prefix of its own; `None` (or a failure,
     /// when backends are required) if Redis does not answer.
-    pub async fn redis(what: &str) -> Option<RedisReplayStore> {
+    pub async fn redis(what: &str) -> Option<RedisStore> {
         let url = super::redis(what).await?;
-        let store = RedisReplayStore::open(&url).ok()?;
+        let store = RedisStore::open(&url).ok()?;
         Some(
             store
                 .prefix(format!("mcp-confirm-test:{}:", Nonce::random().to_hex()))
@@ -121,9 +121,9 @@ pub mod replay_store {
 
     /// A store in the Postgres at `POSTGRES_URL`, its tables made; `None` (or a failure, when
     /// backends are required) if Postgres does not answer.
-    pub async fn postgres(what: &str) -> Option<PostgresReplayStore> {
+    pub async fn postgres(what: &str) -> Option<PostgresStore> {
         let url = super::postgres(what).await?;
-        let store = PostgresReplayStore::connect(&url)
+        let store = PostgresStore::connect(&url)
             .ok()?
             .timeout(Duration::from_secs(5));
         store.migrate().await.ok()?;

@@ -490,7 +490,7 @@ pub async fn challenged() -> (Fixture, String) {
 pub use mcp_confirm::testing::fixed_test_secret as secret;
 
 /// A memory store that says its nonces can be claimed in a handler's transaction: the stand-in
-/// for `PostgresReplayStore` in tests of `claimed_by_handler` that need no database.
+/// for `PostgresStore` in tests of `claimed_by_handler` that need no database.
 #[derive(Debug, Clone)]
 pub struct ClaimsInHandler(pub MemoryReplayStore);
 

@@ -278,7 +278,7 @@ fn browser_approval_needs_an_absolute_approval_url() {
 /// another, the retry the first again. The decision travels with the store.
 #[tokio::test]
 async fn the_page_and_the_retry_may_reach_different_instances() {
-    use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
+    use mcp_confirm::store::{PostgresStore, RedisStore};
     use std::sync::Arc;
     use tower::Layer;
     let mut stores: Vec<(&str, Arc<dyn crate::common::Store>)> = Vec::new();
@@ -289,13 +289,13 @@ async fn the_page_and_the_retry_may_reach_different_instances() {
         );
         stores.push((
             "redis",
-            Arc::new(RedisReplayStore::open(&url).unwrap().prefix(prefix)),
+            Arc::new(RedisStore::open(&url).unwrap().prefix(prefix)),
         ));
     }
     if let Some(url) =
         crate::backends::postgres("browser approval across instances (Postgres)").await
     {
-        let store = PostgresReplayStore::connect(&url).unwrap();
+        let store = PostgresStore::connect(&url).unwrap();
         store.migrate().await.unwrap();
         stores.push(("postgres", Arc::new(store)));
     }

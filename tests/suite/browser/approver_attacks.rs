@@ -311,7 +311,7 @@ async fn holds_the_retry_refuses_an_endorsement_by_the_callers_own_subject() {
     };
     let prefix = redis_prefix();
     let store: Arc<dyn crate::common::Store> = Arc::new(
-        mcp_confirm::store::RedisReplayStore::open(&url)
+        mcp_confirm::store::RedisStore::open(&url)
             .unwrap()
             .prefix(prefix.clone()),
     );
@@ -365,7 +365,7 @@ async fn holds_the_retry_refuses_a_record_whose_rule_was_edited() {
     };
     let prefix = redis_prefix();
     let store: Arc<dyn crate::common::Store> = Arc::new(
-        mcp_confirm::store::RedisReplayStore::open(&url)
+        mcp_confirm::store::RedisStore::open(&url)
             .unwrap()
             .prefix(prefix.clone()),
     );
@@ -640,7 +640,7 @@ async fn holds_the_redis_inbox_sets_do_not_grow_without_bound() {
         return;
     };
     let prefix = redis_prefix();
-    let store = mcp_confirm::store::RedisReplayStore::open(&url)
+    let store = mcp_confirm::store::RedisStore::open(&url)
         .unwrap()
         .prefix(prefix.clone());
     let layer = ConfirmLayer::builder(KeyRing::single("k1", run_key()).unwrap())

@@ -225,7 +225,7 @@ async fn holds_the_retry_ignores_an_approval_record_of_another_principal() {
     };
     let prefix = redis_prefix();
     let store: Arc<dyn crate::common::Store> = Arc::new(
-        mcp_confirm::store::RedisReplayStore::open(&url)
+        mcp_confirm::store::RedisStore::open(&url)
             .unwrap()
             .prefix(prefix.clone()),
     );
@@ -870,9 +870,9 @@ pub(super) async fn stores(what: &str) -> Vec<(&'static str, Arc<dyn crate::comm
 
 /// The Postgres store on this file's own table, migrated once (concurrent `CREATE TABLE IF NOT
 /// EXISTS` races in Postgres's catalog).
-async fn pg_store(url: &str) -> mcp_confirm::store::PostgresReplayStore {
+async fn pg_store(url: &str) -> mcp_confirm::store::PostgresStore {
     static MIGRATED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    let store = mcp_confirm::store::PostgresReplayStore::connect(url)
+    let store = mcp_confirm::store::PostgresStore::connect(url)
         .unwrap()
         .table("browser_attacks")
         .unwrap();
@@ -889,8 +889,8 @@ fn redis_prefix() -> String {
     )
 }
 
-fn redis_store(url: &str) -> mcp_confirm::store::RedisReplayStore {
-    mcp_confirm::store::RedisReplayStore::open(url)
+fn redis_store(url: &str) -> mcp_confirm::store::RedisStore {
+    mcp_confirm::store::RedisStore::open(url)
         .unwrap()
         .prefix(redis_prefix())
 }
@@ -1037,7 +1037,7 @@ async fn holds_corrupted_approval_records_fail_closed() {
         let mut targets: Vec<(&str, Arc<dyn crate::common::Store>)> = Vec::new();
         let prefix = redis_prefix();
         if let Some(url) = &redis_url {
-            let store = mcp_confirm::store::RedisReplayStore::open(url)
+            let store = mcp_confirm::store::RedisStore::open(url)
                 .unwrap()
                 .prefix(prefix.clone());
             targets.push(("redis", Arc::new(store)));

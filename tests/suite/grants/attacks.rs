@@ -18,9 +18,9 @@ use crate::common::*;
 use mcp_confirm::clock::{Clock, ManualClock};
 use mcp_confirm::grant::{
     Begin, Finish, Grant, GrantError, GrantId, GrantState, GrantStore, Grants, MemoryGrantStore,
-    PostgresGrantStore, RedisGrantStore, Revoke, RunError, conformance,
+    Revoke, RunError, conformance,
 };
-use mcp_confirm::store::MemoryReplayStore;
+use mcp_confirm::store::{MemoryReplayStore, PostgresStore, RedisStore};
 use mcp_confirm::{ConfirmLayer, KeyRing, Principal, Refusal, Revalidation};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -81,7 +81,7 @@ async fn state_of<S: GrantStore>(store: &S, id: GrantId) -> GrantState {
 }
 
 /// A Redis grant store under a prefix of its own, on a manual clock; `None` when Redis is down.
-async fn redis_store(clock: &ManualClock) -> Option<RedisGrantStore> {
+async fn redis_store(clock: &ManualClock) -> Option<RedisStore> {
     redis_store_at(
         clock,
         &format!("mcp-confirm-attack:grant:{}:", GrantId::random()),
@@ -89,13 +89,13 @@ async fn redis_store(clock: &ManualClock) -> Option<RedisGrantStore> {
     .await
 }
 
-async fn redis_store_at(clock: &ManualClock, prefix: &str) -> Option<RedisGrantStore> {
+async fn redis_store_at(clock: &ManualClock, prefix: &str) -> Option<RedisStore> {
     let url = crate::backends::redis_url();
-    let store = match RedisGrantStore::open(&url) {
+    let store = match RedisStore::open(&url) {
         Ok(store) => store
-            .prefix(prefix)
+            .grant_prefix(prefix)
             .timeout(Duration::from_secs(5))
-            .clock(clock.clone()),
+            .grant_clock(clock.clone()),
         Err(e) => return crate::backends::unavailable("grant attack", "Redis", e),
     };
     match store.get(GrantId::random()).await {
@@ -105,14 +105,14 @@ async fn redis_store_at(clock: &ManualClock, prefix: &str) -> Option<RedisGrantS
 }
 
 /// A Postgres grant store on a table of its own, on a manual clock; `None` when Postgres is down.
-async fn postgres_store(clock: &ManualClock) -> Option<PostgresGrantStore> {
+async fn postgres_store(clock: &ManualClock) -> Option<PostgresStore> {
     let url = crate::backends::postgres_url();
-    let store = match PostgresGrantStore::connect(&url) {
+    let store = match PostgresStore::connect(&url) {
         Ok(store) => store
-            .table("mcp_confirm_attack_grants")
+            .grants_table("mcp_confirm_attack_grants")
             .unwrap()
             .timeout(Duration::from_secs(5))
-            .clock(clock.clone()),
+            .grant_clock(clock.clone()),
         Err(e) => return crate::backends::unavailable("grant attack", "Postgres", e),
     };
     match store.migrate().await {

@@ -7,17 +7,18 @@
 use std::time::{Duration, SystemTime};
 
 use mcp_confirm::clock::ManualClock;
-use mcp_confirm::grant::{GrantId, GrantStore, PostgresGrantStore, RedisGrantStore};
+use mcp_confirm::grant::{GrantId, GrantStore};
+use mcp_confirm::store::{PostgresStore, RedisStore};
 
 /// A Redis grant store under a prefix of its own, reading the time from a manual clock.
-async fn redis_store() -> Option<(RedisGrantStore, ManualClock)> {
+async fn redis_store() -> Option<(RedisStore, ManualClock)> {
     let url = crate::backends::redis_url();
     let clock = ManualClock::new(SystemTime::now());
-    let store = match RedisGrantStore::open(&url) {
+    let store = match RedisStore::open(&url) {
         Ok(store) => store
-            .prefix(format!("mcp-confirm-test:grant:{}:", GrantId::random()))
+            .grant_prefix(format!("mcp-confirm-test:grant:{}:", GrantId::random()))
             .timeout(Duration::from_secs(2))
-            .clock(clock.clone()),
+            .grant_clock(clock.clone()),
         Err(e) => return crate::backends::unavailable("Redis grant-store test", "Redis", e),
     };
     match store.get(GrantId::random()).await {
@@ -32,11 +33,13 @@ mcp_confirm::grant_store_conformance!(redis, optional super::redis_store().await
 
 /// A Postgres grant store on the default table, reading the time from a manual clock (each test
 /// uses grants of its own, so tests share the table safely).
-async fn postgres_store() -> Option<(PostgresGrantStore, ManualClock)> {
+async fn postgres_store() -> Option<(PostgresStore, ManualClock)> {
     let url = crate::backends::postgres_url();
     let clock = ManualClock::new(SystemTime::now());
-    let store = match PostgresGrantStore::connect(&url) {
-        Ok(store) => store.timeout(Duration::from_secs(5)).clock(clock.clone()),
+    let store = match PostgresStore::connect(&url) {
+        Ok(store) => store
+            .timeout(Duration::from_secs(5))
+            .grant_clock(clock.clone()),
         Err(e) => return crate::backends::unavailable("Postgres grant-store test", "Postgres", e),
     };
     match store.migrate().await {
@@ -77,13 +80,13 @@ async fn grant_worker_process() {
     };
     let store: std::sync::Arc<dyn GrantStore> = match backend.as_str() {
         "redis" => std::sync::Arc::new(
-            RedisGrantStore::open(&crate::backends::redis_url())
+            RedisStore::open(&crate::backends::redis_url())
                 .unwrap()
-                .prefix(std::env::var("GRANT_PREFIX").unwrap())
+                .grant_prefix(std::env::var("GRANT_PREFIX").unwrap())
                 .timeout(Duration::from_secs(5)),
         ),
         _ => std::sync::Arc::new(
-            PostgresGrantStore::connect(&crate::backends::postgres_url())
+            PostgresStore::connect(&crate::backends::postgres_url())
                 .unwrap()
                 .timeout(Duration::from_secs(5)),
         ),
@@ -106,7 +109,7 @@ async fn two_worker_processes_race_one_grant() {
         let prefix = format!("mcp-confirm-test:grant-race:{}:", GrantId::random());
         let store: std::sync::Arc<dyn GrantStore> = match backend {
             "redis" => match redis_store().await {
-                Some((store, _)) => std::sync::Arc::new(store.prefix(prefix.clone())),
+                Some((store, _)) => std::sync::Arc::new(store.grant_prefix(prefix.clone())),
                 None => continue,
             },
             _ => match postgres_store().await {
@@ -203,13 +206,13 @@ fn file_hook() -> impl mcp_confirm::Revalidate {
 fn worker_store(backend: &str, prefix: &str) -> std::sync::Arc<dyn GrantStore> {
     match backend {
         "redis" => std::sync::Arc::new(
-            RedisGrantStore::open(&crate::backends::redis_url())
+            RedisStore::open(&crate::backends::redis_url())
                 .unwrap()
-                .prefix(prefix)
+                .grant_prefix(prefix)
                 .timeout(Duration::from_secs(5)),
         ),
         _ => std::sync::Arc::new(
-            PostgresGrantStore::connect(&crate::backends::postgres_url())
+            PostgresStore::connect(&crate::backends::postgres_url())
                 .unwrap()
                 .timeout(Duration::from_secs(5)),
         ),
@@ -394,7 +397,7 @@ async fn records_pool() -> Option<deadpool_postgres::Pool> {
 
 /// A grant of `records_delete` on the record `record` at version v1, issued and the record made.
 async fn pg_grant(
-    store: &PostgresGrantStore,
+    store: &PostgresStore,
     pool: &deadpool_postgres::Pool,
 ) -> mcp_confirm::grant::Grant {
     let record = format!("record-{}", GrantId::random());
@@ -588,7 +591,7 @@ async fn grant_transaction_worker_process() {
     let Some(pool) = records_pool().await else {
         return;
     };
-    let store = PostgresGrantStore::connect(&crate::backends::postgres_url()).unwrap();
+    let store = PostgresStore::connect(&crate::backends::postgres_url()).unwrap();
     let grants = mcp_confirm::grant::Grants::new(store).revalidate("records_delete", pg_hook(pool));
     let _ = grants
         .run_in_transaction(id.parse().unwrap(), |tx, grant| {

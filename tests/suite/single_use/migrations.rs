@@ -9,17 +9,15 @@ use std::time::Duration;
 use mcp_confirm::approval::ApprovalStore;
 use mcp_confirm::store::conformance::approval;
 use mcp_confirm::store::standing::{Standing, StandingStore, Use};
-use mcp_confirm::store::{
-    ClaimRequest, Nonce, Owner, PostgresReplayStore, PrincipalKey, ReplayStore,
-};
+use mcp_confirm::store::{ClaimRequest, Nonce, Owner, PostgresStore, PrincipalKey, ReplayStore};
 
 fn principal() -> PrincipalKey {
     PrincipalKey::from_bytes(*Nonce::random().as_bytes())
 }
 
-async fn store(table: Option<&str>) -> Option<PostgresReplayStore> {
+async fn store(table: Option<&str>) -> Option<PostgresStore> {
     let url = crate::backends::postgres_url();
-    let store = match PostgresReplayStore::connect(&url) {
+    let store = match PostgresStore::connect(&url) {
         Ok(store) => store.timeout(Duration::from_secs(10)),
         Err(e) => return crate::backends::unavailable("Postgres migration test", "Postgres", e),
     };
@@ -224,7 +222,7 @@ async fn a_standing_table_without_tickets_is_brought_up_to_date() {
         .query_one(
             &format!(
                 "SELECT record, expires_at FROM {}_standing WHERE key = $1",
-                PostgresReplayStore::DEFAULT_TABLE
+                PostgresStore::DEFAULT_TABLE
             ),
             &[&held.key().as_bytes().to_vec()],
         )

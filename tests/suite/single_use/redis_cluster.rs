@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_confirm::store::RedisReplayStore;
+use mcp_confirm::store::RedisStore;
 use mcp_confirm::store::conformance;
 
 struct Node(Child);
@@ -144,7 +144,7 @@ async fn the_redis_store_passes_the_conformance_suite_on_a_cluster() {
         .iter()
         .map(|p| format!("redis://127.0.0.1:{p}"))
         .collect();
-    let store = RedisReplayStore::connect_cluster(nodes)
+    let store = RedisStore::connect_cluster(nodes)
         .await
         .unwrap()
         .timeout(Duration::from_secs(2));

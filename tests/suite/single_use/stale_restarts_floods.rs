@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::backends::on_every_backend;
 use crate::common::*;
 use mcp_confirm::store::{MemoryReplayStore, Nonce, ReplayStore};
-use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
+use mcp_confirm::store::{PostgresStore, RedisStore};
 use mcp_confirm::{Candidate, Lookup, PolicyError, Revalidation, ToolPolicy};
 use serde_json::{Value, json};
 
@@ -141,8 +141,8 @@ async fn only_a_state_that_verifies_learns_about_the_restart() {
     assert_frozen_state_error(&answer);
 }
 
-async fn redis_store(prefix: &str) -> Option<RedisReplayStore> {
-    let store = RedisReplayStore::open(&crate::backends::redis_url())
+async fn redis_store(prefix: &str) -> Option<RedisStore> {
+    let store = RedisStore::open(&crate::backends::redis_url())
         .ok()?
         .prefix(prefix.to_owned())
         .timeout(Duration::from_secs(2));
@@ -158,10 +158,10 @@ async fn redis_store(prefix: &str) -> Option<RedisReplayStore> {
     }
 }
 
-async fn postgres_store() -> Option<PostgresReplayStore> {
+async fn postgres_store() -> Option<PostgresStore> {
     // Generous timeouts: CI machines are busy, and a timeout here would be a test failure, not a
     // finding.
-    let store = PostgresReplayStore::connect(&crate::backends::postgres_url())
+    let store = PostgresStore::connect(&crate::backends::postgres_url())
         .ok()?
         .timeout(Duration::from_secs(5));
     match store.migrate().await {

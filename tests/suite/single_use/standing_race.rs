@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mcp_confirm::store::standing::{Standing, StandingId, StandingKey, StandingStore, Use};
-use mcp_confirm::store::{Nonce, PostgresReplayStore, PrincipalKey, RedisReplayStore};
+use mcp_confirm::store::{Nonce, PostgresStore, PrincipalKey, RedisStore};
 
 /// Racing uses per process.
 const RACERS: usize = 8;
@@ -23,13 +23,13 @@ fn test_name(name: &str) -> String {
 async fn store(backend: &str, prefix: &str) -> Arc<dyn StandingStore> {
     match backend {
         "redis" => Arc::new(
-            RedisReplayStore::open(&crate::backends::redis_url())
+            RedisStore::open(&crate::backends::redis_url())
                 .unwrap()
                 .prefix(prefix)
                 .timeout(Duration::from_secs(5)),
         ),
         _ => {
-            let store = PostgresReplayStore::connect(&crate::backends::postgres_url())
+            let store = PostgresStore::connect(&crate::backends::postgres_url())
                 .unwrap()
                 .timeout(Duration::from_secs(5));
             store.migrate().await.unwrap();

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::common::*;
 use http::StatusCode;
 use mcp_confirm::store::ReplayStore;
-use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
+use mcp_confirm::store::{PostgresStore, RedisStore};
 use mcp_confirm::{ConfirmLayer, KeyRing};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -215,13 +215,13 @@ async fn redis_faults_fail_closed_and_recover() {
         return;
     };
     // Unreachable from the start (nothing listens on the port).
-    let store = RedisReplayStore::open(&format!("redis://{}", dead_addr()))
+    let store = RedisStore::open(&format!("redis://{}", dead_addr()))
         .unwrap()
         .timeout(Duration::from_millis(300));
     unreachable_store_refuses(store, "Redis unreachable").await;
 
     let proxy = Proxy::start(target).await;
-    let store = RedisReplayStore::open(&format!("redis://{}", proxy.addr))
+    let store = RedisStore::open(&format!("redis://{}", proxy.addr))
         .unwrap()
         .prefix(format!(
             "mcp-confirm-faults:{}:",
@@ -236,16 +236,16 @@ async fn postgres_faults_fail_closed_and_recover() {
     let Some(target) = reachable("Postgres", "127.0.0.1:5432").await else {
         return;
     };
-    let direct = PostgresReplayStore::connect("postgres://postgres@127.0.0.1:5432/test").unwrap();
+    let direct = PostgresStore::connect("postgres://postgres@127.0.0.1:5432/test").unwrap();
     direct.migrate().await.unwrap();
 
-    let store = PostgresReplayStore::connect(&format!("postgres://postgres@{}/test", dead_addr()))
+    let store = PostgresStore::connect(&format!("postgres://postgres@{}/test", dead_addr()))
         .unwrap()
         .timeout(Duration::from_millis(300));
     unreachable_store_refuses(store, "Postgres unreachable").await;
 
     let proxy = Proxy::start(target).await;
-    let store = PostgresReplayStore::connect(&format!("postgres://postgres@{}/test", proxy.addr))
+    let store = PostgresStore::connect(&format!("postgres://postgres@{}/test", proxy.addr))
         .unwrap()
         .timeout(Duration::from_millis(300));
     faults(&fixture_over(store), &proxy).await;

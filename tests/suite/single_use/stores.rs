@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use mcp_confirm::store::{MemoryReplayStore, Nonce, PrincipalKey, ReplayStore};
-use mcp_confirm::store::{PostgresReplayStore, RedisReplayStore};
+use mcp_confirm::store::{PostgresStore, RedisStore};
 
-pub(crate) async fn redis_store(budget: Option<usize>) -> Option<RedisReplayStore> {
+pub(crate) async fn redis_store(budget: Option<usize>) -> Option<RedisStore> {
     let url = crate::backends::redis_url();
-    let store = match RedisReplayStore::open(&url) {
+    let store = match RedisStore::open(&url) {
         Ok(store) => store
             .prefix(format!("mcp-confirm-test:{}:", Nonce::random().to_hex()))
             .timeout(Duration::from_secs(2)),
@@ -33,9 +33,9 @@ pub(crate) async fn redis_store(budget: Option<usize>) -> Option<RedisReplayStor
     }
 }
 
-pub(crate) async fn postgres_store(budget: Option<usize>) -> Option<PostgresReplayStore> {
+pub(crate) async fn postgres_store(budget: Option<usize>) -> Option<PostgresStore> {
     let url = crate::backends::postgres_url();
-    let store = match PostgresReplayStore::connect(&url) {
+    let store = match PostgresStore::connect(&url) {
         Ok(store) => store.timeout(Duration::from_secs(5)),
         Err(e) => return crate::backends::unavailable("Postgres replay-store test", "Postgres", e),
     };

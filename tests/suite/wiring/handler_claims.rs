@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use mcp_confirm::ConfigError;
-use mcp_confirm::store::{MemoryReplayStore, PostgresReplayStore, ReplayStore};
+use mcp_confirm::store::{MemoryReplayStore, PostgresStore, ReplayStore};
 use serde_json::json;
 
 use crate::common::*;
@@ -64,7 +64,7 @@ async fn a_handler_that_never_claims_runs_once_on_postgres() {
     let Some(url) = crate::backends::postgres("claimed_by_handler, never claimed").await else {
         return;
     };
-    let store = PostgresReplayStore::connect(&url)
+    let store = PostgresStore::connect(&url)
         .unwrap()
         .table("handler_claims_wiring")
         .unwrap()
