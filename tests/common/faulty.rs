@@ -1,7 +1,7 @@
-//! The one fault-injecting grant store of the tests: a memory grant store that records what it
-//! issued and begun, and fails, waits or ages grants as a test says. Each test used to write its
-//! own wrapper (a counting one twice, one that is down, one whose worker is gone, one that is
-//! slow after `begin`).
+//! The one fault-injecting store of the tests: memory stores for grants and standing approvals
+//! that record what was issued and begun, and fail, wait or age as a test says. Each test used
+//! to write its own wrapper (a counting grant store twice, one that is down, one whose worker is
+//! gone, one that is slow after `begin`, a standing store that cannot be read).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 use mcp_confirm::grant::{
     Begin, Finish, Grant, GrantId, GrantStore, GrantStoreError, Lease, MemoryGrantStore, Revoke,
 };
-use mcp_confirm::store::BoxFuture;
+use mcp_confirm::store::standing::{Standing, StandingId, StandingKey, StandingStore, Use};
+use mcp_confirm::store::{BoxFuture, MemoryReplayStore, Nonce, PrincipalKey, StoreError};
 
 /// What goes wrong, and when.
 #[derive(Debug, Default, Clone)]
@@ -22,12 +23,17 @@ pub struct Faults {
     pub worker_gone: bool,
     /// A `begin` that started an attempt answers this much later (a paused worker).
     pub slow_after_begin: Option<Duration>,
+    /// Standing approvals are kept but cannot be read: every `find`, `use_one` and
+    /// `give_back` fails (`Timeout`).
+    pub standing_unreadable: bool,
 }
 
-/// A memory grant store with [`Faults`].
+/// Memory stores (grants, standing approvals) with [`Faults`].
 #[derive(Debug, Clone)]
-pub struct FaultyGrants {
+pub struct Faulty {
     pub inner: Arc<MemoryGrantStore>,
+    /// Where standing approvals are kept.
+    pub standing: MemoryReplayStore,
     faults: Faults,
     /// The ids `issue` was asked to store, in order.
     pub issued: Arc<Mutex<Vec<GrantId>>>,
@@ -38,10 +44,11 @@ pub struct FaultyGrants {
     pub began: Arc<tokio::sync::Notify>,
 }
 
-impl FaultyGrants {
+impl Faulty {
     pub fn new(inner: MemoryGrantStore, faults: Faults) -> Self {
         Self {
             inner: Arc::new(inner),
+            standing: MemoryReplayStore::new(),
             faults,
             issued: Arc::default(),
             stored: Arc::default(),
@@ -55,6 +62,17 @@ impl FaultyGrants {
         Self::new(inner, Faults::default())
     }
 
+    /// Keeps standing approvals in `store`.
+    pub fn with_standing(mut self, store: MemoryReplayStore) -> Self {
+        self.standing = store;
+        self
+    }
+
+    fn unreadable<T: Send + 'static>(&self) -> Option<BoxFuture<'_, Result<T, StoreError>>> {
+        (self.faults.down || self.faults.standing_unreadable)
+            .then(|| Box::pin(std::future::ready(Err(StoreError::Timeout))) as _)
+    }
+
     fn down<T: Send + 'static>(&self) -> Option<BoxFuture<'_, Result<T, GrantStoreError>>> {
         self.faults
             .down
@@ -62,7 +80,7 @@ impl FaultyGrants {
     }
 }
 
-impl GrantStore for FaultyGrants {
+impl GrantStore for Faulty {
     fn issue(&self, grant: &Grant) -> BoxFuture<'_, Result<(), GrantStoreError>> {
         if let Some(down) = self.down() {
             return down;
@@ -123,5 +141,47 @@ impl GrantStore for FaultyGrants {
 
     fn get(&self, id: GrantId) -> BoxFuture<'_, Result<Option<Grant>, GrantStoreError>> {
         self.down().unwrap_or_else(|| self.inner.get(id))
+    }
+}
+
+impl StandingStore for Faulty {
+    fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.standing.grant(standing)
+    }
+
+    fn find(&self, key: StandingKey) -> BoxFuture<'_, Result<Option<Standing>, StoreError>> {
+        self.unreadable().unwrap_or_else(|| self.standing.find(key))
+    }
+
+    fn use_one(
+        &self,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> BoxFuture<'_, Result<Use, StoreError>> {
+        self.unreadable()
+            .unwrap_or_else(|| self.standing.use_one(key, id, ticket))
+    }
+
+    fn give_back(
+        &self,
+        key: StandingKey,
+        id: StandingId,
+        ticket: Nonce,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        self.unreadable()
+            .unwrap_or_else(|| self.standing.give_back(key, id, ticket))
+    }
+
+    fn list(&self, principal: PrincipalKey) -> BoxFuture<'_, Result<Vec<Standing>, StoreError>> {
+        self.standing.list(principal)
+    }
+
+    fn revoke(
+        &self,
+        principal: PrincipalKey,
+        id: Option<StandingId>,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        StandingStore::revoke(&self.standing, principal, id)
     }
 }

@@ -1084,7 +1084,7 @@ async fn a_client_without_tasks_waits_for_the_same_grant_in_the_request() {
 async fn a_cancel_after_the_task_began_its_grant_stops_the_purge() {
     // Its `begin` answers 800 ms late once it started an attempt: the window in which a
     // `tasks/cancel` lands after the grant was begun and before the purge acts.
-    let grants = Arc::new(crate::common::faulty::FaultyGrants::new(
+    let grants = Arc::new(crate::common::faulty::Faulty::new(
         mcp_confirm::grant::MemoryGrantStore::new(),
         crate::common::faulty::Faults {
             slow_after_begin: Some(std::time::Duration::from_millis(800)),

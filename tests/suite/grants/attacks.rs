@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::common::audit_events::Events;
-use crate::common::faulty::{Faults, FaultyGrants};
+use crate::common::faulty::{Faults, Faulty};
 use crate::common::*;
 use mcp_confirm::clock::{Clock, ManualClock};
 use mcp_confirm::grant::{
@@ -789,7 +789,7 @@ async fn holds_one_confirmation_races_into_one_grant() {
     let clock = manual_clock();
     let replay = MemoryReplayStore::with_clock(10_000, clock.clone());
     // Each grant takes 20 ms to store, so two racing retries overlap.
-    let store = FaultyGrants::new(
+    let store = Faulty::new(
         MemoryGrantStore::with_clock(10_000, clock.clone()),
         Faults {
             issue_delay: Some(Duration::from_millis(20)),

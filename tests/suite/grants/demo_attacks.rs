@@ -4,7 +4,7 @@
 //! Tests named `holds_` held when written; the others failed then, and their doc comment says
 //! **Was broken**, what broke and how it was fixed.
 
-use crate::common::faulty::{Faults, FaultyGrants};
+use crate::common::faulty::{Faults, Faulty};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -256,7 +256,7 @@ async fn a_refused_purge_reads_the_same_on_every_instance() {
 #[tokio::test]
 async fn a_task_whose_grant_expired_reads_finished_elsewhere() {
     let (_dir, store) = notes_store();
-    let grants: Arc<dyn GrantStore> = Arc::new(FaultyGrants::new(
+    let grants: Arc<dyn GrantStore> = Arc::new(Faulty::new(
         MemoryGrantStore::new(),
         Faults {
             worker_gone: true,

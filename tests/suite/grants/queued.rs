@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::common::faulty::{Faults, FaultyGrants};
+use crate::common::faulty::{Faults, Faulty};
 use crate::common::queued::*;
 use crate::common::*;
 use mcp_confirm::clock::ManualClock;
@@ -120,7 +120,7 @@ async fn a_refusal_at_approval_withdraws_its_grant() {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let counting = FaultyGrants::recording(MemoryGrantStore::new());
+    let counting = Faulty::recording(MemoryGrantStore::new());
     let (issued, inner) = (Arc::clone(&counting.issued), Arc::clone(&counting.inner));
     let f = Fixture::new(
         queued_layer(&notes, &clock, &store, counting),
@@ -159,7 +159,7 @@ async fn a_grant_store_down_at_approval_refuses_and_leaves_the_confirmation_unsp
         &notes,
         &clock,
         &store,
-        FaultyGrants::new(
+        Faulty::new(
             MemoryGrantStore::new(),
             Faults {
                 down: true,

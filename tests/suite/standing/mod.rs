@@ -461,77 +461,22 @@ async fn a_call_under_a_standing_approval_is_revalidated_on_the_live_record() {
     assert_eq!(f.seen.count(), ran);
 }
 
-/// A standing store that keeps approvals in memory but cannot be read: every `find`,
-/// `use_one` and `give_back` fails.
-#[derive(Debug, Clone)]
-struct Unreadable(MemoryReplayStore);
-
-impl mcp_confirm::store::standing::StandingStore for Unreadable {
-    fn grant(
-        &self,
-        standing: &mcp_confirm::store::standing::Standing,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<(), mcp_confirm::store::StoreError>> {
-        self.0.grant(standing)
-    }
-    fn find(
-        &self,
-        _: mcp_confirm::store::standing::StandingKey,
-    ) -> mcp_confirm::store::BoxFuture<
-        '_,
-        Result<Option<mcp_confirm::store::standing::Standing>, mcp_confirm::store::StoreError>,
-    > {
-        Box::pin(std::future::ready(Err(
-            mcp_confirm::store::StoreError::Timeout,
-        )))
-    }
-    fn use_one(
-        &self,
-        _: mcp_confirm::store::standing::StandingKey,
-        _: mcp_confirm::store::standing::StandingId,
-        _: mcp_confirm::store::Nonce,
-    ) -> mcp_confirm::store::BoxFuture<
-        '_,
-        Result<mcp_confirm::store::standing::Use, mcp_confirm::store::StoreError>,
-    > {
-        Box::pin(std::future::ready(Err(
-            mcp_confirm::store::StoreError::Timeout,
-        )))
-    }
-    fn give_back(
-        &self,
-        _: mcp_confirm::store::standing::StandingKey,
-        _: mcp_confirm::store::standing::StandingId,
-        _: mcp_confirm::store::Nonce,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<bool, mcp_confirm::store::StoreError>> {
-        Box::pin(std::future::ready(Err(
-            mcp_confirm::store::StoreError::Timeout,
-        )))
-    }
-    fn list(
-        &self,
-        principal: mcp_confirm::store::PrincipalKey,
-    ) -> mcp_confirm::store::BoxFuture<
-        '_,
-        Result<Vec<mcp_confirm::store::standing::Standing>, mcp_confirm::store::StoreError>,
-    > {
-        self.0.list(principal)
-    }
-    fn revoke(
-        &self,
-        principal: mcp_confirm::store::PrincipalKey,
-        id: Option<mcp_confirm::store::standing::StandingId>,
-    ) -> mcp_confirm::store::BoxFuture<'_, Result<usize, mcp_confirm::store::StoreError>> {
-        self.0.revoke(principal, id)
-    }
-}
-
 #[tokio::test]
 async fn a_standing_store_that_cannot_answer_covers_nothing_and_refuses_nothing() {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let layer = base_builder(&notes, &clock, &store)
-        .standing_store(Unreadable(store.clone()))
+        .standing_store(
+            crate::common::faulty::Faulty::new(
+                mcp_confirm::grant::MemoryGrantStore::new(),
+                crate::common::faulty::Faults {
+                    standing_unreadable: true,
+                    ..Default::default()
+                },
+            )
+            .with_standing(store.clone()),
+        )
         .tool(
             "notes_delete",
             delete_policy(&notes).standing(Duration::from_secs(600), 10, workspace),
