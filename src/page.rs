@@ -10,6 +10,7 @@ use bytes::Bytes;
 use http::{Extensions, HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Full, Limited};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 use sha2::{Digest, Sha256};
 
 use crate::audit::event::DecisionEvent;
@@ -178,10 +179,10 @@ pub(crate) fn form_refused(
         reason: why,
     }
     .trace();
-    page(
+    notice(
         StatusCode::FORBIDDEN,
         "Refused",
-        "<p>This form has expired or was not issued to you. Reload the page.</p>",
+        "This form has expired or was not issued to you. Reload the page.",
     )
 }
 
@@ -256,10 +257,10 @@ impl Entrance<'_> {
                 reason: refusal,
             }
             .trace();
-            return Err(page(
+            return Err(notice(
                 StatusCode::FORBIDDEN,
                 "Refused",
-                &format!("<p>This request did not come from {}.</p>", self.name),
+                &format!("This request did not come from {}.", self.name),
             ));
         }
         let (parts, body) = request.into_parts();
@@ -291,20 +292,21 @@ fn sign_in(sign_in: Option<&str>, path: &str, title: &str) -> Response<Full<Byte
             let query: String = form_urlencoded::Serializer::new(String::new())
                 .append_pair("next", path)
                 .finish();
-            format!(
-                "<p><a href=\"{}?{}\">Sign in</a>, then come back.</p>",
-                escape(url),
-                escape(&query)
-            )
+            html! { p { a href={ (url) "?" (query) } { "Sign in" } ", then come back." } }
         }
-        None => "<p>Sign in, then reload this page.</p>".to_owned(),
+        None => html! { p { "Sign in, then reload this page." } },
     };
-    page(StatusCode::UNAUTHORIZED, title, &link)
+    page(StatusCode::UNAUTHORIZED, title, link)
 }
 
 /// A complete page with the headers every answer carries.
-pub(crate) fn page(status: StatusCode, title: &str, body: &str) -> Response<Full<Bytes>> {
+pub(crate) fn page(status: StatusCode, title: &str, body: Markup) -> Response<Full<Bytes>> {
     page_with(status, title, body, None)
+}
+
+/// A page of one paragraph, `text`.
+pub(crate) fn notice(status: StatusCode, title: &str, text: &str) -> Response<Full<Bytes>> {
+    page(status, title, html! { p { (text) } })
 }
 
 /// A complete page that runs one inline `script` (the passkey ceremonies: WebAuthn is a
@@ -314,39 +316,52 @@ pub(crate) fn page(status: StatusCode, title: &str, body: &str) -> Response<Full
 pub(crate) fn page_with_script(
     status: StatusCode,
     title: &str,
-    body: &str,
+    body: Markup,
     script: &str,
 ) -> Response<Full<Bytes>> {
     page_with(status, title, body, Some(script))
 }
 
+/// What every page looks like: plain, readable, no external resources.
+const STYLE: &str = "body{font:16px system-ui,sans-serif;max-width:40em;margin:2em auto;padding:0 1em}\
+dt{font-weight:bold}.error{color:#a00}.version{color:#555}button{font-size:1em;padding:.4em 1.2em}";
+
+/// The one page skeleton: the document, its style, its title, the body, and at most one inline
+/// script, admitted by the policy through its hash (computed here, from the script's bytes).
 fn page_with(
     status: StatusCode,
     title: &str,
-    body: &str,
+    body: Markup,
     script: Option<&str>,
 ) -> Response<Full<Bytes>> {
     use base64::Engine as _;
     use sha2::{Digest, Sha256};
-    let (body, csp) = match script {
-        None => (body.to_owned(), CSP.to_owned()),
+    let csp = match script {
+        None => CSP.to_owned(),
         Some(script) => {
             let hash = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(script));
-            (
-                format!("{body}<script>{script}</script>"),
-                format!("{CSP}; script-src 'sha256-{hash}'"),
-            )
+            format!("{CSP}; script-src 'sha256-{hash}'")
         }
     };
-    let html = format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width\"><title>{title}</title>\
-         <style>body{{font:16px system-ui,sans-serif;max-width:40em;margin:2em auto;padding:0 1em}}\
-         dt{{font-weight:bold}}.error{{color:#a00}}.version{{color:#555}}\
-         button{{font-size:1em;padding:.4em 1.2em}}</style></head>\
-         <body><h1>{title}</h1>{body}</body></html>",
-        title = escape(title),
-    );
+    let html = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width";
+                title { (title) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                h1 { (title) }
+                (body)
+                @if let Some(script) = script {
+                    script { (PreEscaped(script)) }
+                }
+            }
+        }
+    }
+    .into_string();
     let mut response = Response::new(Full::new(Bytes::from(html)));
     *response.status_mut() = status;
     let headers = response.headers_mut();
@@ -363,22 +378,6 @@ fn page_with(
         headers.insert(name, HeaderValue::from_static(value));
     }
     response
-}
-
-/// Text as HTML, attributes included.
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Whether a form post may have come from a page of `page_url`'s origin: a cross-site post is
@@ -410,18 +409,18 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     if media_type(headers).as_deref() != Some("application/x-www-form-urlencoded") {
-        return Err(page(
+        return Err(notice(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "Refused",
-            "<p>Send the page's form.</p>",
+            "Send the page's form.",
         ));
     }
     match Limited::new(body, MAX_FORM_BYTES).collect().await {
         Ok(body) => Ok(body.to_bytes()),
-        Err(_) => Err(page(
+        Err(_) => Err(notice(
             StatusCode::PAYLOAD_TOO_LARGE,
             "Refused",
-            "<p>The form is too large.</p>",
+            "The form is too large.",
         )),
     }
 }
@@ -435,7 +434,7 @@ pub(crate) fn form_value(body: &[u8], name: &str) -> Option<String> {
 
 /// A `405 Method Not Allowed` page naming what is.
 fn method_not_allowed(allow: &'static str) -> Response<Full<Bytes>> {
-    let mut response = page(StatusCode::METHOD_NOT_ALLOWED, "Not allowed", "");
+    let mut response = page(StatusCode::METHOD_NOT_ALLOWED, "Not allowed", html! {});
     response
         .headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static(allow));
@@ -466,9 +465,11 @@ mod tests {
 
     #[test]
     fn html_escapes_text_and_attributes() {
+        let text = "<a href=\"x\">'&'</a>";
         assert_eq!(
-            escape("<a href=\"x\">'&'</a>"),
-            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+            html! { p title=(text) { (text) } }.into_string(),
+            "<p title=\"&lt;a href=&quot;x&quot;&gt;'&amp;'&lt;/a&gt;\">\
+             &lt;a href=&quot;x&quot;&gt;'&amp;'&lt;/a&gt;</p>"
         );
     }
 }

@@ -3,7 +3,6 @@
 //! the approval page, under its rules (admission, anti-forgery, same origin, passkey).
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -15,9 +14,10 @@ use super::html::{page, unavailable};
 use crate::approvers::routes_of;
 use crate::config::Config;
 use crate::kernel::BoxFuture;
-use crate::page::{Entrance, escape, http_date};
+use crate::page::{Entrance, http_date};
 use crate::principal::Principal;
 use crate::store::approval::Approval;
+use maud::{Markup, html};
 
 /// The most approvals the inbox lists.
 pub const INBOX_LIMIT: usize = 50;
@@ -104,37 +104,32 @@ impl InboxPage {
         page(
             StatusCode::OK,
             "Approvals waiting for you",
-            &self.render(&waiting),
+            self.render(&waiting),
         )
     }
 
-    fn render(&self, waiting: &[Approval]) -> String {
+    fn render(&self, waiting: &[Approval]) -> Markup {
         if waiting.is_empty() {
-            return "<p id=\"empty\">Nothing waits for your approval.</p>".to_owned();
+            return html! { p id="empty" { "Nothing waits for your approval." } };
         }
         let base = self.config.approval_url.as_deref().unwrap_or_default();
-        let mut html = String::from("<ul id=\"inbox\">");
-        for a in waiting {
-            let _ = write!(
-                html,
-                "<li><a href=\"{}\" id=\"approval-{}\"><strong>{}</strong></a> requested by {} \
-                 &middot; {} of {} approvals &middot; expires {}{}</li>",
-                escape(&format!("{base}{}", a.id.to_hex())),
-                a.id.to_hex(),
-                escape(&a.tool),
-                escape(&a.subject),
-                a.endorsements.len(),
-                a.approvers.required_approvals(),
-                http_date(a.expires_at),
-                if a.approvers.needs_passkey() {
-                    " &middot; passkey"
-                } else {
-                    ""
-                },
-            );
+        html! {
+            ul id="inbox" {
+                @for a in waiting {
+                    li {
+                        a href={ (base) (a.id.to_hex()) } id={ "approval-" (a.id.to_hex()) } {
+                            strong { (a.tool) }
+                        }
+                        " requested by " (a.subject)
+                        " · " (a.endorsements.len()) " of " (a.approvers.required_approvals())
+                        " approvals · expires " (http_date(a.expires_at))
+                        @if a.approvers.needs_passkey() {
+                            " · passkey"
+                        }
+                    }
+                }
+            }
         }
-        html.push_str("</ul>");
-        html
     }
 }
 

@@ -18,7 +18,7 @@ use http::{Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
 
-use super::html::{self, gone, not_yours, page, render, unavailable, waiting};
+use super::html::{self, gone, not_yours, notice, page, render, unavailable, waiting};
 use crate::audit::event::{self, DecisionEvent, step_refused};
 use crate::config::Config;
 use crate::kernel::BoxFuture;
@@ -49,10 +49,10 @@ enum Access {
 
 /// The answer to a caller who tries to decide their own request where others must.
 fn own_request() -> Response<Full<Bytes>> {
-    page(
+    notice(
         StatusCode::FORBIDDEN,
         "Not yours to approve",
-        "<p>You asked for this; someone else must approve it. Nothing changed.</p>",
+        "You asked for this; someone else must approve it. Nothing changed.",
     )
 }
 
@@ -117,11 +117,7 @@ impl ApprovalPage {
             .next()
             .and_then(ApprovalId::from_hex)
         else {
-            return page(
-                StatusCode::NOT_FOUND,
-                "Not found",
-                "<p>No such approval.</p>",
-            );
+            return notice(StatusCode::NOT_FOUND, "Not found", "No such approval.");
         };
         let entrance = Entrance {
             // Only who authentication says; never the layer's local principal, which would let
@@ -214,11 +210,11 @@ impl ApprovalPage {
             Err(refusal) => return refusal,
         };
         if approval.decision.is_none() && self.answered_by_client(&approval).await {
-            return page(
+            return notice(
                 StatusCode::OK,
                 "Already answered",
-                "<p>Your client already answered this request (declined, or it was used). \
-                 Nothing here can change it.</p>",
+                "Your client already answered this request (declined, or it was used). \
+                 Nothing here can change it.",
             );
         }
         if let Some(decision) = &approval.decision {
@@ -226,10 +222,10 @@ impl ApprovalPage {
                 Decision::Approved { .. } => "This request was approved.",
                 Decision::Declined => "This request was declined.",
             };
-            return page(
+            return notice(
                 StatusCode::OK,
                 "Already decided",
-                &format!("<p>{text} Return to your client to continue.</p>"),
+                &format!("{text} Return to your client to continue."),
             );
         }
         if approval
@@ -240,17 +236,17 @@ impl ApprovalPage {
             return page(
                 StatusCode::OK,
                 "You approved",
-                &format!(
-                    "<p>Your approval is recorded; it waits for the others.</p><p id=\"progress\">{}</p>",
-                    html::progress(&approval)
-                ),
+                maud::html! {
+                    p { "Your approval is recorded; it waits for the others." }
+                    p id="progress" { (html::progress(&approval)) }
+                },
             );
         }
         let token = self.tokens().issue(FormPurpose::Approval(&id), visitor);
         page(
             StatusCode::OK,
             &format!("Approve {}?", approval.tool),
-            &render(&approval, &token, error),
+            render(&approval, &token, error),
         )
     }
 
@@ -304,10 +300,10 @@ impl ApprovalPage {
         _: &str,
         _: &[u8],
     ) -> Result<String, Response<Full<Bytes>>> {
-        Err(page(
+        Err(notice(
             StatusCode::FORBIDDEN,
             "Passkey required",
-            "<p>This approval must be made with a passkey, which this deployment cannot verify.</p>",
+            "This approval must be made with a passkey, which this deployment cannot verify.",
         ))
     }
 
@@ -353,10 +349,10 @@ impl ApprovalPage {
                 Some(principal),
                 "approval decided after the client answered",
             );
-            return page(
+            return notice(
                 StatusCode::CONFLICT,
                 "Already answered",
-                "<p>Your client already answered this request; nothing changed.</p>",
+                "Your client already answered this request; nothing changed.",
             );
         }
         let decision = match form_value(body, "decision").as_deref() {
@@ -393,11 +389,7 @@ impl ApprovalPage {
                 Decision::Approved { chosen, standing }
             }
             _ => {
-                return page(
-                    StatusCode::BAD_REQUEST,
-                    "Refused",
-                    "<p>Approve or decline.</p>",
-                );
+                return notice(StatusCode::BAD_REQUEST, "Refused", "Approve or decline.");
             }
         };
         let Some(approvals) = &self.config.approvals else {
@@ -422,10 +414,10 @@ impl ApprovalPage {
                 page(
                     StatusCode::OK,
                     "Approval recorded",
-                    &format!(
-                        "<p>Your approval is recorded. It waits for the others.</p>\
-                         <p id=\"progress\">{approvals} of {required} approvals so far.</p>"
-                    ),
+                    maud::html! {
+                        p { "Your approval is recorded. It waits for the others." }
+                        p id="progress" { (approvals) " of " (required) " approvals so far." }
+                    },
                 )
             }
             Ok(Decided::Recorded) => {
@@ -438,14 +430,14 @@ impl ApprovalPage {
                         "Declined. Nothing will be changed; return to your client."
                     }
                 };
-                page(StatusCode::OK, "Done", &format!("<p>{text}</p>"))
+                notice(StatusCode::OK, "Done", text)
             }
             Ok(Decided::AlreadyDecided) => {
                 step_refused(&approval.tool, Some(principal), "approval decided twice");
-                page(
+                notice(
                     StatusCode::CONFLICT,
                     "Already decided",
-                    "<p>This request was already decided; nothing changed.</p>",
+                    "This request was already decided; nothing changed.",
                 )
             }
             Ok(Decided::AlreadyApproved) => {
@@ -454,10 +446,10 @@ impl ApprovalPage {
                     Some(principal),
                     "approved twice by one approver",
                 );
-                page(
+                notice(
                     StatusCode::CONFLICT,
                     "Already approved",
-                    "<p>You already approved this request; an approver counts once.</p>",
+                    "You already approved this request; an approver counts once.",
                 )
             }
             Ok(Decided::OwnRequest) => {
@@ -468,10 +460,10 @@ impl ApprovalPage {
                 );
                 own_request()
             }
-            Ok(Decided::PasskeyRequired) => page(
+            Ok(Decided::PasskeyRequired) => notice(
                 StatusCode::FORBIDDEN,
                 "Passkey required",
-                "<p>This approval must be made with your passkey.</p>",
+                "This approval must be made with your passkey.",
             ),
             Ok(Decided::NotYours) => not_yours(),
             Ok(Decided::InvalidChoice) => {

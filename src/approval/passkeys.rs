@@ -5,7 +5,6 @@
 //! session and expiring, same origin, no framing, no caching).
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -15,17 +14,18 @@ use http::{Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
 
-use super::html::{page, unavailable};
+use super::html::{notice, unavailable};
 use crate::audit::event::step_refused;
 use crate::config::Config;
 use crate::kernel::{BoxFuture, hex};
 use crate::page::{
-    DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, escape, form_refused,
-    form_value, page_with_script,
+    DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, form_refused, form_value,
+    page_with_script,
 };
 use crate::passkey::{Binding, PasskeyError, Passkeys};
 use crate::principal::Principal;
 use crate::store::approval::Approval;
+use maud::{Markup, PreEscaped, html};
 
 /// The approval page's passkey step (`js/passkey-assert.js`: `navigator.credentials.get`, then
 /// post the assertion), in one scope with what both ceremonies share (`js/passkey-common.js`).
@@ -47,11 +47,10 @@ const REGISTER_SCRIPT: &str = concat!(
 );
 
 /// JSON inside a `<script type="application/json">`: no `<` that could close it.
-fn data_block(json: &str) -> String {
-    format!(
-        "<script type=\"application/json\" id=\"options\">{}</script>",
-        json.replace('<', "\\u003c")
-    )
+fn data_block(json: &str) -> Markup {
+    html! {
+        script type="application/json" id="options" { (PreEscaped(json.replace('<', "\\u003c"))) }
+    }
 }
 
 /// The decision a passkey step binds: this approval, its arguments, the chosen record and the
@@ -108,11 +107,11 @@ pub(super) async fn step(
     {
         Ok(ceremony) => ceremony,
         Err(PasskeyError::NoPasskey) => {
-            return Err(page(
+            return Err(notice(
                 StatusCode::FORBIDDEN,
                 "Passkey required",
-                "<p>This approval must be made with a passkey, and you have none registered. \
-                 Register one, then come back.</p>",
+                "This approval must be made with a passkey, and you have none registered. \
+                 Register one, then come back.",
             ));
         }
         Err(PasskeyError::Store(_)) => return Err(unavailable()),
@@ -121,59 +120,50 @@ pub(super) async fn step(
             return Err(refused_page());
         }
     };
-    let mut html = format!(
-        "<p>Confirm with your passkey: approve <strong>{}</strong> on <strong>{}</strong>{}, \
-         requested by {}.</p>",
-        escape(&approval.tool),
-        escape(if chosen.is_empty() {
-            "this request"
-        } else {
-            chosen
-        }),
-        if binding.version.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " <span class=\"version\">version {}</span>",
-                escape(&binding.version)
-            )
-        },
-        escape(&approval.subject),
-    );
-    html.push_str(&data_block(&ceremony.options));
-    html.push_str("<form method=\"post\" id=\"passkey-form\">");
+    let target = if chosen.is_empty() {
+        "this request"
+    } else {
+        chosen
+    };
     // The rest of the form as it was posted, so the verified post decides the same thing.
-    for field in ["csrf", "decision", "choice", "typed", "remember"] {
-        if let Some(value) = form_value(body, field) {
-            let _ = write!(
-                html,
-                "<input type=\"hidden\" name=\"{field}\" value=\"{}\">",
-                escape(&value)
-            );
+    let posted: Vec<(&str, String)> = ["csrf", "decision", "choice", "typed", "remember"]
+        .into_iter()
+        .filter_map(|field| form_value(body, field).map(|value| (field, value)))
+        .collect();
+    let html = html! {
+        p {
+            "Confirm with your passkey: approve " strong { (approval.tool) } " on "
+            strong { (target) }
+            @if !binding.version.is_empty() {
+                " " span class="version" { "version " (binding.version) }
+            }
+            ", requested by " (approval.subject) "."
         }
-    }
-    let _ = write!(
-        html,
-        "<input type=\"hidden\" name=\"ceremony\" value=\"{}\">\
-         <input type=\"hidden\" name=\"response\" value=\"\"></form>\
-         <p><button type=\"button\" id=\"passkey\">Use my passkey</button></p>\
-         <p id=\"status\" role=\"status\"></p>",
-        escape(&ceremony.sealed)
-    );
+        (data_block(&ceremony.options))
+        form method="post" id="passkey-form" {
+            @for (field, value) in &posted {
+                input type="hidden" name=(field) value=(value);
+            }
+            input type="hidden" name="ceremony" value=(ceremony.sealed);
+            input type="hidden" name="response" value="";
+        }
+        p { button type="button" id="passkey" { "Use my passkey" } }
+        p id="status" role="status" {}
+    };
     Err(page_with_script(
         StatusCode::OK,
         "Confirm with your passkey",
-        &html,
+        html,
         ASSERT_SCRIPT,
     ))
 }
 
 fn refused_page() -> Response<Full<Bytes>> {
-    page(
+    notice(
         StatusCode::FORBIDDEN,
         "Passkey not accepted",
-        "<p>The passkey did not confirm this decision. Nothing changed; reload the approval \
-         page to try again.</p>",
+        "The passkey did not confirm this decision. Nothing changed; reload the approval \
+         page to try again.",
     )
 }
 
@@ -298,11 +288,7 @@ impl PasskeyPage {
                     Err(_) => unavailable(),
                 }
             }
-            _ => page(
-                StatusCode::BAD_REQUEST,
-                "Refused",
-                "<p>Register or remove.</p>",
-            ),
+            _ => notice(StatusCode::BAD_REQUEST, "Refused", "Register or remove."),
         }
     }
 
@@ -323,46 +309,41 @@ impl PasskeyPage {
             return unavailable();
         };
         let token = self.tokens().issue(FormPurpose::PasskeyPage, visitor);
-        let mut html = String::new();
-        if let Some(error) = error {
-            let _ = write!(
-                html,
-                "<p class=\"error\" role=\"alert\">{}</p>",
-                escape(error)
-            );
-        }
-        if held.is_empty() {
-            html.push_str("<p id=\"none\">You have no passkey registered.</p>");
-        } else {
-            html.push_str("<ul id=\"passkeys\">");
-            for p in &held {
-                let _ = write!(
-                    html,
-                    "<li><strong>{}</strong> <form method=\"post\" style=\"display:inline\">\
-                     <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
-                     <input type=\"hidden\" name=\"action\" value=\"remove\">\
-                     <input type=\"hidden\" name=\"id\" value=\"{}\">\
-                     <button type=\"submit\">Remove</button></form></li>",
-                    escape(&p.name),
-                    escape(&p.id)
-                );
+        let html = html! {
+            @if let Some(error) = error {
+                p class="error" role="alert" { (error) }
             }
-            html.push_str("</ul>");
-        }
-        html.push_str(&data_block(&ceremony.options));
-        let _ = write!(
-            html,
-            "<form method=\"post\" id=\"passkey-form\">\
-             <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
-             <input type=\"hidden\" name=\"action\" value=\"register\">\
-             <input type=\"hidden\" name=\"ceremony\" value=\"{}\">\
-             <input type=\"hidden\" name=\"response\" value=\"\">\
-             <p><label>Name: <input name=\"name\" id=\"name\" value=\"passkey\" maxlength=\"64\"></label></p></form>\
-             <p><button type=\"button\" id=\"passkey\">Register a passkey</button></p>\
-             <p id=\"status\" role=\"status\"></p>",
-            escape(&ceremony.sealed)
-        );
-        page_with_script(StatusCode::OK, "Your passkeys", &html, REGISTER_SCRIPT)
+            @if held.is_empty() {
+                p id="none" { "You have no passkey registered." }
+            } @else {
+                ul id="passkeys" {
+                    @for p in &held {
+                        li {
+                            strong { (p.name) } " "
+                            form method="post" style="display:inline" {
+                                input type="hidden" name="csrf" value=(token);
+                                input type="hidden" name="action" value="remove";
+                                input type="hidden" name="id" value=(p.id);
+                                button type="submit" { "Remove" }
+                            }
+                        }
+                    }
+                }
+            }
+            (data_block(&ceremony.options))
+            form method="post" id="passkey-form" {
+                input type="hidden" name="csrf" value=(token);
+                input type="hidden" name="action" value="register";
+                input type="hidden" name="ceremony" value=(ceremony.sealed);
+                input type="hidden" name="response" value="";
+                p {
+                    label { "Name: " input name="name" id="name" value="passkey" maxlength="64"; }
+                }
+            }
+            p { button type="button" id="passkey" { "Register a passkey" } }
+            p id="status" role="status" {}
+        };
+        page_with_script(StatusCode::OK, "Your passkeys", html, REGISTER_SCRIPT)
     }
 }
 

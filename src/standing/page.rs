@@ -9,7 +9,6 @@
 //! like an id that does not exist.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -21,10 +20,11 @@ use http_body_util::Full;
 use super::StandingApprovals;
 use crate::kernel::BoxFuture;
 use crate::page::{
-    DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, escape, form_refused,
-    form_value, http_date, page,
+    DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, form_refused, form_value,
+    http_date, notice, page,
 };
 use crate::store::standing::{Standing, StandingId};
+use maud::{Markup, html};
 
 /// The page's channel name in the audit log.
 const CHANNEL: &str = "standing_page";
@@ -113,7 +113,7 @@ impl StandingPage {
         page(
             StatusCode::OK,
             "Your standing approvals",
-            &render(&live, &token, &self.url, note),
+            render(&live, &token, &self.url, note),
         )
     }
 
@@ -136,11 +136,7 @@ impl StandingPage {
                 None => return self.show(visitor, Some("Nothing to revoke.")).await,
             },
             None => {
-                return page(
-                    StatusCode::BAD_REQUEST,
-                    "Refused",
-                    "<p>Choose what to revoke.</p>",
-                );
+                return notice(StatusCode::BAD_REQUEST, "Refused", "Choose what to revoke.");
             }
         };
         match self.approvals.revoke(&visitor.principal, which).await {
@@ -179,58 +175,56 @@ where
 }
 
 fn unavailable() -> Response<Full<Bytes>> {
-    page(
+    notice(
         StatusCode::SERVICE_UNAVAILABLE,
         "Try again",
-        "<p>Your standing approvals could not be read right now. Try again in a moment.</p>",
+        "Your standing approvals could not be read right now. Try again in a moment.",
     )
 }
 
 /// The list, one revoke form per approval, and one to revoke them all.
-fn render(live: &[Standing], token: &str, url: &str, note: Option<&str>) -> String {
-    let mut html = String::new();
-    if let Some(note) = note {
-        let _ = write!(
-            html,
-            "<p class=\"note\" role=\"status\">{}</p>",
-            escape(note)
-        );
+fn render(live: &[Standing], token: &str, url: &str, note: Option<&str>) -> Markup {
+    html! {
+        @if let Some(note) = note {
+            p class="note" role="status" { (note) }
+        }
+        @if live.is_empty() {
+            p id="none" {
+                "You have no standing approvals: every confirmed tool asks you each time."
+            }
+        } @else {
+            table id="standing" {
+                thead {
+                    tr { th { "Tool" } th { "Covers" } th { "Uses left" } th { "Until" } th {} }
+                }
+                tbody {
+                    @for standing in live {
+                        @let id = standing.id.to_hex();
+                        tr id={ "standing-" (id) } {
+                            td class="tool" { (standing.tool) }
+                            td class="scope" { (crate::form::plain_label(&standing.scope, 80)) }
+                            td class="left" {
+                                (standing.uses.saturating_sub(standing.used)) " of " (standing.uses)
+                            }
+                            td class="until" { (http_date(standing.expires_at)) }
+                            td {
+                                form method="post" action=(url) {
+                                    input type="hidden" name="csrf" value=(token);
+                                    button type="submit" name="revoke" value=(id) { "Revoke" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            form method="post" action=(url) {
+                input type="hidden" name="csrf" value=(token);
+                p {
+                    button type="submit" name="revoke" value="all" id="revoke-all" {
+                        "Revoke all"
+                    }
+                }
+            }
+        }
     }
-    if live.is_empty() {
-        html.push_str(
-            "<p id=\"none\">You have no standing approvals: every confirmed tool asks you \
-             each time.</p>",
-        );
-        return html;
-    }
-    html.push_str(
-        "<table id=\"standing\"><thead><tr><th>Tool</th><th>Covers</th><th>Uses left</th>\
-         <th>Until</th><th></th></tr></thead><tbody>",
-    );
-    let action = escape(url);
-    for standing in live {
-        let id = standing.id.to_hex();
-        let _ = write!(
-            html,
-            "<tr id=\"standing-{id}\"><td class=\"tool\">{}</td><td class=\"scope\">{}</td>\
-             <td class=\"left\">{} of {}</td><td class=\"until\">{}</td><td>\
-             <form method=\"post\" action=\"{action}\">\
-             <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
-             <button type=\"submit\" name=\"revoke\" value=\"{id}\">Revoke</button></form>\
-             </td></tr>",
-            escape(&standing.tool),
-            escape(&crate::form::plain_label(&standing.scope, 80)),
-            standing.uses.saturating_sub(standing.used),
-            standing.uses,
-            http_date(standing.expires_at),
-        );
-    }
-    let _ = write!(
-        html,
-        "</tbody></table><form method=\"post\" action=\"{action}\">\
-         <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
-         <p><button type=\"submit\" name=\"revoke\" value=\"all\" id=\"revoke-all\">Revoke all\
-         </button></p></form>"
-    );
-    html
 }
