@@ -30,7 +30,7 @@ PY
 # at another path gets its own artifacts, and leaves the main ones alone).
 export CARGO_TARGET_DIR=$root/target
 cd "$work/pkg"
-for features in "" fs redis redis-cluster postgres rmcp macros testing test-support webhooks passkeys; do
+for features in "" fs redis redis-cluster postgres rmcp macros testing test-support webhooks pages passkeys; do
   echo "== --no-default-features ${features:+--features $features}: build, unit tests"
   cargo build -q --lib --no-default-features ${features:+--features "$features"}
   # The scanner's long adversarial runs are the same whatever the features: once, in the first.

@@ -292,6 +292,7 @@ const ANYONE: &str = "anyone";
 
 /// The inbox routes a principal with `subject` and `roles` reads: their own, each role's, and
 /// everyone's. Routes are digests, so a store's keys name no one.
+#[cfg_attr(not(feature = "pages"), allow(dead_code))]
 pub(crate) fn routes_of<'r>(subject: &str, roles: impl Iterator<Item = &'r str>) -> Vec<String> {
     let mut routes = vec![route("subject", subject), ANYONE.to_owned()];
     routes.extend(roles.map(|r| route("role", r)));

@@ -134,6 +134,7 @@ impl Rules {
 /// The origin a browser sends for pages under `uri` (`Origin`'s spelling): lower-case scheme
 /// and host, and the port only when it is not the scheme's default. The approval page accepts
 /// decisions from the origin of its own URL only.
+#[cfg_attr(not(feature = "pages"), allow(dead_code))]
 pub(crate) fn origin_of(uri: &http::Uri) -> Option<String> {
     let scheme = uri.scheme_str()?.to_ascii_lowercase();
     let host = uri.host()?.to_ascii_lowercase();

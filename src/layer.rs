@@ -202,6 +202,8 @@ impl ConfirmLayer {
     /// service to mount at the builder's [`approval_url`](ConfirmLayerBuilder::approval_url)
     /// (e.g. `/confirm/{id}` in axum), behind the same authentication as the MCP endpoint. It
     /// shares this layer's keys, store and principal extractor.
+    #[cfg(feature = "pages")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
     pub fn approval_page(&self) -> crate::approval::ApprovalPage {
         crate::approval::ApprovalPage::new(Arc::clone(&self.config))
     }
@@ -209,6 +211,8 @@ impl ConfirmLayer {
     /// The approvers' inbox: the approvals waiting for the signed-in principal
     /// ([`ToolPolicy::approved_by`]), each linking to its approval page. Mount it behind the same
     /// authentication as the approval page.
+    #[cfg(feature = "pages")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
     pub fn inbox_page(&self) -> crate::approval::InboxPage {
         crate::approval::InboxPage::new(Arc::clone(&self.config))
     }

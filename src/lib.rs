@@ -122,13 +122,13 @@
 //! - [`ConfirmLayer`] and its builder; [`ToolPolicy`] and [`Candidate`] say what is confirmed
 //!   and how; [`Confirmed`] and [`Waived`] are what the inner service learns.
 //! - [`store`]: replay stores (memory, Redis, Postgres) that make a confirmation single-use.
-//! - [`approval`]: approval in the browser, its page and its store; [`Approvers`] say who
-//!   decides ([`ToolPolicy::approved_by`]: named principals, a role, four eyes, several
-//!   approvals), and the [inbox](approval::InboxPage) lists what waits for an approver.
+//! - [`approval`]: approval in the browser, its store and (feature `pages`) its page;
+//!   [`Approvers`] say who decides ([`ToolPolicy::approved_by`]: named principals, a role, four
+//!   eyes, several approvals), and the inbox (feature `pages`) lists what waits for an approver.
 //! - [`notify`]: telling approvers of a new approval (signed Standard Webhooks, feature
 //!   `webhooks` for the sender); `passkey` (feature `passkeys`): approvals made with a passkey,
 //!   bound to the exact decision.
-//! - [`StandingApprovals`] and [`StandingPage`]: the standing approvals a
+//! - [`StandingApprovals`] (and, feature `pages`, its `StandingPage`): the standing approvals a
 //!   [policy](ToolPolicy::standing) lets the user give ("allow for 10 minutes"), listed and
 //!   revoked through the API or a page; [`store::standing`] keeps them.
 //! - [`grant`]: durable grants for work that runs later, and the worker API.
@@ -174,6 +174,7 @@ mod limit;
 mod listing;
 mod message;
 pub mod notify;
+#[cfg(feature = "pages")]
 mod page;
 #[cfg(feature = "passkeys")]
 #[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]
@@ -368,9 +369,13 @@ pub mod defaults {
         DEFAULT_GRANT_TTL, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LISTING_BYTES, DEFAULT_TTL,
         MAX_GRANT_TTL, MAX_TTL,
     };
+    #[cfg(feature = "pages")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
     pub use crate::page::DEFAULT_FORM_TTL;
     pub use crate::policy::MAX_STANDING_FOR;
 }
+#[cfg(feature = "pages")]
+#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
 pub use approval::ApprovalPage;
 pub use approvers::Approvers;
 #[cfg(feature = "macros")]
@@ -387,5 +392,8 @@ pub use protocol::{
 };
 pub use rpc::{JsonRpcMessage, JsonRpcReply};
 pub use service::Confirm;
-pub use standing::{StandingApprovals, StandingPage};
+pub use standing::StandingApprovals;
+#[cfg(feature = "pages")]
+#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
+pub use standing::StandingPage;
 pub use token::keyring::{KeyError, KeyRing};

@@ -8,17 +8,21 @@
 //!
 //! - the [`Approval`] record, its one [`Decision`] and the [`ApprovalStore`] trait live with the
 //!   stores that keep them (`store/approval.rs`), and are published here;
-//! - `page`: the [`ApprovalPage`] tower service (show, decide once, anti-forgery, same origin);
-//! - `inbox`: the [`InboxPage`], where an approver sees what waits for them;
-//! - `html`: what the page renders, and the headers every answer carries.
+//! - `page` (feature `pages`): the `ApprovalPage` tower service (show, decide once,
+//!   anti-forgery, same origin);
+//! - `inbox` (feature `pages`): the `InboxPage`, where an approver sees what waits for them;
+//! - `html` (feature `pages`): what the page renders.
 //!
 //! Someone other than the caller may decide: [`Approvers`] names who (the caller, named
 //! principals, a role, anyone but the caller) and how many, given with
 //! [`ToolPolicy::approved_by`](crate::ToolPolicy::approved_by); the record carries the rule, and
 //! every store applies it with the decision, atomically. [`crate::notify`] tells approvers.
 
+#[cfg(feature = "pages")]
 mod html;
+#[cfg(feature = "pages")]
 mod inbox;
+#[cfg(feature = "pages")]
 mod page;
 #[cfg(feature = "passkeys")]
 mod passkeys;
@@ -28,7 +32,11 @@ pub use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decider, Decision, Endorsement,
     MAX_PENDING_APPROVALS,
 };
+#[cfg(feature = "pages")]
+#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
 pub use inbox::{INBOX_LIMIT, InboxPage};
+#[cfg(feature = "pages")]
+#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
 pub use page::ApprovalPage;
 #[cfg(feature = "passkeys")]
 #[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]

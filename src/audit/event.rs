@@ -112,6 +112,7 @@ pub(crate) enum DecisionEvent<'a> {
     },
     /// A page (`channel`: `approval_page`, `standing_page`, …) refused a post before reading
     /// what it names.
+    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     PageRefused {
         channel: &'static str,
         principal: &'a Principal,
@@ -208,6 +209,7 @@ pub(crate) enum DecisionEvent<'a> {
     },
     /// A person decided an approval on the page (`last`: the decision; otherwise one of the
     /// endorsements its rule requires).
+    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     ApprovalDecided {
         approval: &'a Approval,
         principal: &'a Principal,

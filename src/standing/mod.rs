@@ -3,10 +3,13 @@
 //! use everywhere).
 //!
 //! - [`StandingApprovals`]: the library API (list, revoke);
-//! - `page`: the [`StandingPage`] tower service where a person does the same in her browser.
+//! - `page` (feature `pages`): the `StandingPage` tower service where a person does the same
+//!   in her browser.
 
+#[cfg(feature = "pages")]
 mod page;
 
+#[cfg(feature = "pages")]
 pub use page::StandingPage;
 
 use std::fmt;
@@ -44,6 +47,8 @@ impl StandingApprovals {
     /// service to mount at `url` (the page's own absolute URL, e.g.
     /// `https://notes.example/standing`: its origin is the only one a revocation may come from),
     /// behind the same authentication as the [approval page](crate::ConfirmLayer::approval_page).
+    #[cfg(feature = "pages")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
     pub fn page(&self, url: impl Into<String>) -> StandingPage {
         StandingPage::new(self.clone(), url.into())
     }

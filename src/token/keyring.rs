@@ -78,6 +78,7 @@ pub(crate) struct RingKey {
     mac: HmacSha256,
     principal: HmacSha256,
     /// Tags the pages' anti-forgery tokens (`crate::page::FormTokens`).
+    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     form: HmacSha256,
     /// Tags the pages' own sealed values (a passkey ceremony's state).
     seal: HmacSha256,
@@ -174,12 +175,14 @@ impl KeyRing {
     }
 
     /// The pages' anti-forgery tag over `data` (what a form token binds), by the signing key.
+    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     pub(crate) fn form_tag(&self, data: &[u8]) -> [u8; 32] {
         self.signing().form_tag(data)
     }
 
     /// Whether `tag` begins [`form_tag`](Self::form_tag) of `data` under any key of the ring,
     /// compared in constant time, every key tried.
+    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     pub(crate) fn form_tag_matches(&self, data: &[u8], tag: &[u8]) -> bool {
         self.keys.iter().fold(false, |found, key| {
             let full = key.form_tag(data);
@@ -205,6 +208,7 @@ impl KeyRing {
 
     /// Whether `digest` is `subject`'s principal digest under any key of the ring (a record made
     /// before a rotation still belongs to its principal), compared in constant time.
+    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     pub(crate) fn principal_matches_any(&self, digest: &PrincipalKey, subject: &str) -> bool {
         self.keys.iter().fold(false, |found, key| {
             found | key.principal_matches(digest, subject)
@@ -310,6 +314,7 @@ impl RingKey {
     }
 
     /// A tag over `data` under the anti-forgery key (its own, apart from the sealing key).
+    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     fn form_tag(&self, data: &[u8]) -> [u8; 32] {
         let mut mac = self.form.clone();
         mac.update(data);
