@@ -11,7 +11,7 @@ pub const MAX_REQUIRED_APPROVALS: u8 = 5;
 /// The most principals a rule may name.
 pub const MAX_NAMED_APPROVERS: usize = 100;
 
-/// Who may decide an approval on the [approval page](crate::ApprovalPage), and how many must
+/// Who may decide an approval on the approval page (`ApprovalPage`, feature `pages`), and how many must
 /// approve. Give it with [`ToolPolicy::approved_by`](crate::ToolPolicy::approved_by).
 ///
 /// ```

@@ -669,7 +669,7 @@ impl ToolPolicy {
     /// (which some clients let a model give) is not enough.
     ///
     /// The first call answers with a URL-mode elicitation to the page
-    /// ([`ConfirmLayer::approval_page`](crate::ConfirmLayer::approval_page), at the builder's
+    /// (`ConfirmLayer::approval_page`, at the builder's
     /// [`approval_url`](crate::ConfirmLayerBuilder::approval_url)); the URL carries only an opaque
     /// id. There the person, signed in as the same principal, sees the tool, the candidates with
     /// their versions, who asks and until when, picks one and approves or declines, once. The
@@ -685,7 +685,7 @@ impl ToolPolicy {
     /// Someone else decides (implies [`approve_in_browser`](Self::approve_in_browser)): the
     /// principals, role or "anyone but the caller" that `rule` names, as many as it requires,
     /// with a passkey where it says so. The caller's client gets the page's URL as before; the
-    /// approvers find the approval in their [inbox](crate::approval::InboxPage) or in a
+    /// approvers find the approval in their inbox (`InboxPage`) or in a
     /// [notification](crate::notify); the caller's retries see it pending until it is decided.
     ///
     /// A rule that admits no one or cannot be met, or one with a [`standing`](Self::standing)

@@ -2,7 +2,7 @@
 //!
 //! A [`ToolPolicy::approve_in_browser`](crate::ToolPolicy::approve_in_browser) tool's first call
 //! stores an [`Approval`] in the [`ApprovalStore`] and answers with a URL-mode elicitation to the
-//! [`ApprovalPage`]. There the person, signed in as the principal the confirmation is bound to,
+//! `ApprovalPage` (feature `pages`). There the person, signed in as the principal the confirmation is bound to,
 //! sees what will happen and approves or declines, once; the retry reads that decision. The page
 //! and the retry may reach different instances: the record lives in a store they share.
 //!

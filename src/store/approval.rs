@@ -40,7 +40,7 @@ pub trait ApprovalStore: fmt::Debug + Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<Decided, StoreError>>;
 
     /// The undecided, unexpired approvals of `audience` filed under any of `routes` (an
-    /// approver's [inbox](crate::approval::InboxPage)), newest first, at most `limit`. Whether
+    /// approver's inbox (`InboxPage`)), newest first, at most `limit`. Whether
     /// the approver may decide each is for the caller to check ([`Approvers::admits`]).
     fn inbox<'a>(
         &'a self,
