@@ -158,12 +158,7 @@ impl Config {
     /// a record there; a log that is down loses it (it counts what it loses). For what does
     /// not run anything.
     pub(crate) fn report(&self, event: DecisionEvent<'_>) {
-        event.trace();
-        if let Some(log) = &self.log
-            && let Some(entry) = self.entry(&event)
-        {
-            let _ = log.append(entry);
-        }
+        crate::audit::report(self.log.as_deref(), &event, || self.entry(&event));
     }
 
     /// Reports `event`, a decision that lets a call run, and resolves once its record is
@@ -171,24 +166,20 @@ impl Config {
     /// queued. A log that is down, or a write that fails, refuses it unless the log's policy
     /// is to fail open (which only queues the record).
     pub(crate) async fn report_decisive(&self, event: DecisionEvent<'_>) -> Result<(), Refused> {
-        event.trace();
-        if let Some(log) = &self.log
-            && let Some(entry) = self.entry(&event)
-        {
-            crate::audit::write_decisive(&**log, entry, "a call runs")
-                .await
-                .map_err(|_| log_down())?;
-        }
-        Ok(())
+        crate::audit::report_decisive(
+            self.log.as_deref(),
+            &event,
+            || self.entry(&event),
+            "a call runs",
+        )
+        .await
+        .map_err(|_| log_down())
     }
 
     /// Whether a decision that lets a call run could be recorded now: asked before anything is
     /// claimed, so that a log that is down costs no one a confirmation.
     pub(crate) fn log_ready(&self) -> Result<(), Refused> {
-        match &self.log {
-            Some(log) => crate::audit::ready(&**log, "a call runs").map_err(|_| log_down()),
-            None => Ok(()),
-        }
+        crate::audit::ready(self.log.as_deref(), "a call runs").map_err(|_| log_down())
     }
 
     /// The log's entry of `event` in this deployment, at the layer's time.

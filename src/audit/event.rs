@@ -26,8 +26,9 @@ pub(crate) struct Runs<'a> {
     pub(crate) standing: Option<&'a StandingId>,
 }
 
-/// What a grant's events name: the grant module describes its grants in these terms (the
-/// argument digest is of the arguments the work acts on, the chosen id written in).
+/// What a grant's events name: the grant module describes its grants in these terms. The
+/// arguments are those the work acts on (the chosen id written in); only a log entry digests
+/// them.
 pub(crate) struct GrantFacts<'a> {
     /// The grant id's first bytes (hex).
     pub(crate) id: String,
@@ -35,7 +36,7 @@ pub(crate) struct GrantFacts<'a> {
     pub(crate) principal: &'a PrincipalKey,
     pub(crate) subject: &'a str,
     pub(crate) tool: &'a str,
-    pub(crate) arguments: [u8; 32],
+    pub(crate) arguments: &'a serde_json::Value,
     pub(crate) chosen: Option<&'a str>,
     pub(crate) version: Option<&'a str>,
     pub(crate) nonce: &'a Nonce,
@@ -645,7 +646,10 @@ fn grant_entry(entry: &mut LogEntry, grant: &GrantFacts<'_>, reason: Option<&str
     entry.tool = Some(grant.tool.to_owned());
     entry.principal = Some(grant.principal.to_hex());
     entry.subject = Some(grant.subject.to_owned());
-    entry.arguments = Some(hex(&grant.arguments));
+    entry.arguments = Some(hex(&crate::token::claims::arguments_digest(
+        Some(grant.arguments),
+        None,
+    )));
     entry.chosen = grant.chosen.map(str::to_owned);
     entry.version = grant.version.map(str::to_owned);
     entry.nonce = Some(grant.nonce.short());

@@ -16,4 +16,4 @@ mod write;
 
 pub use event::TARGET;
 pub use sink::{DecisionLog, DurableWrite, LogDown, LogEntry, WhenDown};
-pub(crate) use write::{ready, write_decisive};
+pub(crate) use write::{ready, report, report_decisive};

@@ -1,13 +1,47 @@
-//! How a decision that lets something run is written: durably, or (under a fail-open policy)
-//! queued and said at error level; and whether a log that is down lets it go on.
+//! How a decision is reported: to `tracing` always, and to the decision log if there is one.
+//! A decision that lets something run is written durably, or (under a fail-open policy) queued
+//! and said at error level; a log that is down lets it go on only under that policy.
 
 use super::event::DecisionEvent;
 use super::sink::{DecisionLog, LogDown, LogEntry, WhenDown};
 
+/// Reports `event` to `tracing` and, as its entry (`entry` makes it, only when there is a log),
+/// to `log`; a log that is down loses it (it counts what it loses). For what does not run
+/// anything.
+pub(crate) fn report(
+    log: Option<&dyn DecisionLog>,
+    event: &DecisionEvent<'_>,
+    entry: impl FnOnce() -> Option<LogEntry>,
+) {
+    event.trace();
+    if let Some(log) = log
+        && let Some(entry) = entry()
+    {
+        let _ = log.append(entry);
+    }
+}
+
+/// Reports `event`, a decision that lets `what_runs` go on, and resolves once its entry is
+/// written (see [`write_decisive`]).
+pub(crate) async fn report_decisive(
+    log: Option<&dyn DecisionLog>,
+    event: &DecisionEvent<'_>,
+    entry: impl FnOnce() -> Option<LogEntry>,
+    what_runs: &'static str,
+) -> Result<(), LogDown> {
+    event.trace();
+    if let Some(log) = log
+        && let Some(entry) = entry()
+    {
+        return write_decisive(log, entry, what_runs).await;
+    }
+    Ok(())
+}
+
 /// Writes `entry`, a decision that lets something run, and resolves once it is durable; a log
 /// that is down, or a write that fails, is [`LogDown`] unless its policy is to fail open (which
 /// only queues the entry and says so at error level).
-pub(crate) async fn write_decisive(
+async fn write_decisive(
     log: &dyn DecisionLog,
     entry: LogEntry,
     what_runs: &'static str,
@@ -25,13 +59,13 @@ pub(crate) async fn write_decisive(
     }
 }
 
-/// Whether `log` could take a decisive record now; if not, whether its policy lets
-/// `what_runs` go on unrecorded (`Some`) or not (`None`).
-pub(crate) fn ready(log: &dyn DecisionLog, what_runs: &'static str) -> Result<(), LogDown> {
-    if log.is_healthy() {
-        return Ok(());
+/// Whether `log` (if any) could take a decisive record now; if not, whether its policy lets
+/// `what_runs` go on unrecorded.
+pub(crate) fn ready(log: Option<&dyn DecisionLog>, what_runs: &'static str) -> Result<(), LogDown> {
+    match log {
+        Some(log) if !log.is_healthy() => when_down(log, what_runs).ok_or(LogDown),
+        _ => Ok(()),
     }
-    when_down(log, what_runs).ok_or(LogDown)
 }
 
 /// A log that is down under its policy: `Some` lets `what_runs` go on (fail open, said at

@@ -93,7 +93,7 @@ impl Grant {
             principal: &self.principal,
             subject: &self.subject,
             tool: &self.tool,
-            arguments: crate::token::claims::arguments_digest(Some(&self.arguments), None),
+            arguments: &self.arguments,
             chosen: self.chosen.as_deref(),
             version: self.version.as_deref(),
             nonce: &self.nonce,

@@ -29,21 +29,13 @@ impl std::fmt::Debug for GrantLog {
 impl GrantLog {
     /// Whether a grant may begin now: a log that is down under a fail-closed policy says no.
     pub(super) fn ready(&self) -> Result<(), GrantError> {
-        match &self.log {
-            Some(log) => crate::audit::ready(&**log, "a grant begins")
-                .map_err(|_| GrantError::LogUnavailable),
-            None => Ok(()),
-        }
+        crate::audit::ready(self.log.as_deref(), "a grant begins")
+            .map_err(|_| GrantError::LogUnavailable)
     }
 
     /// Reports `event` of a grant, recorded when the log can take it.
     pub(crate) fn report(&self, event: DecisionEvent<'_>, now: SystemTime) {
-        event.trace();
-        if let Some(log) = &self.log
-            && let Some(entry) = entry(&event, now)
-        {
-            let _ = log.append(entry);
-        }
+        crate::audit::report(self.log.as_deref(), &event, || entry(&event, now));
     }
 
     /// Reports that a grant begins (`event`), and resolves once the record is written: the
@@ -54,15 +46,14 @@ impl GrantLog {
         event: DecisionEvent<'_>,
         now: SystemTime,
     ) -> Result<(), GrantError> {
-        event.trace();
-        if let Some(log) = &self.log
-            && let Some(entry) = entry(&event, now)
-        {
-            crate::audit::write_decisive(&**log, entry, "a grant begins")
-                .await
-                .map_err(|_| GrantError::LogUnavailable)?;
-        }
-        Ok(())
+        crate::audit::report_decisive(
+            self.log.as_deref(),
+            &event,
+            || entry(&event, now),
+            "a grant begins",
+        )
+        .await
+        .map_err(|_| GrantError::LogUnavailable)
     }
 }
 
