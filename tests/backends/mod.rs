@@ -111,23 +111,28 @@ pub mod replay_store {
     /// when backends are required) if Redis does not answer.
     pub async fn redis(what: &str) -> Option<RedisStore> {
         let url = super::redis(what).await?;
-        let store = RedisStore::open(&url).ok()?;
-        Some(
-            store
-                .prefix(format!("mcp-confirm-test:{}:", Nonce::random().to_hex()))
-                .timeout(Duration::from_secs(5)),
-        )
+        match RedisStore::open(&url) {
+            Ok(store) => Some(
+                store
+                    .prefix(format!("mcp-confirm-test:{}:", Nonce::random().to_hex()))
+                    .timeout(Duration::from_secs(5)),
+            ),
+            Err(e) => super::unavailable(what, "Redis", e),
+        }
     }
 
     /// A store in the Postgres at `POSTGRES_URL`, its tables made; `None` (or a failure, when
     /// backends are required) if Postgres does not answer.
     pub async fn postgres(what: &str) -> Option<PostgresStore> {
         let url = super::postgres(what).await?;
-        let store = PostgresStore::connect(&url)
-            .ok()?
-            .timeout(Duration::from_secs(5));
-        store.migrate().await.ok()?;
-        Some(store)
+        let store = match PostgresStore::connect(&url) {
+            Ok(store) => store.timeout(Duration::from_secs(5)),
+            Err(e) => return super::unavailable(what, "Postgres", e),
+        };
+        match store.migrate().await {
+            Ok(()) => Some(store),
+            Err(e) => super::unavailable(what, "Postgres", e),
+        }
     }
 }
 

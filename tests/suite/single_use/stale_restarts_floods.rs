@@ -3,12 +3,9 @@
 //! replay store or the challenge path, and the smaller gaps of the same review (cancel after use,
 //! numerically equal request ids, a confirmed call that is not JSON).
 
-use std::time::Duration;
-
 use crate::backends::on_every_backend;
 use crate::common::*;
-use mcp_confirm::store::{MemoryReplayStore, Nonce, ReplayStore};
-use mcp_confirm::store::{PostgresStore, RedisStore};
+use mcp_confirm::store::{MemoryReplayStore, ReplayStore};
 use mcp_confirm::{Candidate, Lookup, PolicyError, Revalidation, ToolPolicy};
 use serde_json::{Value, json};
 
@@ -141,35 +138,6 @@ async fn only_a_state_that_verifies_learns_about_the_restart() {
     assert_frozen_state_error(&answer);
 }
 
-async fn redis_store(prefix: &str) -> Option<RedisStore> {
-    let store = RedisStore::open(&crate::backends::redis_url())
-        .ok()?
-        .prefix(prefix.to_owned())
-        .timeout(Duration::from_secs(2));
-    match store
-        .is_used(
-            Nonce::random(),
-            mcp_confirm::store::PrincipalKey::from_bytes([0; 16]),
-        )
-        .await
-    {
-        Ok(_) => Some(store),
-        Err(e) => crate::backends::unavailable("restart test", "Redis", e),
-    }
-}
-
-async fn postgres_store() -> Option<PostgresStore> {
-    // Generous timeouts: CI machines are busy, and a timeout here would be a test failure, not a
-    // finding.
-    let store = PostgresStore::connect(&crate::backends::postgres_url())
-        .ok()?
-        .timeout(Duration::from_secs(5));
-    match store.migrate().await {
-        Ok(()) => Some(store),
-        Err(e) => crate::backends::unavailable("restart test", "Postgres", e),
-    }
-}
-
 /// A state issued by one life of the server is accepted by the next (same key, same durable
 /// store), once; its replay in a third life is refused.
 async fn durable_states_survive_restarts(make: impl Fn() -> std::sync::Arc<dyn ReplayStore>) {
@@ -253,8 +221,7 @@ async fn a_flooding_principal_is_refused_and_others_are_unaffected_memory() {
 
 #[tokio::test]
 async fn a_flooding_principal_is_refused_and_others_are_unaffected_redis() {
-    let prefix = format!("mcp-confirm-test:{}:", Nonce::random().to_hex());
-    let Some(store) = redis_store(&prefix).await else {
+    let Some(store) = crate::backends::replay_store::redis("flood test (Redis)").await else {
         return;
     };
     bob_floods_alice_confirms(std::sync::Arc::new(store.principal_budget(3))).await;
@@ -262,7 +229,7 @@ async fn a_flooding_principal_is_refused_and_others_are_unaffected_redis() {
 
 #[tokio::test]
 async fn a_flooding_principal_is_refused_and_others_are_unaffected_postgres() {
-    let Some(store) = postgres_store().await else {
+    let Some(store) = crate::backends::replay_store::postgres("flood test (Postgres)").await else {
         return;
     };
     bob_floods_alice_confirms(std::sync::Arc::new(store.principal_budget(3))).await;

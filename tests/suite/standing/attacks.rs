@@ -868,37 +868,39 @@ async fn holds_a_key_rotation_keeps_an_approval_its_holders_and_no_one_elses() {
     );
 }
 
+/// Two instances of one deployment in the middle of a rolling key rotation, on one store: A
+/// still signs with k1, B already with k2, and both rings hold both keys. (A, B, B's standing
+/// approvals.)
+fn rolling_rotation() -> (Fixture, Fixture, StandingApprovals) {
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let instance = |keys| {
+        let layer = layer_with(
+            keys,
+            "https://notes.example/mcp",
+            &notes,
+            &clock,
+            &store,
+            10,
+            Duration::from_secs(600),
+        );
+        let approvals = layer.standing_approvals().unwrap();
+        let fixture = Fixture::new(layer, notes.clone(), clock.clone(), store.clone());
+        (fixture, approvals)
+    };
+    let (a, _) = instance(KeyRing::new([("k1", KEY), ("k2", KEY2)]).unwrap());
+    let (b, b_approvals) = instance(KeyRing::new([("k2", KEY2), ("k1", KEY)]).unwrap());
+    (a, b, b_approvals)
+}
+
 /// Two instances of one deployment during a key rotation (A still signs with k1, B already with
 /// k2; both rings hold both keys, as a rolling rotation has them). Alice grants on A, then
 /// revokes all her standing approvals from B (its API, as its page does). The next call on A
 /// must get the form.
 #[tokio::test]
 async fn holds_a_revocation_during_a_key_rotation_reaches_approvals_granted_under_the_old_key() {
-    let notes = Notes::seeded();
-    let clock = ManualClock::new(now());
-    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let a_keys = KeyRing::new([("k1", KEY), ("k2", KEY2)]).unwrap();
-    let b_keys = KeyRing::new([("k2", KEY2), ("k1", KEY)]).unwrap();
-    let a = layer_with(
-        a_keys,
-        "https://notes.example/mcp",
-        &notes,
-        &clock,
-        &store,
-        10,
-        Duration::from_secs(600),
-    );
-    let b = layer_with(
-        b_keys,
-        "https://notes.example/mcp",
-        &notes,
-        &clock,
-        &store,
-        10,
-        Duration::from_secs(600),
-    );
-    let b_approvals = b.standing_approvals().unwrap();
-    let a = Fixture::new(a, notes.clone(), clock.clone(), store.clone());
+    let (a, _, b_approvals) = rolling_rotation();
     grant(&a).await;
     let listed_on_b = b_approvals.list(&alice()).await.unwrap().len();
     let revoked = b_approvals.revoke(&alice(), None).await.unwrap();
@@ -914,32 +916,7 @@ async fn holds_a_revocation_during_a_key_rotation_reaches_approvals_granted_unde
 /// would revoke it.
 #[tokio::test]
 async fn holds_an_approval_granted_on_a_rotated_instance_is_listed_there() {
-    let notes = Notes::seeded();
-    let clock = ManualClock::new(now());
-    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let a_keys = KeyRing::new([("k1", KEY), ("k2", KEY2)]).unwrap();
-    let b_keys = KeyRing::new([("k2", KEY2), ("k1", KEY)]).unwrap();
-    let a = layer_with(
-        a_keys,
-        "https://notes.example/mcp",
-        &notes,
-        &clock,
-        &store,
-        10,
-        Duration::from_secs(600),
-    );
-    let b = layer_with(
-        b_keys,
-        "https://notes.example/mcp",
-        &notes,
-        &clock,
-        &store,
-        10,
-        Duration::from_secs(600),
-    );
-    let b_approvals = b.standing_approvals().unwrap();
-    let a = Fixture::new(a, notes.clone(), clock.clone(), store.clone());
-    let b = Fixture::new(b, notes.clone(), clock.clone(), store.clone());
+    let (a, b, b_approvals) = rolling_rotation();
     let first = a.alice(&delete_in(json!(1), PERSONAL, "Groceries")).await;
     assert_ran(
         &b.alice(&retry(
