@@ -175,7 +175,7 @@ mod listing;
 mod message;
 pub mod notify;
 #[cfg(feature = "pages")]
-mod page;
+mod pages;
 #[cfg(feature = "passkeys")]
 #[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]
 pub mod passkey;
@@ -371,7 +371,7 @@ pub mod defaults {
     };
     #[cfg(feature = "pages")]
     #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-    pub use crate::page::DEFAULT_FORM_TTL;
+    pub use crate::pages::DEFAULT_FORM_TTL;
     pub use crate::policy::MAX_STANDING_FOR;
 }
 #[cfg(feature = "pages")]
@@ -381,6 +381,9 @@ pub use approvers::Approvers;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use mcp_confirm_macros::{confirm, confirm_router};
+#[cfg(feature = "pages")]
+#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
+pub use pages::standing::StandingPage;
 pub use policy::{
     ApproverCheck, ApproverQuery, Candidate, Condition, Lookup, PolicyError, Refusal, Resolver,
     Revalidate, Revalidation, Scope, ToolPolicy,
@@ -393,7 +396,4 @@ pub use protocol::{
 pub use rpc::{JsonRpcMessage, JsonRpcReply};
 pub use service::Confirm;
 pub use standing::StandingApprovals;
-#[cfg(feature = "pages")]
-#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-pub use standing::StandingPage;
 pub use token::keyring::{KeyError, KeyRing};

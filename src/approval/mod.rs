@@ -8,36 +8,26 @@
 //!
 //! - the [`Approval`] record, its one [`Decision`] and the [`ApprovalStore`] trait live with the
 //!   stores that keep them (`store/approval.rs`), and are published here;
-//! - `page` (feature `pages`): the `ApprovalPage` tower service (show, decide once,
-//!   anti-forgery, same origin);
-//! - `inbox` (feature `pages`): the `InboxPage`, where an approver sees what waits for them;
-//! - `html` (feature `pages`): what the page renders.
+//! - the pages (feature `pages`, in `pages/approval/`): the `ApprovalPage` tower service (show,
+//!   decide once), the `InboxPage`, where an approver sees what waits for them, and the
+//!   `PasskeyPage` (feature `passkeys`).
 //!
 //! Someone other than the caller may decide: [`Approvers`] names who (the caller, named
 //! principals, a role, anyone but the caller) and how many, given with
 //! [`ToolPolicy::approved_by`](crate::ToolPolicy::approved_by); the record carries the rule, and
 //! every store applies it with the decision, atomically. [`crate::notify`] tells approvers.
 
-#[cfg(feature = "pages")]
-mod html;
-#[cfg(feature = "pages")]
-mod inbox;
-#[cfg(feature = "pages")]
-mod page;
-#[cfg(feature = "passkeys")]
-mod passkeys;
-
 pub use crate::approvers::{Approvers, MAX_NAMED_APPROVERS, MAX_REQUIRED_APPROVALS};
+#[cfg(feature = "pages")]
+#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
+pub use crate::pages::approval::inbox::{INBOX_LIMIT, InboxPage};
+#[cfg(feature = "pages")]
+#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
+pub use crate::pages::approval::page::ApprovalPage;
+#[cfg(feature = "passkeys")]
+#[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]
+pub use crate::pages::approval::passkeys::PasskeyPage;
 pub use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decider, Decision, Endorsement,
     MAX_PENDING_APPROVALS,
 };
-#[cfg(feature = "pages")]
-#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-pub use inbox::{INBOX_LIMIT, InboxPage};
-#[cfg(feature = "pages")]
-#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-pub use page::ApprovalPage;
-#[cfg(feature = "passkeys")]
-#[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]
-pub use passkeys::PasskeyPage;

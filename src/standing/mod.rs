@@ -3,14 +3,8 @@
 //! use everywhere).
 //!
 //! - [`StandingApprovals`]: the library API (list, revoke);
-//! - `page` (feature `pages`): the `StandingPage` tower service where a person does the same
+//! - `pages/standing.rs` (feature `pages`): the `StandingPage` tower service where a person does the same
 //!   in her browser.
-
-#[cfg(feature = "pages")]
-mod page;
-
-#[cfg(feature = "pages")]
-pub use page::StandingPage;
 
 use std::fmt;
 use std::sync::Arc;
@@ -29,6 +23,14 @@ pub struct StandingApprovals {
     store: Arc<dyn StandingStore>,
 }
 
+impl StandingApprovals {
+    /// The layer's configuration (the page reads its keys and authentication).
+    #[cfg(feature = "pages")]
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+}
+
 impl fmt::Debug for StandingApprovals {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StandingApprovals")
@@ -41,16 +43,6 @@ impl StandingApprovals {
     pub(crate) fn new(config: Arc<Config>) -> Option<Self> {
         let store = Arc::clone(config.standing.as_ref()?);
         Some(Self { config, store })
-    }
-
-    /// The page where a signed-in person lists and revokes her standing approvals: a tower
-    /// service to mount at `url` (the page's own absolute URL, e.g.
-    /// `https://notes.example/standing`: its origin is the only one a revocation may come from),
-    /// behind the same authentication as the [approval page](crate::ConfirmLayer::approval_page).
-    #[cfg(feature = "pages")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-    pub fn page(&self, url: impl Into<String>) -> StandingPage {
-        StandingPage::new(self.clone(), url.into())
     }
 
     /// `principal`'s live standing approvals in this deployment, soonest expiry first: those

@@ -261,7 +261,7 @@ async fn holds_listed_bidi_and_zero_width_characters_are_dropped_everywhere() {
 /// **Was broken.** Candidate ids are shown to the user unsanitized.
 ///
 /// The label goes through `plain_label`, but the id does not: the approval page prints each
-/// choice's id in `<strong>` right before its (clean) label (src/page.rs, the choices loop), and
+/// choice's id in `<strong>` right before its (clean) label (src/pages/approval/html.rs, the choices loop), and
 /// a `plain_enum()` form shows only ids. An id carrying U+202E (RIGHT-TO-LEFT OVERRIDE) reverses
 /// everything after it on the line, the cleaned label included, so the sanitizer is bypassed by
 /// putting the payload in the id; zero-width characters make two ids look identical. Ids are

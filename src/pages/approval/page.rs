@@ -5,7 +5,7 @@
 //! behind the same authentication. The URL carries only the approval's opaque id. Reading the page
 //! changes nothing; a decision is a `POST` from the page's own origin with an anti-forgery token
 //! bound to the approval, the principal and the session the page was shown in, good for
-//! [`DEFAULT_FORM_TTL`] (`crate::page::FormTokens`). Every answer forbids framing, caching and
+//! [`DEFAULT_FORM_TTL`] (`crate::pages::FormTokens`). Every answer forbids framing, caching and
 //! scripts.
 
 use std::convert::Infallible;
@@ -22,7 +22,7 @@ use super::html::{self, gone, not_yours, notice, page, render, unavailable, wait
 use crate::audit::event::{self, DecisionEvent, step_refused};
 use crate::config::Config;
 use crate::kernel::BoxFuture;
-use crate::page::{
+use crate::pages::{
     DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, form_refused, form_value,
 };
 use crate::principal::Principal;

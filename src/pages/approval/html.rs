@@ -5,8 +5,8 @@ use http::{Response, StatusCode};
 use http_body_util::Full;
 use maud::{Markup, html};
 
-use crate::page::http_date;
-pub(super) use crate::page::{notice, page};
+use crate::pages::http_date;
+pub(super) use crate::pages::{notice, page};
 use crate::store::approval::{Approval, Decision};
 
 /// The title of the sign-in page a visitor with no principal gets.

@@ -14,7 +14,7 @@ use super::html::{page, unavailable};
 use crate::approvers::routes_of;
 use crate::config::Config;
 use crate::kernel::BoxFuture;
-use crate::page::{Entrance, http_date};
+use crate::pages::{Entrance, http_date};
 use crate::principal::Principal;
 use crate::store::approval::Approval;
 use maud::{Markup, html};

@@ -18,7 +18,7 @@ use super::html::{notice, unavailable};
 use crate::audit::event::step_refused;
 use crate::config::Config;
 use crate::kernel::{BoxFuture, hex};
-use crate::page::{
+use crate::pages::{
     DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, form_refused, form_value,
     page_with_script,
 };

@@ -4,7 +4,7 @@
 //! It keeps the approval page's rules: only the principal authentication names (never the
 //! layer's local one), reading changes nothing, a revocation is a `POST` from the page's own
 //! origin with an anti-forgery token bound to this page, the principal and the session the page
-//! was shown in, good for [`DEFAULT_FORM_TTL`] (`crate::page::FormTokens`), and every answer
+//! was shown in, good for [`DEFAULT_FORM_TTL`] (`crate::pages::FormTokens`), and every answer
 //! forbids framing, caching and scripts. Another principal's id revokes nothing and is answered
 //! like an id that does not exist.
 
@@ -17,12 +17,12 @@ use http::{Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
 
-use super::StandingApprovals;
 use crate::kernel::BoxFuture;
-use crate::page::{
+use crate::pages::{
     DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, form_refused, form_value,
     http_date, notice, page,
 };
+use crate::standing::StandingApprovals;
 use crate::store::standing::{Standing, StandingId};
 use maud::{Markup, html};
 
@@ -50,8 +50,19 @@ impl std::fmt::Debug for StandingPage {
     }
 }
 
+impl StandingApprovals {
+    /// The page where a signed-in person lists and revokes her standing approvals: a tower
+    /// service to mount at `url` (the page's own absolute URL, e.g.
+    /// `https://notes.example/standing`: its origin is the only one a revocation may come from),
+    /// behind the same authentication as the [approval page](crate::ConfirmLayer::approval_page).
+    #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
+    pub fn page(&self, url: impl Into<String>) -> StandingPage {
+        StandingPage::new(self.clone(), url.into())
+    }
+}
+
 impl StandingPage {
-    pub(super) fn new(approvals: StandingApprovals, url: String) -> Self {
+    fn new(approvals: StandingApprovals, url: String) -> Self {
         Self {
             approvals,
             url,
@@ -77,7 +88,7 @@ impl StandingPage {
     }
 
     fn tokens(&self) -> FormTokens<'_> {
-        FormTokens::new(&self.approvals.config.sealer, self.form_ttl)
+        FormTokens::new(&self.approvals.config().sealer, self.form_ttl)
     }
 
     async fn answer<B>(self, request: Request<B>) -> Response<Full<Bytes>>
@@ -88,7 +99,7 @@ impl StandingPage {
     {
         let entrance = Entrance {
             // Only who authentication says; never the layer's local principal.
-            extractor: &*self.approvals.config.principal,
+            extractor: &*self.approvals.config().principal,
             posts: true,
             origin: Some(&self.url),
             sign_in: self.sign_in.as_deref(),

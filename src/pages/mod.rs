@@ -1,0 +1,32 @@
+//! The crate's human-facing pages (feature `pages`): the approval page, the approvers' inbox, the
+//! standing-approvals page and the passkey page (feature `passkeys`). Each is a tower service
+//! that reads the layer's configuration and stores; what they share is here, once:
+//!
+//! - `visitor.rs`: who the visitor is (principal and session);
+//! - `entrance.rs`: the way in every page takes (methods, sign-in, a bounded form body);
+//! - `form.rs`: a form post's body and its values;
+//! - `anti_forgery.rs`: the cross-site request checks (same origin, the forms' tokens);
+//! - `skeleton.rs`: the one page skeleton, its headers and CSP;
+//! - `approval/`: the approval page, its HTML, the inbox and the passkey step and page (its
+//!   scripts in `approval/js/`);
+//! - `standing.rs`: the standing-approvals page.
+
+use std::time::Duration;
+
+pub(crate) mod anti_forgery;
+pub(crate) mod approval;
+pub(crate) mod entrance;
+pub(crate) mod form;
+pub(crate) mod skeleton;
+pub(crate) mod standing;
+pub(crate) mod visitor;
+
+pub(crate) use anti_forgery::{FormPurpose, FormTokens, form_refused};
+pub(crate) use entrance::{Entrance, Entry};
+pub(crate) use form::form_value;
+pub(crate) use skeleton::{http_date, notice, page, page_with_script};
+pub(crate) use visitor::Visitor;
+
+/// How long a page's form stays good once the page showed it, by default: a form posted later
+/// is refused, and the page asks to be reloaded.
+pub const DEFAULT_FORM_TTL: Duration = Duration::from_secs(30 * 60);
