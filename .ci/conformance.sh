@@ -57,7 +57,10 @@ echo "== start it on a free port"
 rm -rf "$out"
 mkdir -p "$out"
 server_log=$out/server.log
-"$server_bin" --addr 127.0.0.1:0 >"$out/server.out" 2>"$server_log" &
+# The file exists before the fixture starts: the background job opens its own redirection,
+# possibly after the loop below first reads it (a loaded machine once lost that race).
+: >"$out/server.out"
+"$server_bin" --addr 127.0.0.1:0 >>"$out/server.out" 2>"$server_log" &
 server=$!
 stop_server() {
   if kill -0 "$server" 2>/dev/null; then

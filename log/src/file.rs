@@ -281,6 +281,13 @@ impl FileLog {
         Ok(())
     }
 
+    /// Whether an append is only a write into the page cache, short enough for a caller's
+    /// thread: not when every write is synced before it is answered, nor while recovering (the
+    /// next write is then synced first).
+    pub(crate) fn appends_inline(&self) -> bool {
+        self.fsync != Fsync::BeforeAnswer && !self.recovering && self.damaged.is_none()
+    }
+
     /// How many records the log holds.
     pub fn size(&self) -> u64 {
         self.frontier.size()
@@ -297,12 +304,20 @@ impl FileLog {
     }
 
     fn view(&self) -> View {
+        let (checkpoint, checkpoint_size) = self.signed_at();
         View {
             size: self.frontier.size(),
             root: self.frontier.root(),
-            checkpoint: self.signed.as_ref().map_or(0, |(n, _)| *n),
-            checkpoint_size: self.signed.as_ref().map_or(0, |(_, s)| s.checkpoint.size),
+            checkpoint,
+            checkpoint_size,
         }
+    }
+
+    /// The newest signed checkpoint's number and size (0 and 0 for none).
+    fn signed_at(&self) -> (u64, u64) {
+        self.signed
+            .as_ref()
+            .map_or((0, 0), |(n, s)| (*n, s.checkpoint.size))
     }
 
     /// Records the tree in the view: a `checkpoint`'s in both slots, synced unless the policy
@@ -360,7 +375,7 @@ impl FileLog {
         }
         match (&self.syncer, self.fsync) {
             // Synced by the syncer, which then records it in the view.
-            (Some(syncer), _) => syncer.dirty(self.view()),
+            (Some(syncer), _) => syncer.dirty(&self.frontier, self.signed_at()),
             (None, Fsync::BeforeAnswer) => {
                 if let Err(e) = self.write_view(false) {
                     // The records are on the disk and the view may say so; it need not: an
@@ -398,11 +413,29 @@ const SYNC_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
 /// What the writer and its syncer share.
 #[derive(Default)]
 struct SyncState {
-    /// Written and not yet synced: the view to record once it is.
-    pending: Option<View>,
+    /// Written and not yet synced: the tree to record in the view once it is (its root is
+    /// computed then, once per sync, not per write).
+    pending: Option<Unsynced>,
     /// The last sync failed: the log is to go down.
     failed: Option<String>,
     stop: bool,
+}
+
+/// The tree as a write left it, and the newest checkpoint then.
+struct Unsynced {
+    frontier: Frontier,
+    signed_at: (u64, u64),
+}
+
+impl Unsynced {
+    fn view(&self) -> View {
+        View {
+            size: self.frontier.size(),
+            root: self.frontier.root(),
+            checkpoint: self.signed_at.0,
+            checkpoint_size: self.signed_at.1,
+        }
+    }
 }
 
 /// The thread that syncs the records file after each write ([`Fsync::EveryBatch`]), then
@@ -462,7 +495,7 @@ impl Syncer {
                     match records.sync_data() {
                         Ok(()) => {
                             if let Ok(mut file) = view.lock() {
-                                let _ = file.write(&pending, &origin, &tags, false, false);
+                                let _ = file.write(&pending.view(), &origin, &tags, false, false);
                             }
                         }
                         Err(e) => {
@@ -490,12 +523,30 @@ impl Syncer {
         }
     }
 
-    /// Something was written; once synced, the view may say `view`.
-    fn dirty(&self, view: View) {
-        if let Ok(mut state) = self.state.0.lock() {
-            state.pending = Some(view);
+    /// Something was written; once synced, the view may say `view`. Only the first write since
+    /// the last sync wakes the syncer (a wake-up is a system call; a busy log writes thousands
+    /// of times between two syncs).
+    fn dirty(&self, frontier: &Frontier, signed_at: (u64, u64)) {
+        let first = match self.state.0.lock() {
+            Ok(mut state) => match &mut state.pending {
+                Some(pending) => {
+                    pending.frontier.clone_from(frontier);
+                    pending.signed_at = signed_at;
+                    false
+                }
+                None => {
+                    state.pending = Some(Unsynced {
+                        frontier: frontier.clone(),
+                        signed_at,
+                    });
+                    true
+                }
+            },
+            Err(_) => true,
+        };
+        if first {
+            self.state.1.notify_one();
         }
-        self.state.1.notify_one();
     }
 
     fn stop(mut self) {

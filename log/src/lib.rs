@@ -26,10 +26,10 @@
 //! - `postgres` (feature `postgres`): the log in one table shared by several instances, one
 //!   sequence, checkpoints signed by the instance holding an advisory lock;
 //! - [`verify`](mod@verify): checking a log offline and naming each fault;
-//! - [`AuditLog`]: the handle a layer appends through: a bounded queue and a writer thread; a
-//!   decision that lets a call run waits for its record to be written
-//!   ([`AuditLog::append_durable`]); what a layer does while the log is down is its
-//!   [`WhenDown`] policy.
+//! - [`AuditLog`]: the handle a layer appends through: a bounded queue and a writer thread (the
+//!   file sink is written on the caller's thread when it is free); a decision that lets a call
+//!   run waits for its record to be written ([`AuditLog::append_durable`]); what a layer does
+//!   while the log is down is its [`WhenDown`] policy.
 
 #![deny(missing_docs, unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -1,7 +1,10 @@
-//! The handle a layer appends through: a bounded queue in front of one writer thread that owns
-//! the log. A record that lets a call run is appended with [`AuditLog::append_durable`], whose
-//! future resolves only once the record is written (and synced, per [`Fsync`]); everything else
-//! is queued and never waits. A full queue or a failed write makes the log *down*, and the
+//! The handle a layer appends through: a bounded queue in front of one writer thread, which
+//! batches, checkpoints and recovers the log. A record that lets a call run is appended with
+//! [`AuditLog::append_durable`], whose future resolves only once the record is written (and
+//! synced, per [`Fsync`]); everything else never waits. A sink whose append is only a write into
+//! the page cache ([`LogSink::appends_inline`]: the file sink, unless it syncs before answering)
+//! is written on the caller's thread when it is free and nothing queued is still unwritten: no
+//! hand-off to the writer thread and back, which is most of what a record cost a busy server. A full queue or a failed write makes the log *down*, and the
 //! layer then follows its [`WhenDown`] policy. The log is up again only once a write and its
 //! sync succeeded (the writer probes with a `log_resumed` record, backing off while the sink
 //! stays down), never merely because the sink could be reopened.
@@ -86,6 +89,12 @@ pub trait LogSink: Send + 'static {
     fn recover(&mut self) -> Result<(), LogError>;
     /// How many records it holds.
     fn size(&self) -> u64;
+    /// Whether an append is only a short write on the calling thread (no sync, no network, no
+    /// runtime of its own), so that a handle may append on the caller's (async) thread when the
+    /// log is free instead of handing the record to the writer thread (default `false`).
+    fn appends_inline(&self) -> bool {
+        false
+    }
     /// Whether others append to it too (a shared database): the writer then calls
     /// [`checkpoint`](Self::checkpoint) every [`every`](LogOptions::every) even when it appended
     /// nothing itself, so that the signing instance signs what the others wrote.
@@ -107,6 +116,9 @@ impl LogSink for FileLog {
     fn size(&self) -> u64 {
         FileLog::size(self)
     }
+    fn appends_inline(&self) -> bool {
+        FileLog::appends_inline(self)
+    }
 }
 
 type FlushReply = SyncSender<Result<Option<SignedCheckpoint>, String>>;
@@ -119,6 +131,8 @@ enum Command {
     Append(Box<Record>, Option<Ack>),
     /// Write what is queued, sign a checkpoint, answer.
     Flush(FlushReply),
+    /// Look again: an append on a caller's thread made a checkpoint due or took the log down.
+    Nudge,
 }
 
 /// Resolves once a record appended with [`AuditLog::append_durable`] is written: to its
@@ -127,7 +141,15 @@ enum Command {
 #[derive(Debug)]
 #[must_use = "a durable append means nothing until it resolves"]
 pub struct Durable {
-    written: oneshot::Receiver<Result<u64, ()>>,
+    written: Written,
+}
+
+#[derive(Debug)]
+enum Written {
+    /// Written on the caller's thread: the answer is known.
+    Now(Option<Result<u64, ()>>),
+    /// Handed to the writer thread.
+    Later(oneshot::Receiver<Result<u64, ()>>),
 }
 
 impl std::future::Future for Durable {
@@ -137,12 +159,16 @@ impl std::future::Future for Durable {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.written)
-            .poll(cx)
-            .map(|answer| match answer {
-                Ok(Ok(seq)) => Ok(seq),
-                Ok(Err(())) | Err(_) => Err(LogError::Unavailable),
-            })
+        let answer = match &mut self.written {
+            Written::Now(answer) => std::task::Poll::Ready(answer.take().ok_or(())),
+            Written::Later(written) => std::pin::Pin::new(written)
+                .poll(cx)
+                .map(|answer| answer.map_err(|_| ())),
+        };
+        answer.map(|answer| match answer {
+            Ok(Ok(seq)) => Ok(seq),
+            Ok(Err(())) | Err(()) => Err(LogError::Unavailable),
+        })
     }
 }
 
@@ -155,6 +181,28 @@ struct Shared {
     lingering: AtomicBool,
     /// Durable appends queued so far (the writer compares with those it took before parking).
     durable_sent: AtomicU64,
+    /// Records queued and not yet written (or refused) by the writer: while any are, a caller
+    /// does not append on its own thread, so the log keeps the order records were made in.
+    unwritten: AtomicU64,
+    /// The writer thread holds the sink (to write, sign or probe, which may take a while): a
+    /// caller queues its record rather than wait for it.
+    writer_holds: AtomicBool,
+}
+
+/// The sink and what the writer thread and the callers appending on their own threads share
+/// about it, under one lock.
+struct Core {
+    log: Box<dyn LogSink>,
+    /// Records appended since the last checkpoint, and when the first of them was.
+    since_checkpoint: u64,
+    oldest_unsigned: Option<Instant>,
+}
+
+impl Core {
+    fn appended(&mut self, count: u64) {
+        self.since_checkpoint += count;
+        self.oldest_unsigned.get_or_insert_with(Instant::now);
+    }
 }
 
 /// A decision log a layer appends to ([`ConfirmLayerBuilder::audit_log`]). Clones share one
@@ -170,6 +218,8 @@ pub struct AuditLog {
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
     /// The writer, to wake from a linger when someone waits on a record.
     writer: std::thread::Thread,
+    /// The sink, for appends on the caller's thread.
+    core: Arc<Mutex<Core>>,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -211,20 +261,27 @@ impl AuditLog {
         verifier: VerifierKey,
         options: LogOptions,
     ) -> Result<Self, LogError> {
-        let log = sink;
+        let core = Arc::new(Mutex::new(Core {
+            log: Box::new(sink),
+            since_checkpoint: 0,
+            oldest_unsigned: None,
+        }));
         let (sender, receiver) = mpsc::sync_channel(options.queue.max(1));
         let shared = Arc::new(Shared {
             healthy: AtomicBool::new(true),
             dropped: AtomicU64::new(0),
             lingering: AtomicBool::new(false),
             durable_sent: AtomicU64::new(0),
+            unwritten: AtomicU64::new(0),
+            writer_holds: AtomicBool::new(false),
         });
         let options = Arc::new(options);
         let thread = {
-            let (shared, options) = (Arc::clone(&shared), Arc::clone(&options));
+            let (shared, options, core) =
+                (Arc::clone(&shared), Arc::clone(&options), Arc::clone(&core));
             std::thread::Builder::new()
                 .name("mcp-confirm-log".into())
-                .spawn(move || write_loop(log, &receiver, &shared, &options))?
+                .spawn(move || write_loop(&core, &receiver, &shared, &options))?
         };
         Ok(Self {
             sender: Some(sender),
@@ -233,6 +290,7 @@ impl AuditLog {
             verifier,
             writer: thread.thread().clone(),
             thread: Arc::new(Mutex::new(Some(thread))),
+            core,
         })
     }
 
@@ -262,8 +320,11 @@ impl AuditLog {
     ///
     /// # Errors
     /// [`LogError::Unavailable`] if the log is down or its queue full: the record is not kept.
-    pub fn append(&self, record: Record) -> Result<(), LogError> {
-        self.enqueue(record, None)
+    pub fn append(&self, mut record: Record) -> Result<(), LogError> {
+        match self.append_inline(&mut record) {
+            Some(written) => written.map(|_| ()),
+            None => self.enqueue(record, None),
+        }
     }
 
     /// Queues `record` and answers a future that resolves once it is written and synced (per
@@ -272,12 +333,79 @@ impl AuditLog {
     /// throughput.
     ///
     /// # Errors
-    /// [`LogError::Unavailable`] if the log is down or its queue full (at once), or if the
-    /// write fails (from the future).
-    pub fn append_durable(&self, record: Record) -> Result<Durable, LogError> {
+    /// [`LogError::Unavailable`] if the log is down or its queue full, or if the write fails:
+    /// at once when the record was written on this thread ([`LogSink::appends_inline`]), from
+    /// the future when the writer thread writes it.
+    pub fn append_durable(&self, mut record: Record) -> Result<Durable, LogError> {
+        if let Some(written) = self.append_inline(&mut record) {
+            let seq = written?;
+            return Ok(Durable {
+                written: Written::Now(Some(Ok(seq))),
+            });
+        }
         let (ack, written) = oneshot::channel();
         self.enqueue(record, Some(ack))?;
-        Ok(Durable { written })
+        Ok(Durable {
+            written: Written::Later(written),
+        })
+    }
+
+    /// What this instance sets on every record it makes.
+    fn stamp(&self, record: &mut Record) {
+        record.instance.clone_from(&self.options.instance);
+        if !self.options.subjects {
+            record.subject = None;
+        }
+    }
+
+    /// Appends `record` on this thread if the sink allows it, the log is up, the writer thread
+    /// is not holding it (it may be signing or recovering; other callers hold it for one write
+    /// each, and are waited for), and nothing queued is still unwritten. `None`: it was not
+    /// appended, queue it.
+    fn append_inline(&self, record: &mut Record) -> Option<Result<u64, LogError>> {
+        if self.sender.is_none()
+            || !self.is_healthy()
+            || self.shared.unwritten.load(Ordering::SeqCst) != 0
+            || self.shared.writer_holds.load(Ordering::SeqCst)
+        {
+            return None;
+        }
+        let mut core = self.core.lock().ok()?;
+        // Checked again under the lock: the writer writes (or refuses) what it took, and
+        // counts it out, while holding it.
+        if !core.log.appends_inline()
+            || !self.is_healthy()
+            || self.shared.unwritten.load(Ordering::SeqCst) != 0
+        {
+            return None;
+        }
+        self.stamp(record);
+        match core.log.append(std::slice::from_mut(record)) {
+            Ok(seq) => {
+                core.appended(1);
+                if core.since_checkpoint >= self.options.every_records {
+                    self.nudge();
+                }
+                Some(Ok(seq))
+            }
+            Err(e) => {
+                // Down before anyone hears of it; the writer thread probes it back up.
+                self.shared.healthy.store(false, Ordering::Release);
+                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                log_down(&e, "cannot be written");
+                drop(core);
+                self.nudge();
+                Some(Err(LogError::Unavailable))
+            }
+        }
+    }
+
+    /// Wakes the writer thread to look again.
+    fn nudge(&self) {
+        if let Some(sender) = &self.sender {
+            let _ = sender.try_send(Command::Nudge);
+        }
+        self.writer.unpark();
     }
 
     fn enqueue(&self, mut record: Record, ack: Option<Ack>) -> Result<(), LogError> {
@@ -288,11 +416,10 @@ impl AuditLog {
             self.shared.dropped.fetch_add(1, Ordering::Relaxed);
             return Err(LogError::Unavailable);
         }
-        record.instance.clone_from(&self.options.instance);
-        if !self.options.subjects {
-            record.subject = None;
-        }
+        self.stamp(&mut record);
         let waited_on = ack.is_some();
+        // Counted before it can be taken: the writer counts it out once written.
+        self.shared.unwritten.fetch_add(1, Ordering::SeqCst);
         match sender.try_send(Command::Append(Box::new(record), ack)) {
             Ok(()) => {
                 if waited_on {
@@ -306,6 +433,7 @@ impl AuditLog {
                 Ok(())
             }
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.shared.unwritten.fetch_sub(1, Ordering::SeqCst);
                 self.shared.dropped.fetch_add(1, Ordering::Relaxed);
                 Err(LogError::Unavailable)
             }
@@ -378,6 +506,7 @@ impl Batch {
                 self.acks.push(ack);
             }
             Command::Flush(done) => *flush = Some(done),
+            Command::Nudge => {}
         }
     }
 
@@ -409,15 +538,13 @@ enum Health {
 
 /// The writer thread: batches what is queued, answers durable appends once written,
 /// checkpoints on count, time and shutdown, and brings a failed sink back only by a write that
-/// succeeded.
+/// succeeded. It holds the sink's lock only to write, sign and probe, never while it waits.
 fn write_loop(
-    mut log: impl LogSink,
+    core: &Mutex<Core>,
     receiver: &Receiver<Command>,
     shared: &Shared,
     options: &LogOptions,
 ) {
-    let mut since_checkpoint = 0u64;
-    let mut oldest_unsigned: Option<Instant> = None;
     let mut batch = Batch::default();
     let mut health = Health::Up;
     // In a busy spell the writer parks for `LINGER` and takes what gathered, instead of being
@@ -426,6 +553,7 @@ fn write_loop(
     let mut linger = false;
     let mut gather = Duration::ZERO;
     loop {
+        let oldest_unsigned = lock(core).oldest_unsigned;
         let mut wait = oldest_unsigned.map_or(options.every, |at| {
             options.every.saturating_sub(at.elapsed())
         });
@@ -461,9 +589,25 @@ fn write_loop(
                 Err(TryRecvError::Disconnected) => closed = true,
             }
         }
-        linger = !batch.records.is_empty() && flush.is_none() && !batch.waited_on();
+        // A sink written on callers' threads is not lingered over: while anything queued is
+        // unwritten, callers queue too, so what is queued is written at once.
+        linger = !batch.records.is_empty()
+            && flush.is_none()
+            && !batch.waited_on()
+            && !lock(core).log.appends_inline();
         let waited = batch.acks.iter().filter(|a| a.is_some()).count();
         gather = if waited >= 2 { GATHER } else { Duration::ZERO };
+        let mut core = Held::take(core, shared);
+        let taken = batch.records.len() as u64;
+        // A caller's append failed on its own thread since the last round (one record: after
+        // it, no caller appends until the log is up again).
+        if matches!(health, Health::Up) && !shared.healthy.load(Ordering::Acquire) {
+            health = Health::Down {
+                retry_at: Instant::now() + BACKOFF_FIRST,
+                backoff: BACKOFF_FIRST,
+                refused: 1,
+            };
+        }
         if let Health::Down {
             retry_at,
             backoff,
@@ -472,20 +616,18 @@ fn write_loop(
         {
             // Down: what was queued is refused (the layer refused what it let wait on it), and
             // the sink is probed when its backoff allows, with a record of the outage.
-            *refused += batch.records.len() as u64;
-            shared
-                .dropped
-                .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+            *refused += taken;
+            shared.dropped.fetch_add(taken, Ordering::Relaxed);
             batch.answer(Err(()));
+            shared.unwritten.fetch_sub(taken, Ordering::SeqCst);
             if Instant::now() >= *retry_at || closed || flush.is_some() {
-                match probe(&mut log, options, *refused) {
+                match probe(&mut *core.log, options, *refused) {
                     Ok(()) => {
                         health = Health::Up;
-                        since_checkpoint += 1;
-                        oldest_unsigned.get_or_insert_with(Instant::now);
+                        core.appended(1);
                         shared.healthy.store(true, Ordering::Release);
                         tracing::warn!(target: mcp_confirm::audit::TARGET, decision = "log_up",
-                            records = log.size(), "the decision log is written again");
+                            records = core.log.size(), "the decision log is written again");
                     }
                     Err(e) => {
                         *backoff = (*backoff * 2).min(BACKOFF_MAX);
@@ -507,32 +649,35 @@ fn write_loop(
             }
         }
         if !batch.records.is_empty() {
-            let count = batch.records.len() as u64;
-            match log.append(&mut batch.records) {
+            match core.log.append(&mut batch.records) {
                 Ok(first) => {
-                    since_checkpoint += count;
-                    oldest_unsigned.get_or_insert_with(Instant::now);
+                    core.appended(taken);
                     batch.answer(Ok(first));
                 }
                 Err(e) => {
                     // Down before anyone hears of it: the next decision is refused at once.
-                    go_down(shared, &mut health, count, &e, "cannot be written");
-                    shared.dropped.fetch_add(count, Ordering::Relaxed);
+                    go_down(shared, &mut health, taken, &e, "cannot be written");
+                    shared.dropped.fetch_add(taken, Ordering::Relaxed);
                     batch.answer(Err(()));
                 }
             }
+            // Counted out under the lock: a caller appending on its own thread after this sees
+            // every record queued before its own already written.
+            shared.unwritten.fetch_sub(taken, Ordering::SeqCst);
         }
-        let due = since_checkpoint >= options.every_records
-            || oldest_unsigned.is_some_and(|at| at.elapsed() >= options.every)
+        let due = core.since_checkpoint >= options.every_records
+            || core
+                .oldest_unsigned
+                .is_some_and(|at| at.elapsed() >= options.every)
             || flush.is_some()
             || closed
-            || (timed_out && log.polls());
+            || (timed_out && core.log.polls());
         if due && matches!(health, Health::Up) {
-            let signed = log.checkpoint();
+            let signed = core.log.checkpoint();
             match &signed {
                 Ok(_) => {
-                    since_checkpoint = 0;
-                    oldest_unsigned = None;
+                    core.since_checkpoint = 0;
+                    core.oldest_unsigned = None;
                 }
                 Err(e) => {
                     go_down(shared, &mut health, 0, e, "cannot be checkpointed");
@@ -550,6 +695,48 @@ fn write_loop(
     }
 }
 
+/// The writer thread's hold on the sink: callers queue their records while it lasts.
+struct Held<'a> {
+    core: std::sync::MutexGuard<'a, Core>,
+    shared: &'a Shared,
+}
+
+impl<'a> Held<'a> {
+    fn take(core: &'a Mutex<Core>, shared: &'a Shared) -> Self {
+        shared.writer_holds.store(true, Ordering::SeqCst);
+        Self {
+            core: lock(core),
+            shared,
+        }
+    }
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.shared.writer_holds.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The sink's lock: a thread that panicked while holding it left the sink as it was (every
+/// append is one write, answered after), so the lock is taken back.
+fn lock(core: &Mutex<Core>) -> std::sync::MutexGuard<'_, Core> {
+    core.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Marks the log down after `error`, and lets the sink drop what it may have half-written.
 fn go_down(shared: &Shared, health: &mut Health, refused: u64, error: &LogError, what: &str) {
     shared.healthy.store(false, Ordering::Release);
@@ -558,6 +745,11 @@ fn go_down(shared: &Shared, health: &mut Health, refused: u64, error: &LogError,
         backoff: BACKOFF_FIRST,
         refused,
     };
+    log_down(error, what);
+}
+
+/// Says at error level that the log went down, and why.
+fn log_down(error: &LogError, what: &str) {
     if let LogError::Damaged(why) = error {
         tracing::error!(target: mcp_confirm::audit::TARGET, decision = "log_damaged",
             error = %why,
@@ -572,7 +764,7 @@ fn go_down(shared: &Shared, health: &mut Health, refused: u64, error: &LogError,
 
 /// Tries to bring a sink that failed back: it drops what it half-wrote, then a record of the
 /// outage must be written (and synced) before anything else is.
-fn probe(log: &mut impl LogSink, options: &LogOptions, refused: u64) -> Result<(), LogError> {
+fn probe(log: &mut dyn LogSink, options: &LogOptions, refused: u64) -> Result<(), LogError> {
     log.recover()?;
     let mut record = Record::new("log_resumed");
     record.at_ms = std::time::SystemTime::now()
@@ -613,5 +805,131 @@ impl mcp_confirm::audit::DecisionLog for AuditLog {
                 .map(|_| ())
                 .map_err(|_| mcp_confirm::audit::LogDown)
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sink that keeps each record's event and the thread that wrote it.
+    struct Kept {
+        written: Arc<Mutex<Vec<(String, std::thread::ThreadId)>>>,
+        failing: Arc<AtomicBool>,
+    }
+
+    impl LogSink for Kept {
+        fn append(&mut self, records: &mut [Record]) -> Result<u64, LogError> {
+            if self.failing.load(Ordering::SeqCst) {
+                return Err(std::io::Error::other("no space left on device").into());
+            }
+            let mut written = self.written.lock().unwrap();
+            let first = written.len() as u64;
+            for (i, record) in records.iter_mut().enumerate() {
+                record.seq = first + i as u64;
+                written.push((record.event.clone(), std::thread::current().id()));
+            }
+            Ok(first)
+        }
+        fn checkpoint(&mut self) -> Result<Option<SignedCheckpoint>, LogError> {
+            Ok(None)
+        }
+        fn recover(&mut self) -> Result<(), LogError> {
+            Ok(())
+        }
+        fn size(&self) -> u64 {
+            self.written.lock().unwrap().len() as u64
+        }
+        fn appends_inline(&self) -> bool {
+            true
+        }
+    }
+
+    type Events = Arc<Mutex<Vec<(String, std::thread::ThreadId)>>>;
+
+    fn kept() -> (AuditLog, Events, Arc<AtomicBool>) {
+        let written = Events::default();
+        let failing = Arc::new(AtomicBool::new(false));
+        let sink = Kept {
+            written: Arc::clone(&written),
+            failing: Arc::clone(&failing),
+        };
+        let key = LogKey::from_seed("test.example/log", [7; 32]).unwrap();
+        let log = AuditLog::new(sink, key.verifier(), LogOptions::default()).unwrap();
+        (log, written, failing)
+    }
+
+    #[test]
+    fn a_free_log_is_written_on_the_callers_thread_and_answers_at_once() {
+        let (log, written, _) = kept();
+        log.append(Record::new("challenged")).unwrap();
+        let durable = log.append_durable(Record::new("accepted")).unwrap();
+        assert!(matches!(durable.written, Written::Now(Some(Ok(1)))));
+        let here = std::thread::current().id();
+        let written = written.lock().unwrap().clone();
+        assert_eq!(
+            written,
+            [("challenged".into(), here), ("accepted".into(), here)]
+        );
+    }
+
+    #[test]
+    fn a_record_queued_before_is_written_before_one_made_after_it() {
+        let (log, written, _) = kept();
+        // The writer thread holds the log: the first record is queued.
+        let held = Held::take(&log.core, &log.shared);
+        log.append(Record::new("challenged")).unwrap();
+        assert_eq!(log.shared.unwritten.load(Ordering::SeqCst), 1);
+        drop(held);
+        // However soon after, the record made later is written after it.
+        let accepted = log.append_durable(Record::new("accepted")).unwrap();
+        let seq = block_on(accepted).unwrap();
+        assert_eq!(seq, 1);
+        let events: Vec<String> = written
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|w| w.0.clone())
+            .collect();
+        assert_eq!(events, ["challenged", "accepted"]);
+    }
+
+    #[test]
+    fn a_failed_write_on_the_callers_thread_takes_the_log_down_until_a_write_succeeds() {
+        let (log, written, failing) = kept();
+        failing.store(true, Ordering::SeqCst);
+        assert!(matches!(
+            log.append_durable(Record::new("accepted")),
+            Err(LogError::Unavailable)
+        ));
+        assert!(!log.is_healthy());
+        // Down: refused at once, on every path, and nothing is written.
+        assert!(log.append(Record::new("challenged")).is_err());
+        assert!(log.append_durable(Record::new("accepted")).is_err());
+        // Writes work again: the writer's probe brings it back with a record of the outage.
+        failing.store(false, Ordering::SeqCst);
+        for _ in 0..1000 {
+            if log.is_healthy() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(log.is_healthy(), "never came back");
+        let written = written.lock().unwrap().clone();
+        assert_eq!(written.len(), 1, "{written:?}");
+        assert_eq!(written[0].0, "log_resumed");
+        assert_ne!(
+            written[0].1,
+            std::thread::current().id(),
+            "the writer probes"
+        );
+    }
+
+    /// Polls `future` on this thread until it is ready (the writer thread answers it).
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(future)
     }
 }

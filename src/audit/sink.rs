@@ -101,7 +101,7 @@ pub trait DecisionLog: Send + Sync + 'static {
     /// Queues `entry` and answers a future that resolves once it is written and synced.
     ///
     /// # Errors
-    /// [`LogDown`] at once if the log is down or its queue full, or from the future if the
-    /// write fails.
+    /// [`LogDown`] at once if the log is down or its queue full, or if it wrote the entry on
+    /// the caller's thread and the write failed; from the future if a write made later fails.
     fn append_durable(&self, entry: LogEntry) -> Result<DurableWrite, LogDown>;
 }

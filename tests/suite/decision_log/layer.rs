@@ -18,10 +18,13 @@ use serde_json::json;
 use super::{fresh_dir, key};
 use crate::common::*;
 
-/// A file log that fails every write while `down` is set, as a full disk does.
+/// A file log that fails every write while `down` is set, as a full disk does. `inline`: the
+/// file sink's own choice of appending on the caller's thread (`false` sends every record
+/// through the writer thread).
 struct Flaky {
     log: FileLog,
     down: Arc<AtomicBool>,
+    inline: bool,
 }
 
 impl LogSink for Flaky {
@@ -42,6 +45,9 @@ impl LogSink for Flaky {
     }
     fn size(&self) -> u64 {
         self.log.size()
+    }
+    fn appends_inline(&self) -> bool {
+        self.inline && self.log.appends_inline()
     }
 }
 
@@ -66,11 +72,22 @@ fn logged_with(
     when_down: WhenDown,
     adjust: impl FnOnce(ConfirmLayerBuilder, &Notes) -> ConfirmLayerBuilder,
 ) -> Logged {
+    logged_on(when_down, true, adjust)
+}
+
+/// As [`logged_with`], appending on the caller's thread where the file sink would (`inline`)
+/// or always through the writer thread.
+fn logged_on(
+    when_down: WhenDown,
+    inline: bool,
+    adjust: impl FnOnce(ConfirmLayerBuilder, &Notes) -> ConfirmLayerBuilder,
+) -> Logged {
     let dir = fresh_dir("layer");
     let down = Arc::new(AtomicBool::new(false));
     let sink = Flaky {
         log: FileLog::open(&dir, key(), Fsync::Never).unwrap(),
         down: Arc::clone(&down),
+        inline,
     };
     let options = LogOptions {
         when_down,
@@ -193,7 +210,16 @@ async fn every_decision_is_recorded_and_who_approved_note_7_is_proved() {
 
 #[tokio::test]
 async fn a_log_that_is_down_refuses_the_call_and_spends_no_confirmation() {
-    let l = logged(WhenDown::FailClosed);
+    down_refuses_and_spends_nothing(true).await;
+}
+
+#[tokio::test]
+async fn a_log_that_is_down_refuses_the_call_and_spends_no_confirmation_on_the_writer_thread() {
+    down_refuses_and_spends_nothing(false).await;
+}
+
+async fn down_refuses_and_spends_nothing(inline: bool) {
+    let l = logged_on(WhenDown::FailClosed, inline, |builder, _| builder);
     let first = l.f.alice(&delete_call(json!(1), "Groceries")).await;
     take_down(&l);
     let refused = l.f.accept(&first.state(), json!(2), "note-7").await;
@@ -450,10 +476,12 @@ async fn standing_approvals_are_recorded_granted_used_and_revoked() {
 }
 
 /// A file log whose writes fail while `failing` is set but which reopens fine, as a file-size
-/// limit (`RLIMIT_FSIZE`) or a quota does: reopening alone must not bring it back.
+/// limit (`RLIMIT_FSIZE`) or a quota does: reopening alone must not bring it back. `inline` as
+/// for [`Flaky`].
 struct WritesFail {
     log: FileLog,
     failing: Arc<AtomicBool>,
+    inline: bool,
 }
 
 impl LogSink for WritesFail {
@@ -472,6 +500,9 @@ impl LogSink for WritesFail {
     fn size(&self) -> u64 {
         self.log.size()
     }
+    fn appends_inline(&self) -> bool {
+        self.inline && self.log.appends_inline()
+    }
 }
 
 /// Issue 33, attack 3: writes fail while the log still looks healthy, and reopening works. No
@@ -479,11 +510,21 @@ impl LogSink for WritesFail {
 /// the log is up again only after a write succeeded.
 #[tokio::test]
 async fn no_call_runs_on_a_record_that_was_only_queued_when_writes_fail() {
+    no_call_runs_when_writes_fail(true).await;
+}
+
+#[tokio::test]
+async fn no_call_runs_on_a_record_that_was_only_queued_when_writes_fail_on_the_writer_thread() {
+    no_call_runs_when_writes_fail(false).await;
+}
+
+async fn no_call_runs_when_writes_fail(inline: bool) {
     let dir = fresh_dir("writes-fail");
     let failing = Arc::new(AtomicBool::new(false));
     let sink = WritesFail {
         log: FileLog::open(&dir, key(), Fsync::EveryBatch).unwrap(),
         failing: Arc::clone(&failing),
+        inline,
     };
     let options = LogOptions {
         every: std::time::Duration::from_millis(5),
@@ -557,14 +598,26 @@ async fn no_call_runs_on_a_record_that_was_only_queued_when_writes_fail() {
     assert!(events.contains(&"log_resumed"), "{events:?}");
 }
 
-/// A durable append resolves only once its record is written, and fails when the write does.
+/// A durable append resolves only once its record is written, and fails when the write does:
+/// at once when it was written on the caller's thread, from its future when the writer thread
+/// wrote it.
 #[tokio::test]
 async fn a_durable_append_answers_after_the_write() {
+    durable_answers_after_the_write(true).await;
+}
+
+#[tokio::test]
+async fn a_durable_append_answers_after_the_write_on_the_writer_thread() {
+    durable_answers_after_the_write(false).await;
+}
+
+async fn durable_answers_after_the_write(inline: bool) {
     let dir = fresh_dir("durable");
     let failing = Arc::new(AtomicBool::new(false));
     let sink = WritesFail {
         log: FileLog::open(&dir, key(), Fsync::EveryBatch).unwrap(),
         failing: Arc::clone(&failing),
+        inline,
     };
     let log = AuditLog::new(sink, key().verifier(), LogOptions::default()).unwrap();
     let seq = log
@@ -577,7 +630,16 @@ async fn a_durable_append_answers_after_the_write() {
     let on_disk = std::fs::read_to_string(dir.join(mcp_confirm_log::file::RECORDS)).unwrap();
     assert!(on_disk.contains("\"event\":\"accepted\""));
     failing.store(true, Ordering::SeqCst);
-    let lost = log.append_durable(Record::new("accepted")).unwrap().await;
+    let lost = match log.append_durable(Record::new("accepted")) {
+        Ok(durable) => {
+            assert!(
+                !inline,
+                "written on the caller's thread: the failure is known at once"
+            );
+            durable.await
+        }
+        Err(e) => Err(e),
+    };
     assert!(matches!(lost, Err(LogError::Unavailable)), "{lost:?}");
     assert!(matches!(
         log.append_durable(Record::new("accepted")),
