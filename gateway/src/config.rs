@@ -1,0 +1,398 @@
+//! The gateway's one file: what it listens on, who may call, where confirmations are kept, and
+//! one route per upstream with the operator's word on each tool. Read with `figment` (the TOML
+//! file, then environment variables `MCP_CONFIRM_GATEWAY_…` over it, `__` between levels);
+//! secrets are never written in it, only where to find them ([`Secret`]). A file that does not
+//! validate is refused as a whole: [`ConfigError`] names the first problem.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The prefix of the environment variables that override the file
+/// (`MCP_CONFIRM_GATEWAY_LISTEN=…`, `MCP_CONFIRM_GATEWAY_STORE__URL=…`).
+pub const ENV_PREFIX: &str = "MCP_CONFIRM_GATEWAY_";
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// The address to listen on (default `127.0.0.1:8080`).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// This deployment's name, bound into every confirmation with the route's path (default:
+    /// `http://<listen>`): a confirmation asked on one route is none on another. Two gateways
+    /// sharing a store and keys must share it; staging and production must not.
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// The key confirmations are signed with: 32 bytes or more, as hex. Absent: a random key,
+    /// said at start (confirmations do not survive a restart, and two processes cannot share).
+    #[serde(default)]
+    pub key: Option<Secret>,
+    /// Where one-time confirmations are claimed (default: in memory).
+    #[serde(default)]
+    pub store: Store,
+    /// Who may call.
+    pub auth: Auth,
+    /// One upstream MCP server per route.
+    #[serde(rename = "route")]
+    pub routes: Vec<Route>,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+/// A secret, by reference: never the value itself.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub enum Secret {
+    /// The contents of this file (surrounding whitespace trimmed).
+    File(PathBuf),
+    /// The value of this environment variable.
+    Env(String),
+}
+
+impl Secret {
+    /// The secret's value.
+    ///
+    /// # Errors
+    /// [`ConfigError::Secret`] if the file cannot be read, the variable is unset, or the
+    /// value is empty.
+    pub fn read(&self, base: &Path) -> Result<String, ConfigError> {
+        let value = match self {
+            Self::File(path) => {
+                let path = base.join(path);
+                std::fs::read_to_string(&path)
+                    .map_err(|e| ConfigError::Secret(format!("the file {}: {e}", path.display())))?
+            }
+            Self::Env(name) => std::env::var(name).map_err(|_| {
+                ConfigError::Secret(format!("the environment variable {name} is not set"))
+            })?,
+        };
+        let value = value.trim().to_owned();
+        if value.is_empty() {
+            return Err(ConfigError::Secret(format!("{self} is empty")));
+        }
+        Ok(value)
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(path) => write!(f, "the file {}", path.display()),
+            Self::Env(name) => write!(f, "the environment variable {name}"),
+        }
+    }
+}
+
+/// Where confirmations are claimed once.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "snake_case")]
+pub enum Store {
+    /// In this process (the default): one gateway, and a restart refuses the states it issued.
+    #[default]
+    Memory,
+    /// Redis, shared by every gateway given the same URL.
+    Redis {
+        /// `redis://…` (a reference: the URL may carry a password).
+        url: Secret,
+    },
+    /// PostgreSQL, shared by every gateway given the same URL.
+    Postgres {
+        /// `postgres://…` (a reference: the URL may carry a password).
+        url: Secret,
+    },
+}
+
+/// Who may call the gateway.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "snake_case")]
+pub enum Auth {
+    /// Bearer tokens listed in a file, one `subject token` pair per line (`#` starts a
+    /// comment): for a first try and for development, not for production.
+    StaticTokens {
+        /// The file.
+        file: PathBuf,
+    },
+}
+
+/// One route: a path on the gateway, the upstream it leads to, and the operator's word on its
+/// tools.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// The path the gateway serves this upstream on (e.g. `/notes/mcp`).
+    pub path: String,
+    /// The upstream's Streamable HTTP endpoint (`http://host:port/mcp`).
+    pub upstream: String,
+    /// A header the gateway adds to every request upstream: the operator's credential there.
+    /// The caller's own `Authorization` is never passed on.
+    #[serde(default)]
+    pub upstream_header: Option<UpstreamHeader>,
+    /// How long a tool list is trusted before it is fetched again, at most (default 60 s; an
+    /// upstream's own `ttlMs` shortens it).
+    #[serde(default = "default_list_ttl", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub list_ttl: Duration,
+    /// The operator's word on tools by name: it wins over what the upstream says.
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolEntry>,
+}
+
+fn default_list_ttl() -> Duration {
+    Duration::from_secs(60)
+}
+
+/// A header added upstream, its value a secret.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamHeader {
+    /// Its name (e.g. `authorization`).
+    pub name: String,
+    /// Where its value is.
+    pub value: Secret,
+}
+
+/// The operator's word on one tool.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolEntry {
+    /// What its calls get.
+    pub policy: Operator,
+    /// The question the form asks (a confirmed tool; default: the tool's title and that it may
+    /// change or delete data).
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// What the operator says a tool's calls get. When an upstream's annotations say otherwise,
+/// this wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Operator {
+    /// Never forwarded.
+    Deny,
+    /// Forwarded only after the caller's user confirms it.
+    Confirm,
+    /// Forwarded as it comes, whatever its annotations say.
+    Allow,
+}
+
+/// A file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// It cannot be read or parsed, or a value has the wrong type.
+    #[error("the configuration cannot be read: {0}")]
+    Read(String),
+    /// It parsed, but says something the gateway cannot do.
+    #[error("the configuration is not valid: {0}")]
+    Invalid(String),
+    /// A secret it refers to cannot be read.
+    #[error("a secret cannot be read: {0}")]
+    Secret(String),
+}
+
+impl GatewayConfig {
+    /// Reads `path`, with the environment over it, and validates the result.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first problem.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::from_figment(
+            Figment::new()
+                .merge(Toml::file_exact(path))
+                .merge(Env::prefixed(ENV_PREFIX).split("__")),
+        )
+    }
+
+    /// Parses `text` (TOML) alone, without the environment, and validates it.
+    ///
+    /// # Errors
+    /// As [`load`](Self::load).
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        Self::from_figment(Figment::new().merge(Toml::string(text)))
+    }
+
+    fn from_figment(figment: Figment) -> Result<Self, ConfigError> {
+        let config: Self = figment
+            .extract()
+            .map_err(|e| ConfigError::Read(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The audience confirmations are bound to.
+    pub fn audience(&self) -> String {
+        self.audience
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.listen))
+    }
+
+    /// What the gateway cannot do with, named.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |why: String| Err(ConfigError::Invalid(why));
+        if self.routes.is_empty() {
+            return invalid("no route: name at least one `[[route]]`".into());
+        }
+        if let Some(audience) = &self.audience
+            && audience.trim().is_empty()
+        {
+            return invalid("`audience` is empty".into());
+        }
+        let mut paths = std::collections::BTreeSet::new();
+        for route in &self.routes {
+            if !route.path.starts_with('/') || route.path.contains(['?', '#']) {
+                return invalid(format!(
+                    "route path {:?}: a path starting with `/`, without query or fragment",
+                    route.path
+                ));
+            }
+            if !paths.insert(route.path.trim_end_matches('/')) {
+                return invalid(format!("two routes on the path {:?}", route.path));
+            }
+            match route.upstream.parse::<http::Uri>() {
+                Ok(uri) if uri.scheme_str() == Some("http") && uri.authority().is_some() => {}
+                Ok(uri) if uri.scheme_str() == Some("https") => {
+                    return invalid(format!(
+                        "route {:?}: upstream {uri}: https upstreams are not supported yet; \
+                         reach it over http on a private network or a sidecar",
+                        route.path
+                    ));
+                }
+                _ => {
+                    return invalid(format!(
+                        "route {:?}: upstream {:?} is not an http:// URL",
+                        route.path, route.upstream
+                    ));
+                }
+            }
+            if let Some(header) = &route.upstream_header
+                && http::HeaderName::from_bytes(header.name.as_bytes()).is_err()
+            {
+                return invalid(format!(
+                    "route {:?}: upstream_header name {:?} is not a header name",
+                    route.path, header.name
+                ));
+            }
+            if route.list_ttl.is_zero() {
+                return invalid(format!(
+                    "route {:?}: list_ttl must be more than zero (every call would list the tools)",
+                    route.path
+                ));
+            }
+            for (name, entry) in &route.tools {
+                if name.is_empty() {
+                    return invalid(format!("route {:?}: a tool with no name", route.path));
+                }
+                if entry.message.is_some() && entry.policy != Operator::Confirm {
+                    return invalid(format!(
+                        "route {:?}, tool {name:?}: a message only goes with `policy = \"confirm\"`",
+                        route.path
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The file's JSON Schema, for editors.
+pub fn schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(GatewayConfig)).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: &str = r#"
+        [auth]
+        kind = "static_tokens"
+        file = "tokens"
+
+        [[route]]
+        path = "/notes/mcp"
+        upstream = "http://127.0.0.1:9000/mcp"
+    "#;
+
+    #[test]
+    fn a_five_line_file_is_enough() {
+        let config = GatewayConfig::from_toml(SMALL).unwrap();
+        assert_eq!(config.listen, default_listen());
+        assert_eq!(config.audience(), "http://127.0.0.1:8080");
+        assert!(matches!(config.store, Store::Memory));
+        assert_eq!(config.routes[0].list_ttl, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn what_the_gateway_cannot_do_is_refused_with_its_reason() {
+        for (text, says) in [
+            (SMALL.replace("/notes/mcp", "notes"), "starting with `/`"),
+            (
+                SMALL.replace("http://127.0.0.1:9000/mcp", "ftp://x/"),
+                "not an http:// URL",
+            ),
+            (
+                SMALL.replace("http://127.0.0.1:9000/mcp", "https://x/mcp"),
+                "https upstreams",
+            ),
+            (format!("{SMALL}\nlist_ttl = \"0s\""), "more than zero"),
+            (
+                format!("{SMALL}\n[route.tools.x]\npolicy = \"allow\"\nmessage = \"m\""),
+                "only goes with",
+            ),
+            (
+                format!("{SMALL}\n[[route]]\npath = \"/notes/mcp/\"\nupstream = \"http://a/\""),
+                "two routes",
+            ),
+        ] {
+            let error = GatewayConfig::from_toml(&text).unwrap_err().to_string();
+            assert!(error.contains(says), "{error}");
+        }
+        // Unknown keys are mistakes, not ignored.
+        let error = GatewayConfig::from_toml(&format!("{SMALL}\nlisten_addr = \"x\""))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("listen_addr"), "{error}");
+        let error =
+            GatewayConfig::from_toml(&format!("{SMALL}\n[route.tools.x]\npolicy = \"maybe\""))
+                .unwrap_err()
+                .to_string();
+        assert!(error.contains("maybe"), "{error}");
+    }
+
+    #[test]
+    fn secrets_are_read_where_they_are_and_never_empty() {
+        let dir = std::env::temp_dir().join(format!("gw-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("key"), "  abc\n").unwrap();
+        assert_eq!(Secret::File("key".into()).read(&dir).unwrap(), "abc");
+        std::fs::write(dir.join("empty"), "\n").unwrap();
+        assert!(Secret::File("empty".into()).read(&dir).is_err());
+        assert!(Secret::File("missing".into()).read(&dir).is_err());
+        assert!(
+            Secret::Env("MCP_CONFIRM_GATEWAY_TEST_SURELY_UNSET".into())
+                .read(&dir)
+                .is_err()
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_schema_names_every_section() {
+        let schema = schema().to_string();
+        for key in [
+            "listen", "audience", "store", "auth", "route", "list_ttl", "policy",
+        ] {
+            assert!(schema.contains(key), "{key}");
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! `mcp-confirm-gateway`: confirmations in front of any MCP server, whatever it is written in.
+//!
+//! A streaming reverse proxy for the 2026-07-28 Streamable HTTP transport with
+//! [`mcp_confirm::ConfirmLayer`] in front, one upstream per route, configured by one file
+//! ([`config`]). For each upstream it lists the tools, judges each ([`policy`]: the operator's
+//! entry, then the tool's annotations, then the spec's default: confirm), and builds the layer
+//! for that list ([`catalog`], [`route`]). A tool the operator denies is never forwarded; an
+//! upstream that cannot be listed gets no `tools/call`.
+//!
+//! - [`config`]: the file, its validation and its JSON Schema;
+//! - [`policy`]: what a tool's calls get, and why (pure);
+//! - [`catalog`]: one upstream's judged tools and the policy revision;
+//! - [`upstream`]: the pooled client, what crosses and what does not, the gateway's own
+//!   `tools/list`;
+//! - [`route`]: one route's requests, the layer per catalog;
+//! - [`auth`]: who is calling (static tokens for now);
+//! - [`server`]: the gateway built from its file, and served.
+//!
+//! What it took, and why: `hyper-util`'s pooled client (the same stack as the server side; a
+//! request body streams through untouched), `figment` for the file with environment variables
+//! over it, `schemars` for the file's schema, `clap` for the command line, `arc-swap` to swap a
+//! route's layer when its tools change. What it left: `reqwest` (a second HTTP stack for
+//! nothing a proxy needs), `config` (figment's providers are smaller and typed).
+
+#![deny(missing_docs, unsafe_code)]
+
+pub mod auth;
+pub mod catalog;
+pub mod config;
+pub mod policy;
+pub mod route;
+pub mod server;
+pub mod upstream;

@@ -1,0 +1,146 @@
+//! `mcp-confirm-gateway --config FILE` runs the gateway; `check --config FILE` validates the
+//! file and prints what each upstream tool gets, and why; `schema` prints the file's JSON Schema.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mcp_confirm_gateway::config::GatewayConfig;
+use mcp_confirm_gateway::policy::Verdict;
+use mcp_confirm_gateway::server::Gateway;
+
+#[derive(Parser)]
+#[command(
+    name = "mcp-confirm-gateway",
+    version,
+    about = "Confirmations in front of any MCP server"
+)]
+struct Cli {
+    /// The configuration file (TOML).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate the file and print what each upstream tool gets (confirm / pass / deny), and why.
+    Check,
+    /// Print the file's JSON Schema.
+    Schema,
+}
+
+fn load(path: Option<&Path>) -> Result<(GatewayConfig, PathBuf), String> {
+    let path = path.ok_or("--config FILE is required")?;
+    let config = GatewayConfig::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let base = path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    Ok((config, base))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Schema) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&mcp_confirm_gateway::config::schema())
+                    .unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Some(Command::Check) => match check(cli.config.as_deref()).await {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
+            }
+        },
+        None => match run(cli.config.as_deref()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+/// Prints each route's tools and verdicts; `false` if an upstream cannot be listed.
+async fn check(path: Option<&Path>) -> Result<bool, String> {
+    let (config, base) = load(path)?;
+    let gateway = Gateway::build(&config, &base).map_err(|e| e.to_string())?;
+    println!(
+        "{}: valid; audience {}",
+        path.map(Path::display)
+            .map(|d| d.to_string())
+            .unwrap_or_default(),
+        config.audience()
+    );
+    let mut all_listed = true;
+    for route in gateway.routes() {
+        match route.catalog().await {
+            Ok(catalog) => {
+                println!("route {} (revision {}):", route.path(), catalog.revision);
+                for (name, judged) in &catalog.judged {
+                    let verdict = match &judged.verdict {
+                        Verdict::Confirm { .. } => "confirm",
+                        Verdict::Pass => "pass",
+                        Verdict::Deny => "deny",
+                    };
+                    println!("  {name:<32} {verdict:<8} {}", judged.reason);
+                }
+                for name in &catalog.duplicates {
+                    println!(
+                        "  {name:<32} {:<8} listed twice by the upstream: never forwarded",
+                        "deny"
+                    );
+                }
+                for name in config
+                    .routes
+                    .iter()
+                    .filter(|r| r.path.trim_end_matches('/') == route.path())
+                    .flat_map(|r| r.tools.keys())
+                    .filter(|name| !catalog.judged.contains_key(*name))
+                {
+                    println!("  {name:<32} (the operator names it; the upstream does not list it)");
+                }
+            }
+            Err(e) => {
+                all_listed = false;
+                println!(
+                    "route {}: {e}; its tools/call requests are refused",
+                    route.path()
+                );
+            }
+        }
+    }
+    Ok(all_listed)
+}
+
+async fn run(path: Option<&Path>) -> Result<(), String> {
+    let (config, base) = load(path)?;
+    let gateway = Gateway::build(&config, &base).map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| format!("listening on {}: {e}", config.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    for route in gateway.routes() {
+        tracing::info!("route http://{addr}{}", route.path());
+    }
+    tracing::info!("mcp-confirm-gateway listening on http://{addr}");
+    tokio::select! {
+        served = gateway.serve(listener) => served.map_err(|e| e.to_string()),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}

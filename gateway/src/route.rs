@@ -1,0 +1,337 @@
+//! One route: a caller's request, checked against the upstream's judged tools, then through a
+//! `ConfirmLayer` built for that catalog, to the upstream.
+//!
+//! The layer is built from each tool list (the tools' policies are fixed at build time in the
+//! core), and swapped atomically when the list changes; keys, audience and stores are the same
+//! across builds, so a confirmation asked under one build is honoured under the next unless the
+//! tool changed. A `tools/call` of a tool the catalog does not know lists the tools again first
+//! (at most once per [`MISS_RELIST`]); an upstream that cannot be listed gets no `tools/call`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use mcp_confirm::{ConfirmLayer, ConfirmLayerBuilder, KeyRing, ToolPolicy};
+use serde_json::{Value, json};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::catalog::Catalog;
+use crate::config::ToolEntry;
+use crate::policy::Verdict;
+use crate::upstream::Upstream;
+
+/// A response of the gateway's.
+pub type GatewayBody = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// The most a request body may hold (bytes).
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// How long a caller has to send its request's body.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often a call of an unknown tool may make the gateway list the upstream's tools again.
+pub const MISS_RELIST: Duration = Duration::from_secs(2);
+
+/// What every build of a route's layer shares: keys, audience, stores.
+pub type Base = Arc<dyn Fn() -> ConfirmLayerBuilder + Send + Sync>;
+
+/// The layer over the upstream, as built for one catalog.
+type Guarded = mcp_confirm::Confirm<Upstream>;
+
+struct Built {
+    catalog: Catalog,
+    service: Guarded,
+}
+
+/// One route's state.
+pub struct Route {
+    path: String,
+    upstream: Upstream,
+    entries: BTreeMap<String, ToolEntry>,
+    list_ttl: Duration,
+    base: Base,
+    current: ArcSwapOption<Built>,
+    /// One listing at a time; and when the last one for a miss was.
+    listing: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Route")
+            .field("path", &self.path)
+            .field("upstream", &self.upstream)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The frozen answers of the gateway's own refusals (the reasons go to the log).
+mod refusal {
+    pub const DENIED: &str = "This tool is not available through this gateway.";
+    pub const UNLISTED: &str =
+        "The upstream server's tools cannot be listed; no call is forwarded.";
+    pub const BAD_REQUEST: &str = "The request cannot be read.";
+    pub const TOO_LARGE: &str = "The request is too large.";
+}
+
+impl Route {
+    /// A route on `path` to `upstream`, under the operator's `entries`, its layer built from
+    /// `base`.
+    pub fn new(
+        path: String,
+        upstream: Upstream,
+        entries: BTreeMap<String, ToolEntry>,
+        list_ttl: Duration,
+        base: Base,
+    ) -> Self {
+        Self {
+            path,
+            upstream,
+            entries,
+            list_ttl,
+            base,
+            current: ArcSwapOption::empty(),
+            listing: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The path it serves.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The catalog now, listing the upstream if there is none or it is stale.
+    ///
+    /// # Errors
+    /// The upstream's, when it cannot be listed.
+    pub async fn catalog(&self) -> Result<Catalog, crate::upstream::UpstreamError> {
+        let built = self.fresh(false).await?;
+        Ok(built.catalog.clone())
+    }
+
+    /// The build to use: the current one while fresh, else a new one from a new list. With
+    /// `miss`, a new list even if fresh (at most once per [`MISS_RELIST`]).
+    async fn fresh(&self, miss: bool) -> Result<Arc<Built>, crate::upstream::UpstreamError> {
+        if let Some(built) = self.current.load_full()
+            && !built.catalog.stale()
+            && !miss
+        {
+            return Ok(built);
+        }
+        let mut last_miss = self.listing.lock().await;
+        // Someone else may have listed while this waited.
+        if let Some(built) = self.current.load_full() {
+            let fresh = !built.catalog.stale();
+            let recent_miss = last_miss.is_some_and(|at| at.elapsed() < MISS_RELIST);
+            if fresh && (!miss || recent_miss) {
+                return Ok(built);
+            }
+        }
+        if miss {
+            *last_miss = Some(Instant::now());
+        }
+        let listed = self.upstream.list_tools().await.inspect_err(|e| {
+            tracing::error!(route = %self.path, error = %e,
+                "the upstream's tools cannot be listed: its tools/call requests are refused");
+        })?;
+        let ttl = listed.ttl.map_or(self.list_ttl, |t| t.min(self.list_ttl));
+        let catalog = Catalog::new(listed.tools, &self.entries, ttl);
+        let changed = self
+            .current
+            .load()
+            .as_ref()
+            .is_none_or(|b| b.catalog.revision != catalog.revision);
+        if changed {
+            tracing::info!(route = %self.path, revision = %catalog.revision,
+                tools = catalog.judged.len(), "the upstream's tools were judged");
+        }
+        let layer = build_layer(&self.base, &catalog).map_err(|e| {
+            tracing::error!(route = %self.path, error = %e,
+                "the upstream's tool list cannot be enforced: its tools/call requests are refused");
+            crate::upstream::UpstreamError::NotAList(format!("it cannot be enforced: {e}"))
+        })?;
+        let built = Arc::new(Built {
+            service: layer.layer(self.upstream.clone()),
+            catalog,
+        });
+        self.current.store(Some(Arc::clone(&built)));
+        Ok(built)
+    }
+
+    /// Serves one request (its principal, if any, already in its extensions).
+    pub async fn serve<B>(&self, request: Request<B>) -> Response<GatewayBody>
+    where
+        B: http_body::Body<Data = Bytes> + Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (parts, body) = request.into_parts();
+        let bytes = if parts.method == http::Method::POST {
+            let read =
+                tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY_BYTES).collect());
+            match read.await {
+                Ok(Ok(collected)) => collected.to_bytes(),
+                Ok(Err(_)) => {
+                    return rpc_error(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        -32600,
+                        refusal::TOO_LARGE,
+                        None,
+                    );
+                }
+                Err(_) => {
+                    return rpc_error(
+                        StatusCode::REQUEST_TIMEOUT,
+                        -32600,
+                        refusal::BAD_REQUEST,
+                        None,
+                    );
+                }
+            }
+        } else {
+            Bytes::new()
+        };
+        let message: Option<Value> = serde_json::from_slice(&bytes).ok();
+        let method = message
+            .as_ref()
+            .and_then(|m| m.get("method"))
+            .and_then(Value::as_str);
+        let id = message.as_ref().and_then(|m| m.get("id")).cloned();
+        let tool = message
+            .as_ref()
+            .and_then(|m| m.pointer("/params/name"))
+            .and_then(Value::as_str);
+        let built = if method == Some("tools/call") {
+            let Some(tool) = tool else {
+                return rpc_error(StatusCode::BAD_REQUEST, -32602, refusal::BAD_REQUEST, id);
+            };
+            let mut built = match self.fresh(false).await {
+                Ok(built) => built,
+                Err(_) => return rpc_error(StatusCode::BAD_GATEWAY, -32603, refusal::UNLISTED, id),
+            };
+            if built.catalog.judge(tool).is_none() {
+                built = match self.fresh(true).await {
+                    Ok(built) => built,
+                    Err(_) => {
+                        return rpc_error(StatusCode::BAD_GATEWAY, -32603, refusal::UNLISTED, id);
+                    }
+                };
+            }
+            if let Some(judged) = built.catalog.judge(tool)
+                && judged.verdict == Verdict::Deny
+            {
+                tracing::info!(route = %self.path, tool, revision = %built.catalog.revision,
+                    "a call of a tool the operator denies was refused");
+                return rpc_error(StatusCode::OK, -32602, refusal::DENIED, id);
+            }
+            built
+        } else {
+            match self.fresh(false).await {
+                Ok(built) => built,
+                // Nothing is confirmed without a catalog: everything but tools/call goes through
+                // a layer that knows no tool, so a call it does not expect is still refused.
+                Err(_) => {
+                    let catalog = Catalog::new(Vec::new(), &self.entries, Duration::ZERO);
+                    match build_layer(&self.base, &catalog) {
+                        Ok(layer) => Arc::new(Built {
+                            service: layer.layer(self.upstream.clone()),
+                            catalog,
+                        }),
+                        Err(_) => {
+                            return rpc_error(
+                                StatusCode::BAD_GATEWAY,
+                                -32603,
+                                refusal::UNLISTED,
+                                id,
+                            );
+                        }
+                    }
+                }
+            }
+        };
+        let mut service = built.service.clone();
+        let request = Request::from_parts(parts, Full::new(bytes));
+        match service.call(request).await {
+            Ok(response) => response.map(|body| body.map_err(Into::into).boxed_unsync()),
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// The layer for one catalog: every tool it confirms with a yes/no form, every destructive tool
+/// the operator allows exempted, and the list itself given, so a tool outside it is refused. A
+/// denied tool is confirmed in the layer too: the gateway refuses it before the layer, and if
+/// anything ever let one past, it would still not run unconfirmed.
+///
+/// # Errors
+/// The core's, for a list it cannot take (the list is the upstream's: this is never a panic).
+fn build_layer(base: &Base, catalog: &Catalog) -> Result<ConfirmLayer, mcp_confirm::ConfigError> {
+    let mut builder = base().tool_list(&catalog.tools);
+    for (name, judged) in &catalog.judged {
+        match &judged.verdict {
+            Verdict::Confirm { message } => {
+                let mut policy = ToolPolicy::confirm_only();
+                if let Some(message) = message {
+                    policy = policy.message(message.clone());
+                }
+                builder = builder.tool(name.clone(), policy);
+            }
+            Verdict::Deny => builder = builder.tool(name.clone(), ToolPolicy::confirm_only()),
+            Verdict::Pass if judged.destructive => builder = builder.exempt(name.clone()),
+            Verdict::Pass => {}
+        }
+    }
+    builder.try_build()
+}
+
+/// A JSON-RPC error answer of the gateway's own.
+pub fn rpc_error(
+    status: StatusCode,
+    code: i64,
+    message: &'static str,
+    id: Option<Value>,
+) -> Response<GatewayBody> {
+    let body = json!({"jsonrpc": "2.0", "id": id.unwrap_or(Value::Null),
+        "error": {"code": code, "message": message}});
+    let mut response = Response::new(
+        Full::new(Bytes::from(body.to_string()))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The base builder every route's layer starts from.
+pub fn base(keys: KeyRing, audience: String, store: StoreHandle) -> Base {
+    Arc::new(move || store.apply(ConfirmLayer::builder(keys.clone()).audience(audience.clone())))
+}
+
+/// The store every build shares.
+#[derive(Clone)]
+pub enum StoreHandle {
+    /// In this process.
+    Memory(mcp_confirm::store::MemoryReplayStore),
+    /// Redis.
+    Redis(Box<mcp_confirm::store::RedisStore>),
+    /// PostgreSQL.
+    Postgres(mcp_confirm::store::PostgresStore),
+}
+
+impl StoreHandle {
+    fn apply(&self, builder: ConfirmLayerBuilder) -> ConfirmLayerBuilder {
+        match self {
+            Self::Memory(store) => builder.store(store.clone()),
+            Self::Redis(store) => builder.store(store.as_ref().clone()),
+            Self::Postgres(store) => builder.store(store.clone()),
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The command line: `check` prints what each upstream tool gets and why, `schema` the file's
+//! JSON Schema, and a file that does not validate is refused with its reason.
+
+use std::process::Command;
+
+use axum::Router;
+use axum::routing::post;
+use serde_json::{Value, json};
+
+fn gateway() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mcp-confirm-gateway"))
+}
+
+async fn upstream() -> String {
+    let app = Router::new().route(
+        "/mcp",
+        post(|body: axum::Json<Value>| async move {
+            axum::Json(json!({"jsonrpc": "2.0", "id": body.0["id"], "result": {
+            "resultType": "complete", "ttlMs": 1000, "cacheScope": "public", "tools": [
+                {"name": "notes_list", "annotations": {"readOnlyHint": true}},
+                {"name": "notes_delete", "annotations": {"destructiveHint": true}},
+                {"name": "notes_touch"},
+                {"name": "notes_purge"},
+            ]}}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/mcp")
+}
+
+fn config_dir(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("gateway-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tokens"), "alice alice-token-0123456789\n").unwrap();
+    std::fs::write(dir.join("gateway.toml"), text).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_prints_what_each_tool_gets_and_why() {
+    let url = upstream().await;
+    let dir = config_dir(
+        "check",
+        &format!(
+            "[auth]\nkind = \"static_tokens\"\nfile = \"tokens\"\n\n[[route]]\npath = \"/notes/mcp\"\n\
+             upstream = \"{url}\"\n[route.tools.notes_purge]\npolicy = \"deny\"\n"
+        ),
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        gateway()
+            .args(["check", "--config"])
+            .arg(dir.join("gateway.toml"))
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (tool, verdict, why) in [
+        ("notes_delete", "confirm", "destructiveHint: true"),
+        ("notes_list", "pass", "readOnlyHint: true"),
+        ("notes_purge", "deny", "the operator's entry"),
+        ("notes_touch", "confirm", "may be destructive"),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(tool))
+            .unwrap_or_else(|| panic!("{tool} missing:\n{text}"));
+        assert!(line.contains(verdict) && line.contains(why), "{line}");
+    }
+}
+
+#[test]
+fn check_refuses_a_file_that_does_not_validate() {
+    let dir = config_dir(
+        "invalid",
+        "[auth]\nkind = \"static_tokens\"\nfile = \"tokens\"\n\n[[route]]\npath = \"notes\"\nupstream = \"http://127.0.0.1:1/mcp\"\n",
+    );
+    let out = gateway()
+        .args(["check", "--config"])
+        .arg(dir.join("gateway.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("starting with `/`"));
+}
+
+#[test]
+fn check_says_which_upstream_cannot_be_listed() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    drop(listener);
+    let dir = config_dir(
+        "down",
+        &format!(
+            "[auth]\nkind = \"static_tokens\"\nfile = \"tokens\"\n\n[[route]]\npath = \"/x/mcp\"\nupstream = \"{url}\"\n"
+        ),
+    );
+    let out = gateway()
+        .args(["check", "--config"])
+        .arg(dir.join("gateway.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("its tools/call requests are refused"));
+}
+
+#[test]
+fn schema_is_a_json_schema_of_the_file() {
+    let out = gateway().arg("schema").output().unwrap();
+    assert!(out.status.success());
+    let schema: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(schema["title"], "GatewayConfig");
+    assert!(schema["properties"]["route"].is_object(), "{schema}");
+}
