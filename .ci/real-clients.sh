@@ -9,17 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 work="$root/target/ci-clients"
-mkdir -p "$work"
-
-if [ ! -d "$work/ts/node_modules/@modelcontextprotocol/client" ]; then
-  mkdir -p "$work/ts"
-  (cd "$work/ts" && npm init -y >/dev/null && npm install --no-audit --no-fund @modelcontextprotocol/client@2.4.0 >/dev/null)
-fi
-cp .ci/clients/mrtr-client.mjs "$work/ts/"
-if [ ! -x "$work/venv/bin/python" ] || ! "$work/venv/bin/python" -c 'import mcp' 2>/dev/null; then
-  python3 -m venv "$work/venv"
-  "$work/venv/bin/pip" install -q mcp==2.3.0
-fi
+bash .ci/install-clients.sh
 
 cargo build -q --example notes_server
 server_bin="$root/target/debug/examples/notes_server"
