@@ -235,6 +235,8 @@ pub(crate) struct GuardedTool {
     /// The `Mcp-Param-*` name of the rewritten argument: the schema's `x-mcp-header`, else the
     /// policy's `select_header`.
     pub(crate) param_header: Option<String>,
+    /// The tool declares an `outputSchema` (as far as the tool list says).
+    pub(crate) structured: bool,
 }
 
 impl GuardedTool {
@@ -243,11 +245,13 @@ impl GuardedTool {
         name: &str,
         policy: ToolPolicy,
         param_header: Option<String>,
+        structured: bool,
     ) -> Self {
         Self {
             binding: ToolBinding::new(audience, TOOLS_CALL, name, &policy.input_key),
             policy,
             param_header,
+            structured,
         }
     }
 

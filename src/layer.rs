@@ -762,7 +762,11 @@ impl ConfirmLayerBuilder {
         let mut tools = HashMap::with_capacity(policies.len());
         for (name, policy) in policies {
             let header = param_header(&name, &policy, listed.as_ref())?;
-            let guarded = GuardedTool::new(&audience, &name, policy, header);
+            let structured = listed
+                .as_ref()
+                .and_then(|listed| listed.get(&name))
+                .is_some_and(|info| info.structured);
+            let guarded = GuardedTool::new(&audience, &name, policy, header, structured);
             tools.insert(name, Arc::new(guarded));
         }
         let known_tools = listed.map(|listed| listed.into_keys().collect());

@@ -418,10 +418,14 @@ impl Outcome {
         }
     }
 
-    fn is_error(self) -> bool {
+    /// Whether the result says `isError`. A decline or a cancel is not an error, unless the tool
+    /// declares an `outputSchema` (`structured`): its results must then carry structured content
+    /// the layer cannot make up, and only an error result is exempt (clients such as the official
+    /// Python SDK's refuse a plain one).
+    fn is_error(self, structured: bool) -> bool {
         match self {
             Outcome::NoCandidates | Outcome::TooManyCandidates | Outcome::Revoked => true,
-            Outcome::Declined | Outcome::Cancelled => false,
+            Outcome::Declined | Outcome::Cancelled => structured,
         }
     }
 }
@@ -430,8 +434,13 @@ impl Outcome {
 pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// A complete `CallToolResult` reporting an [`Outcome`] in plain text, with the server's info
-/// when the layer knows it.
-pub(crate) fn outcome_result(outcome: Outcome, text: &str, server_info: Option<&Value>) -> Value {
+/// when the layer knows it; `structured`: the tool declares an `outputSchema`.
+pub(crate) fn outcome_result(
+    outcome: Outcome,
+    text: &str,
+    server_info: Option<&Value>,
+    structured: bool,
+) -> Value {
     let mut meta = serde_json::Map::new();
     meta.insert(META_OUTCOME.to_owned(), Value::from(outcome.tag()));
     if let Some(info) = server_info {
@@ -440,7 +449,7 @@ pub(crate) fn outcome_result(outcome: Outcome, text: &str, server_info: Option<&
     json!({
         "resultType": "complete",
         "content": [{ "type": "text", "text": text }],
-        "isError": outcome.is_error(),
+        "isError": outcome.is_error(structured),
         "_meta": meta,
     })
 }

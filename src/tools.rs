@@ -26,6 +26,9 @@ pub(crate) struct ToolInfo {
     /// The top-level arguments its input schema names (`properties`), sorted; `None` when the
     /// schema names none (a free-form tool).
     pub(crate) arguments: Option<Vec<String>>,
+    /// Whether it declares an `outputSchema`: its successful results must then carry
+    /// structured content, which the layer's own answers cannot.
+    pub(crate) structured: bool,
 }
 
 /// Why a tool list could not be read.
@@ -95,6 +98,7 @@ pub(crate) fn read(list: &Value) -> Result<HashMap<String, ToolInfo>, ToolListEr
             title,
             declared,
             arguments,
+            structured: tool.get("outputSchema").is_some_and(Value::is_object),
         };
         if out.insert(name.to_owned(), info).is_some() {
             return Err(ToolListError::Duplicate(name.to_owned()));

@@ -354,7 +354,12 @@ impl Attempt<'_> {
 
     /// A result that ends the call with `outcome` and `text`, nothing run.
     pub(super) fn outcome(&self, outcome: Outcome, text: &str) -> Decision {
-        let result = protocol::outcome_result(outcome, text, self.config.server_info.as_ref());
+        let result = protocol::outcome_result(
+            outcome,
+            text,
+            self.config.server_info.as_ref(),
+            self.guarded.structured,
+        );
         Decision::Reply(Reply::result(&self.call.id, &result))
     }
 }

@@ -651,6 +651,37 @@ async fn user_dismisses_the_dialog_cancel_keeps_the_state_retryable() {
     assert_eq!(f.seen.count(), 1);
 }
 
+/// A tool that declares an `outputSchema` must answer with structured content, which the layer
+/// cannot make up: its decline and cancel are error results (clients such as the official
+/// Python SDK's refuse a plain result without it), still marked declined or cancelled.
+#[tokio::test]
+async fn a_tool_with_an_output_schema_is_declined_and_cancelled_with_error_results() {
+    let f = fixture_with(|builder| {
+        builder.tool_list(json!([{
+            "name": "notes_delete",
+            "inputSchema": {"type": "object", "properties": {
+                "workspaceUri": {"type": "string"}, "title": {"type": "string"},
+                "note_id": {"type": "string"}}},
+            "outputSchema": {"type": "object", "properties": {"deleted": {"type": "string"}}},
+        }]))
+    });
+    for (id, (answer, outcome)) in [(decline(), "declined"), (cancel(), "cancelled")]
+        .into_iter()
+        .enumerate()
+    {
+        let id = 10 * id as u64;
+        let first = f.alice(&delete_call(json!(id), "Groceries")).await;
+        let result = f
+            .alice(&answered(&first.state(), json!(id + 1), answer))
+            .await
+            .result();
+        assert_eq!(result["isError"], true, "{result}");
+        assert_eq!(result["_meta"]["io.github.mcp-confirm/outcome"], outcome);
+        assert!(result.get("structuredContent").is_none());
+    }
+    assert_eq!(f.seen.count(), 0);
+}
+
 fn send_decline_text() -> Value {
     json!([{"type":"text","text":"The user declined; nothing was changed."}])
 }
