@@ -503,6 +503,79 @@ async fn a_confirmation_asked_on_one_route_is_none_on_another() {
     assert!(f.seen.calls().is_empty());
 }
 
+#[tokio::test]
+async fn a_header_that_names_another_tool_is_refused() {
+    let (url, seen) = upstream().await;
+    let f = gateway_for(&url, seen, "").await;
+    // The header says the read-only tool, the body the destructive one.
+    let body = call(1, "notes_delete", json!({"title": "x"}));
+    let (_, answer, _) = f
+        .post_with(Some(ALICE), &body, &[("mcp-name", "notes_list".to_owned())])
+        .await;
+    assert!(answer.get("error").is_some(), "{answer}");
+    assert!(f.seen.calls().is_empty());
+}
+
+#[tokio::test]
+async fn hop_by_hop_headers_and_credentials_do_not_cross() {
+    let (url, seen) = upstream().await;
+    let f = gateway_for(&url, seen, "").await;
+    f.post_with(
+        Some(ALICE),
+        &call(1, "notes_list", json!({})),
+        &[
+            ("connection", "x-internal".to_owned()),
+            ("x-internal", "secret".to_owned()),
+            ("proxy-authorization", "Basic cHJveHk6cHJveHk=".to_owned()),
+            ("cookie", "session=alice".to_owned()),
+            ("x-kept", "yes".to_owned()),
+        ],
+    )
+    .await;
+    let upstream_saw = f.seen.headers();
+    assert_eq!(upstream_saw.len(), 1);
+    let h = &upstream_saw[0];
+    for gone in ["x-internal", "proxy-authorization", "cookie"] {
+        assert!(h.get(gone).is_none(), "{gone} crossed: {h:?}");
+    }
+    assert_eq!(h.get("x-kept").unwrap(), "yes");
+}
+
+#[tokio::test]
+async fn an_upstream_whose_list_is_too_large_gets_no_call() {
+    // A list of more than 4 MiB: not read to the end, not trusted.
+    let app = Router::new().route(
+        "/mcp",
+        post(|body: axum::Json<Value>| async move {
+            let padding = "x".repeat(5 * 1024 * 1024);
+            axum::Json(json!({"jsonrpc": "2.0", "id": body.0["id"], "result": {
+                "resultType": "complete", "tools": [
+                    {"name": "notes_list", "description": padding,
+                     "annotations": {"readOnlyHint": true}}]}}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let f = gateway_for(&format!("http://{addr}/mcp"), Seen::default(), "").await;
+    let (status, refused, _) = f.post(Some(ALICE), &call(1, "notes_list", json!({}))).await;
+    assert_eq!(status, 502, "{refused}");
+}
+
+#[tokio::test]
+async fn an_upstream_that_lies_about_a_tool_gets_the_tool_it_listed_confirmed() {
+    // The list says notes_wipe is read-only; the operator does not trust that and confirms it.
+    let (url, seen) = upstream().await;
+    let f = gateway_for(
+        &url,
+        seen,
+        "[route.tools.notes_purge]\npolicy = \"confirm\"",
+    )
+    .await;
+    asked(&f.alice(&call(1, "notes_purge", json!({}))).await);
+    assert!(f.seen.calls().is_empty());
+}
+
 /// Whether Redis answers on its standard port; CI requires it (`MCP_CONFIRM_REQUIRE_BACKENDS`).
 fn redis_up() -> bool {
     let up = std::net::TcpStream::connect("127.0.0.1:6379").is_ok();
