@@ -93,7 +93,7 @@ impl std::fmt::Display for Secret {
 }
 
 /// Where confirmations are claimed once.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, tag = "kind", rename_all = "snake_case")]
 pub enum Store {
     /// In this process (the default): one gateway, and a restart refuses the states it issued.

@@ -19,8 +19,12 @@
 //! What it took, and why: `hyper-util`'s pooled client (the same stack as the server side; a
 //! request body streams through untouched), `figment` for the file with environment variables
 //! over it, `schemars` for the file's schema, `clap` for the command line, `arc-swap` to swap a
-//! route's layer when its tools change. What it left: `reqwest` (a second HTTP stack for
-//! nothing a proxy needs), `config` (figment's providers are smaller and typed).
+//! route's layer when its tools change, and the whole configuration when the file changes.
+//! What it left: `reqwest` (a second HTTP stack for nothing a proxy needs), `config` (figment's
+//! providers are smaller and typed), and `notify` for watching the file: the file is read and
+//! hashed once a second instead, which also sees a file replaced through a symlink (how
+//! Kubernetes updates a mounted ConfigMap, which inotify watches on the old file miss) and costs
+//! nothing measurable.
 
 #![deny(missing_docs, unsafe_code)]
 

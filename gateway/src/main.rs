@@ -131,6 +131,10 @@ async fn check(path: Option<&Path>) -> Result<bool, String> {
 async fn run(path: Option<&Path>) -> Result<(), String> {
     let (config, base) = load(path)?;
     let gateway = Gateway::build(&config, &base).map_err(|e| e.to_string())?;
+    if let Some(path) = path {
+        // A changed file is reloaded; one that does not validate is refused, the old one kept.
+        gateway.watch(path.to_path_buf(), base.clone());
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("listening on {}: {e}", config.listen))?;

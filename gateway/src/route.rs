@@ -316,7 +316,7 @@ pub fn base(keys: KeyRing, audience: String, store: StoreHandle) -> Base {
 }
 
 /// The store every build shares.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub enum StoreHandle {
     /// In this process.
     Memory(mcp_confirm::store::MemoryReplayStore),

@@ -1,7 +1,9 @@
 //! The gateway as a whole: built from its file (secrets read, key, store, tokens, routes), then
 //! served: each request is authenticated, given to its route by path, and answered.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use arc_swap::ArcSwap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,16 +20,26 @@ use crate::upstream::Upstream;
 /// How long a caller has to send its request's headers.
 pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A gateway ready to serve.
+/// How often the file is looked at for a change.
+pub const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A gateway ready to serve. Clones share one state, which [`reload`](Self::reload) replaces
+/// as a whole.
 #[derive(Debug, Clone)]
 pub struct Gateway {
-    inner: Arc<Inner>,
+    inner: Arc<ArcSwap<Inner>>,
 }
 
 #[derive(Debug)]
 struct Inner {
-    routes: Vec<Route>,
+    config: GatewayConfig,
+    routes: Vec<Arc<Route>>,
     tokens: StaticTokens,
+    /// Kept across reloads while the file's `store` section is unchanged: a memory store made
+    /// anew would forget which confirmations were claimed.
+    store: StoreHandle,
+    /// The random key made when the file names none, kept across reloads for the same reason.
+    random_keys: Option<KeyRing>,
 }
 
 impl Gateway {
@@ -37,82 +49,57 @@ impl Gateway {
     /// [`ConfigError`] if a secret cannot be read, the key is not one, or a store cannot be
     /// opened.
     pub fn build(config: &GatewayConfig, base: &Path) -> Result<Self, ConfigError> {
-        let keys = match &config.key {
-            Some(secret) => KeyRing::single_hex("k1", &secret.read(base)?)
-                .map_err(|e| ConfigError::Invalid(format!("key ({secret}): {e}")))?,
-            None => {
-                tracing::warn!(
-                    "no `key` in the configuration: a random one was made; confirmations asked \
-                     before a restart are refused after it, and no other gateway can share them"
-                );
-                KeyRing::random()
-            }
-        };
-        let store = match &config.store {
-            Store::Memory => StoreHandle::Memory(mcp_confirm::store::MemoryReplayStore::new()),
-            Store::Redis { url } => StoreHandle::Redis(Box::new(
-                mcp_confirm::store::RedisStore::open(&url.read(base)?)
-                    .map_err(|e| ConfigError::Invalid(format!("store (redis): {e}")))?,
-            )),
-            Store::Postgres { url } => StoreHandle::Postgres(
-                mcp_confirm::store::PostgresStore::connect(&url.read(base)?)
-                    .map_err(|e| ConfigError::Invalid(format!("store (postgres): {e}")))?,
-            ),
-        };
-        let tokens = match &config.auth {
-            Auth::StaticTokens { file } => {
-                tracing::warn!(
-                    "callers are authenticated by static tokens: for a first try, not for production"
-                );
-                StaticTokens::read(&base.join(file))?
-            }
-        };
-        let audience = config.audience();
-        let mut routes = Vec::new();
-        for entry in &config.routes {
-            let credential = match &entry.upstream_header {
-                Some(header) => {
-                    let value = header.value.read(base)?;
-                    let name = http::HeaderName::from_bytes(header.name.as_bytes())
-                        .map_err(|e| ConfigError::Invalid(format!("upstream_header: {e}")))?;
-                    let value = HeaderValue::from_str(&value).map_err(|_| {
-                        ConfigError::Invalid(format!(
-                            "upstream_header {}: {} is not a header value",
-                            header.name, header.value
-                        ))
-                    })?;
-                    Some((name, value))
-                }
-                None => None,
-            };
-            let uri = entry
-                .upstream
-                .parse()
-                .map_err(|e| ConfigError::Invalid(format!("upstream: {e}")))?;
-            let path = entry.path.trim_end_matches('/').to_owned();
-            // Each route is a deployment of its own: a confirmation asked on one route is no
-            // confirmation on another, whatever its tools are called.
-            let base_builder = route::base(
-                keys.clone(),
-                format!("{}{path}", audience.trim_end_matches('/')),
-                store.clone(),
-            );
-            routes.push(Route::new(
-                path,
-                Upstream::new(uri, credential),
-                entry.tools.clone(),
-                entry.list_ttl,
-                base_builder,
-            ));
-        }
         Ok(Self {
-            inner: Arc::new(Inner { routes, tokens }),
+            inner: Arc::new(ArcSwap::from_pointee(Inner::build(config, base, None)?)),
         })
     }
 
-    /// Its routes.
-    pub fn routes(&self) -> &[Route] {
-        &self.inner.routes
+    /// Replaces the gateway's configuration with `config`, or keeps the one in force if
+    /// `config` cannot be built. The store is kept while its section is unchanged, and so is a
+    /// random key while the file still names none; routes list their upstreams' tools anew. The
+    /// listening address cannot change without a restart.
+    ///
+    /// # Errors
+    /// As [`build`](Self::build); the configuration in force is then unchanged.
+    pub fn reload(&self, config: &GatewayConfig, base: &Path) -> Result<(), ConfigError> {
+        let previous = self.inner.load_full();
+        let next = Inner::build(config, base, Some(&previous))?;
+        if next.config.listen != previous.config.listen {
+            tracing::warn!(listen = %next.config.listen, still = %previous.config.listen,
+                "the listening address changed in the file: it takes a restart");
+        }
+        self.inner.store(Arc::new(next));
+        tracing::info!("the configuration was reloaded");
+        Ok(())
+    }
+
+    /// Reloads the file at `path` whenever its contents change (read every [`WATCH_EVERY`]; a
+    /// file replaced through a symlink, as Kubernetes does with a ConfigMap, counts). A file
+    /// that does not validate is refused and said at error level; the one in force stays.
+    pub fn watch(&self, path: PathBuf, base: PathBuf) -> tokio::task::JoinHandle<()> {
+        let gateway = self.clone();
+        tokio::spawn(async move {
+            let mut seen = contents_digest(&path);
+            loop {
+                tokio::time::sleep(WATCH_EVERY).await;
+                let now = contents_digest(&path);
+                if now == seen {
+                    continue;
+                }
+                seen = now;
+                let loaded =
+                    GatewayConfig::load(&path).and_then(|config| gateway.reload(&config, &base));
+                if let Err(e) = loaded {
+                    tracing::error!(file = %path.display(), error = %e,
+                        "the changed configuration was refused; the one in force stays");
+                }
+            }
+        })
+    }
+
+    /// Its routes, as configured now.
+    pub fn routes(&self) -> Vec<Arc<Route>> {
+        self.inner.load().routes.clone()
     }
 
     /// Answers one request.
@@ -121,14 +108,15 @@ impl Gateway {
         B: http_body::Body<Data = Bytes> + Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        let inner = self.inner.load_full();
         let path = request.uri().path().trim_end_matches('/');
-        let Some(route) = self.inner.routes.iter().find(|r| r.path() == path) else {
+        let Some(route) = inner.routes.iter().find(|r| r.path() == path) else {
             return plain(StatusCode::NOT_FOUND, "Not found.");
         };
         // Whatever the caller put there is not a principal: only the gateway's authentication
         // names one.
         request.extensions_mut().remove::<mcp_confirm::Principal>();
-        match self.inner.tokens.principal(request.headers()) {
+        match inner.tokens.principal(request.headers()) {
             Some(principal) => {
                 request.extensions_mut().insert(principal);
             }
@@ -171,6 +159,116 @@ impl Gateway {
                 }
             });
         }
+    }
+}
+
+/// A digest of the file's contents: a write within the same second, or a symlink swapped to
+/// another file, changes it; a touch does not.
+fn contents_digest(path: &Path) -> Option<[u8; 32]> {
+    use sha2::Digest;
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| sha2::Sha256::digest(&bytes).into())
+}
+
+/// Opens the store the file names.
+fn open_store(store: &Store, base: &Path) -> Result<StoreHandle, ConfigError> {
+    Ok(match store {
+        Store::Memory => StoreHandle::Memory(mcp_confirm::store::MemoryReplayStore::new()),
+        Store::Redis { url } => StoreHandle::Redis(Box::new(
+            mcp_confirm::store::RedisStore::open(&url.read(base)?)
+                .map_err(|e| ConfigError::Invalid(format!("store (redis): {e}")))?,
+        )),
+        Store::Postgres { url } => StoreHandle::Postgres(
+            mcp_confirm::store::PostgresStore::connect(&url.read(base)?)
+                .map_err(|e| ConfigError::Invalid(format!("store (postgres): {e}")))?,
+        ),
+    })
+}
+
+impl Inner {
+    fn build(
+        config: &GatewayConfig,
+        base: &Path,
+        previous: Option<&Inner>,
+    ) -> Result<Self, ConfigError> {
+        let mut random_keys = None;
+        let keys = match &config.key {
+            Some(secret) => KeyRing::single_hex("k1", &secret.read(base)?)
+                .map_err(|e| ConfigError::Invalid(format!("key ({secret}): {e}")))?,
+            None => {
+                let keys = match previous.and_then(|p| p.random_keys.clone()) {
+                    Some(keys) => keys,
+                    None => {
+                        tracing::warn!(
+                            "no `key` in the configuration: a random one was made; confirmations \
+                             asked before a restart are refused after it, and no other gateway \
+                             can share them"
+                        );
+                        KeyRing::random()
+                    }
+                };
+                random_keys = Some(keys.clone());
+                keys
+            }
+        };
+        let store = match previous {
+            Some(previous) if previous.config.store == config.store => previous.store.clone(),
+            _ => open_store(&config.store, base)?,
+        };
+        let tokens = match &config.auth {
+            Auth::StaticTokens { file } => {
+                tracing::warn!(
+                    "callers are authenticated by static tokens: for a first try, not for production"
+                );
+                StaticTokens::read(&base.join(file))?
+            }
+        };
+        let audience = config.audience();
+        let mut routes = Vec::new();
+        for entry in &config.routes {
+            let credential = match &entry.upstream_header {
+                Some(header) => {
+                    let value = header.value.read(base)?;
+                    let name = http::HeaderName::from_bytes(header.name.as_bytes())
+                        .map_err(|e| ConfigError::Invalid(format!("upstream_header: {e}")))?;
+                    let value = HeaderValue::from_str(&value).map_err(|_| {
+                        ConfigError::Invalid(format!(
+                            "upstream_header {}: {} is not a header value",
+                            header.name, header.value
+                        ))
+                    })?;
+                    Some((name, value))
+                }
+                None => None,
+            };
+            let uri = entry
+                .upstream
+                .parse()
+                .map_err(|e| ConfigError::Invalid(format!("upstream: {e}")))?;
+            let path = entry.path.trim_end_matches('/').to_owned();
+            // Each route is a deployment of its own: a confirmation asked on one route is no
+            // confirmation on another, whatever its tools are called.
+            let base_builder = route::base(
+                keys.clone(),
+                format!("{}{path}", audience.trim_end_matches('/')),
+                store.clone(),
+            );
+            routes.push(Arc::new(Route::new(
+                path,
+                Upstream::new(uri, credential),
+                entry.tools.clone(),
+                entry.list_ttl,
+                base_builder,
+            )));
+        }
+        Ok(Self {
+            config: config.clone(),
+            routes,
+            tokens,
+            store,
+            random_keys,
+        })
     }
 }
 

@@ -106,6 +106,8 @@ struct Fixture {
     seen: Seen,
     client: reqwest_like::Client,
     _dir: std::path::PathBuf,
+    /// The gateway serving, and its file.
+    gateway: Option<(Gateway, std::path::PathBuf)>,
 }
 
 /// A gateway on a free port in front of `upstream_url`, the operator's entries in `tools`.
@@ -162,11 +164,12 @@ async fn gateway_full(
     let gateway = Gateway::build(&config, &dir).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(gateway.serve(listener));
+    tokio::spawn(gateway.clone().serve(listener));
     Fixture {
         url: format!("http://{addr}/notes/mcp"),
         seen,
         client: reqwest_like::Client::new(),
+        gateway: Some((gateway, path)),
         _dir: dir,
     }
 }
@@ -485,6 +488,7 @@ async fn a_confirmation_asked_on_one_route_is_none_on_another() {
         seen: seen_b.clone(),
         client: reqwest_like::Client::new(),
         _dir: std::env::temp_dir(),
+        gateway: None,
     };
     let crossed = other
         .alice(&answer(
@@ -574,6 +578,77 @@ async fn an_upstream_that_lies_about_a_tool_gets_the_tool_it_listed_confirmed() 
     .await;
     asked(&f.alice(&call(1, "notes_purge", json!({}))).await);
     assert!(f.seen.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_changed_file_is_reloaded_and_a_bad_one_refused() {
+    let (url, seen) = upstream().await;
+    let f = gateway_for(&url, seen, "").await;
+    let (gateway, path) = f.gateway.clone().unwrap();
+    let dir = path.parent().unwrap().to_path_buf();
+    gateway.watch(path.clone(), dir);
+    // Before: notes_list passes, and a delete is confirmed and run.
+    f.alice(&call(1, "notes_list", json!({}))).await;
+    let first = call(2, "notes_delete", json!({"title": "Groceries"}));
+    let (key, state) = asked(&f.alice(&first).await);
+    let accept = json!({"action": "accept", "content": {"confirm": true}});
+    f.alice(&answer(first.clone(), 3, &key, &state, accept.clone()))
+        .await;
+    assert_eq!(f.seen.calls().len(), 2);
+    // A confirmation asked before the reload and answered after it.
+    let pending = call(20, "notes_delete", json!({"title": "Standup"}));
+    let (pending_key, pending_state) = asked(&f.alice(&pending).await);
+    // The operator denies notes_list: in force within a few seconds, without a restart.
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        format!("{text}\n[route.tools.notes_list]\npolicy = \"deny\"\n"),
+    )
+    .unwrap();
+    let mut denied = false;
+    for _ in 0..50 {
+        let answer = f.alice(&call(4, "notes_list", json!({}))).await;
+        if answer["error"]["message"] == "This tool is not available through this gateway." {
+            denied = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(denied, "the change never took effect");
+    // The store and the key were kept: the answer already used is still used, and the one
+    // asked before the reload runs after it.
+    let replayed = f
+        .alice(&answer(first, 5, &key, &state, accept.clone()))
+        .await;
+    assert!(replayed.get("error").is_some(), "{replayed}");
+    let ran = f
+        .alice(&answer(pending, 21, &pending_key, &pending_state, accept))
+        .await;
+    assert_eq!(
+        ran["result"]["content"][0]["text"], "notes_delete ran",
+        "{ran}"
+    );
+    let ran_when_denied = f.seen.calls().len();
+    // A file that does not validate is refused; the one in force stays.
+    std::fs::write(&path, "this is not = [valid").unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let still = f.alice(&call(6, "notes_list", json!({}))).await;
+    assert_eq!(
+        still["error"]["message"], "This tool is not available through this gateway.",
+        "{still}"
+    );
+    assert_eq!(
+        f.seen.calls().len(),
+        ran_when_denied,
+        "nothing ran once it was denied"
+    );
+    let deletes = f
+        .seen
+        .calls()
+        .into_iter()
+        .filter(|c| c.0 == "notes_delete")
+        .count();
+    assert_eq!(deletes, 2, "the replay did not run, the pending one did");
 }
 
 /// Whether Redis answers on its standard port; CI requires it (`MCP_CONFIRM_REQUIRE_BACKENDS`).
