@@ -228,6 +228,16 @@ impl Route {
                     "a call of a tool the operator denies was refused");
                 return rpc_error(StatusCode::OK, -32602, refusal::DENIED, id);
             }
+            // Which policy revision the layer decides this call under (the list and the
+            // operator's entries it was built from).
+            match built.catalog.judge(tool) {
+                Some(judged) => tracing::info!(route = %self.path, tool,
+                    verdict = %judged.verdict, why = %judged.reason,
+                    revision = %built.catalog.revision, "tools/call"),
+                None => tracing::info!(route = %self.path, tool,
+                    revision = %built.catalog.revision,
+                    "tools/call of a tool the upstream does not list: the layer refuses it"),
+            }
             built
         } else {
             match self.fresh(false).await {
