@@ -243,6 +243,11 @@ fn asked(result: &Value) -> (String, String) {
     (key, state)
 }
 
+/// The form accepted: the yes/no form's one field, `confirm`, true.
+fn accept() -> Value {
+    json!({"action": "accept", "content": {"confirm": true}})
+}
+
 fn answer(mut first: Value, id: i64, key: &str, state: &str, response: Value) -> Value {
     first["id"] = json!(id);
     first["params"]["requestState"] = json!(state);
@@ -275,13 +280,7 @@ async fn a_destructive_call_reaches_the_upstream_only_after_acceptance() {
         .await;
     let (key, state) = asked(&asked_again);
     let accepted = f
-        .alice(&answer(
-            first.clone(),
-            4,
-            &key,
-            &state,
-            json!({"action": "accept", "content": {"confirm": true}}),
-        ))
+        .alice(&answer(first.clone(), 4, &key, &state, accept()))
         .await;
     assert_eq!(
         accepted["result"]["content"][0]["text"], "notes_delete ran",
@@ -292,15 +291,7 @@ async fn a_destructive_call_reaches_the_upstream_only_after_acceptance() {
         [("notes_delete".to_owned(), json!({"title": "Groceries"}))]
     );
     // The same answer again: not a second run.
-    let replayed = f
-        .alice(&answer(
-            first,
-            5,
-            &key,
-            &state,
-            json!({"action": "accept", "content": {"confirm": true}}),
-        ))
-        .await;
+    let replayed = f.alice(&answer(first, 5, &key, &state, accept())).await;
     assert!(replayed.get("error").is_some(), "{replayed}");
     assert_eq!(f.seen.calls().len(), 1);
 }
@@ -490,15 +481,7 @@ async fn a_confirmation_asked_on_one_route_is_none_on_another() {
         _dir: std::env::temp_dir(),
         gateway: None,
     };
-    let crossed = other
-        .alice(&answer(
-            first,
-            2,
-            &key,
-            &state,
-            json!({"action": "accept", "content": {"confirm": true}}),
-        ))
-        .await;
+    let crossed = other.alice(&answer(first, 2, &key, &state, accept())).await;
     assert!(crossed.get("error").is_some(), "{crossed}");
     assert!(
         seen_b.calls().is_empty(),
@@ -591,7 +574,7 @@ async fn a_changed_file_is_reloaded_and_a_bad_one_refused() {
     f.alice(&call(1, "notes_list", json!({}))).await;
     let first = call(2, "notes_delete", json!({"title": "Groceries"}));
     let (key, state) = asked(&f.alice(&first).await);
-    let accept = json!({"action": "accept", "content": {"confirm": true}});
+    let accept = accept();
     f.alice(&answer(first.clone(), 3, &key, &state, accept.clone()))
         .await;
     assert_eq!(f.seen.calls().len(), 2);
@@ -676,7 +659,7 @@ async fn two_gateways_sharing_redis_run_a_confirmation_once() {
     let two = gateway_full(&url, seen.clone(), top, "", "").await;
     let first = call(1, "notes_delete", json!({"title": "Groceries"}));
     let (key, state) = asked(&one.alice(&first).await);
-    let accept = json!({"action": "accept", "content": {"confirm": true}});
+    let accept = accept();
     // Asked on one, answered on the other (a round-robin): it runs.
     let ran = two
         .alice(&answer(first.clone(), 2, &key, &state, accept.clone()))
