@@ -24,7 +24,9 @@ pub(crate) mod visitor;
 pub(crate) use anti_forgery::{FormPurpose, FormTokens, form_refused};
 pub(crate) use entrance::{Entrance, Entry};
 pub(crate) use form::form_value;
-pub(crate) use skeleton::{http_date, notice, page, page_with_script};
+#[cfg(feature = "passkeys")]
+pub(crate) use skeleton::page_with_script;
+pub(crate) use skeleton::{http_date, notice, page};
 pub(crate) use visitor::Visitor;
 
 /// How long a page's form stays good once the page showed it, by default: a form posted later

@@ -49,7 +49,7 @@ impl InboxPage {
     }
 
     /// Where a visitor who is not signed in is sent, as for the
-    /// [approval page](super::ApprovalPage::sign_in_url).
+    /// [approval page](crate::approval::ApprovalPage::sign_in_url).
     #[must_use]
     pub fn sign_in_url(mut self, url: impl Into<String>) -> Self {
         self.sign_in = Some(url.into());
