@@ -77,7 +77,7 @@ impl Catalog {
             whole.update(name.as_bytes());
             whole.update(format!("{:?}/{:?}", entry.policy, entry.message).as_bytes());
         }
-        let revision = hex(&whole.finalize()[..8]);
+        let revision = mcp_confirm::__private::hex(&whole.finalize()[..8]);
         let listed_at = Instant::now();
         Self {
             tools,
@@ -123,10 +123,6 @@ fn canonical(value: &Value) -> String {
         }
         other => other.to_string(),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

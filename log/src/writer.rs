@@ -589,15 +589,15 @@ fn write_loop(
                 Err(TryRecvError::Disconnected) => closed = true,
             }
         }
+        let waited = batch.acks.iter().filter(|a| a.is_some()).count();
+        gather = if waited >= 2 { GATHER } else { Duration::ZERO };
+        let mut core = Held::take(core, shared);
         // A sink written on callers' threads is not lingered over: while anything queued is
         // unwritten, callers queue too, so what is queued is written at once.
         linger = !batch.records.is_empty()
             && flush.is_none()
             && !batch.waited_on()
-            && !lock(core).log.appends_inline();
-        let waited = batch.acks.iter().filter(|a| a.is_some()).count();
-        gather = if waited >= 2 { GATHER } else { Duration::ZERO };
-        let mut core = Held::take(core, shared);
+            && !core.log.appends_inline();
         let taken = batch.records.len() as u64;
         // A caller's append failed on its own thread since the last round (one record: after
         // it, no caller appends until the log is up again).
