@@ -1,14 +1,98 @@
-//! Who is calling. For now, static bearer tokens from a file: for a first try and for
-//! development. The principal is the subject the file names for the token, put in the request's
-//! extensions where the layer reads it; the caller's token never goes upstream.
+//! Who is calling: an OAuth 2.1 bearer JWT ([`crate::oauth`]), or, for a first try and for
+//! development, static bearer tokens from a file. The principal goes in the request's
+//! extensions, where the layer reads it; whatever the caller put there is removed first. The
+//! caller's token never goes upstream unless the route says so.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use http::{HeaderMap, header};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use mcp_confirm::Principal;
 
 use crate::config::ConfigError;
+use crate::oauth::{OAuth, Rejection};
+use crate::route::GatewayBody;
+
+/// How callers prove who they are.
+#[derive(Debug)]
+pub enum Authenticator {
+    /// Tokens listed in a file.
+    Static(StaticTokens),
+    /// Bearer JWTs of one issuer.
+    OAuth(Box<OAuth>),
+}
+
+impl Authenticator {
+    /// The principal of a request to the route whose URL is `resource`.
+    ///
+    /// # Errors
+    /// [`Rejection`], its reason for the log only.
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        resource: &str,
+    ) -> Result<Principal, Rejection> {
+        match self {
+            Self::Static(tokens) => tokens.principal(headers).ok_or(Rejection::Missing),
+            Self::OAuth(oauth) => oauth.principal(headers, resource).await,
+        }
+    }
+
+    /// The resource server, if callers sign in with OAuth.
+    pub fn oauth(&self) -> Option<&OAuth> {
+        match self {
+            Self::OAuth(oauth) => Some(oauth),
+            Self::Static(_) => None,
+        }
+    }
+
+    /// The answer to a request that was not let in: `401` (or `403` for a missing scope) with
+    /// the `WWW-Authenticate` challenge RFC 6750 and RFC 9728 describe, pointing OAuth clients
+    /// at the route's metadata. One frozen text per class; the reason was logged.
+    pub fn refuse(&self, rejection: &Rejection, resource: &str) -> Response<GatewayBody> {
+        let (status, error, text) = match rejection {
+            Rejection::Missing => (
+                StatusCode::UNAUTHORIZED,
+                None,
+                "Sign in: a bearer token is required.",
+            ),
+            Rejection::Invalid(_) | Rejection::NoKeys(_) => (
+                StatusCode::UNAUTHORIZED,
+                Some("invalid_token"),
+                "The bearer token is not valid here.",
+            ),
+            Rejection::InsufficientScope(_) => (
+                StatusCode::FORBIDDEN,
+                Some("insufficient_scope"),
+                "The bearer token does not allow this.",
+            ),
+        };
+        let mut challenge = String::from("Bearer");
+        let mut params = Vec::new();
+        if let Some(error) = error {
+            params.push(format!("error=\"{error}\""));
+        }
+        if let Some(oauth) = self.oauth() {
+            if matches!(rejection, Rejection::InsufficientScope(_)) && !oauth.scopes().is_empty() {
+                params.push(format!("scope=\"{}\"", oauth.scopes().join(" ")));
+            }
+            if let Some(url) = crate::oauth::metadata_url(resource) {
+                params.push(format!("resource_metadata=\"{url}\""));
+            }
+        }
+        if !params.is_empty() {
+            challenge.push(' ');
+            challenge.push_str(&params.join(", "));
+        }
+        let mut response = crate::route::plain(status, text);
+        if let Ok(value) = HeaderValue::from_str(&challenge) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
+        }
+        response
+    }
+}
 
 /// Tokens and the subjects they name.
 #[derive(Clone, Default)]

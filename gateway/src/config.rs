@@ -121,6 +121,46 @@ pub enum Auth {
         /// The file.
         file: PathBuf,
     },
+    /// An OAuth 2.1 resource server: each request's bearer JWT is checked for this issuer, an
+    /// audience naming the route (its URL: `audience` followed by the route's path, RFC 8707),
+    /// expiry and signature. The principal is `"{iss} {sub}"`. Clients find the issuer in each
+    /// route's protected-resource metadata (RFC 9728), which the gateway serves.
+    Oauth {
+        /// The issuer, exactly as its tokens' `iss` says (`https://`; `http://` only on a
+        /// loopback host).
+        issuer: String,
+        /// Where its signing keys are (default: the `jwks_uri` of the issuer's metadata).
+        #[serde(default)]
+        jwks: Option<Jwks>,
+        /// Accepted signature algorithms (default `RS256`, `PS256`, `ES256`, `EdDSA`; never a
+        /// symmetric one).
+        #[serde(default)]
+        algorithms: Vec<String>,
+        /// Scopes every token must carry (also advertised in the metadata).
+        #[serde(default)]
+        scopes: Vec<String>,
+        /// A claim listing the principal's roles, for approver rules that name a role.
+        #[serde(default)]
+        roles_claim: Option<String>,
+        /// Clock skew allowed on `exp` and `nbf` (default 30 s, at most 5 min).
+        #[serde(default = "default_leeway", with = "humantime_serde")]
+        #[schemars(with = "String")]
+        leeway: Duration,
+    },
+}
+
+fn default_leeway() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// Where an issuer's signing keys (a JWKS) are.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub enum Jwks {
+    /// A file, read when the configuration is loaded (and on every reload).
+    File(PathBuf),
+    /// A URL, fetched when needed and again every ten minutes, or sooner for a key it lacks.
+    Url(String),
 }
 
 /// One route: a path on the gateway, the upstream it leads to, and the operator's word on its
@@ -136,6 +176,11 @@ pub struct Route {
     /// The caller's own `Authorization` is never passed on.
     #[serde(default)]
     pub upstream_header: Option<UpstreamHeader>,
+    /// Passes the caller's own `Authorization` header upstream. **Token passthrough: off by
+    /// default**, and the MCP authorization spec forbids it unless the upstream is an audience
+    /// of the caller's token too; without it, the upstream sees only the operator's credential.
+    #[serde(default)]
+    pub pass_caller_token_upstream: bool,
     /// How long a tool list is trusted before it is fetched again, at most (default 60 s; an
     /// upstream's own `ttlMs` shortens it).
     #[serde(default = "default_list_ttl", with = "humantime_serde")]
@@ -247,6 +292,26 @@ impl GatewayConfig {
         {
             return invalid("`audience` is empty".into());
         }
+        if let Auth::Oauth { leeway, .. } = &self.auth {
+            let audience = self.audience();
+            let uri = audience.parse::<http::Uri>().ok();
+            let origin_only = uri.as_ref().is_some_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https"))
+                    && u.authority().is_some()
+                    && matches!(u.path(), "" | "/")
+                    && u.query().is_none()
+            });
+            if !origin_only {
+                return invalid(format!(
+                    "`audience` {audience:?}: with OAuth, the gateway's public origin \
+                     (`https://host[:port]`, no path): each route's URL, which its tokens \
+                     must name, is that origin followed by the route's path"
+                ));
+            }
+            if *leeway > Duration::from_secs(300) {
+                return invalid("auth (oauth): a leeway of at most 5 minutes".into());
+            }
+        }
         let mut paths = std::collections::BTreeSet::new();
         for route in &self.routes {
             if !route.path.starts_with('/') || route.path.contains(['?', '#']) {
@@ -280,6 +345,18 @@ impl GatewayConfig {
                 return invalid(format!(
                     "route {:?}: upstream_header name {:?} is not a header name",
                     route.path, header.name
+                ));
+            }
+            if route.pass_caller_token_upstream
+                && route
+                    .upstream_header
+                    .as_ref()
+                    .is_some_and(|h| h.name.eq_ignore_ascii_case("authorization"))
+            {
+                return invalid(format!(
+                    "route {:?}: `pass_caller_token_upstream` and an `upstream_header` named \
+                     Authorization: the upstream can get one of them, not both",
+                    route.path
                 ));
             }
             if route.list_ttl.is_zero() {

@@ -13,7 +13,8 @@
 //! - [`upstream`]: the pooled client, what crosses and what does not, the gateway's own
 //!   `tools/list`;
 //! - [`route`]: one route's requests, the layer per catalog;
-//! - [`auth`]: who is calling (static tokens for now);
+//! - [`auth`]: who is calling: an OAuth bearer JWT, or static tokens for a first try;
+//! - [`oauth`]: the OAuth 2.1 resource server (JWT, JWKS, RFC 9728 metadata);
 //! - [`server`]: the gateway built from its file, and served.
 //!
 //! What it took, and why: `hyper-util`'s pooled client (the same stack as the server side; a
@@ -31,6 +32,7 @@
 pub mod auth;
 pub mod catalog;
 pub mod config;
+pub mod oauth;
 pub mod policy;
 pub mod route;
 pub mod server;

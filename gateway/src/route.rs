@@ -52,6 +52,8 @@ struct Built {
 /// One route's state.
 pub struct Route {
     path: String,
+    /// The route's URL: the audience its confirmations are bound to, and its tokens must name.
+    resource: String,
     upstream: Upstream,
     entries: BTreeMap<String, ToolEntry>,
     list_ttl: Duration,
@@ -84,6 +86,7 @@ impl Route {
     /// `base`.
     pub fn new(
         path: String,
+        resource: String,
         upstream: Upstream,
         entries: BTreeMap<String, ToolEntry>,
         list_ttl: Duration,
@@ -91,6 +94,7 @@ impl Route {
     ) -> Self {
         Self {
             path,
+            resource,
             upstream,
             entries,
             list_ttl,
@@ -103,6 +107,11 @@ impl Route {
     /// The path it serves.
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// Its URL: the gateway's audience followed by its path.
+    pub fn resource(&self) -> &str {
+        &self.resource
     }
 
     /// The catalog now, listing the upstream if there is none or it is stale.
@@ -344,4 +353,19 @@ impl StoreHandle {
             Self::Postgres(store) => builder.store(store.clone()),
         }
     }
+}
+
+/// A short text answer of the gateway's.
+pub fn plain(status: StatusCode, text: &'static str) -> Response<GatewayBody> {
+    let mut response = Response::new(
+        http_body_util::Full::new(Bytes::from_static(text.as_bytes()))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
 }

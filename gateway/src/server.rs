@@ -12,13 +12,18 @@ use http_body_util::BodyExt;
 use mcp_confirm::KeyRing;
 use tokio::net::TcpListener;
 
-use crate::auth::StaticTokens;
-use crate::config::{Auth, ConfigError, GatewayConfig, Store};
-use crate::route::{self, GatewayBody, Route, StoreHandle};
+use crate::auth::{Authenticator, StaticTokens};
+use crate::config::{Auth, ConfigError, GatewayConfig, Jwks, Store};
+use crate::oauth::{KeySource, OAuth, OAuthSettings};
+use crate::route::{self, GatewayBody, Route, StoreHandle, plain};
 use crate::upstream::Upstream;
 
 /// How long a caller has to send its request's headers.
 pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Where each route's protected-resource metadata is served (RFC 9728 §3.1), followed by the
+/// route's path.
+pub const METADATA_PREFIX: &str = "/.well-known/oauth-protected-resource";
 
 /// How often the file is looked at for a change.
 pub const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -34,7 +39,7 @@ pub struct Gateway {
 struct Inner {
     config: GatewayConfig,
     routes: Vec<Arc<Route>>,
-    tokens: StaticTokens,
+    auth: Authenticator,
     /// Kept across reloads while the file's `store` section is unchanged: a memory store made
     /// anew would forget which confirmations were claimed.
     store: StoreHandle,
@@ -110,25 +115,27 @@ impl Gateway {
     {
         let inner = self.inner.load_full();
         let path = request.uri().path().trim_end_matches('/');
+        if let Some(resource_path) = path.strip_prefix(METADATA_PREFIX) {
+            return inner.metadata(resource_path, request.method());
+        }
         let Some(route) = inner.routes.iter().find(|r| r.path() == path) else {
             return plain(StatusCode::NOT_FOUND, "Not found.");
         };
         // Whatever the caller put there is not a principal: only the gateway's authentication
         // names one.
         request.extensions_mut().remove::<mcp_confirm::Principal>();
-        match inner.tokens.principal(request.headers()) {
-            Some(principal) => {
+        match inner
+            .auth
+            .authenticate(request.headers(), route.resource())
+            .await
+        {
+            Ok(principal) => {
                 request.extensions_mut().insert(principal);
             }
-            None => {
-                let mut response = plain(
-                    StatusCode::UNAUTHORIZED,
-                    "Sign in: a bearer token is required.",
-                );
-                response
-                    .headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                return response;
+            Err(rejection) => {
+                tracing::info!(route = %route.path(), reason = %rejection,
+                    "a request was not let in");
+                return inner.auth.refuse(&rejection, route.resource());
             }
         }
         route.serve(request).await
@@ -216,13 +223,32 @@ impl Inner {
             Some(previous) if previous.config.store == config.store => previous.store.clone(),
             _ => open_store(&config.store, base)?,
         };
-        let tokens = match &config.auth {
+        let auth = match &config.auth {
             Auth::StaticTokens { file } => {
                 tracing::warn!(
                     "callers are authenticated by static tokens: for a first try, not for production"
                 );
-                StaticTokens::read(&base.join(file))?
+                Authenticator::Static(StaticTokens::read(&base.join(file))?)
             }
+            Auth::Oauth {
+                issuer,
+                jwks,
+                algorithms,
+                scopes,
+                roles_claim,
+                leeway,
+            } => Authenticator::OAuth(Box::new(OAuth::new(OAuthSettings {
+                issuer: issuer.clone(),
+                keys: match jwks {
+                    Some(Jwks::File(path)) => KeySource::File(base.join(path)),
+                    Some(Jwks::Url(url)) => KeySource::Url(url.clone()),
+                    None => KeySource::Discover,
+                },
+                algorithms: algorithms.clone(),
+                scopes: scopes.clone(),
+                roles_claim: roles_claim.clone(),
+                leeway: *leeway,
+            })?)),
         };
         let audience = config.audience();
         let mut routes = Vec::new();
@@ -249,14 +275,12 @@ impl Inner {
             let path = entry.path.trim_end_matches('/').to_owned();
             // Each route is a deployment of its own: a confirmation asked on one route is no
             // confirmation on another, whatever its tools are called.
-            let base_builder = route::base(
-                keys.clone(),
-                format!("{}{path}", audience.trim_end_matches('/')),
-                store.clone(),
-            );
+            let resource = format!("{}{path}", audience.trim_end_matches('/'));
+            let base_builder = route::base(keys.clone(), resource.clone(), store.clone());
             routes.push(Arc::new(Route::new(
                 path,
-                Upstream::new(uri, credential),
+                resource,
+                Upstream::with_caller_token(uri, credential, entry.pass_caller_token_upstream),
                 entry.tools.clone(),
                 entry.list_ttl,
                 base_builder,
@@ -265,24 +289,41 @@ impl Inner {
         Ok(Self {
             config: config.clone(),
             routes,
-            tokens,
+            auth,
             store,
             random_keys,
         })
     }
 }
 
-/// A short text answer of the gateway's.
-fn plain(status: StatusCode, text: &'static str) -> Response<GatewayBody> {
-    let mut response = Response::new(
-        http_body_util::Full::new(Bytes::from_static(text.as_bytes()))
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
+impl Inner {
+    /// The protected-resource metadata of the route on `path` (RFC 9728), when callers sign in
+    /// with OAuth; a `404` otherwise.
+    fn metadata(&self, path: &str, method: &http::Method) -> Response<GatewayBody> {
+        let (Some(oauth), Some(route)) = (
+            self.auth.oauth(),
+            self.routes.iter().find(|r| r.path() == path),
+        ) else {
+            return plain(StatusCode::NOT_FOUND, "Not found.");
+        };
+        if method != http::Method::GET && method != http::Method::HEAD {
+            return plain(StatusCode::METHOD_NOT_ALLOWED, "GET only.");
+        }
+        let document = crate::oauth::metadata(route.resource(), oauth);
+        let mut response = Response::new(
+            http_body_util::Full::new(Bytes::from(document.to_string()))
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        );
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        // Public, and the same for everyone: clients and proxies may keep it a while.
+        response.headers_mut().insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=300"),
+        );
+        response
+    }
 }

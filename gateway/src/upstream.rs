@@ -61,6 +61,9 @@ pub struct Upstream {
     lister: Client<HttpConnector, Full<Bytes>>,
     uri: Arc<Uri>,
     credential: Option<Arc<(HeaderName, HeaderValue)>>,
+    /// The route passes the caller's own `Authorization` on (token passthrough, which the MCP
+    /// authorization spec forbids unless the upstream is the token's audience too).
+    pass_caller_token: bool,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -90,6 +93,16 @@ pub enum UpstreamError {
 impl Upstream {
     /// The upstream at `uri`, with the operator's `credential` header on every request.
     pub fn new(uri: Uri, credential: Option<(HeaderName, HeaderValue)>) -> Self {
+        Self::with_caller_token(uri, credential, false)
+    }
+
+    /// As [`new`](Self::new), and with `pass_caller_token` the caller's own `Authorization`
+    /// header goes upstream too (the operator's `credential` wins if it is that header).
+    pub fn with_caller_token(
+        uri: Uri,
+        credential: Option<(HeaderName, HeaderValue)>,
+        pass_caller_token: bool,
+    ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
@@ -106,13 +119,21 @@ impl Upstream {
             lister,
             uri: Arc::new(uri),
             credential: credential.map(Arc::new),
+            pass_caller_token,
         }
     }
 
     /// The headers of a request going upstream: the caller's, minus what must not cross, plus
     /// the operator's credential.
     fn headers_upstream(&self, headers: &mut HeaderMap) {
+        let caller = self
+            .pass_caller_token
+            .then(|| headers.get(header::AUTHORIZATION).cloned())
+            .flatten();
         strip(headers);
+        if let Some(token) = caller {
+            headers.insert(header::AUTHORIZATION, token);
+        }
         if let Some(credential) = &self.credential {
             headers.insert(credential.0.clone(), credential.1.clone());
         }
