@@ -72,10 +72,35 @@ impl Catalog {
                 },
             );
         }
+        // A lookup runs unconfirmed: its tool must be one the gateway passes as it comes.
+        let unsafe_lookups: Vec<String> = judged
+            .iter()
+            .filter(|(name, j)| {
+                matches!(j.verdict, Verdict::PickOne { .. })
+                    && entries
+                        .get(name.as_str())
+                        .and_then(|e| e.lookup.as_ref())
+                        .is_none_or(|lookup| {
+                            duplicates.contains(&lookup.tool)
+                                || judged
+                                    .get(&lookup.tool)
+                                    .is_none_or(|read| read.verdict != Verdict::Pass)
+                        })
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in unsafe_lookups {
+            if let Some(j) = judged.get_mut(&name) {
+                j.verdict = Verdict::Deny;
+                j.reason = Reason::UnsafeLookup;
+            }
+        }
         for (name, entry) in entries {
             whole.update((name.len() as u64).to_be_bytes());
             whole.update(name.as_bytes());
-            whole.update(format!("{:?}/{:?}", entry.policy, entry.message).as_bytes());
+            let entry = serde_json::to_string(entry).unwrap_or_default();
+            whole.update((entry.len() as u64).to_be_bytes());
+            whole.update(entry.as_bytes());
         }
         let revision = mcp_confirm::__private::hex(&whole.finalize()[..8]);
         let listed_at = Instant::now();
@@ -104,7 +129,7 @@ impl Catalog {
 }
 
 /// `value` as JSON with object keys sorted, so that the same definition always hashes the same.
-fn canonical(value: &Value) -> String {
+pub(crate) fn canonical(value: &Value) -> String {
     match value {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
@@ -191,6 +216,7 @@ mod tests {
             ToolEntry {
                 policy: Operator::Deny,
                 message: None,
+                lookup: None,
             },
         )]);
         let denied = Catalog::new(tools, &entries, ttl);

@@ -176,6 +176,11 @@ pub struct Route {
     /// The caller's own `Authorization` is never passed on.
     #[serde(default)]
     pub upstream_header: Option<UpstreamHeader>,
+    /// A header in which every request upstream names the caller's principal (e.g.
+    /// `x-forwarded-user`), for an upstream that acts per user behind the operator's
+    /// credential. Whatever the caller sent under that name is removed first.
+    #[serde(default)]
+    pub principal_header: Option<String>,
     /// Passes the caller's own `Authorization` header upstream. **Token passthrough: off by
     /// default**, and the MCP authorization spec forbids it unless the upstream is an audience
     /// of the caller's token too; without it, the upstream sees only the operator's credential.
@@ -215,6 +220,47 @@ pub struct ToolEntry {
     /// change or delete data).
     #[serde(default)]
     pub message: Option<String>,
+    /// Which records a call may mean, found by a read tool of the same upstream: the form then
+    /// offers them to pick one (a confirmed tool only).
+    #[serde(default)]
+    pub lookup: Option<Lookup>,
+}
+
+/// How a confirmed tool's candidates are found: a read tool of the same upstream, called as the
+/// same principal, and where in its result the records are. Paths are standard: RFC 9535
+/// JSONPath for the records, RFC 6901 JSON Pointers within each record and into the call's
+/// arguments. The same lookup runs again right before the confirmed call is forwarded; a record
+/// that is gone or changed since the form is refused, nothing forwarded.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Lookup {
+    /// The read tool to call (the gateway must pass it: read-only by its annotations, or
+    /// allowed by the operator; anything else denies the confirmed tool).
+    pub tool: String,
+    /// The read tool's arguments taken from the call's: `name = "/pointer"` (RFC 6901 into the
+    /// call's arguments; a value the call lacks is left out).
+    #[serde(default)]
+    pub arguments: BTreeMap<String, String>,
+    /// The read tool's arguments that are always the same (`limit = 20`).
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, serde_json::Value>")]
+    pub fixed_arguments: BTreeMap<String, serde_json::Value>,
+    /// Where the records are in the read tool's result (RFC 9535 JSONPath over the result,
+    /// e.g. `$.structuredContent.notes[*]`). A result without `structuredContent` whose one
+    /// text block is JSON is read as if that JSON were its `structuredContent`.
+    pub records: String,
+    /// Each record's id (RFC 6901 within the record, e.g. `/id`): a string or an integer.
+    pub id: String,
+    /// Each record's label, shown in the form (default: the id).
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Each record's version (default: a digest of the whole record as the read tool returned
+    /// it, so any change it shows is a change).
+    #[serde(default)]
+    pub version: Option<String>,
+    /// The argument of the confirmed call the chosen id is written into, replacing what the
+    /// caller sent there.
+    pub select_into: String,
 }
 
 /// What the operator says a tool's calls get. When an upstream's annotations say otherwise,
@@ -365,9 +411,31 @@ impl GatewayConfig {
                     route.path
                 ));
             }
+            if let Some(name) = &route.principal_header
+                && http::HeaderName::from_bytes(name.as_bytes()).is_err()
+            {
+                return invalid(format!(
+                    "route {:?}: principal_header {name:?} is not a header name",
+                    route.path
+                ));
+            }
             for (name, entry) in &route.tools {
                 if name.is_empty() {
                     return invalid(format!("route {:?}: a tool with no name", route.path));
+                }
+                if let Some(lookup) = &entry.lookup {
+                    let at = format!("route {:?}, tool {name:?}, lookup", route.path);
+                    if entry.policy != Operator::Confirm {
+                        return invalid(format!("{at}: only goes with `policy = \"confirm\"`"));
+                    }
+                    if lookup.tool == *name {
+                        return invalid(format!(
+                            "{at}: the tool cannot look up its own records (that would run it)"
+                        ));
+                    }
+                    lookup
+                        .check()
+                        .map_err(|why| ConfigError::Invalid(format!("{at}: {why}")))?;
                 }
                 if entry.message.is_some() && entry.policy != Operator::Confirm {
                     return invalid(format!(
@@ -376,6 +444,37 @@ impl GatewayConfig {
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+impl Lookup {
+    /// Its paths parse, and name what they must.
+    fn check(&self) -> Result<(), String> {
+        serde_json_path::JsonPath::parse(&self.records)
+            .map_err(|e| format!("records {:?} is not RFC 9535 JSONPath: {e}", self.records))?;
+        let pointer = |what: &str, p: &str| {
+            if p.is_empty() || p.starts_with('/') {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what} {p:?} is not a JSON Pointer (RFC 6901: empty, or starting with `/`)"
+                ))
+            }
+        };
+        pointer("id", &self.id)?;
+        if let Some(label) = &self.label {
+            pointer("label", label)?;
+        }
+        if let Some(version) = &self.version {
+            pointer("version", version)?;
+        }
+        for (name, p) in &self.arguments {
+            pointer(&format!("arguments.{name}"), p)?;
+        }
+        if self.select_into.is_empty() {
+            return Err("select_into names no argument".into());
         }
         Ok(())
     }

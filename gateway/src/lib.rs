@@ -12,6 +12,8 @@
 //! - [`catalog`]: one upstream's judged tools and the policy revision;
 //! - [`upstream`]: the pooled client, what crosses and what does not, the gateway's own
 //!   `tools/list`;
+//! - [`lookup`]: which records a call may mean (the pick-one form's candidates), by a read
+//!   tool of the same upstream;
 //! - [`route`]: one route's requests, the layer per catalog;
 //! - [`auth`]: who is calling: an OAuth bearer JWT, or static tokens for a first try;
 //! - [`oauth`]: the OAuth 2.1 resource server (JWT, JWKS, RFC 9728 metadata);
@@ -32,6 +34,7 @@
 pub mod auth;
 pub mod catalog;
 pub mod config;
+pub mod lookup;
 pub mod oauth;
 pub mod policy;
 pub mod route;

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mcp_confirm_gateway::config::GatewayConfig;
-use mcp_confirm_gateway::policy::Verdict;
 use mcp_confirm_gateway::server::Gateway;
 
 #[derive(Parser)]
@@ -93,11 +92,7 @@ async fn check(path: Option<&Path>) -> Result<bool, String> {
             Ok(catalog) => {
                 println!("route {} (revision {}):", route.path(), catalog.revision);
                 for (name, judged) in &catalog.judged {
-                    let verdict = match &judged.verdict {
-                        Verdict::Confirm { .. } => "confirm",
-                        Verdict::Pass => "pass",
-                        Verdict::Deny => "deny",
-                    };
+                    let verdict = judged.verdict.to_string();
                     println!("  {name:<32} {verdict:<8} {}", judged.reason);
                 }
                 for name in &catalog.duplicates {

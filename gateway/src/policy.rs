@@ -19,6 +19,12 @@ pub enum Verdict {
         /// The form's question, if the operator wrote one.
         message: Option<String>,
     },
+    /// Forwarded only after the user picks one of the records the operator's lookup finds and
+    /// confirms; the chosen id is written into the call.
+    PickOne {
+        /// The form's question, if the operator wrote one.
+        message: Option<String>,
+    },
     /// Forwarded as it comes.
     Pass,
     /// Never forwarded.
@@ -38,6 +44,9 @@ pub enum Reason {
     Destructive,
     /// No annotations say: the spec's default is that it may be destructive.
     Unannotated,
+    /// The operator gave it a lookup through a tool the gateway does not pass as it comes (a
+    /// lookup runs unconfirmed, so it must be a read tool): denied until that is fixed.
+    UnsafeLookup,
 }
 
 impl std::fmt::Display for Reason {
@@ -50,6 +59,9 @@ impl std::fmt::Display for Reason {
             Self::Unannotated => {
                 "the upstream says neither readOnlyHint nor destructiveHint (the spec: it may be destructive)"
             }
+            Self::UnsafeLookup => {
+                "its lookup tool is missing or is not one the gateway passes (read-only or allowed): a lookup runs unconfirmed"
+            }
         })
     }
 }
@@ -58,6 +70,7 @@ impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Confirm { .. } => "confirm",
+            Self::PickOne { .. } => "pick one",
             Self::Pass => "pass",
             Self::Deny => "deny",
         })
@@ -71,6 +84,9 @@ pub fn decide(definition: &Value, entries: &BTreeMap<String, ToolEntry>) -> (Ver
     if let Some(entry) = entries.get(name) {
         let verdict = match entry.policy {
             Operator::Deny => Verdict::Deny,
+            Operator::Confirm if entry.lookup.is_some() => Verdict::PickOne {
+                message: entry.message.clone(),
+            },
             Operator::Confirm => Verdict::Confirm {
                 message: entry.message.clone(),
             },
@@ -116,6 +132,7 @@ mod tests {
                     ToolEntry {
                         policy: *policy,
                         message: None,
+                        lookup: None,
                     },
                 )
             })

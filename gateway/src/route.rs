@@ -22,7 +22,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::catalog::Catalog;
-use crate::config::ToolEntry;
+use crate::config::{ConfigError, ToolEntry};
+use crate::lookup::{CALLER, RecordLookup};
 use crate::policy::Verdict;
 use crate::upstream::Upstream;
 
@@ -56,6 +57,8 @@ pub struct Route {
     resource: String,
     upstream: Upstream,
     entries: BTreeMap<String, ToolEntry>,
+    /// The operator's lookups, by the tool whose candidates they find.
+    lookups: BTreeMap<String, RecordLookup>,
     list_ttl: Duration,
     base: Base,
     current: ArcSwapOption<Built>,
@@ -84,6 +87,9 @@ mod refusal {
 impl Route {
     /// A route on `path` to `upstream`, under the operator's `entries`, its layer built from
     /// `base`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a lookup whose paths do not parse.
     pub fn new(
         path: String,
         resource: String,
@@ -91,17 +97,27 @@ impl Route {
         entries: BTreeMap<String, ToolEntry>,
         list_ttl: Duration,
         base: Base,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, ConfigError> {
+        let mut lookups = BTreeMap::new();
+        for (name, entry) in &entries {
+            if let Some(spec) = &entry.lookup {
+                let lookup = RecordLookup::new(upstream.clone(), spec.clone()).map_err(|e| {
+                    ConfigError::Invalid(format!("route {path:?}, tool {name:?}, lookup: {e}"))
+                })?;
+                lookups.insert(name.clone(), lookup);
+            }
+        }
+        Ok(Self {
             path,
             resource,
             upstream,
             entries,
+            lookups,
             list_ttl,
             base,
             current: ArcSwapOption::empty(),
             listing: tokio::sync::Mutex::new(None),
-        }
+        })
     }
 
     /// The path it serves.
@@ -159,7 +175,7 @@ impl Route {
             tracing::info!(route = %self.path, revision = %catalog.revision,
                 tools = catalog.judged.len(), "the upstream's tools were judged");
         }
-        let layer = build_layer(&self.base, &catalog).map_err(|e| {
+        let layer = build_layer(&self.base, &catalog, &self.lookups).map_err(|e| {
             tracing::error!(route = %self.path, error = %e,
                 "the upstream's tool list cannot be enforced: its tools/call requests are refused");
             crate::upstream::UpstreamError::NotAList(format!("it cannot be enforced: {e}"))
@@ -255,7 +271,7 @@ impl Route {
                 // a layer that knows no tool, so a call it does not expect is still refused.
                 Err(_) => {
                     let catalog = Catalog::new(Vec::new(), &self.entries, Duration::ZERO);
-                    match build_layer(&self.base, &catalog) {
+                    match build_layer(&self.base, &catalog, &self.lookups) {
                         Ok(layer) => Arc::new(Built {
                             service: layer.layer(self.upstream.clone()),
                             catalog,
@@ -273,22 +289,31 @@ impl Route {
             }
         };
         let mut service = built.service.clone();
+        let caller = parts.headers.clone();
         let request = Request::from_parts(parts, Full::new(bytes));
-        match service.call(request).await {
+        // A lookup the layer runs for this request passes on what the route lets through of the
+        // caller's headers.
+        match CALLER.scope(caller, service.call(request)).await {
             Ok(response) => response.map(|body| body.map_err(Into::into).boxed_unsync()),
             Err(never) => match never {},
         }
     }
 }
 
-/// The layer for one catalog: every tool it confirms with a yes/no form, every destructive tool
-/// the operator allows exempted, and the list itself given, so a tool outside it is refused. A
-/// denied tool is confirmed in the layer too: the gateway refuses it before the layer, and if
-/// anything ever let one past, it would still not run unconfirmed.
+/// The layer for one catalog: every tool it confirms with a yes/no form (or, with a lookup, a
+/// pick-one form over the records the lookup finds, the choice written into the call and the
+/// lookup run again before forwarding), every destructive tool the operator allows exempted,
+/// and the list itself given, so a tool outside it is refused. A denied tool is confirmed in
+/// the layer too: the gateway refuses it before the layer, and if anything ever let one past,
+/// it would still not run unconfirmed.
 ///
 /// # Errors
 /// The core's, for a list it cannot take (the list is the upstream's: this is never a panic).
-fn build_layer(base: &Base, catalog: &Catalog) -> Result<ConfirmLayer, mcp_confirm::ConfigError> {
+fn build_layer(
+    base: &Base,
+    catalog: &Catalog,
+    lookups: &BTreeMap<String, RecordLookup>,
+) -> Result<ConfirmLayer, mcp_confirm::ConfigError> {
     let mut builder = base().tool_list(&catalog.tools);
     for (name, judged) in &catalog.judged {
         match &judged.verdict {
@@ -297,6 +322,27 @@ fn build_layer(base: &Base, catalog: &Catalog) -> Result<ConfirmLayer, mcp_confi
                 if let Some(message) = message {
                     policy = policy.message(message.clone());
                 }
+                builder = builder.tool(name.clone(), policy);
+            }
+            Verdict::PickOne { message } => {
+                let policy = match lookups.get(name) {
+                    Some(lookup) => {
+                        let select = lookup.select_into().to_owned();
+                        let lookup = lookup.clone();
+                        let mut policy = ToolPolicy::pick_one(move |asked: mcp_confirm::Lookup| {
+                            let lookup = lookup.clone();
+                            async move { lookup.candidates(asked).await }
+                        })
+                        .select_into(select);
+                        if let Some(message) = message {
+                            policy = policy.message(message.clone());
+                        }
+                        policy
+                    }
+                    // Never without one (the verdict comes from the entry's lookup); were it
+                    // so, a yes/no form still confirms it.
+                    None => ToolPolicy::confirm_only(),
+                };
                 builder = builder.tool(name.clone(), policy);
             }
             Verdict::Deny => builder = builder.tool(name.clone(), ToolPolicy::confirm_only()),

@@ -277,14 +277,27 @@ impl Inner {
             // confirmation on another, whatever its tools are called.
             let resource = format!("{}{path}", audience.trim_end_matches('/'));
             let base_builder = route::base(keys.clone(), resource.clone(), store.clone());
+            let principal_header = entry
+                .principal_header
+                .as_deref()
+                .map(|name| {
+                    http::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|e| ConfigError::Invalid(format!("principal_header: {e}")))
+                })
+                .transpose()?;
             routes.push(Arc::new(Route::new(
                 path,
                 resource,
-                Upstream::with_caller_token(uri, credential, entry.pass_caller_token_upstream),
+                Upstream::with_options(
+                    uri,
+                    credential,
+                    entry.pass_caller_token_upstream,
+                    principal_header,
+                ),
                 entry.tools.clone(),
                 entry.list_ttl,
                 base_builder,
-            )));
+            )?));
         }
         Ok(Self {
             config: config.clone(),

@@ -20,6 +20,7 @@ use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use mcp_confirm::Principal;
 use mcp_confirm::body::RequestBody;
 use serde_json::{Value, json};
 
@@ -61,6 +62,8 @@ pub struct Upstream {
     lister: Client<HttpConnector, Full<Bytes>>,
     uri: Arc<Uri>,
     credential: Option<Arc<(HeaderName, HeaderValue)>>,
+    /// The header the route names the principal in, if any.
+    principal_header: Option<HeaderName>,
     /// The route passes the caller's own `Authorization` on (token passthrough, which the MCP
     /// authorization spec forbids unless the upstream is the token's audience too).
     pass_caller_token: bool,
@@ -88,6 +91,9 @@ pub enum UpstreamError {
     /// Its answer is not a tool list.
     #[error("the upstream's answer is not a tool list: {0}")]
     NotAList(String),
+    /// Its answer to a request of the gateway's own is not a result.
+    #[error("the upstream's answer is not usable: {0}")]
+    BadAnswer(String),
 }
 
 impl Upstream {
@@ -102,6 +108,18 @@ impl Upstream {
         uri: Uri,
         credential: Option<(HeaderName, HeaderValue)>,
         pass_caller_token: bool,
+    ) -> Self {
+        Self::with_options(uri, credential, pass_caller_token, None)
+    }
+
+    /// As [`with_caller_token`](Self::with_caller_token), and with `principal_header` every
+    /// request upstream names the caller's principal in that header (whatever the caller sent
+    /// under that name is removed).
+    pub fn with_options(
+        uri: Uri,
+        credential: Option<(HeaderName, HeaderValue)>,
+        pass_caller_token: bool,
+        principal_header: Option<HeaderName>,
     ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -119,6 +137,7 @@ impl Upstream {
             lister,
             uri: Arc::new(uri),
             credential: credential.map(Arc::new),
+            principal_header,
             pass_caller_token,
         }
     }
@@ -175,24 +194,84 @@ impl Upstream {
     }
 
     async fn list_page(&self, page: usize, cursor: Option<&str>) -> Result<Value, UpstreamError> {
-        let mut params = json!({"_meta": {
-            "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
-            "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/clientInfo": {"name": "mcp-confirm-gateway", "version": env!("CARGO_PKG_VERSION")},
-        }});
+        let mut params = json!({"_meta": own_meta()});
         if let Some(cursor) = cursor {
             params["cursor"] = json!(cursor);
         }
         let id = format!("mcp-confirm-gateway/tools-list/{page}");
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params});
-        let mut request = Request::post(self.uri.as_ref().clone())
+        self.exchange("tools/list", None, params, &id)
+            .await
+            .map_err(|e| match e {
+                UpstreamError::BadAnswer(why) => UpstreamError::NotAList(why),
+                other => other,
+            })
+    }
+
+    /// Calls `tool` with `arguments` on the gateway's behalf, for a lookup: as `principal`
+    /// (the route's principal header, and the caller's token where the route passes it on),
+    /// bounded in size ([`MAX_LIST_BYTES`]) and time ([`LIST_TIMEOUT`]). The result, which
+    /// must be complete: a lookup cannot answer the upstream's questions.
+    ///
+    /// # Errors
+    /// [`UpstreamError`] if it cannot be reached in time or does not answer with a result.
+    pub async fn call_tool(
+        &self,
+        tool: &str,
+        arguments: Value,
+        principal: &Principal,
+        caller: Option<&HeaderMap>,
+    ) -> Result<Value, UpstreamError> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let id = format!(
+            "mcp-confirm-gateway/lookup/{}",
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let params = json!({"_meta": own_meta(), "name": tool, "arguments": arguments});
+        let exchange = self.exchange("tools/call", Some((tool, principal, caller)), params, &id);
+        let result = tokio::time::timeout(LIST_TIMEOUT, exchange)
+            .await
+            .map_err(|_| UpstreamError::Timeout)??;
+        match result.get("resultType").and_then(Value::as_str) {
+            None | Some("complete") => Ok(result),
+            Some(other) => Err(UpstreamError::BadAnswer(format!(
+                "a lookup answered {other:?}, not a complete result"
+            ))),
+        }
+    }
+
+    /// One request of the gateway's own and its answer's `result`, read whole (JSON or an
+    /// event stream) up to [`MAX_LIST_BYTES`].
+    async fn exchange(
+        &self,
+        method: &str,
+        call: Option<(&str, &Principal, Option<&HeaderMap>)>,
+        params: Value,
+        id: &str,
+    ) -> Result<Value, UpstreamError> {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let mut builder = Request::post(self.uri.as_ref().clone())
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "application/json, text/event-stream")
             .header("mcp-protocol-version", PROTOCOL_VERSION)
-            .header("mcp-method", "tools/list")
+            .header("mcp-method", method);
+        if let Some((tool, _, _)) = call {
+            builder = builder.header("mcp-name", tool);
+        }
+        let mut request = builder
             .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|e| UpstreamError::NotAList(e.to_string()))?;
-        self.headers_upstream(request.headers_mut());
+            .map_err(|e| UpstreamError::BadAnswer(e.to_string()))?;
+        let headers = request.headers_mut();
+        if let Some((_, _, Some(caller))) = call
+            && self.pass_caller_token
+            && let Some(token) = caller.get(header::AUTHORIZATION)
+        {
+            headers.insert(header::AUTHORIZATION, token.clone());
+        }
+        self.headers_upstream(headers);
+        if let Some((_, principal, _)) = call {
+            self.name_principal(headers, Some(principal))?;
+        }
         let response = self
             .lister
             .request(request)
@@ -207,30 +286,64 @@ impl Upstream {
         let bytes = Limited::new(response.into_body(), MAX_LIST_BYTES)
             .collect()
             .await
-            .map_err(|e| UpstreamError::NotAList(format!("reading it: {e}")))?
+            .map_err(|e| UpstreamError::BadAnswer(format!("reading it: {e}")))?
             .to_bytes();
         if !status.is_success() {
-            return Err(UpstreamError::NotAList(format!("HTTP {status}")));
+            return Err(UpstreamError::BadAnswer(format!("HTTP {status}")));
         }
         let message = if sse {
-            sse_message(&bytes, &id)?
+            sse_message(&bytes, id)?
         } else {
             serde_json::from_slice::<Value>(&bytes)
-                .map_err(|e| UpstreamError::NotAList(e.to_string()))?
+                .map_err(|e| UpstreamError::BadAnswer(e.to_string()))?
         };
-        if message.get("id").and_then(Value::as_str) != Some(id.as_str()) {
-            return Err(UpstreamError::NotAList(
+        if message.get("id").and_then(Value::as_str) != Some(id) {
+            return Err(UpstreamError::BadAnswer(
                 "an answer to another request".into(),
             ));
         }
         if let Some(error) = message.get("error") {
-            return Err(UpstreamError::NotAList(format!("an error: {error}")));
+            return Err(UpstreamError::BadAnswer(format!("an error: {error}")));
         }
         message
             .get("result")
             .cloned()
-            .ok_or_else(|| UpstreamError::NotAList("no result".into()))
+            .ok_or_else(|| UpstreamError::BadAnswer("no result".into()))
     }
+
+    /// Writes `principal` into the route's principal header, after removing whatever the
+    /// caller sent under that name. No principal, or one that cannot be a header value: the
+    /// header is left out (the upstream then sees no one, never someone the caller named).
+    ///
+    /// # Errors
+    /// [`UpstreamError::BadAnswer`] for a principal that cannot be written: the request is not
+    /// sent rather than sent as no one.
+    fn name_principal(
+        &self,
+        headers: &mut HeaderMap,
+        principal: Option<&Principal>,
+    ) -> Result<(), UpstreamError> {
+        let Some(name) = &self.principal_header else {
+            return Ok(());
+        };
+        headers.remove(name);
+        if let Some(principal) = principal {
+            let value = HeaderValue::from_str(principal.subject()).map_err(|_| {
+                UpstreamError::BadAnswer("the principal cannot be written in a header".into())
+            })?;
+            headers.insert(name.clone(), value);
+        }
+        Ok(())
+    }
+}
+
+/// The `_meta` of the gateway's own requests: no capabilities (it answers no question).
+fn own_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "mcp-confirm-gateway", "version": env!("CARGO_PKG_VERSION")},
+    })
 }
 
 /// What a tool list said.
@@ -244,7 +357,7 @@ pub struct Listed {
 
 /// The JSON-RPC response with `id` in an SSE stream's `data:` lines.
 fn sse_message(bytes: &[u8], id: &str) -> Result<Value, UpstreamError> {
-    let text = std::str::from_utf8(bytes).map_err(|e| UpstreamError::NotAList(e.to_string()))?;
+    let text = std::str::from_utf8(bytes).map_err(|e| UpstreamError::BadAnswer(e.to_string()))?;
     for event in text.split("\n\n").flat_map(|e| e.split("\r\n\r\n")) {
         let data: Vec<&str> = event
             .lines()
@@ -260,7 +373,7 @@ fn sse_message(bytes: &[u8], id: &str) -> Result<Value, UpstreamError> {
             return Ok(message);
         }
     }
-    Err(UpstreamError::NotAList(
+    Err(UpstreamError::BadAnswer(
         "no answer in the event stream".into(),
     ))
 }
@@ -297,6 +410,11 @@ impl tower_service::Service<Request<Forwarded>> for Upstream {
     fn call(&mut self, request: Request<Forwarded>) -> Self::Future {
         let (mut parts, body) = request.into_parts();
         self.headers_upstream(&mut parts.headers);
+        let principal = parts.extensions.get::<Principal>().cloned();
+        if let Err(e) = self.name_principal(&mut parts.headers, principal.as_ref()) {
+            tracing::error!(error = %e, "the call is not forwarded");
+            return Box::pin(async { Ok(bad_gateway()) });
+        }
         parts.uri = self.target(&parts.uri);
         let request = Request::from_parts(parts, body);
         let client = self.client.clone();

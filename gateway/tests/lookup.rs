@@ -1,0 +1,416 @@
+//! Pick-one forms through the gateway: the operator's lookup finds the records a call may mean
+//! with a read tool of the upstream, the user picks one, the choice is written into the call,
+//! and the lookup runs again before anything is forwarded. The upstream here keeps notes in
+//! memory that a test may change between the form and the answer, and records every call.
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use mcp_confirm_gateway::config::GatewayConfig;
+use mcp_confirm_gateway::server::Gateway;
+use serde_json::{Value, json};
+
+/// One call the upstream ran: tool, arguments, and the user its principal header named.
+type Ran = (String, Value, Option<String>);
+
+/// The upstream's notes, what it ran, and how its search lies, if it does.
+#[derive(Clone, Default)]
+struct Upstream {
+    notes: Arc<Mutex<Vec<Value>>>,
+    calls: Arc<Mutex<Vec<Ran>>>,
+    /// Replaces the search's records when set.
+    lie: Arc<Mutex<Option<Value>>>,
+}
+
+impl Upstream {
+    fn ran(&self, tool: &str) -> Vec<Value> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.0 == tool)
+            .map(|c| c.1.clone())
+            .collect()
+    }
+    fn users(&self) -> Vec<Option<String>> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.2.clone())
+            .collect()
+    }
+}
+
+async fn serve_upstream(
+    State(up): State<Upstream>,
+    headers: HeaderMap,
+    body: axum::Json<Value>,
+) -> axum::Json<Value> {
+    let message = body.0;
+    let id = message["id"].clone();
+    let result = match message["method"].as_str() {
+        Some("tools/list") => json!({"resultType": "complete", "tools": [
+            {"name": "notes_search", "inputSchema": {"type": "object"},
+             "annotations": {"readOnlyHint": true}},
+            {"name": "notes_delete", "inputSchema": {"type": "object",
+                "properties": {"title": {"type": "string"}, "id": {"type": "string"}}},
+             "annotations": {"destructiveHint": true}},
+            {"name": "notes_purge", "inputSchema": {"type": "object"},
+             "annotations": {"destructiveHint": true}},
+        ]}),
+        Some("tools/call") => {
+            let name = message["params"]["name"].as_str().unwrap_or("").to_owned();
+            let arguments = message["params"]["arguments"].clone();
+            let user = headers
+                .get("x-user")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            up.calls
+                .lock()
+                .unwrap()
+                .push((name.clone(), arguments.clone(), user));
+            match name.as_str() {
+                "notes_search" => {
+                    let query = arguments["query"].as_str().unwrap_or("");
+                    let notes: Vec<Value> = up
+                        .notes
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .filter(|n| n["title"] == query)
+                        .cloned()
+                        .collect();
+                    let notes = up.lie.lock().unwrap().clone().unwrap_or(json!(notes));
+                    // Only in a text block, as many servers do.
+                    json!({"resultType": "complete", "content": [{"type": "text",
+                        "text": json!({"notes": notes}).to_string()}]})
+                }
+                "notes_delete" => {
+                    let target = arguments["id"].as_str().unwrap_or("").to_owned();
+                    up.notes.lock().unwrap().retain(|n| n["id"] != target);
+                    json!({"resultType": "complete",
+                        "content": [{"type": "text", "text": format!("deleted {target}")}]})
+                }
+                _ => json!({"resultType": "complete", "content": []}),
+            }
+        }
+        _ => {
+            return axum::Json(json!({"jsonrpc": "2.0", "id": id,
+                "error": {"code": -32601, "message": "Method not found"}}));
+        }
+    };
+    axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+struct Fixture {
+    url: String,
+    up: Upstream,
+    client: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        Full<Bytes>,
+    >,
+}
+
+const ALICE: &str = "alice-token-0123456789";
+
+/// The lookup every test uses unless it writes its own.
+const LOOKUP: &str = r#"
+    [route.tools.notes_delete]
+    policy = "confirm"
+    [route.tools.notes_delete.lookup]
+    tool = "notes_search"
+    arguments = { query = "/title" }
+    records = "$.structuredContent.notes[*]"
+    id = "/id"
+    label = "/title"
+    select_into = "id"
+"#;
+
+async fn fixture(route: &str) -> Fixture {
+    let up = Upstream::default();
+    *up.notes.lock().unwrap() = vec![
+        json!({"id": "n1", "title": "Groceries", "body": "milk"}),
+        json!({"id": "n2", "title": "Groceries", "body": "eggs"}),
+        json!({"id": "n3", "title": "Groceries", "body": "bread"}),
+        json!({"id": "n4", "title": "Taxes", "body": "2026"}),
+    ];
+    let app = Router::new()
+        .route("/mcp", post(serve_upstream))
+        .with_state(up.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("gateway-lookup-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("tokens"),
+        format!("alice {ALICE}\nbob bob-token-0123456789\n"),
+    )
+    .unwrap();
+    let text = format!(
+        r#"
+        listen = "127.0.0.1:0"
+        [auth]
+        kind = "static_tokens"
+        file = "tokens"
+        [[route]]
+        path = "/notes/mcp"
+        upstream = "{upstream}"
+        {route}
+        "#
+    );
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, text).unwrap();
+    let gateway = Gateway::build(&GatewayConfig::load(&path).unwrap(), &dir).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/notes/mcp", listener.local_addr().unwrap());
+    tokio::spawn(gateway.serve(listener));
+    Fixture {
+        url,
+        up,
+        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http(),
+    }
+}
+
+fn call(id: i64, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}},
+        "name": "notes_delete", "arguments": arguments}})
+}
+
+fn answer(first: &Value, id: i64, asked: &Value, content: Value) -> Value {
+    let mut retry = first.clone();
+    retry["id"] = json!(id);
+    let requests = asked["result"]["inputRequests"].as_object().unwrap();
+    let key = requests.keys().next().unwrap().clone();
+    retry["params"]["requestState"] = asked["result"]["requestState"].clone();
+    retry["params"]["inputResponses"] = json!({ key: {"action": "accept", "content": content} });
+    retry
+}
+
+impl Fixture {
+    async fn post(&self, body: &Value, extra: &[(&str, &str)]) -> Value {
+        let mut request = http::Request::post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "notes_delete")
+            .header("authorization", format!("Bearer {ALICE}"));
+        for (name, value) in extra {
+            request = request.header(*name, *value);
+        }
+        let response = self
+            .client
+            .request(
+                request
+                    .body(Full::new(Bytes::from(body.to_string())))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    }
+}
+
+/// The ids the form offers.
+fn offered(asked: &Value) -> Vec<String> {
+    let request = asked["result"]["inputRequests"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap();
+    let choice = &request["params"]["requestedSchema"]["properties"]["choice"];
+    let options = choice["oneOf"]
+        .as_array()
+        .or_else(|| choice["enum"].as_array())
+        .unwrap_or_else(|| panic!("no choice in {request}"));
+    options
+        .iter()
+        .map(|o| o.get("const").unwrap_or(o).as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_user_picks_one_record_and_only_that_one_is_deleted() {
+    let f = fixture(LOOKUP).await;
+    // The caller names n3 in the argument the choice goes into: the choice wins.
+    let first = call(1, json!({"title": "Groceries", "id": "n3"}));
+    let asked = f.post(&first, &[]).await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    assert_eq!(offered(&asked), ["n1", "n2", "n3"]);
+    assert!(f.up.ran("notes_delete").is_empty());
+    let done = f
+        .post(
+            &answer(&first, 2, &asked, json!({"choice": "n2", "confirm": true})),
+            &[],
+        )
+        .await;
+    assert_eq!(done["result"]["content"][0]["text"], "deleted n2", "{done}");
+    assert_eq!(
+        f.up.ran("notes_delete"),
+        [json!({"title": "Groceries", "id": "n2"})]
+    );
+    // The lookup ran twice: for the form, and again before forwarding.
+    assert_eq!(
+        f.up.ran("notes_search"),
+        [json!({"query": "Groceries"}), json!({"query": "Groceries"})]
+    );
+}
+
+#[tokio::test]
+async fn a_record_changed_or_gone_since_the_form_is_refused_and_nothing_forwarded() {
+    for change in ["edit", "delete"] {
+        let f = fixture(LOOKUP).await;
+        let first = call(1, json!({"title": "Groceries"}));
+        let asked = f.post(&first, &[]).await;
+        {
+            let mut notes = f.up.notes.lock().unwrap();
+            if change == "edit" {
+                notes[1]["body"] = json!("eggs, and the bank details");
+            } else {
+                notes.remove(1);
+            }
+        }
+        let refused = f
+            .post(
+                &answer(&first, 2, &asked, json!({"choice": "n2", "confirm": true})),
+                &[],
+            )
+            .await;
+        assert!(
+            refused.get("error").is_some() || refused["result"]["isError"] == true,
+            "{change}: {refused}"
+        );
+        assert!(f.up.ran("notes_delete").is_empty(), "{change}");
+    }
+}
+
+#[tokio::test]
+async fn a_choice_that_was_not_offered_is_refused() {
+    let f = fixture(LOOKUP).await;
+    let first = call(1, json!({"title": "Groceries"}));
+    let asked = f.post(&first, &[]).await;
+    let refused = f
+        .post(
+            &answer(&first, 2, &asked, json!({"choice": "n4", "confirm": true})),
+            &[],
+        )
+        .await;
+    // The layer asks again (a fresh form over the same records), or refuses: never runs n4.
+    assert!(
+        refused.get("error").is_some() || refused["result"]["resultType"] == "input_required",
+        "{refused}"
+    );
+    assert!(f.up.ran("notes_delete").is_empty());
+}
+
+#[tokio::test]
+async fn an_upstream_that_lies_in_its_lookup_gets_nothing_run() {
+    // Records without ids: the call is refused, nothing shown, nothing run.
+    let f = fixture(LOOKUP).await;
+    *f.up.lie.lock().unwrap() = Some(json!([{"title": "Groceries"}]));
+    let refused = f.post(&call(1, json!({"title": "Groceries"})), &[]).await;
+    assert!(refused.get("error").is_some(), "{refused}");
+    assert!(f.up.ran("notes_delete").is_empty());
+
+    // Labels that try to mislead are cleaned like every label: no control or bidi characters
+    // reach the form.
+    let f = fixture(LOOKUP).await;
+    *f.up.lie.lock().unwrap() = Some(json!([
+        {"id": "n1", "title": "Groceries\u{202e}txt.exe\u{0007}"},
+        {"id": "n2", "title": "Gro\u{200b}ceries"}]));
+    let asked = f.post(&call(1, json!({"title": "Groceries"})), &[]).await;
+    let form = asked.to_string();
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    for bad in ["\\u202e", "\\u0007", "\\u200b", "\u{202e}", "\u{200b}"] {
+        assert!(!form.contains(bad), "{bad} in {form}");
+    }
+}
+
+#[tokio::test]
+async fn a_lookup_through_a_tool_that_is_not_read_only_denies_the_tool() {
+    // The operator points the lookup at a destructive tool: running it for the form would run
+    // it unconfirmed. The confirmed tool is denied instead, and neither runs.
+    let f = fixture(&LOOKUP.replace("tool = \"notes_search\"", "tool = \"notes_purge\"")).await;
+    let refused = f.post(&call(1, json!({"title": "Groceries"})), &[]).await;
+    assert!(refused.get("error").is_some(), "{refused}");
+    assert!(f.up.calls.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn the_lookup_and_the_call_name_the_same_principal_and_never_the_callers_claim() {
+    let f = fixture(&format!("principal_header = \"x-user\"\n{LOOKUP}")).await;
+    let first = call(1, json!({"title": "Groceries"}));
+    // The caller claims to be someone else in the principal header: replaced.
+    let asked = f.post(&first, &[("x-user", "root")]).await;
+    f.post(
+        &answer(&first, 2, &asked, json!({"choice": "n1", "confirm": true})),
+        &[("x-user", "root")],
+    )
+    .await;
+    assert_eq!(f.up.ran("notes_delete").len(), 1);
+    assert_eq!(
+        f.up.users(),
+        [
+            Some("alice".into()),
+            Some("alice".into()),
+            Some("alice".into())
+        ]
+    );
+}
+
+#[test]
+fn lookups_a_hurried_operator_writes_are_refused() {
+    let base = r#"
+        [auth]
+        kind = "static_tokens"
+        file = "tokens"
+        [[route]]
+        path = "/notes/mcp"
+        upstream = "http://127.0.0.1:9000/mcp"
+    "#;
+    for (lookup, says) in [
+        (
+            LOOKUP.replace(
+                "records = \"$.structuredContent.notes[*]\"",
+                "records = \"notes.*\"",
+            ),
+            "JSONPath",
+        ),
+        (
+            LOOKUP.replace("id = \"/id\"", "id = \"id\""),
+            "JSON Pointer",
+        ),
+        (
+            LOOKUP.replace("tool = \"notes_search\"", "tool = \"notes_delete\""),
+            "its own records",
+        ),
+        (
+            LOOKUP.replace("policy = \"confirm\"", "policy = \"allow\""),
+            "only goes with",
+        ),
+        (
+            LOOKUP.replace("select_into = \"id\"", "select_into = \"\""),
+            "select_into",
+        ),
+    ] {
+        let error = GatewayConfig::from_toml(&format!("{base}{lookup}"))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(says), "{says}: {error}");
+    }
+}
