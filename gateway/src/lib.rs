@@ -14,6 +14,8 @@
 //!   `tools/list`;
 //! - [`lookup`]: which records a call may mean (the pick-one form's candidates), by a read
 //!   tool of the same upstream;
+//! - [`relay`]: an upstream's own questions relayed, and the continuations that let the
+//!   client answer them without confirming again;
 //! - [`route`]: one route's requests, the layer per catalog;
 //! - [`auth`]: who is calling: an OAuth bearer JWT, or static tokens for a first try;
 //! - [`oauth`]: the OAuth 2.1 resource server (JWT, JWKS, RFC 9728 metadata);
@@ -37,6 +39,7 @@ pub mod config;
 pub mod lookup;
 pub mod oauth;
 pub mod policy;
+pub mod relay;
 pub mod route;
 pub mod server;
 pub mod upstream;

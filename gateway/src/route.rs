@@ -25,6 +25,7 @@ use crate::catalog::Catalog;
 use crate::config::{ConfigError, ToolEntry};
 use crate::lookup::{CALLER, RecordLookup};
 use crate::policy::Verdict;
+use crate::relay::{self, Relay, RelayContext, Sealer};
 use crate::upstream::Upstream;
 
 /// A response of the gateway's.
@@ -42,12 +43,26 @@ pub const MISS_RELIST: Duration = Duration::from_secs(2);
 /// What every build of a route's layer shares: keys, audience, stores.
 pub type Base = Arc<dyn Fn() -> ConfirmLayerBuilder + Send + Sync>;
 
-/// The layer over the upstream, as built for one catalog.
-type Guarded = mcp_confirm::Confirm<Upstream>;
+/// The layer over the relay to the upstream, as built for one catalog.
+type Guarded = mcp_confirm::Confirm<Relay>;
 
 struct Built {
     catalog: Catalog,
     service: Guarded,
+    /// The relay alone: a verified continuation goes straight to it.
+    relay: Relay,
+}
+
+/// What every build of a route's layer shares: the base builder (keys, audience, store), the
+/// continuations' sealer, and the replay store their nonces are claimed in.
+#[derive(Clone)]
+pub struct Shared {
+    /// The base builder.
+    pub base: Base,
+    /// Seals and opens continuations.
+    pub sealer: Sealer,
+    /// The replay store.
+    pub store: StoreHandle,
 }
 
 /// One route's state.
@@ -60,7 +75,7 @@ pub struct Route {
     /// The operator's lookups, by the tool whose candidates they find.
     lookups: BTreeMap<String, RecordLookup>,
     list_ttl: Duration,
-    base: Base,
+    shared: Shared,
     current: ArcSwapOption<Built>,
     /// One listing at a time; and when the last one for a miss was.
     listing: tokio::sync::Mutex<Option<Instant>>,
@@ -86,7 +101,7 @@ mod refusal {
 
 impl Route {
     /// A route on `path` to `upstream`, under the operator's `entries`, its layer built from
-    /// `base`.
+    /// `shared`.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for a lookup whose paths do not parse.
@@ -96,7 +111,7 @@ impl Route {
         upstream: Upstream,
         entries: BTreeMap<String, ToolEntry>,
         list_ttl: Duration,
-        base: Base,
+        shared: Shared,
     ) -> Result<Self, ConfigError> {
         let mut lookups = BTreeMap::new();
         for (name, entry) in &entries {
@@ -114,7 +129,7 @@ impl Route {
             entries,
             lookups,
             list_ttl,
-            base,
+            shared,
             current: ArcSwapOption::empty(),
             listing: tokio::sync::Mutex::new(None),
         })
@@ -175,17 +190,170 @@ impl Route {
             tracing::info!(route = %self.path, revision = %catalog.revision,
                 tools = catalog.judged.len(), "the upstream's tools were judged");
         }
-        let layer = build_layer(&self.base, &catalog, &self.lookups).map_err(|e| {
+        let layer = build_layer(&self.shared.base, &catalog, &self.lookups).map_err(|e| {
             tracing::error!(route = %self.path, error = %e,
                 "the upstream's tool list cannot be enforced: its tools/call requests are refused");
             crate::upstream::UpstreamError::NotAList(format!("it cannot be enforced: {e}"))
         })?;
+        let relay = self.relay_for(&catalog);
         let built = Arc::new(Built {
-            service: layer.layer(self.upstream.clone()),
+            service: layer.layer(relay.clone()),
+            relay,
             catalog,
         });
         self.current.store(Some(Arc::clone(&built)));
         Ok(built)
+    }
+
+    /// One later round of a confirmed call whose upstream asked a question: the continuation is
+    /// opened and checked against this very request (route, principal, tool and definition,
+    /// arguments, expiry, store epoch), its nonce claimed once, and exactly the confirmed call is
+    /// forwarded with the upstream's own state and the answers to its questions, the gateway's
+    /// keys stripped. Anything that does not hold gets the core's one answer for a bad state.
+    async fn continue_call(
+        &self,
+        built: &Built,
+        mut parts: http::request::Parts,
+        mut message: Value,
+    ) -> Response<GatewayBody> {
+        let id = message.get("id").cloned();
+        let refuse = |why: &str| {
+            tracing::info!(route = %self.path, reason = why, "a continuation was refused");
+            invalid_state(id.clone())
+        };
+        let state = message
+            .pointer("/params/requestState")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let continuation = match self.shared.sealer.open(state) {
+            Ok(c) => c,
+            Err(why) => return refuse(why),
+        };
+        let bound = continuation.bound.clone();
+        let principal = parts.extensions.get::<mcp_confirm::Principal>().cloned();
+        let tool = message
+            .pointer("/params/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let tool = tool.as_str();
+        let definition = built
+            .catalog
+            .judge(tool)
+            .map(|j| mcp_confirm::__private::hex(&j.hash));
+        let arguments = message
+            .pointer("/params/arguments")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(u64::MAX, |d| d.as_secs());
+        if bound.aud != self.resource {
+            return refuse("another route's");
+        }
+        if principal.as_ref().map(mcp_confirm::Principal::subject) != Some(bound.sub.as_str()) {
+            return refuse("another principal's");
+        }
+        if bound.tool != tool {
+            return refuse("another tool's");
+        }
+        if definition.as_deref() != Some(bound.def.as_str()) {
+            return refuse("the tool's definition changed since it was confirmed");
+        }
+        let select = bound.sel.as_ref().map(|(field, _)| field.as_str());
+        if relay::arguments_digest(&arguments, select) != bound.args {
+            return refuse("other arguments");
+        }
+        if now >= continuation.exp {
+            return refuse("expired");
+        }
+        if continuation.ep != self.shared.store.epoch() {
+            return refuse("issued before the replay store restarted");
+        }
+        let Some(nonce) = mcp_confirm::__private::unhex::<16>(&continuation.n) else {
+            return refuse("a bad nonce");
+        };
+        let expires_at =
+            std::time::UNIX_EPOCH + Duration::from_secs(continuation.exp) + relay::CONTINUATION_TTL;
+        let principal_key = {
+            use sha2::Digest;
+            let hash = sha2::Sha256::digest(format!("{}\0{}", bound.aud, bound.sub).as_bytes());
+            let mut key = [0u8; 16];
+            key.copy_from_slice(&hash[..16]);
+            mcp_confirm::store::PrincipalKey::from_bytes(key)
+        };
+        let claim = mcp_confirm::store::ClaimRequest::new(
+            mcp_confirm::store::Nonce::from_bytes(nonce),
+            mcp_confirm::store::Owner::random(),
+            principal_key,
+            expires_at,
+        );
+        let store = self.shared.store.replay();
+        match store.claim(&claim).await {
+            Ok(mcp_confirm::store::Claim::Claimed) => {
+                if let Err(e) = store.complete(&claim).await {
+                    tracing::warn!(error = %e, "a continuation's claim could not be completed");
+                }
+            }
+            Ok(_) => return refuse("already used"),
+            Err(e) => {
+                tracing::error!(route = %self.path, error = %e, "the replay store failed");
+                return refuse("the replay store failed");
+            }
+        }
+        // Exactly the confirmed call: the choice written in, the upstream's state back, the
+        // answers to its questions without the gateway's own keys.
+        let params = &mut message["params"];
+        let mut arguments = arguments;
+        if let (Some((field, chosen)), Some(map)) = (&bound.sel, arguments.as_object_mut()) {
+            map.insert(field.clone(), json!(chosen));
+        }
+        params["arguments"] = arguments;
+        match &continuation.up {
+            Some(up) => params["requestState"] = json!(up),
+            None => {
+                if let Some(map) = params.as_object_mut() {
+                    map.remove("requestState");
+                }
+            }
+        }
+        if let Some(responses) = params
+            .get_mut("inputResponses")
+            .and_then(Value::as_object_mut)
+        {
+            responses.retain(|key, _| !key.starts_with(relay::NAMESPACE));
+        }
+        tracing::info!(route = %self.path, tool, revision = %built.catalog.revision,
+            "a continuation of a confirmed call is forwarded");
+        parts.extensions.insert(bound);
+        parts.headers.remove(header::CONTENT_LENGTH);
+        let request = Request::from_parts(parts, Full::new(Bytes::from(message.to_string())));
+        let mut relay = built.relay.clone();
+        match CALLER
+            .scope(request.headers().clone(), relay.call(request))
+            .await
+        {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+
+    /// The relay for `catalog`'s tools.
+    fn relay_for(&self, catalog: &Catalog) -> Relay {
+        let definitions = catalog
+            .judged
+            .iter()
+            .map(|(name, j)| (name.clone(), mcp_confirm::__private::hex(&j.hash)))
+            .collect();
+        Relay::new(
+            self.upstream.clone(),
+            RelayContext {
+                sealer: self.shared.sealer.clone(),
+                audience: self.resource.clone(),
+                epoch: self.shared.store.epoch(),
+                definitions: Arc::new(definitions),
+            },
+        )
     }
 
     /// Serves one request (its principal, if any, already in its extensions).
@@ -271,11 +439,15 @@ impl Route {
                 // a layer that knows no tool, so a call it does not expect is still refused.
                 Err(_) => {
                     let catalog = Catalog::new(Vec::new(), &self.entries, Duration::ZERO);
-                    match build_layer(&self.base, &catalog, &self.lookups) {
-                        Ok(layer) => Arc::new(Built {
-                            service: layer.layer(self.upstream.clone()),
-                            catalog,
-                        }),
+                    match build_layer(&self.shared.base, &catalog, &self.lookups) {
+                        Ok(layer) => {
+                            let relay = self.relay_for(&catalog);
+                            Arc::new(Built {
+                                service: layer.layer(relay.clone()),
+                                relay,
+                                catalog,
+                            })
+                        }
                         Err(_) => {
                             return rpc_error(
                                 StatusCode::BAD_GATEWAY,
@@ -288,6 +460,16 @@ impl Route {
                 }
             }
         };
+        // A continuation of a call already confirmed: the relay's, not the layer's to judge.
+        if method == Some("tools/call")
+            && let Some(message) = message
+            && message
+                .pointer("/params/requestState")
+                .and_then(Value::as_str)
+                .is_some_and(|state| state.starts_with(relay::PREFIX))
+        {
+            return self.continue_call(&built, parts, message).await;
+        }
         let mut service = built.service.clone();
         let caller = parts.headers.clone();
         let request = Request::from_parts(parts, Full::new(bytes));
@@ -318,7 +500,7 @@ fn build_layer(
     for (name, judged) in &catalog.judged {
         match &judged.verdict {
             Verdict::Confirm { message } => {
-                let mut policy = ToolPolicy::confirm_only();
+                let mut policy = ToolPolicy::confirm_only().input_key(relay::OWN_KEY);
                 if let Some(message) = message {
                     policy = policy.message(message.clone());
                 }
@@ -333,7 +515,8 @@ fn build_layer(
                             let lookup = lookup.clone();
                             async move { lookup.candidates(asked).await }
                         })
-                        .select_into(select);
+                        .select_into(select)
+                        .input_key(relay::OWN_KEY);
                         if let Some(message) = message {
                             policy = policy.message(message.clone());
                         }
@@ -351,6 +534,24 @@ fn build_layer(
         }
     }
     builder.try_build()
+}
+
+/// The core's one answer for a `requestState` that does not hold, word for word: a
+/// continuation refused is no different from a state refused.
+fn invalid_state(id: Option<Value>) -> Response<GatewayBody> {
+    let body = json!({"jsonrpc": "2.0", "id": id.unwrap_or(Value::Null),
+        "error": {"code": -32602, "message": relay::INVALID,
+            "data": {"reason": "invalid_request_state"}}});
+    let mut response = Response::new(
+        Full::new(Bytes::from(body.to_string()))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// A JSON-RPC error answer of the gateway's own.
@@ -392,6 +593,22 @@ pub enum StoreHandle {
 }
 
 impl StoreHandle {
+    /// The replay store.
+    pub fn replay(&self) -> &dyn mcp_confirm::store::ReplayStore {
+        match self {
+            Self::Memory(store) => store,
+            Self::Redis(store) => store.as_ref(),
+            Self::Postgres(store) => store,
+        }
+    }
+
+    /// Its boot epoch (hex), for a store that forgets on restart.
+    pub fn epoch(&self) -> Option<String> {
+        self.replay()
+            .boot_epoch()
+            .map(|e| mcp_confirm::__private::hex(e.as_bytes()))
+    }
+
     fn apply(&self, builder: ConfirmLayerBuilder) -> ConfirmLayerBuilder {
         match self {
             Self::Memory(store) => builder.store(store.clone()),

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use crate::auth::{Authenticator, StaticTokens};
 use crate::config::{Auth, ConfigError, GatewayConfig, Jwks, Store};
 use crate::oauth::{KeySource, OAuth, OAuthSettings};
+use crate::relay::Sealer;
 use crate::route::{self, GatewayBody, Route, StoreHandle, plain};
 use crate::upstream::Upstream;
 
@@ -44,7 +45,7 @@ struct Inner {
     /// anew would forget which confirmations were claimed.
     store: StoreHandle,
     /// The random key made when the file names none, kept across reloads for the same reason.
-    random_keys: Option<KeyRing>,
+    random_keys: Option<(KeyRing, Sealer)>,
 }
 
 impl Gateway {
@@ -200,23 +201,38 @@ impl Inner {
         previous: Option<&Inner>,
     ) -> Result<Self, ConfigError> {
         let mut random_keys = None;
-        let keys = match &config.key {
-            Some(secret) => KeyRing::single_hex("k1", &secret.read(base)?)
-                .map_err(|e| ConfigError::Invalid(format!("key ({secret}): {e}")))?,
+        let (keys, sealer) = match &config.key {
+            Some(secret) => {
+                let hex = zeroize::Zeroizing::new(secret.read(base)?);
+                let keys = KeyRing::single_hex("k1", &hex)
+                    .map_err(|e| ConfigError::Invalid(format!("key ({secret}): {e}")))?;
+                (keys, Sealer::new(hex.as_bytes()))
+            }
             None => {
-                let keys = match previous.and_then(|p| p.random_keys.clone()) {
-                    Some(keys) => keys,
+                let pair = match previous.and_then(|p| p.random_keys.clone()) {
+                    Some(pair) => pair,
                     None => {
                         tracing::warn!(
                             "no `key` in the configuration: a random one was made; confirmations \
                              asked before a restart are refused after it, and no other gateway \
                              can share them"
                         );
-                        KeyRing::random()
+                        let random = zeroize::Zeroizing::new(format!(
+                            "{}{}",
+                            mcp_confirm::__private::hex(
+                                mcp_confirm::store::Nonce::random().as_bytes()
+                            ),
+                            mcp_confirm::__private::hex(
+                                mcp_confirm::store::Nonce::random().as_bytes()
+                            )
+                        ));
+                        let keys = KeyRing::single_hex("k1", &random)
+                            .map_err(|e| ConfigError::Invalid(format!("random key: {e}")))?;
+                        (keys, Sealer::new(random.as_bytes()))
                     }
                 };
-                random_keys = Some(keys.clone());
-                keys
+                random_keys = Some(pair.clone());
+                pair
             }
         };
         let store = match previous {
@@ -277,6 +293,11 @@ impl Inner {
             // confirmation on another, whatever its tools are called.
             let resource = format!("{}{path}", audience.trim_end_matches('/'));
             let base_builder = route::base(keys.clone(), resource.clone(), store.clone());
+            let shared = route::Shared {
+                base: base_builder,
+                sealer: sealer.clone(),
+                store: store.clone(),
+            };
             let principal_header = entry
                 .principal_header
                 .as_deref()
@@ -296,7 +317,7 @@ impl Inner {
                 ),
                 entry.tools.clone(),
                 entry.list_ttl,
-                base_builder,
+                shared,
             )?));
         }
         Ok(Self {

@@ -28,6 +28,12 @@ use serde_json::{Value, json};
 /// untouched.
 pub type Forwarded = RequestBody<Full<Bytes>>;
 
+/// Any error a body may end with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request body on its way upstream: the layer's, or one the gateway wrote (a continuation).
+pub type Outgoing = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+
 /// The protocol version the gateway speaks to upstreams on its own requests.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
 
@@ -58,7 +64,7 @@ const NOT_FORWARDED: [HeaderName; 10] = [
 /// One upstream: where it is, and the header that carries the operator's credential there.
 #[derive(Clone)]
 pub struct Upstream {
-    client: Client<HttpConnector, Forwarded>,
+    client: Client<HttpConnector, Outgoing>,
     lister: Client<HttpConnector, Full<Bytes>>,
     uri: Arc<Uri>,
     credential: Option<Arc<(HeaderName, HeaderValue)>>,
@@ -396,9 +402,16 @@ pub fn strip(headers: &mut HeaderMap) {
 
 /// What an upstream answers through the gateway: its own body, streamed as it comes, or the
 /// gateway's `502` when it could not be reached.
-pub type Answer = Response<Either<hyper::body::Incoming, Full<Bytes>>>;
+pub type Answer = Response<AnswerBody>;
 
-impl tower_service::Service<Request<Forwarded>> for Upstream {
+/// The body of an [`Answer`].
+pub type AnswerBody = Either<hyper::body::Incoming, Full<Bytes>>;
+
+impl<B> tower_service::Service<Request<B>> for Upstream
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
     type Response = Answer;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Answer, Infallible>> + Send>>;
@@ -407,8 +420,9 @@ impl tower_service::Service<Request<Forwarded>> for Upstream {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<Forwarded>) -> Self::Future {
+    fn call(&mut self, request: Request<B>) -> Self::Future {
         let (mut parts, body) = request.into_parts();
+        let body = body.map_err(Into::into).boxed();
         self.headers_upstream(&mut parts.headers);
         let principal = parts.extensions.get::<Principal>().cloned();
         if let Err(e) = self.name_principal(&mut parts.headers, principal.as_ref()) {

@@ -1,0 +1,356 @@
+//! Upstreams that ask questions themselves, through the gateway: the user confirms once, the
+//! upstream's own question is relayed with its state sealed inside the gateway's continuation,
+//! and the answer reaches the upstream with the confirmed call and nothing else, once.
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use mcp_confirm_gateway::config::GatewayConfig;
+use mcp_confirm_gateway::server::Gateway;
+use serde_json::{Value, json};
+
+/// Every `tools/call` params the upstream received, and which of them ran.
+#[derive(Clone, Default)]
+struct Upstream {
+    received: Arc<Mutex<Vec<Value>>>,
+    ran: Arc<Mutex<Vec<Value>>>,
+    /// The key the upstream asks under (default `sure`).
+    key: Arc<Mutex<Option<String>>>,
+}
+
+async fn serve_upstream(
+    State(up): State<Upstream>,
+    headers: HeaderMap,
+    body: axum::Json<Value>,
+) -> axum::response::Response {
+    let message = body.0;
+    let id = message["id"].clone();
+    let result = match message["method"].as_str() {
+        Some("tools/list") => json!({"resultType": "complete", "tools": [
+            {"name": "notes_delete", "inputSchema": {"type": "object"},
+             "annotations": {"destructiveHint": true}},
+            {"name": "notes_ask", "inputSchema": {"type": "object"},
+             "annotations": {"readOnlyHint": true}},
+        ]}),
+        Some("tools/call") => {
+            let params = message["params"].clone();
+            up.received.lock().unwrap().push(params.clone());
+            let key = up.key.lock().unwrap().clone().unwrap_or("sure".into());
+            match params["requestState"].as_str() {
+                None => json!({"resultType": "input_required",
+                    "inputRequests": {key: {"method": "elicitation/create", "params": {
+                        "mode": "form", "message": "Really?",
+                        "requestedSchema": {"type": "object", "properties": {}}}}},
+                    "requestState": "up-1"}),
+                Some("up-1") if params["inputResponses"][&key]["action"] == "accept" => {
+                    up.ran.lock().unwrap().push(params["arguments"].clone());
+                    json!({"resultType": "complete",
+                        "content": [{"type": "text", "text": "deleted"}]})
+                }
+                _ => json!({"resultType": "complete", "isError": true,
+                    "content": [{"type": "text", "text": "not done"}]}),
+            }
+        }
+        _ => {
+            return axum::Json(json!({"jsonrpc": "2.0", "id": id,
+                "error": {"code": -32601, "message": "Method not found"}}))
+            .into_response();
+        }
+    };
+    let answer = json!({"jsonrpc": "2.0", "id": id, "result": result});
+    if headers.contains_key("x-test-sse") {
+        let text = format!(
+            "event: message\ndata: {}\n\nid: 7\nevent: message\ndata: {}\n\n",
+            json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                "params": {"progressToken": 1, "progress": 1}}),
+            answer
+        );
+        return ([("content-type", "text/event-stream")], text).into_response();
+    }
+    axum::Json(answer).into_response()
+}
+
+struct Fixture {
+    url: String,
+    other_route: String,
+    up: Upstream,
+    client: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        Full<Bytes>,
+    >,
+}
+
+const ALICE: &str = "alice-token-0123456789";
+const BOB: &str = "bob-token-0123456789";
+
+async fn fixture() -> Fixture {
+    let up = Upstream::default();
+    let app = Router::new()
+        .route("/mcp", post(serve_upstream))
+        .with_state(up.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("gateway-relay-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tokens"), format!("alice {ALICE}\nbob {BOB}\n")).unwrap();
+    let text = format!(
+        r#"
+        listen = "127.0.0.1:0"
+        [auth]
+        kind = "static_tokens"
+        file = "tokens"
+        [[route]]
+        path = "/notes/mcp"
+        upstream = "{upstream}"
+        [[route]]
+        path = "/other/mcp"
+        upstream = "{upstream}"
+        "#
+    );
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, text).unwrap();
+    let gateway = Gateway::build(&GatewayConfig::load(&path).unwrap(), &dir).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(gateway.serve(listener));
+    Fixture {
+        url: format!("http://{addr}/notes/mcp"),
+        other_route: format!("http://{addr}/other/mcp"),
+        up,
+        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http(),
+    }
+}
+
+fn call(id: i64, tool: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}},
+        "name": tool, "arguments": arguments}})
+}
+
+/// `first` again under a new id, with `state` and `responses`.
+fn retry(first: &Value, id: i64, state: &Value, responses: Value) -> Value {
+    let mut retry = first.clone();
+    retry["id"] = json!(id);
+    retry["params"]["requestState"] = state.clone();
+    retry["params"]["inputResponses"] = responses;
+    retry
+}
+
+impl Fixture {
+    async fn post_to(&self, url: &str, token: &str, body: &Value, sse: bool) -> Value {
+        let mut request = http::Request::post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", body["params"]["name"].as_str().unwrap_or(""))
+            .header("authorization", format!("Bearer {token}"));
+        if sse {
+            request = request.header("x-test-sse", "1");
+        }
+        let response = self
+            .client
+            .request(
+                request
+                    .body(Full::new(Bytes::from(body.to_string())))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let is_sse = response
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if is_sse {
+            // The answer is the last event's data; the progress event must have come through.
+            assert!(text.contains("notifications/progress"), "{text}");
+            let last = text
+                .split("\n\n")
+                .filter(|e| e.contains("data:"))
+                .last()
+                .unwrap();
+            let data = last.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+            return serde_json::from_str(data).unwrap();
+        }
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    async fn post(&self, body: &Value) -> Value {
+        self.post_to(&self.url, ALICE, body, false).await
+    }
+
+    /// Asks, accepts the gateway's own form, and returns the relayed upstream question.
+    async fn confirmed(&self, first: &Value, sse: bool) -> Value {
+        let asked = self.post(first).await;
+        assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+        let keys: Vec<&String> = asked["result"]["inputRequests"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(keys, ["mcp-confirm-gateway/confirmation"]);
+        let accepted = retry(
+            first,
+            2,
+            &asked["result"]["requestState"],
+            json!({"mcp-confirm-gateway/confirmation":
+                {"action": "accept", "content": {"confirm": true}}}),
+        );
+        self.post_to(&self.url, ALICE, &accepted, sse).await
+    }
+}
+
+fn answer_sure() -> Value {
+    json!({"sure": {"action": "accept", "content": {}}})
+}
+
+#[tokio::test]
+async fn the_upstreams_question_is_relayed_and_its_answer_runs_the_confirmed_call_once() {
+    for sse in [false, true] {
+        let f = fixture().await;
+        let first = call(1, "notes_delete", json!({"title": "Groceries"}));
+        let relayed = f.confirmed(&first, sse).await;
+        // The upstream's own question, under its own key; its state sealed in ours.
+        assert_eq!(
+            relayed["result"]["resultType"], "input_required",
+            "{relayed}"
+        );
+        assert!(relayed["result"]["inputRequests"]["sure"].is_object());
+        let state = relayed["result"]["requestState"].as_str().unwrap();
+        assert!(state.starts_with("mcpgw1."), "{state}");
+        assert!(f.up.ran.lock().unwrap().is_empty());
+        // The client answers it (and leaves the gateway's old answer in, as a sloppy client
+        // might): not asked to confirm again; the upstream gets its state and its answer only.
+        let mut responses = answer_sure();
+        responses["mcp-confirm-gateway/confirmation"] =
+            json!({"action": "accept", "content": {"confirm": true}});
+        let done = f
+            .post(&retry(
+                &first,
+                3,
+                &relayed["result"]["requestState"],
+                responses,
+            ))
+            .await;
+        assert_eq!(done["result"]["content"][0]["text"], "deleted", "{done}");
+        assert_eq!(*f.up.ran.lock().unwrap(), [json!({"title": "Groceries"})]);
+        let last = f.up.received.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(last["requestState"], "up-1");
+        assert_eq!(last["inputResponses"], answer_sure());
+        // The same continuation again: refused, the upstream not reached.
+        let received = f.up.received.lock().unwrap().len();
+        let again = f
+            .post(&retry(
+                &first,
+                4,
+                &relayed["result"]["requestState"],
+                answer_sure(),
+            ))
+            .await;
+        assert_eq!(again["error"]["message"], "Invalid or expired requestState");
+        assert_eq!(f.up.received.lock().unwrap().len(), received);
+        assert_eq!(f.up.ran.lock().unwrap().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_continuation_authorizes_exactly_its_call_and_nothing_else() {
+    let f = fixture().await;
+    let first = call(1, "notes_delete", json!({"title": "Groceries"}));
+    let relayed = f.confirmed(&first, false).await;
+    let state = relayed["result"]["requestState"].clone();
+    let before = f.up.received.lock().unwrap().len();
+    let invalid = |v: &Value| v["error"]["message"] == "Invalid or expired requestState";
+    // Other arguments.
+    let other_args = retry(
+        &call(1, "notes_delete", json!({"title": "Taxes"})),
+        5,
+        &state,
+        answer_sure(),
+    );
+    assert!(invalid(&f.post(&other_args).await));
+    // Another tool (one the gateway passes: the continuation still may not carry it).
+    let other_tool = retry(
+        &call(1, "notes_ask", json!({"title": "Groceries"})),
+        6,
+        &state,
+        answer_sure(),
+    );
+    assert!(invalid(&f.post(&other_tool).await));
+    // Another principal.
+    let as_bob = f
+        .post_to(&f.url, BOB, &retry(&first, 7, &state, answer_sure()), false)
+        .await;
+    assert!(invalid(&as_bob), "{as_bob}");
+    // Another route to the same upstream.
+    let other_route = f
+        .post_to(
+            &f.other_route,
+            ALICE,
+            &retry(&first, 8, &state, answer_sure()),
+            false,
+        )
+        .await;
+    assert!(invalid(&other_route), "{other_route}");
+    // Tampered: the upstream state inside changed.
+    let text = state.as_str().unwrap();
+    let (payload, tag) = text["mcpgw1.".len()..].split_once('.').unwrap();
+    let mut forged_payload = payload.to_owned();
+    forged_payload.replace_range(10..11, if &payload[10..11] == "A" { "B" } else { "A" });
+    let forged = json!(format!("mcpgw1.{forged_payload}.{tag}"));
+    assert!(invalid(
+        &f.post(&retry(&first, 9, &forged, answer_sure())).await
+    ));
+    // The upstream's own state sent bare, past the gateway's: the layer refuses it.
+    let bare = f
+        .post(&retry(&first, 10, &json!("up-1"), answer_sure()))
+        .await;
+    assert!(bare.get("error").is_some(), "{bare}");
+    assert_eq!(
+        f.up.received.lock().unwrap().len(),
+        before,
+        "none reached the upstream"
+    );
+    assert!(f.up.ran.lock().unwrap().is_empty());
+    // And the genuine continuation still works after all that.
+    let done = f.post(&retry(&first, 11, &state, answer_sure())).await;
+    assert_eq!(done["result"]["content"][0]["text"], "deleted", "{done}");
+}
+
+#[tokio::test]
+async fn a_question_under_the_gateways_own_namespace_is_not_relayed() {
+    let f = fixture().await;
+    *f.up.key.lock().unwrap() = Some("mcp-confirm-gateway/confirmation".into());
+    let first = call(1, "notes_delete", json!({"title": "Groceries"}));
+    let relayed = f.confirmed(&first, false).await;
+    assert_eq!(
+        relayed["error"]["message"], "The upstream server's question cannot be relayed.",
+        "{relayed}"
+    );
+    assert!(f.up.ran.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_passed_tools_question_goes_through_as_the_upstream_wrote_it() {
+    let f = fixture().await;
+    let first = call(1, "notes_ask", json!({}));
+    let asked = f.post(&first).await;
+    assert_eq!(asked["result"]["requestState"], "up-1", "{asked}");
+    let done = f
+        .post(&retry(&first, 2, &json!("up-1"), answer_sure()))
+        .await;
+    assert_eq!(done["result"]["content"][0]["text"], "deleted", "{done}");
+}
