@@ -13,41 +13,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
-node_version=22.23.3
-suite_version=0.2.0-alpha.12
-target_dir=${CARGO_TARGET_DIR:-target}
-case $target_dir in /*) ;; *) target_dir=$repo/$target_dir ;; esac
-node_dir=$target_dir/ci-node
+# Node 22 and the suite (pinned in .ci/ci-node.sh): target_dir, node_dir, suite_dir, PATH.
+source .ci/ci-node.sh
 out=${CONFORMANCE_OUT:-$target_dir/conformance}
 case $out in /*) ;; *) out=$repo/$out ;; esac
 baseline=$repo/.ci/conformance-baseline.yml
-
-installed_version() { # the version of an installed npm package, or nothing
-  local manifest=$node_dir/node_modules/$1/package.json
-  [[ -f $manifest ]] && sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$manifest" | head -n 1
-  return 0
-}
-
-echo "== Node $node_version and @modelcontextprotocol/conformance@$suite_version in $node_dir"
-if [[ $(installed_version node) == "$node_version" &&
-      $(installed_version @modelcontextprotocol/conformance) == "$suite_version" ]]; then
-  echo "already installed"
-else
-  mkdir -p "$node_dir"
-  cat >"$node_dir/package.json" <<EOF
-{
-  "name": "mcp-confirm-ci-node",
-  "private": true,
-  "dependencies": {
-    "node": "$node_version",
-    "@modelcontextprotocol/conformance": "$suite_version"
-  }
-}
-EOF
-  (cd "$node_dir" && npm install --no-audit --no-fund --loglevel=error)
-fi
-export PATH=$node_dir/node_modules/.bin:$PATH
-echo "node $(node --version)"
 
 echo "== build the fixture"
 cargo build -p mcp-confirm-tools --bin conformance_server
@@ -110,7 +80,7 @@ PY
 # one through ConfirmLayer: each scenario the pinned requirements file names must have results, and
 # every check must succeed.
 echo "== tasks-* (the Tasks extension) through the layer"
-requirements=$node_dir/node_modules/@modelcontextprotocol/conformance/requirements/2026-07-28.yaml
+requirements=$suite_dir/requirements/2026-07-28.yaml
 python3 - "$out" "$requirements" <<'PY' || status=1
 import glob, json, re, sys
 out, requirements = sys.argv[1], sys.argv[2]
