@@ -261,17 +261,22 @@ if lost:
 print("nothing lost: every check that succeeds directly succeeds through the gateway")
 PY
 
-# Not in the suite: a Host naming another server, without an Origin. The fixture refuses it
-# (HostOriginLayer); the gateway does not check Host and sends the upstream's own, so through it
-# the fixture cannot see the caller's Host. Said, not judged (dns-rebinding-protection, which
-# sends both headers, is judged above: the Origin still crosses).
+# Not in the suite: a Host naming another server, without an Origin (DNS rebinding from a page
+# that sends none). The fixture refuses it (HostOriginLayer); the upstream behind the gateway never
+# sees the caller's Host, so the gateway must refuse it at its edge, as directly: both 403.
 probe() {
   curl -s -o /dev/null -w '%{http_code}' -X POST "$1" -H 'Host: evil.example.com' \
     -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
     -H 'mcp-protocol-version: 2026-07-28' -H 'mcp-method: server/discover' \
     -d '{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}'
 }
-echo "note: Host: evil.example.com without an Origin: directly HTTP $(probe "$fixture"), through the gateway HTTP $(probe "$through")"
+direct_host=$(probe "$fixture")
+gateway_host=$(probe "$through")
+echo "Host: evil.example.com without an Origin: directly HTTP $direct_host, through the gateway HTTP $gateway_host"
+if [[ $direct_host != 403 || $gateway_host != 403 ]]; then
+  echo "a foreign Host must be refused (403) directly and through the gateway" >&2
+  result=1
+fi
 
 echo "results in $out"
 if [[ $result != 0 ]]; then

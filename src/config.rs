@@ -65,6 +65,8 @@ pub(crate) struct Config {
     pub(crate) notifier: Option<Arc<dyn crate::notify::Notifier>>,
     /// Where every decision is recorded as evidence.
     pub(crate) log: Option<Arc<dyn DecisionLog>>,
+    /// The policy revision every log entry carries, if the deployment names one.
+    pub(crate) policy_revision: Option<String>,
 }
 
 /// What the layer does with a `tools/call` of one tool.
@@ -184,11 +186,13 @@ impl Config {
 
     /// The log's entry of `event` in this deployment, at the layer's time.
     fn entry(&self, event: &DecisionEvent<'_>) -> Option<LogEntry> {
-        event.entry(
+        let mut entry = event.entry(
             self.sealer.now(),
             &self.audience,
             Some(&|principal: &Principal| self.principal_key(principal)),
-        )
+        )?;
+        entry.policy.clone_from(&self.policy_revision);
+        Some(entry)
     }
 
     /// The epoch a state binds: the replay store's, or zeros for a store whose entries outlive

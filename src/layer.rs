@@ -195,6 +195,7 @@ impl ConfirmLayer {
             #[cfg(feature = "passkeys")]
             passkeys: None,
             log: None,
+            policy_revision: None,
         }
     }
 
@@ -303,6 +304,7 @@ pub struct ConfirmLayerBuilder {
     #[cfg(feature = "passkeys")]
     passkeys: Option<crate::passkey::Passkeys>,
     log: Option<Arc<dyn crate::audit::DecisionLog>>,
+    policy_revision: Option<String>,
 }
 
 impl fmt::Debug for ConfirmLayerBuilder {
@@ -371,6 +373,14 @@ impl ConfirmLayerBuilder {
     /// are refused, nothing runs and no confirmation is spent).
     pub fn audit_log(mut self, log: impl crate::audit::DecisionLog) -> Self {
         self.log = Some(Arc::new(log));
+        self
+    }
+
+    /// Names the revision of the policy this layer enforces (a commit, a configuration file's
+    /// digest): every decision-log record made under it carries it, so a record says which
+    /// rules decided it. Layers rebuilt when the policy changes give each build its own.
+    pub fn policy_revision(mut self, revision: impl Into<String>) -> Self {
+        self.policy_revision = Some(revision.into());
         self
     }
 
@@ -799,6 +809,7 @@ impl ConfirmLayerBuilder {
                 #[cfg(feature = "passkeys")]
                 passkeys: self.passkeys,
                 log: self.log,
+                policy_revision: self.policy_revision,
             }),
         })
     }

@@ -217,6 +217,7 @@ mod tests {
                 policy: Operator::Deny,
                 message: None,
                 lookup: None,
+                standing: None,
             },
         )]);
         let denied = Catalog::new(tools, &entries, ttl);

@@ -30,18 +30,97 @@ pub struct GatewayConfig {
     /// sharing a store and keys must share it; staging and production must not.
     #[serde(default)]
     pub audience: Option<String>,
-    /// The key confirmations are signed with: 32 bytes or more, as hex. Absent: a random key,
-    /// said at start (confirmations do not survive a restart, and two processes cannot share).
+    /// The `Host` names callers may use (`name` for any port, or `name:port`); anything else
+    /// is refused with 403 before authentication (DNS-rebinding protection, which an upstream
+    /// behind the gateway cannot do: it never sees the caller's `Host`). Default: the
+    /// audience's host, and the loopback names when listening on a loopback address.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// The browser `Origin`s allowed (`scheme://host[:port]`, or `scheme://host:*` for any
+    /// port); a request without `Origin` (not from a browser) passes. Default: the audience's
+    /// origin, and loopback origins when listening on a loopback address.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    /// The key confirmations are signed with: 32 bytes or more, as hex. Absent (and no
+    /// `keys`): a random key, said at start (confirmations do not survive a restart, and two
+    /// processes cannot share).
     #[serde(default)]
     pub key: Option<Secret>,
+    /// Keys by id, for rotation: the first signs, every one verifies (so confirmations asked
+    /// under the previous key are answered until it is removed). Instead of `key`.
+    #[serde(default)]
+    pub keys: Vec<NamedKey>,
     /// Where one-time confirmations are claimed (default: in memory).
     #[serde(default)]
     pub store: Store,
     /// Who may call.
     pub auth: Auth,
+    /// The tamper-evident decision log every route's decisions go to (default: none).
+    #[serde(default)]
+    pub decision_log: Option<DecisionLog>,
     /// One upstream MCP server per route.
     #[serde(rename = "route")]
     pub routes: Vec<Route>,
+}
+
+/// A key with its id.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NamedKey {
+    /// Its id, carried in every state it signs.
+    pub id: String,
+    /// Its value: 32 bytes or more, as hex.
+    pub value: Secret,
+}
+
+/// The decision log (`mcp-confirm-log`): every decision as a record in an append-only Merkle
+/// tree with signed checkpoints, each record naming the policy revision it was made under. A
+/// confirmed call runs only once its record is written.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionLog {
+    /// The log's name, in its signed checkpoints (e.g. `gateway.example/decisions`).
+    pub name: String,
+    /// The checkpoint signing key's seed: 32 bytes as hex. Keep it off the log's storage:
+    /// whoever holds it can sign a rewritten history.
+    pub key: Secret,
+    /// Where the records are.
+    pub store: LogStore,
+    /// Where the writer keeps its own view of the tree (default: in the log's directory, for
+    /// a file log). Put it on other storage than the log's.
+    #[serde(default)]
+    pub view: Option<PathBuf>,
+    /// A directory the log's newest checkpoint is also kept in, taken only with a proof that
+    /// it extends the one there (a witness). Put it where the log's writers cannot write.
+    #[serde(default)]
+    pub witness_dir: Option<PathBuf>,
+    /// A checkpoint at least this often while records come (default 10 s).
+    #[serde(default = "default_checkpoint_every", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub checkpoint_every: Duration,
+}
+
+fn default_checkpoint_every() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// Where a decision log's records are.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "snake_case")]
+pub enum LogStore {
+    /// Files in a directory, written by this gateway alone.
+    File {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// One table shared by every gateway given the same URL and key.
+    Postgres {
+        /// `postgres://…`.
+        url: Secret,
+        /// The table (default `mcp_confirm_decisions`).
+        #[serde(default)]
+        table: Option<String>,
+    },
 }
 
 fn default_listen() -> SocketAddr {
@@ -192,6 +271,7 @@ pub struct Route {
     #[schemars(with = "String")]
     pub list_ttl: Duration,
     /// The operator's word on tools by name: it wins over what the upstream says.
+    /// (Entries may also offer standing approvals: see [`Standing`].)
     #[serde(default)]
     pub tools: BTreeMap<String, ToolEntry>,
 }
@@ -224,6 +304,28 @@ pub struct ToolEntry {
     /// offers them to pick one (a confirmed tool only).
     #[serde(default)]
     pub lookup: Option<Lookup>,
+    /// Lets the user also allow later calls of this tool on the same scope for a while (a
+    /// confirmed tool only).
+    #[serde(default)]
+    pub standing: Option<Standing>,
+}
+
+/// A standing approval a confirmed tool's form may offer: "also allow this tool on this scope
+/// for the next `up_to`, at most `uses` times". A later call of the same principal, tool and
+/// scope then runs without a form, if its lookup (if any) finds exactly one record and the
+/// revalidation passes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Standing {
+    /// The argument that names what the approval covers (RFC 6901 into the call's arguments,
+    /// e.g. `/workspace`). A call without it, or with an empty one, gets no offer.
+    pub scope: String,
+    /// For how long, at most (e.g. `"1h"`; at most 24 h).
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub up_to: Duration,
+    /// How many later calls, at most.
+    pub uses: u32,
 }
 
 /// How a confirmed tool's candidates are found: a read tool of the same upstream, called as the
@@ -320,6 +422,36 @@ impl GatewayConfig {
         Ok(config)
     }
 
+    /// The `Host` names and `Origin`s allowed: as the file says, else the defaults described
+    /// on [`allowed_hosts`](Self::allowed_hosts) and [`allowed_origins`](Self::allowed_origins).
+    pub fn hosts_and_origins(&self) -> (Vec<String>, Vec<String>) {
+        let mut hosts = self.allowed_hosts.clone();
+        let mut origins = self.allowed_origins.clone();
+        let loopback = self.listen.ip().is_loopback();
+        if hosts.is_empty() {
+            if let Ok(uri) = self.audience().parse::<http::Uri>()
+                && let Some(authority) = uri.authority()
+            {
+                hosts.push(authority.as_str().to_ascii_lowercase());
+            }
+            if loopback {
+                hosts.extend(["localhost", "127.0.0.1", "[::1]"].map(str::to_owned));
+            }
+        }
+        if origins.is_empty() {
+            if let Ok(uri) = self.audience().parse::<http::Uri>()
+                && let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority())
+            {
+                origins.push(format!("{scheme}://{authority}").to_ascii_lowercase());
+            }
+            if loopback {
+                origins
+                    .extend(["localhost", "127.0.0.1", "[::1]"].map(|h| format!("http://{h}:*")));
+            }
+        }
+        (hosts, origins)
+    }
+
     /// The audience confirmations are bound to.
     pub fn audience(&self) -> String {
         self.audience
@@ -356,6 +488,23 @@ impl GatewayConfig {
             }
             if *leeway > Duration::from_secs(300) {
                 return invalid("auth (oauth): a leeway of at most 5 minutes".into());
+            }
+        }
+        if self.key.is_some() && !self.keys.is_empty() {
+            return invalid("both `key` and `keys`: name one key, or the ring".into());
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for key in &self.keys {
+            if key.id.is_empty() || !ids.insert(key.id.as_str()) {
+                return invalid(format!("`keys`: an empty or repeated id {:?}", key.id));
+            }
+        }
+        if let Some(log) = &self.decision_log {
+            if log.name.trim().is_empty() {
+                return invalid("decision_log: an empty `name`".into());
+            }
+            if log.checkpoint_every.is_zero() {
+                return invalid("decision_log: `checkpoint_every` must be more than zero".into());
             }
         }
         let mut paths = std::collections::BTreeSet::new();
@@ -436,6 +585,22 @@ impl GatewayConfig {
                     lookup
                         .check()
                         .map_err(|why| ConfigError::Invalid(format!("{at}: {why}")))?;
+                }
+                if let Some(standing) = &entry.standing {
+                    if entry.policy != Operator::Confirm {
+                        return invalid(format!(
+                            "route {:?}, tool {name:?}: `standing` only goes with `policy = \"confirm\"`",
+                            route.path
+                        ));
+                    }
+                    if !standing.scope.starts_with('/') {
+                        return invalid(format!(
+                            "route {:?}, tool {name:?}: standing scope {:?} is not a JSON Pointer \
+                             to an argument (e.g. `/workspace`): a scope that is always the same \
+                             would cover every call",
+                            route.path, standing.scope
+                        ));
+                    }
                 }
                 if entry.message.is_some() && entry.policy != Operator::Confirm {
                     return invalid(format!(

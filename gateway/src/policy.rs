@@ -133,6 +133,7 @@ mod tests {
                         policy: *policy,
                         message: None,
                         lookup: None,
+                        standing: None,
                     },
                 )
             })

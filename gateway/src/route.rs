@@ -190,11 +190,12 @@ impl Route {
             tracing::info!(route = %self.path, revision = %catalog.revision,
                 tools = catalog.judged.len(), "the upstream's tools were judged");
         }
-        let layer = build_layer(&self.shared.base, &catalog, &self.lookups).map_err(|e| {
-            tracing::error!(route = %self.path, error = %e,
+        let layer = build_layer(&self.shared.base, &catalog, &self.entries, &self.lookups)
+            .map_err(|e| {
+                tracing::error!(route = %self.path, error = %e,
                 "the upstream's tool list cannot be enforced: its tools/call requests are refused");
-            crate::upstream::UpstreamError::NotAList(format!("it cannot be enforced: {e}"))
-        })?;
+                crate::upstream::UpstreamError::NotAList(format!("it cannot be enforced: {e}"))
+            })?;
         let relay = self.relay_for(&catalog);
         let built = Arc::new(Built {
             service: layer.layer(relay.clone()),
@@ -439,7 +440,7 @@ impl Route {
                 // a layer that knows no tool, so a call it does not expect is still refused.
                 Err(_) => {
                     let catalog = Catalog::new(Vec::new(), &self.entries, Duration::ZERO);
-                    match build_layer(&self.shared.base, &catalog, &self.lookups) {
+                    match build_layer(&self.shared.base, &catalog, &self.entries, &self.lookups) {
                         Ok(layer) => {
                             let relay = self.relay_for(&catalog);
                             Arc::new(Built {
@@ -494,9 +495,32 @@ impl Route {
 fn build_layer(
     base: &Base,
     catalog: &Catalog,
+    entries: &BTreeMap<String, ToolEntry>,
     lookups: &BTreeMap<String, RecordLookup>,
 ) -> Result<ConfirmLayer, mcp_confirm::ConfigError> {
-    let mut builder = base().tool_list(&catalog.tools);
+    // A standing approval's scope: the argument the operator names, as text.
+    let with_standing = |name: &str, policy: ToolPolicy| match entries
+        .get(name)
+        .and_then(|e| e.standing.as_ref())
+    {
+        Some(standing) => {
+            let pointer = standing.scope.clone();
+            policy.standing(
+                standing.up_to,
+                standing.uses,
+                move |lookup: &mcp_confirm::Lookup| match lookup.arguments.pointer(&pointer) {
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(Value::Number(n)) => Some(n.to_string()),
+                    _ => None,
+                },
+            )
+        }
+        None => policy,
+    };
+    // Every decision-log record made under this build names the revision it was made under.
+    let mut builder = base()
+        .tool_list(&catalog.tools)
+        .policy_revision(catalog.revision.clone());
     for (name, judged) in &catalog.judged {
         match &judged.verdict {
             Verdict::Confirm { message } => {
@@ -504,7 +528,7 @@ fn build_layer(
                 if let Some(message) = message {
                     policy = policy.message(message.clone());
                 }
-                builder = builder.tool(name.clone(), policy);
+                builder = builder.tool(name.clone(), with_standing(name, policy));
             }
             Verdict::PickOne { message } => {
                 let policy = match lookups.get(name) {
@@ -526,7 +550,7 @@ fn build_layer(
                     // so, a yes/no form still confirms it.
                     None => ToolPolicy::confirm_only(),
                 };
-                builder = builder.tool(name.clone(), policy);
+                builder = builder.tool(name.clone(), with_standing(name, policy));
             }
             Verdict::Deny => builder = builder.tool(name.clone(), ToolPolicy::confirm_only()),
             Verdict::Pass if judged.destructive => builder = builder.exempt(name.clone()),
@@ -576,9 +600,21 @@ pub fn rpc_error(
     response
 }
 
-/// The base builder every route's layer starts from.
-pub fn base(keys: KeyRing, audience: String, store: StoreHandle) -> Base {
-    Arc::new(move || store.apply(ConfirmLayer::builder(keys.clone()).audience(audience.clone())))
+/// The base builder every route's layer starts from: keys, audience, store, and the decision
+/// log if there is one.
+pub fn base(
+    keys: KeyRing,
+    audience: String,
+    store: StoreHandle,
+    log: Option<mcp_confirm_log::AuditLog>,
+) -> Base {
+    Arc::new(move || {
+        let builder = store.apply(ConfirmLayer::builder(keys.clone()).audience(audience.clone()));
+        match &log {
+            Some(log) => builder.audit_log(log.clone()),
+            None => builder,
+        }
+    })
 }
 
 /// The store every build shares.

@@ -46,6 +46,10 @@ struct Inner {
     store: StoreHandle,
     /// The random key made when the file names none, kept across reloads for the same reason.
     random_keys: Option<(KeyRing, Sealer)>,
+    /// The `Host` and `Origin` check every request passes first.
+    guard: mcp_confirm::guard::HostOriginLayer,
+    /// The decision log, opened once: a second writer on the same log would be refused.
+    decision_log: Option<mcp_confirm_log::AuditLog>,
 }
 
 impl Gateway {
@@ -153,7 +157,10 @@ impl Gateway {
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request| {
                     let gateway = gateway.clone();
-                    async move { Ok::<_, std::convert::Infallible>(gateway.handle(request).await) }
+                    // Host and Origin first, with the rules of the file in force now.
+                    let guard = gateway.inner.load().guard.clone();
+                    let mut checked = tower_layer::Layer::layer(&guard, Handle(gateway));
+                    tower_service::Service::call(&mut checked, request)
                 });
                 let io = hyper_util::rt::TokioIo::new(stream);
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
@@ -170,6 +177,30 @@ impl Gateway {
     }
 }
 
+/// [`Gateway::handle`] as a service, for the `Host` and `Origin` check to wrap.
+#[derive(Clone)]
+struct Handle(Gateway);
+
+impl tower_service::Service<Request<hyper::body::Incoming>> for Handle {
+    type Response = Response<GatewayBody>;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn Future<Output = Result<Response<GatewayBody>, std::convert::Infallible>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<hyper::body::Incoming>) -> Self::Future {
+        let gateway = self.0.clone();
+        Box::pin(async move { Ok(gateway.handle(request).await) })
+    }
+}
+
 /// A digest of the file's contents: a write within the same second, or a symlink swapped to
 /// another file, changes it; a touch does not.
 fn contents_digest(path: &Path) -> Option<[u8; 32]> {
@@ -177,6 +208,74 @@ fn contents_digest(path: &Path) -> Option<[u8; 32]> {
     std::fs::read(path)
         .ok()
         .map(|bytes| sha2::Sha256::digest(&bytes).into())
+}
+
+/// Opens the decision log the file names.
+fn open_decision_log(
+    log: &crate::config::DecisionLog,
+    base: &Path,
+) -> Result<mcp_confirm_log::AuditLog, ConfigError> {
+    use mcp_confirm_log::{AuditLog, DirWitness, LogKey, LogOptions};
+    let invalid = |why: String| ConfigError::Invalid(format!("decision_log: {why}"));
+    let seed = zeroize::Zeroizing::new(log.key.read(base)?);
+    let seed: [u8; 32] = decode_hex(&seed)
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or_else(|| invalid(format!("{}: not 64 hex digits", log.key)))?;
+    let key = || LogKey::from_seed(&log.name, seed).map_err(|e| invalid(e.to_string()));
+    let mut options = LogOptions {
+        every: log.checkpoint_every,
+        view: log.view.as_ref().map(|v| base.join(v)),
+        ..LogOptions::default()
+    };
+    let witness = match &log.witness_dir {
+        Some(dir) => Some(
+            DirWitness::new(base.join(dir), key()?.verifier())
+                .map_err(|e| invalid(format!("witness: {e}")))?,
+        ),
+        None => None,
+    };
+    match &log.store {
+        crate::config::LogStore::File { dir } => {
+            if let Some(witness) = witness {
+                options.witnesses.push(std::sync::Arc::new(witness));
+            }
+            let dir = base.join(dir);
+            AuditLog::file(&dir, key()?, options).map_err(|e| match e {
+                mcp_confirm_log::LogError::Locked => invalid(format!(
+                    "{}: another process writes this log; give each gateway its own, or share \
+                     one through PostgreSQL",
+                    dir.display()
+                )),
+                other => invalid(format!("{}: {other}", dir.display())),
+            })
+        }
+        crate::config::LogStore::Postgres { url, table } => {
+            let table = table
+                .as_deref()
+                .unwrap_or(mcp_confirm_log::PostgresLog::DEFAULT_TABLE);
+            let mut sink = mcp_confirm_log::PostgresLog::connect(&url.read(base)?, table, key()?)
+                .map_err(|e| invalid(format!("postgres: {e}")))?;
+            if let Some(view) = options.view.take() {
+                sink = sink.view_file(view);
+            }
+            if let Some(witness) = witness {
+                sink = sink.witness(witness);
+            }
+            AuditLog::new(sink, key()?.verifier(), options).map_err(|e| invalid(e.to_string()))
+        }
+    }
+}
+
+/// Hex digits as bytes (either case); `None` for anything else.
+fn decode_hex(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim();
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// Opens the store the file names.
@@ -202,6 +301,23 @@ impl Inner {
     ) -> Result<Self, ConfigError> {
         let mut random_keys = None;
         let (keys, sealer) = match &config.key {
+            None if !config.keys.is_empty() => {
+                let mut ring = Vec::new();
+                let mut first = None;
+                for named in &config.keys {
+                    let hex = zeroize::Zeroizing::new(named.value.read(base)?);
+                    let bytes = decode_hex(&hex).ok_or_else(|| {
+                        ConfigError::Invalid(format!("keys.{}: not hex", named.id))
+                    })?;
+                    first.get_or_insert_with(|| Sealer::new(hex.as_bytes()));
+                    ring.push((named.id.clone(), zeroize::Zeroizing::new(bytes)));
+                }
+                let keys = KeyRing::new(ring.iter().map(|(id, b)| (id.clone(), b.as_slice())))
+                    .map_err(|e| ConfigError::Invalid(format!("keys: {e}")))?;
+                let sealer =
+                    first.ok_or_else(|| ConfigError::Invalid("`keys` names no key".into()))?;
+                (keys, sealer)
+            }
             Some(secret) => {
                 let hex = zeroize::Zeroizing::new(secret.read(base)?);
                 let keys = KeyRing::single_hex("k1", &hex)
@@ -239,6 +355,22 @@ impl Inner {
             Some(previous) if previous.config.store == config.store => previous.store.clone(),
             _ => open_store(&config.store, base)?,
         };
+        let decision_log = match previous {
+            Some(previous) if previous.config.decision_log == config.decision_log => {
+                previous.decision_log.clone()
+            }
+            Some(_) => {
+                return Err(ConfigError::Invalid(
+                    "the `decision_log` section changed: that takes a restart (its writer holds \
+                     the log)"
+                        .into(),
+                ));
+            }
+            None => match &config.decision_log {
+                Some(log) => Some(open_decision_log(log, base)?),
+                None => None,
+            },
+        };
         let auth = match &config.auth {
             Auth::StaticTokens { file } => {
                 tracing::warn!(
@@ -267,6 +399,15 @@ impl Inner {
             })?)),
         };
         let audience = config.audience();
+        let (hosts, origins) = config.hosts_and_origins();
+        tracing::info!(
+            ?hosts,
+            ?origins,
+            "callers may use these Host names and Origins"
+        );
+        let guard = mcp_confirm::guard::HostOriginLayer::localhost()
+            .allow_hosts(hosts)
+            .allow_origins(origins);
         let mut routes = Vec::new();
         for entry in &config.routes {
             let credential = match &entry.upstream_header {
@@ -292,7 +433,12 @@ impl Inner {
             // Each route is a deployment of its own: a confirmation asked on one route is no
             // confirmation on another, whatever its tools are called.
             let resource = format!("{}{path}", audience.trim_end_matches('/'));
-            let base_builder = route::base(keys.clone(), resource.clone(), store.clone());
+            let base_builder = route::base(
+                keys.clone(),
+                resource.clone(),
+                store.clone(),
+                decision_log.clone(),
+            );
             let shared = route::Shared {
                 base: base_builder,
                 sealer: sealer.clone(),
@@ -326,6 +472,8 @@ impl Inner {
             auth,
             store,
             random_keys,
+            decision_log,
+            guard,
         })
     }
 }

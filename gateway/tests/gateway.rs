@@ -675,6 +675,38 @@ async fn two_gateways_sharing_redis_run_a_confirmation_once() {
 }
 
 /// A minimal HTTP/1.1 client over hyper, for the tests.
+#[tokio::test]
+async fn a_foreign_host_or_origin_is_refused_before_anything_else() {
+    // DNS rebinding: a page on evil.example whose name now resolves to the gateway. The
+    // upstream never sees the caller's Host, so the gateway is the only place to refuse it.
+    let (url, seen) = upstream().await;
+    let f = gateway_for(&url, seen, "").await;
+    let list = call(1, "notes_list", json!({}));
+    for (name, value) in [
+        ("host", "evil.example"),
+        ("host", "evil.example:80"),
+        ("origin", "http://evil.example"),
+        ("origin", "null"),
+    ] {
+        let (status, _, _) = f
+            .post_with(Some(ALICE), &list, &[(name, value.to_owned())])
+            .await;
+        assert_eq!(status, 403, "{name}: {value}");
+    }
+    assert!(f.seen.calls().is_empty());
+    // The loopback names the gateway listens on, and its own origin, pass.
+    let port = f.url.split(':').nth(2).unwrap().split('/').next().unwrap();
+    for (name, value) in [
+        ("host", format!("localhost:{port}")),
+        ("origin", format!("http://127.0.0.1:{port}")),
+    ] {
+        let (status, body, _) = f
+            .post_with(Some(ALICE), &list, &[(name, value.clone())])
+            .await;
+        assert_eq!(status, 200, "{name}: {value}: {body}");
+    }
+}
+
 mod reqwest_like {
     use bytes::Bytes;
     use http_body_util::{BodyExt, Full};

@@ -40,6 +40,9 @@ pub struct Record {
     /// The first bytes of the confirmation's nonce (hex).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub nonce: Option<String>,
+    /// The revision of the policy the decision was made under, where the deployment names one.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub policy: Option<String>,
     /// The principal's keyed digest (hex).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub principal: Option<String>,
@@ -106,6 +109,7 @@ impl From<mcp_confirm::audit::LogEntry> for Record {
             class: entry.class,
             event: entry.event.to_owned(),
             nonce: entry.nonce,
+            policy: entry.policy,
             principal: entry.principal,
             reason: entry.reason,
             shown: entry.shown,

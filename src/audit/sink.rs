@@ -63,6 +63,9 @@ pub struct LogEntry {
     pub class: Option<String>,
     /// A refusal's real reason (never on the wire).
     pub reason: Option<String>,
+    /// The revision of the policy the decision was made under
+    /// ([`ConfirmLayerBuilder::policy_revision`](crate::ConfirmLayerBuilder::policy_revision)).
+    pub policy: Option<String>,
 }
 
 impl LogEntry {

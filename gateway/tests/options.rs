@@ -1,0 +1,340 @@
+//! The library's options, reached from the gateway's file: the decision log (each record naming
+//! the policy revision it was made under), key rotation, and standing approvals.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::post;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use mcp_confirm_gateway::config::GatewayConfig;
+use mcp_confirm_gateway::server::Gateway;
+use serde_json::{Value, json};
+
+#[derive(Clone, Default)]
+struct Ran(Arc<Mutex<Vec<Value>>>);
+
+async fn serve_upstream(State(ran): State<Ran>, body: axum::Json<Value>) -> axum::Json<Value> {
+    let message = body.0;
+    let result = match message["method"].as_str() {
+        Some("tools/list") => json!({"resultType": "complete", "tools": [
+            {"name": "notes_delete", "inputSchema": {"type": "object"},
+             "annotations": {"destructiveHint": true}}]}),
+        _ => {
+            ran.0
+                .lock()
+                .unwrap()
+                .push(message["params"]["arguments"].clone());
+            json!({"resultType": "complete", "content": [{"type": "text", "text": "deleted"}]})
+        }
+    };
+    axum::Json(json!({"jsonrpc": "2.0", "id": message["id"], "result": result}))
+}
+
+struct Fixture {
+    url: String,
+    dir: PathBuf,
+    upstream: String,
+    ran: Ran,
+    gateway: Gateway,
+    client: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        Full<Bytes>,
+    >,
+}
+
+const ALICE: &str = "alice-token-0123456789";
+const K1: &str = "46c240e4d0c11b5a48d250f10a96b4d63b9d4f64b2faf7ea559c2627e90750cd";
+const K2: &str = "9f1b0a7c2e3d4f5a6b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c";
+const LOG_SEED: &str = "0101010101010101010101010101010101010101010101010101010101010101";
+
+fn file_text(upstream: &str, top: &str, tools: &str) -> String {
+    format!(
+        r#"
+        listen = "127.0.0.1:0"
+        {top}
+        [auth]
+        kind = "static_tokens"
+        file = "tokens"
+        [[route]]
+        path = "/notes/mcp"
+        upstream = "{upstream}"
+        {tools}
+        "#
+    )
+}
+
+async fn fixture(top: &str, tools: &str) -> Fixture {
+    let ran = Ran::default();
+    let app = Router::new()
+        .route("/mcp", post(serve_upstream))
+        .with_state(ran.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("gateway-options-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tokens"), format!("alice {ALICE}\n")).unwrap();
+    std::fs::write(dir.join("k1"), K1).unwrap();
+    std::fs::write(dir.join("k2"), K2).unwrap();
+    std::fs::write(dir.join("log.key"), LOG_SEED).unwrap();
+    let gateway = build(&dir, &file_text(&upstream, top, tools)).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/notes/mcp", listener.local_addr().unwrap());
+    tokio::spawn(gateway.clone().serve(listener));
+    Fixture {
+        url,
+        dir,
+        upstream,
+        ran,
+        gateway,
+        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http(),
+    }
+}
+
+fn build(dir: &Path, text: &str) -> Result<Gateway, String> {
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, text).unwrap();
+    let config = GatewayConfig::load(&path).map_err(|e| e.to_string())?;
+    Gateway::build(&config, dir).map_err(|e| e.to_string())
+}
+
+impl Fixture {
+    fn reload(&self, top: &str, tools: &str) -> Result<(), String> {
+        let path = self.dir.join("gateway.toml");
+        std::fs::write(&path, file_text(&self.upstream, top, tools)).unwrap();
+        let config = GatewayConfig::load(&path).map_err(|e| e.to_string())?;
+        self.gateway
+            .reload(&config, &self.dir)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn post(&self, body: &Value) -> Value {
+        let request = http::Request::post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "notes_delete")
+            .header("authorization", format!("Bearer {ALICE}"))
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let response = self.client.request(request).await.unwrap();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    }
+
+    async fn revision(&self) -> String {
+        self.gateway.routes()[0].catalog().await.unwrap().revision
+    }
+}
+
+fn call(id: i64, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}},
+        "name": "notes_delete", "arguments": arguments}})
+}
+
+fn accept(first: &Value, id: i64, asked: &Value, content: Value) -> Value {
+    let mut retry = first.clone();
+    retry["id"] = json!(id);
+    let key = asked["result"]["inputRequests"]
+        .as_object()
+        .unwrap_or_else(|| panic!("not asked: {asked}"))
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    retry["params"]["requestState"] = asked["result"]["requestState"].clone();
+    retry["params"]["inputResponses"] = json!({ key: {"action": "accept", "content": content} });
+    retry
+}
+
+fn read_records(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("decisions").join("records.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+const LOG: &str = r#"
+    [decision_log]
+    name = "gateway.test/decisions"
+    key = { file = "log.key" }
+    store = { kind = "file", dir = "decisions" }
+"#;
+
+#[tokio::test]
+async fn each_decision_record_names_the_policy_revision_it_was_made_under() {
+    let f = fixture(LOG, "").await;
+    let first = call(1, json!({"title": "Groceries"}));
+    let asked = f.post(&first).await;
+    let done = f
+        .post(&accept(&first, 2, &asked, json!({"confirm": true})))
+        .await;
+    assert_eq!(done["result"]["content"][0]["text"], "deleted", "{done}");
+    let revision = f.revision().await;
+    let records = read_records(&f.dir);
+    let accepted: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["event"] == "accepted")
+        .collect();
+    assert_eq!(accepted.len(), 1, "{records:?}");
+    assert_eq!(accepted[0]["policy"], revision.as_str());
+    assert_eq!(accepted[0]["tool"], "notes_delete");
+    assert!(
+        records
+            .iter()
+            .filter(|r| r["event"] == "challenged")
+            .all(|r| r["policy"] == revision.as_str())
+    );
+
+    // The operator changes the tool's entry: a new revision, and the next records carry it.
+    f.reload(
+        LOG,
+        "[route.tools.notes_delete]\npolicy = \"confirm\"\nmessage = \"Delete it?\"",
+    )
+    .unwrap();
+    let next = f.revision().await;
+    assert_ne!(next, revision);
+    let asked = f.post(&call(3, json!({"title": "Taxes"}))).await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let last = read_records(&f.dir).last().cloned().unwrap();
+    assert_eq!(last["event"], "challenged");
+    assert_eq!(last["policy"], next.as_str());
+
+    // The log's section cannot change under a running writer: the reload is refused whole.
+    let error = f
+        .reload(&LOG.replace("gateway.test", "other.test"), "")
+        .unwrap_err();
+    assert!(error.contains("takes a restart"), "{error}");
+}
+
+#[tokio::test]
+async fn a_rotated_key_answers_what_the_old_one_asked_until_it_is_removed() {
+    let one = r#"keys = [{ id = "k1", value = { file = "k1" } }]"#;
+    let both = r#"keys = [{ id = "k2", value = { file = "k2" } }, { id = "k1", value = { file = "k1" } }]"#;
+    let only_new = r#"keys = [{ id = "k2", value = { file = "k2" } }]"#;
+    let f = fixture(one, "").await;
+    let first = call(1, json!({"title": "A"}));
+    let asked_under_k1 = f.post(&first).await;
+    let second = call(3, json!({"title": "B"}));
+    let also_under_k1 = f.post(&second).await;
+    // Rotate: k2 signs, k1 still verifies.
+    f.reload(both, "").unwrap();
+    let done = f
+        .post(&accept(
+            &first,
+            2,
+            &asked_under_k1,
+            json!({"confirm": true}),
+        ))
+        .await;
+    assert_eq!(done["result"]["content"][0]["text"], "deleted", "{done}");
+    // k1 removed: what it signed is refused; what k2 signs works.
+    f.reload(only_new, "").unwrap();
+    let refused = f
+        .post(&accept(
+            &second,
+            4,
+            &also_under_k1,
+            json!({"confirm": true}),
+        ))
+        .await;
+    assert!(refused.get("error").is_some(), "{refused}");
+    let third = call(5, json!({"title": "C"}));
+    let asked_under_k2 = f.post(&third).await;
+    let done = f
+        .post(&accept(
+            &third,
+            6,
+            &asked_under_k2,
+            json!({"confirm": true}),
+        ))
+        .await;
+    assert_eq!(done["result"]["content"][0]["text"], "deleted", "{done}");
+    assert_eq!(
+        *f.ran.0.lock().unwrap(),
+        [json!({"title": "A"}), json!({"title": "C"})]
+    );
+}
+
+#[tokio::test]
+async fn a_standing_approval_covers_later_calls_on_its_scope_only() {
+    let tools = r#"
+        [route.tools.notes_delete]
+        policy = "confirm"
+        standing = { scope = "/workspace", up_to = "1h", uses = 2 }
+    "#;
+    let f = fixture("", tools).await;
+    let first = call(1, json!({"workspace": "w1", "title": "A"}));
+    let asked = f.post(&first).await;
+    let offered = asked.to_string();
+    assert!(offered.contains("remember"), "{asked}");
+    let done = f
+        .post(&accept(
+            &first,
+            2,
+            &asked,
+            json!({"confirm": true, "remember": "standing"}),
+        ))
+        .await;
+    assert_eq!(done["result"]["content"][0]["text"], "deleted", "{done}");
+    // The same workspace: runs without a form, twice; then the form again.
+    for (id, title) in [(3, "B"), (4, "C")] {
+        let ran = f
+            .post(&call(id, json!({"workspace": "w1", "title": title})))
+            .await;
+        assert_eq!(ran["result"]["content"][0]["text"], "deleted", "{ran}");
+    }
+    let asked = f
+        .post(&call(5, json!({"workspace": "w1", "title": "D"})))
+        .await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    // Another workspace: the form.
+    let asked = f
+        .post(&call(6, json!({"workspace": "w2", "title": "E"})))
+        .await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    assert_eq!(f.ran.0.lock().unwrap().len(), 3);
+}
+
+#[test]
+fn options_a_hurried_operator_writes_are_refused() {
+    let upstream = "http://127.0.0.1:9/mcp";
+    for (top, tools, says) in [
+        (
+            "key = { file = \"k1\" }\nkeys = [{ id = \"k1\", value = { file = \"k1\" } }]",
+            "",
+            "both `key` and `keys`",
+        ),
+        (
+            "keys = [{ id = \"k1\", value = { file = \"k1\" } }, { id = \"k1\", value = { file = \"k2\" } }]",
+            "",
+            "repeated id",
+        ),
+        (
+            "",
+            "[route.tools.notes_delete]\npolicy = \"confirm\"\nstanding = { scope = \"workspace\", up_to = \"1h\", uses = 2 }",
+            "not a JSON Pointer",
+        ),
+        (
+            "",
+            "[route.tools.notes_delete]\npolicy = \"allow\"\nstanding = { scope = \"/w\", up_to = \"1h\", uses = 2 }",
+            "only goes with",
+        ),
+    ] {
+        let error = GatewayConfig::from_toml(&file_text(upstream, top, tools))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(says), "{says}: {error}");
+    }
+}
