@@ -269,7 +269,7 @@ fn open_decision_log(
 /// Hex digits as bytes (either case); `None` for anything else.
 fn decode_hex(text: &str) -> Option<Vec<u8>> {
     let text = text.trim();
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len())
