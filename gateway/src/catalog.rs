@@ -218,6 +218,8 @@ mod tests {
                 message: None,
                 lookup: None,
                 standing: None,
+                approve_in: crate::config::ApproveIn::Form,
+                approvers: None,
             },
         )]);
         let denied = Catalog::new(tools, &entries, ttl);

@@ -55,12 +55,67 @@ pub struct GatewayConfig {
     pub store: Store,
     /// Who may call.
     pub auth: Auth,
+    /// The library's pages, served by the gateway under each route's path: the approval page
+    /// (`<route>/approve/<id>`) where browser approvals are decided, and the approvers' inbox
+    /// (`<route>/inbox`). Needed by tools approved in the browser or by others.
+    #[serde(default)]
+    pub pages: Option<Pages>,
+    /// Signed Standard Webhooks (or Slack messages) telling approvers a call waits for them.
+    #[serde(default, rename = "webhook")]
+    pub webhooks: Vec<Webhook>,
     /// The tamper-evident decision log every route's decisions go to (default: none).
     #[serde(default)]
     pub decision_log: Option<DecisionLog>,
     /// One upstream MCP server per route.
     #[serde(rename = "route")]
     pub routes: Vec<Route>,
+}
+
+/// The pages and who a browser visitor is.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Pages {
+    /// How the gateway knows who a browser visitor is.
+    pub visitor: Visitor,
+    /// Where a visitor who is not signed in is sent (e.g. the sign-in proxy's start URL).
+    #[serde(default)]
+    pub sign_in_url: Option<String>,
+}
+
+/// Who a browser visitor of the pages is. Browsers carry no bearer token: a sign-in proxy in
+/// front (oauth2-proxy, Pomerium, an nginx `auth_request`) signs them in and names them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "snake_case")]
+pub enum Visitor {
+    /// The sign-in proxy names the visitor in `user_header`, and proves it is the proxy with a
+    /// shared secret in `secret_header`: a request without that secret names no one, whatever
+    /// its user header says. With OAuth callers, the visitor's principal is the issuer followed
+    /// by the header's value (the `sub` the proxy got from the same issuer).
+    TrustedProxyHeader {
+        /// The header naming the visitor (e.g. `x-forwarded-user`).
+        user_header: String,
+        /// The header carrying the proxy's secret (e.g. `x-proxy-secret`).
+        secret_header: String,
+        /// The secret.
+        secret: Secret,
+        /// A header listing the visitor's roles (comma- or space-separated), for approver
+        /// rules that name a role.
+        #[serde(default)]
+        roles_header: Option<String>,
+    },
+}
+
+/// One webhook endpoint approvers are notified at.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Webhook {
+    /// Where (`https://…`).
+    pub url: String,
+    /// The Standard Webhooks signing secret (`whsec_…`).
+    pub secret: Secret,
+    /// Post Slack incoming-webhook messages instead of Standard Webhooks events.
+    #[serde(default)]
+    pub slack: bool,
 }
 
 /// A key with its id.
@@ -308,6 +363,79 @@ pub struct ToolEntry {
     /// confirmed tool only).
     #[serde(default)]
     pub standing: Option<Standing>,
+    /// Where the user approves (default `form`, in the client). `browser`: on the approval page,
+    /// signed in, where a client's automatic `accept` cannot reach (needs `[pages]` and a
+    /// client with URL-mode elicitation).
+    #[serde(default)]
+    pub approve_in: ApproveIn,
+    /// Someone other than the caller decides, on the approval page (implies `browser`).
+    #[serde(default)]
+    pub approvers: Option<ApproverRule>,
+}
+
+/// Where a call is approved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApproveIn {
+    /// In the client's form.
+    #[default]
+    Form,
+    /// On the gateway's approval page.
+    Browser,
+}
+
+/// Who approves a call: exactly one of `any_of`, `role` or `anyone_but_caller`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApproverRule {
+    /// These principals (as the gateway names them: with OAuth, `"{iss} {sub}"`).
+    #[serde(default)]
+    pub any_of: Vec<String>,
+    /// Any principal with this role (OAuth's `roles_claim`).
+    #[serde(default)]
+    pub role: Option<String>,
+    /// Anyone signed in but the caller.
+    #[serde(default)]
+    pub anyone_but_caller: bool,
+    /// Never the caller, even if the rule would admit them.
+    #[serde(default)]
+    pub except_caller: bool,
+    /// How many distinct approvers (default 1).
+    #[serde(default)]
+    pub required: Option<u8>,
+    /// Show approvers the candidates' labels (they see ids and versions otherwise).
+    #[serde(default)]
+    pub share_candidate_labels: bool,
+    /// Show approvers the call's argument values (they see a digest otherwise).
+    #[serde(default)]
+    pub share_argument_values: bool,
+}
+
+impl ApproverRule {
+    /// The library's rule.
+    pub fn to_approvers(&self) -> mcp_confirm::Approvers {
+        use mcp_confirm::Approvers;
+        let mut rule = if self.anyone_but_caller {
+            Approvers::anyone_but_caller()
+        } else if let Some(role) = &self.role {
+            Approvers::role(role.clone())
+        } else {
+            Approvers::any_of(self.any_of.clone())
+        };
+        if self.except_caller {
+            rule = rule.except_caller();
+        }
+        if let Some(n) = self.required {
+            rule = rule.required(n);
+        }
+        if self.share_candidate_labels {
+            rule = rule.share_candidate_labels();
+        }
+        if self.share_argument_values {
+            rule = rule.share_argument_values();
+        }
+        rule
+    }
 }
 
 /// A standing approval a confirmed tool's form may offer: "also allow this tool on this scope
@@ -585,6 +713,42 @@ impl GatewayConfig {
                     lookup
                         .check()
                         .map_err(|why| ConfigError::Invalid(format!("{at}: {why}")))?;
+                }
+                let browser = entry.approve_in == ApproveIn::Browser || entry.approvers.is_some();
+                if browser {
+                    if entry.policy != Operator::Confirm {
+                        return invalid(format!(
+                            "route {:?}, tool {name:?}: `approve_in` and `approvers` only go with \
+                             `policy = \"confirm\"`",
+                            route.path
+                        ));
+                    }
+                    if self.pages.is_none() {
+                        return invalid(format!(
+                            "route {:?}, tool {name:?}: approved in the browser, but no `[pages]` \
+                             section says how the gateway knows who a browser visitor is",
+                            route.path
+                        ));
+                    }
+                }
+                if let Some(rule) = &entry.approvers {
+                    let kinds = usize::from(!rule.any_of.is_empty())
+                        + usize::from(rule.role.is_some())
+                        + usize::from(rule.anyone_but_caller);
+                    if kinds != 1 {
+                        return invalid(format!(
+                            "route {:?}, tool {name:?}: approvers name exactly one of `any_of`, \
+                             `role` or `anyone_but_caller`",
+                            route.path
+                        ));
+                    }
+                    if entry.standing.is_some() {
+                        return invalid(format!(
+                            "route {:?}, tool {name:?}: `approvers` and `standing` cannot go \
+                             together: later calls would run without the approvers",
+                            route.path
+                        ));
+                    }
                 }
                 if let Some(standing) = &entry.standing {
                     if entry.policy != Operator::Confirm {

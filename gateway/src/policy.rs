@@ -134,6 +134,8 @@ mod tests {
                         message: None,
                         lookup: None,
                         standing: None,
+                        approve_in: crate::config::ApproveIn::Form,
+                        approvers: None,
                     },
                 )
             })

@@ -48,6 +48,8 @@ type Guarded = mcp_confirm::Confirm<Relay>;
 
 struct Built {
     catalog: Catalog,
+    /// The layer itself: its pages.
+    layer: ConfirmLayer,
     service: Guarded,
     /// The relay alone: a verified continuation goes straight to it.
     relay: Relay,
@@ -88,6 +90,15 @@ impl std::fmt::Debug for Route {
             .field("upstream", &self.upstream)
             .finish_non_exhaustive()
     }
+}
+
+/// A page of the library's the gateway serves under a route's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Page {
+    /// `<route>/approve/<id>`: one approval, decided.
+    Approve,
+    /// `<route>/inbox`: what waits for the visitor.
+    Inbox,
 }
 
 /// The frozen answers of the gateway's own refusals (the reasons go to the log).
@@ -199,6 +210,7 @@ impl Route {
         let relay = self.relay_for(&catalog);
         let built = Arc::new(Built {
             service: layer.layer(relay.clone()),
+            layer,
             relay,
             catalog,
         });
@@ -339,6 +351,49 @@ impl Route {
         }
     }
 
+    /// Serves one of the route's pages (`page` is `approve` or `inbox`) to a visitor the
+    /// gateway already named (the principal, if any, in the request's extensions).
+    pub async fn page<B>(
+        &self,
+        page: Page,
+        sign_in_url: Option<&str>,
+        request: Request<B>,
+    ) -> Response<GatewayBody>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let Ok(built) = self.fresh(false).await else {
+            return plain(
+                StatusCode::BAD_GATEWAY,
+                "The upstream server's tools cannot be listed.",
+            );
+        };
+        let response = match page {
+            Page::Approve => {
+                let mut service = built.layer.approval_page();
+                if let Some(url) = sign_in_url {
+                    service = service.sign_in_url(url);
+                }
+                service.call(request).await
+            }
+            Page::Inbox => {
+                let mut service = built.layer.inbox_page();
+                if let Some(url) = sign_in_url {
+                    service = service.sign_in_url(url);
+                }
+                service.call(request).await
+            }
+        };
+        match response {
+            Ok(response) => {
+                response.map(|body| body.map_err(|never| match never {}).boxed_unsync())
+            }
+            Err(never) => match never {},
+        }
+    }
+
     /// The relay for `catalog`'s tools.
     fn relay_for(&self, catalog: &Catalog) -> Relay {
         let definitions = catalog
@@ -445,6 +500,7 @@ impl Route {
                             let relay = self.relay_for(&catalog);
                             Arc::new(Built {
                                 service: layer.layer(relay.clone()),
+                                layer,
                                 relay,
                                 catalog,
                             })
@@ -498,6 +554,20 @@ fn build_layer(
     entries: &BTreeMap<String, ToolEntry>,
     lookups: &BTreeMap<String, RecordLookup>,
 ) -> Result<ConfirmLayer, mcp_confirm::ConfigError> {
+    // Where the user approves, and who.
+    let channel = |name: &str, policy: ToolPolicy| match entries.get(name) {
+        Some(entry) if entry.approvers.is_some() => policy.approved_by(
+            entry
+                .approvers
+                .as_ref()
+                .map(crate::config::ApproverRule::to_approvers)
+                .unwrap_or_default(),
+        ),
+        Some(entry) if entry.approve_in == crate::config::ApproveIn::Browser => {
+            policy.approve_in_browser()
+        }
+        _ => policy,
+    };
     // A standing approval's scope: the argument the operator names, as text.
     let with_standing = |name: &str, policy: ToolPolicy| match entries
         .get(name)
@@ -528,7 +598,7 @@ fn build_layer(
                 if let Some(message) = message {
                     policy = policy.message(message.clone());
                 }
-                builder = builder.tool(name.clone(), with_standing(name, policy));
+                builder = builder.tool(name.clone(), channel(name, with_standing(name, policy)));
             }
             Verdict::PickOne { message } => {
                 let policy = match lookups.get(name) {
@@ -550,7 +620,7 @@ fn build_layer(
                     // so, a yes/no form still confirms it.
                     None => ToolPolicy::confirm_only(),
                 };
-                builder = builder.tool(name.clone(), with_standing(name, policy));
+                builder = builder.tool(name.clone(), channel(name, with_standing(name, policy)));
             }
             Verdict::Deny => builder = builder.tool(name.clone(), ToolPolicy::confirm_only()),
             Verdict::Pass if judged.destructive => builder = builder.exempt(name.clone()),
@@ -600,20 +670,32 @@ pub fn rpc_error(
     response
 }
 
-/// The base builder every route's layer starts from: keys, audience, store, and the decision
-/// log if there is one.
-pub fn base(
-    keys: KeyRing,
-    audience: String,
-    store: StoreHandle,
-    log: Option<mcp_confirm_log::AuditLog>,
-) -> Base {
+/// What every route's layer is built with besides its keys, audience and store.
+#[derive(Clone, Default)]
+pub struct Extras {
+    /// The decision log.
+    pub log: Option<mcp_confirm_log::AuditLog>,
+    /// The approval page's URL prefix, when the gateway serves the pages.
+    pub approval_url: Option<String>,
+    /// The approvers' notifier.
+    pub notifier: Option<mcp_confirm::notify::Webhooks>,
+}
+
+/// The base builder every route's layer starts from: keys, audience, store, and the extras.
+pub fn base(keys: KeyRing, audience: String, store: StoreHandle, extras: Extras) -> Base {
     Arc::new(move || {
-        let builder = store.apply(ConfirmLayer::builder(keys.clone()).audience(audience.clone()));
-        match &log {
-            Some(log) => builder.audit_log(log.clone()),
-            None => builder,
+        let mut builder =
+            store.apply(ConfirmLayer::builder(keys.clone()).audience(audience.clone()));
+        if let Some(log) = &extras.log {
+            builder = builder.audit_log(log.clone());
         }
+        if let Some(url) = &extras.approval_url {
+            builder = builder.approval_url(url.clone());
+        }
+        if let Some(notifier) = &extras.notifier {
+            builder = builder.notifier(notifier.clone());
+        }
+        builder
     })
 }
 

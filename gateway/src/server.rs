@@ -46,6 +46,8 @@ struct Inner {
     store: StoreHandle,
     /// The random key made when the file names none, kept across reloads for the same reason.
     random_keys: Option<(KeyRing, Sealer)>,
+    /// Who a browser visitor of the pages is, when the gateway serves them.
+    visitors: Option<Visitors>,
     /// The `Host` and `Origin` check every request passes first.
     guard: mcp_confirm::guard::HostOriginLayer,
     /// The decision log, opened once: a second writer on the same log would be refused.
@@ -115,20 +117,36 @@ impl Gateway {
     /// Answers one request.
     pub async fn handle<B>(&self, mut request: Request<B>) -> Response<GatewayBody>
     where
-        B: http_body::Body<Data = Bytes> + Send,
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Data: Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let inner = self.inner.load_full();
-        let path = request.uri().path().trim_end_matches('/');
+        let path = request.uri().path().trim_end_matches('/').to_owned();
         if let Some(resource_path) = path.strip_prefix(METADATA_PREFIX) {
             return inner.metadata(resource_path, request.method());
+        }
+        // Whatever the caller put there is not a principal: only the gateway's authentication
+        // names one.
+        request.extensions_mut().remove::<mcp_confirm::Principal>();
+        if let Some((route, page)) = inner.page_of(&path) {
+            let Some(visitors) = &inner.visitors else {
+                return plain(StatusCode::NOT_FOUND, "Not found.");
+            };
+            if let Some(principal) = visitors.visitor(request.headers(), &inner.auth) {
+                request.extensions_mut().insert(principal);
+            }
+            return route
+                .page(page, visitors.sign_in_url.as_deref(), request)
+                .await;
         }
         let Some(route) = inner.routes.iter().find(|r| r.path() == path) else {
             return plain(StatusCode::NOT_FOUND, "Not found.");
         };
-        // Whatever the caller put there is not a principal: only the gateway's authentication
-        // names one.
-        request.extensions_mut().remove::<mcp_confirm::Principal>();
+        // The sign-in proxy's secret is the gateway's, never the upstream's.
+        if let Some(visitors) = &inner.visitors {
+            request.headers_mut().remove(&visitors.secret_header);
+        }
         match inner
             .auth
             .authenticate(request.headers(), route.resource())
@@ -174,6 +192,99 @@ impl Gateway {
                 }
             });
         }
+    }
+}
+
+/// Who a browser visitor of the pages is: named by the sign-in proxy in front, which proves
+/// itself with a shared secret.
+struct Visitors {
+    user_header: http::HeaderName,
+    secret_header: http::HeaderName,
+    secret: zeroize::Zeroizing<String>,
+    roles_header: Option<http::HeaderName>,
+    sign_in_url: Option<String>,
+}
+
+impl std::fmt::Debug for Visitors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The secret is never printed.
+        f.debug_struct("Visitors")
+            .field("user_header", &self.user_header)
+            .field("secret_header", &self.secret_header)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Visitors {
+    fn new(pages: &crate::config::Pages, base: &Path) -> Result<Self, ConfigError> {
+        let crate::config::Visitor::TrustedProxyHeader {
+            user_header,
+            secret_header,
+            secret,
+            roles_header,
+        } = &pages.visitor;
+        let name = |n: &str| {
+            http::HeaderName::from_bytes(n.as_bytes()).map_err(|_| {
+                ConfigError::Invalid(format!("pages.visitor: {n:?} is not a header name"))
+            })
+        };
+        let secret = zeroize::Zeroizing::new(secret.read(base)?);
+        if secret.len() < 16 {
+            return Err(ConfigError::Invalid(
+                "pages.visitor: a secret of at least 16 characters".into(),
+            ));
+        }
+        Ok(Self {
+            user_header: name(user_header)?,
+            secret_header: name(secret_header)?,
+            secret,
+            roles_header: roles_header.as_deref().map(name).transpose()?,
+            sign_in_url: pages.sign_in_url.clone(),
+        })
+    }
+
+    /// The visitor a page request names: only with the proxy's secret (compared in constant
+    /// time), and one printable user name. With OAuth callers, the issuer comes first, as in
+    /// the principals it names.
+    fn visitor(
+        &self,
+        headers: &http::HeaderMap,
+        auth: &Authenticator,
+    ) -> Option<mcp_confirm::Principal> {
+        use subtle::ConstantTimeEq;
+        let mut secrets = headers.get_all(&self.secret_header).iter();
+        let (Some(given), None) = (secrets.next(), secrets.next()) else {
+            return None;
+        };
+        if !bool::from(given.as_bytes().ct_eq(self.secret.as_bytes())) {
+            tracing::warn!("a page request carried a wrong sign-in proxy secret");
+            return None;
+        }
+        let mut users = headers.get_all(&self.user_header).iter();
+        let (Some(user), None) = (users.next(), users.next()) else {
+            return None;
+        };
+        let user = user.to_str().ok()?.trim();
+        if user.is_empty() || user.chars().any(char::is_control) {
+            return None;
+        }
+        let subject = match auth.oauth() {
+            Some(oauth) => format!("{} {user}", oauth.issuer()),
+            None => user.to_owned(),
+        };
+        let roles: Vec<String> = self
+            .roles_header
+            .as_ref()
+            .and_then(|h| headers.get(h))
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split([',', ' '])
+                    .filter(|r| !r.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(mcp_confirm::Principal::new(subject).with_roles(roles))
     }
 }
 
@@ -398,6 +509,29 @@ impl Inner {
                 leeway: *leeway,
             })?)),
         };
+        let visitors = config
+            .pages
+            .as_ref()
+            .map(|pages| Visitors::new(pages, base))
+            .transpose()?;
+        let notifier = if config.webhooks.is_empty() {
+            None
+        } else {
+            let mut endpoints = Vec::new();
+            for hook in &config.webhooks {
+                let secret = mcp_confirm::notify::WebhookSecret::parse(&hook.secret.read(base)?)
+                    .map_err(|e| ConfigError::Invalid(format!("webhook {}: {e}", hook.url)))?;
+                let mut endpoint = mcp_confirm::notify::WebhookEndpoint::new(&hook.url, secret);
+                if hook.slack {
+                    endpoint = endpoint.payload(mcp_confirm::notify::Payload::Slack);
+                }
+                endpoints.push(endpoint);
+            }
+            Some(
+                mcp_confirm::notify::Webhooks::new(endpoints)
+                    .map_err(|e| ConfigError::Invalid(format!("webhooks: {e}")))?,
+            )
+        };
         let audience = config.audience();
         let (hosts, origins) = config.hosts_and_origins();
         tracing::info!(
@@ -437,7 +571,11 @@ impl Inner {
                 keys.clone(),
                 resource.clone(),
                 store.clone(),
-                decision_log.clone(),
+                route::Extras {
+                    log: decision_log.clone(),
+                    approval_url: visitors.as_ref().map(|_| format!("{resource}/approve/")),
+                    notifier: notifier.clone(),
+                },
             );
             let shared = route::Shared {
                 base: base_builder,
@@ -474,11 +612,24 @@ impl Inner {
             random_keys,
             decision_log,
             guard,
+            visitors,
         })
     }
 }
 
 impl Inner {
+    /// The route and page a path names, if it is one of the pages the gateway serves.
+    fn page_of(&self, path: &str) -> Option<(&Arc<Route>, route::Page)> {
+        self.routes.iter().find_map(|route| {
+            let rest = path.strip_prefix(route.path())?;
+            if rest == "/inbox" {
+                return Some((route, route::Page::Inbox));
+            }
+            let id = rest.strip_prefix("/approve/")?;
+            (!id.is_empty() && !id.contains('/')).then_some((route, route::Page::Approve))
+        })
+    }
+
     /// The protected-resource metadata of the route on `path` (RFC 9728), when callers sign in
     /// with OAuth; a `404` otherwise.
     fn metadata(&self, path: &str, method: &http::Method) -> Response<GatewayBody> {
