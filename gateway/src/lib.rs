@@ -5,7 +5,9 @@
 //! ([`config`]). For each upstream it lists the tools, judges each ([`policy`]: the operator's
 //! entry, then the tool's annotations, then the spec's default: confirm), and builds the layer
 //! for that list ([`catalog`], [`route`]). A tool the operator denies is never forwarded; an
-//! upstream that cannot be listed gets no `tools/call`.
+//! upstream that cannot be listed gets no `tools/call`. Callers sign in with OAuth ([`oauth`]);
+//! a tool may get a pick-one form over records a read tool finds ([`lookup`]); an upstream's own
+//! questions are relayed ([`relay`]).
 //!
 //! - [`config`]: the file, its validation and its JSON Schema;
 //! - [`policy`]: what a tool's calls get, and why (pure);
@@ -24,9 +26,16 @@
 //! What it took, and why: `hyper-util`'s pooled client (the same stack as the server side; a
 //! request body streams through untouched), `figment` for the file with environment variables
 //! over it, `schemars` for the file's schema, `clap` for the command line, `arc-swap` to swap a
-//! route's layer when its tools change, and the whole configuration when the file changes.
-//! What it left: `reqwest` (a second HTTP stack for nothing a proxy needs), `config` (figment's
-//! providers are smaller and typed), and `notify` for watching the file: the file is read and
+//! route's layer when its tools change, and the whole configuration when the file changes;
+//! `jsonwebtoken` (its RustCrypto backend) for bearer JWTs, and `reqwest` with rustls only to
+//! fetch an issuer's metadata and keys over TLS; `serde_json_path` for RFC 9535 JSONPath in
+//! lookups (JSON Pointers are `serde_json`'s own); `hmac` for continuations; the core's pages
+//! and webhooks, and `mcp-confirm-log` for the decision log.
+//! What it left: `reqwest` for the proxy itself (a second HTTP stack for nothing a proxy
+//! needs), `config` (figment's providers are smaller and typed), `jsonwebtoken` 12 (its `rsa`
+//! cannot be unified with the core's passkey dependencies; 11 verifies the same tokens), an
+//! OpenID Connect client for browser sign-in (a sign-in proxy in front does it, and the gateway
+//! trusts it only with a shared secret), and `notify` for watching the file: the file is read and
 //! hashed once a second instead, which also sees a file replaced through a symlink (how
 //! Kubernetes updates a mounted ConfigMap, which inotify watches on the old file miss) and costs
 //! nothing measurable.

@@ -1,7 +1,7 @@
 //! Which records a call may mean: the operator's lookup, run against the same upstream as the
 //! same principal, turned into the candidates of a pick-one form.
 //!
-//! It is the route's [`Resolver`]: the layer runs it on the first call (the form's candidates)
+//! It is the route's [`Resolver`](mcp_confirm::Resolver): the layer runs it on the first call (the form's candidates)
 //! and again right before the confirmed call is forwarded (revalidation: a record that is gone,
 //! or whose version differs from the one shown, is refused and nothing is forwarded). The
 //! upstream's answer is data, never trusted: records without a usable id refuse the call, labels
