@@ -45,7 +45,13 @@ async fn check_prints_what_each_tool_gets_and_why() {
         "check",
         &format!(
             "[auth]\nkind = \"static_tokens\"\nfile = \"tokens\"\n\n[[route]]\npath = \"/notes/mcp\"\n\
-             upstream = \"{url}\"\n[route.tools.notes_purge]\npolicy = \"deny\"\n"
+             upstream = \"{url}\"\n[route.tools.notes_purge]\npolicy = \"deny\"\n\
+             [route.tools.notes_delete]\npolicy = \"confirm\"\n\
+             [route.tools.notes_delete.lookup]\ntool = \"notes_list\"\nrecords = \"$.notes[*]\"\n\
+             id = \"/id\"\nselect_into = \"id\"\n\
+             [route.tools.notes_touch]\npolicy = \"confirm\"\n\
+             [route.tools.notes_touch.lookup]\ntool = \"notes_purge\"\nrecords = \"$.notes[*]\"\n\
+             id = \"/id\"\nselect_into = \"id\"\n"
         ),
     );
     let out = tokio::task::spawn_blocking(move || {
@@ -64,10 +70,11 @@ async fn check_prints_what_each_tool_gets_and_why() {
         String::from_utf8_lossy(&out.stderr)
     );
     for (tool, verdict, why) in [
-        ("notes_delete", "confirm", "destructiveHint: true"),
+        ("notes_delete", "pick one", "the operator's entry"),
         ("notes_list", "pass", "readOnlyHint: true"),
         ("notes_purge", "deny", "the operator's entry"),
-        ("notes_touch", "confirm", "may be destructive"),
+        // A lookup through a tool the gateway does not pass: denied, and why.
+        ("notes_touch", "deny", "its lookup tool"),
     ] {
         let line = text
             .lines()
