@@ -362,10 +362,26 @@ async fn rewrite_response(
         .to_ascii_lowercase();
     let (mut parts, body) = response.into_parts();
     if content_type.starts_with("application/json") {
-        let bytes = match Limited::new(body, MAX_RELAYED_BYTES).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(_) => return gateway_error(rewriter.id.clone(), NOT_RELAYED),
-        };
+        let mut body = body.map_err(Into::into).boxed_unsync();
+        let mut buffered = BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                return gateway_error(rewriter.id.clone(), NOT_RELAYED);
+            };
+            if let Ok(data) = frame.into_data() {
+                buffered.extend_from_slice(&data);
+            }
+            if buffered.len() > MAX_RELAYED_BYTES {
+                // Too large to be a question: the answer of a call that ran, passed on as it
+                // comes (what was read, then the rest).
+                let body = Prefixed {
+                    prefix: Some(buffered.freeze()),
+                    rest: body,
+                };
+                return Response::from_parts(parts, body.boxed_unsync());
+            }
+        }
+        let bytes = buffered.freeze();
         let rewritten = serde_json::from_slice::<Value>(&bytes)
             .ok()
             .and_then(|m| rewriter.rewrite(&m));
@@ -394,6 +410,27 @@ async fn rewrite_response(
         return Response::from_parts(parts, body.boxed_unsync());
     }
     Response::from_parts(parts, body.map_err(Into::into).boxed_unsync())
+}
+
+/// Bytes already read, then the rest of the body.
+struct Prefixed {
+    prefix: Option<Bytes>,
+    rest: GatewayBody,
+}
+
+impl Body for Prefixed {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(prefix) = self.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
 }
 
 /// An event stream passed through event by event, the one answer rewritten.

@@ -43,6 +43,11 @@ async fn serve_upstream(
             up.received.lock().unwrap().push(params.clone());
             let key = up.key.lock().unwrap().clone().unwrap_or("sure".into());
             match params["requestState"].as_str() {
+                None if params["arguments"]["huge"] == true => {
+                    up.ran.lock().unwrap().push(params["arguments"].clone());
+                    json!({"resultType": "complete",
+                        "content": [{"type": "text", "text": "x".repeat(9 * 1024 * 1024)}]})
+                }
                 None => json!({"resultType": "input_required",
                     "inputRequests": {key: {"method": "elicitation/create", "params": {
                         "mode": "form", "message": "Really?",
@@ -353,4 +358,19 @@ async fn a_passed_tools_question_goes_through_as_the_upstream_wrote_it() {
         .post(&retry(&first, 2, &json!("up-1"), answer_sure()))
         .await;
     assert_eq!(done["result"]["content"][0]["text"], "deleted", "{done}");
+}
+
+#[tokio::test]
+async fn a_confirmed_calls_large_answer_passes_whole() {
+    // Larger than any question is read whole: it is the answer of a call that ran, and goes on
+    // as it came.
+    let f = fixture().await;
+    let first = call(1, "notes_delete", json!({"huge": true}));
+    let done = f.confirmed(&first, false).await;
+    assert_eq!(done["result"]["resultType"], "complete");
+    assert_eq!(
+        done["result"]["content"][0]["text"].as_str().map(str::len),
+        Some(9 * 1024 * 1024)
+    );
+    assert_eq!(f.up.ran.lock().unwrap().len(), 1);
 }
