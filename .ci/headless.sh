@@ -1,10 +1,12 @@
-# Sourced by .ci/inspector.sh and .ci/browser.sh: what both need to drive headless Chromium.
+# Sourced by .ci/inspector.sh, .ci/gateway-inspector.sh, .ci/browser.sh and .ci/passkeys.sh: what
+# they need to drive headless Chromium.
 #
 # Installs, when absent: Debian's chromium (apt-get, as root), and under <target>/ci-inspector
 # Node, the MCP Inspector and playwright-core from npm, at the versions pinned here (one install
-# for both steps). playwright-core downloads no browser: it starts the system Chromium. Defines
+# for all of them). playwright-core downloads no browser: it starts the system Chromium. Defines
 # $repo, $target_dir, $node_dir, $out (<target>/browser), $chromium_bin, $node, and lap (sets
-# $took to the seconds since the last lap). Then it builds the notes server ($server_bin).
+# $took to the seconds since the last lap). Then it builds the notes server ($server_bin), unless
+# the sourcing script set headless_no_notes_server=1 (one that drives another server).
 
 node_version=22.23.3
 inspector_version=2.12.0
@@ -74,11 +76,13 @@ node=$node_dir/node_modules/.bin/node
 lap
 echo "node $("$node" --version), playwright-core $(installed_version playwright-core) ($took)"
 
-echo "== build the notes server"
-cargo build -q --example notes_server
-server_bin=$target_dir/debug/examples/notes_server
-lap
-echo "built ($took)"
+if [[ ${headless_no_notes_server:-} != 1 ]]; then
+  echo "== build the notes server"
+  cargo build -q --example notes_server
+  server_bin=$target_dir/debug/examples/notes_server
+  lap
+  echo "built ($took)"
+fi
 
 # Exactly ./personal/note-7.md is gone from data dir $1 since the file list $2, nothing added.
 expect_only_gone() { # data-dir notes-before expected-gone (sorted, one ./<ws>/<id>.md a line)

@@ -15,8 +15,10 @@
 # and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Chromium, Node and playwright-core (and the Inspector), and the notes server.
+# Chromium, Node and playwright-core (and the Inspector), and the notes server; starting the
+# Inspector's web UI (start_inspector_ui).
 source .ci/headless.sh
+source .ci/inspector-ui.sh
 work=$(mktemp -d)
 mkdir -p "$out"
 rm -f "$out"/inspector-* "$out"/notes-server.log "$out"/driver.out
@@ -56,39 +58,8 @@ lap
 echo "notes server at $server_url, workspace personal is $workspace ($took)"
 
 echo "== start the Inspector's web UI"
-# Its web server needs a fixed port (CLIENT_PORT); the MCP Apps sandbox and app-origin servers take
-# any free one (0). Its API stays authenticated with a token of ours. HOME and its storage dir are
-# throwaway, secrets stay in memory, and it opens no browser itself. The server is seeded ad hoc,
-# read-only, with alice's bearer token as a custom header and the modern (2026-07-28) era.
-ui_token=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
-mkdir -p "$work/home" "$work/storage"
-start_inspector() { # port: starts it in the background, sets $inspector
-  (
-    cd "$work"
-    HOME=$work/home MCP_STORAGE_DIR=$work/storage MCP_INSPECTOR_SECRET_STORE=memory \
-    CLIENT_PORT=$1 MCP_SANDBOX_PORT=0 MCP_APP_ORIGIN_PORT=0 HOST=127.0.0.1 \
-    MCP_INSPECTOR_API_TOKEN=$ui_token MCP_AUTO_OPEN_ENABLED=false MCP_LOG_FILE=$out/inspector-log.jsonl \
-    exec "$node" "$node_dir/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js" \
-      --web --transport http --server-url "$server_url" --protocol-era modern \
-      --header "Authorization: Bearer alice-token"
-  ) >"$out/inspector.out" 2>&1 &
-  inspector=$!
-}
-ui_url=
-for _attempt in 1 2 3; do # the port we found free may be taken before the Inspector binds it
-  ui_port=$(free_port)
-  start_inspector "$ui_port"
-  for _ in $(seq 1 300); do
-    grep -q "is up and running at" "$out/inspector.out" && { ui_url="http://127.0.0.1:$ui_port/?MCP_INSPECTOR_API_TOKEN=$ui_token"; break; }
-    kill -0 "$inspector" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -n $ui_url ]] && break
-  kill -0 "$inspector" 2>/dev/null && die "the Inspector's web UI did not come up within 30 s"
-  grep -q "PORT IS IN USE" "$out/inspector.out" || die "the Inspector exited"
-  echo "port $ui_port was taken, trying another"
-done
-[[ -n $ui_url ]] || die "the Inspector found no free port in three tries"
+# Seeded with the notes server (read-only) and alice's bearer token as a custom header.
+start_inspector_ui inspector "$server_url" --header "Authorization: Bearer alice-token"
 lap
 echo "Inspector $inspector_version web UI at http://127.0.0.1:$ui_port ($took)"
 

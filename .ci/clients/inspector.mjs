@@ -6,156 +6,34 @@
 //
 // Run by .ci/inspector.sh, which starts both servers and checks the note files on disk afterwards.
 // Environment: INSPECTOR_URL (the web UI, with its API token), NOTES_SERVER (the card's name in the
-// UI), WORKSPACE_URI, TEAM_URI (another workspace of alice's), CHROMIUM (executable), PLAYWRIGHT_FROM (a directory whose node_modules has
-// playwright-core), OUT (screenshots and the traffic log). Prints one JSON line on success; on any
-// step that does not behave, prints the step, the error, the page's text and the MCP traffic seen so
-// far, saves OUT/inspector-failure.png and exits 1.
-import { createRequire } from "node:module";
-import { writeFileSync } from "node:fs";
+// UI), WORKSPACE_URI, TEAM_URI (another workspace of alice's), and CHROMIUM, PLAYWRIGHT_FROM, OUT
+// (.ci/clients/inspector-ui.mjs, the browser plumbing shared with the gateway's drive). Prints one
+// JSON line on success; on any step that does not behave, prints the step, the error, the page's
+// text and the MCP traffic seen so far, saves OUT/inspector-failure.png and exits 1.
 import { join } from "node:path";
+import { drive, env } from "./inspector-ui.mjs";
 
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set`);
-  return value;
-};
 const inspectorUrl = env("INSPECTOR_URL");
 const serverName = env("NOTES_SERVER");
 const workspaceUri = env("WORKSPACE_URI");
 const teamUri = env("TEAM_URI");
-const out = env("OUT");
-const { chromium } = createRequire(join(env("PLAYWRIGHT_FROM"), "package.json"))("playwright-core");
 
-const STEP_TIMEOUT = 30_000;
-const started = Date.now();
-const traffic = []; // every MCP message the UI sent through the Inspector's backend, and each it got back
-const problems = []; // uncaught page errors and unhandled rejections
-let step = "launch Chromium";
-let browser;
-let page;
+drive("inspector", 180_000, async (ui) => {
+  const { page, sent, out } = ui;
+  await ui.connect(inspectorUrl, serverName);
 
-function log(message) {
-  console.log(`[inspector ${((Date.now() - started) / 1000).toFixed(1)}s] ${message}`);
-}
-
-async function fail(error) {
-  console.error(`\nFAILED at step "${step}": ${error instanceof Error ? error.message : error}`);
-  if (page) {
-    try {
-      await page.screenshot({ path: join(out, "inspector-failure.png"), fullPage: true });
-      console.error(`screenshot: ${join(out, "inspector-failure.png")}`);
-    } catch (e) {
-      console.error(`(no screenshot: ${e.message})`);
-    }
-    try {
-      console.error(`--- page text ---\n${await page.locator("body").innerText({ timeout: 5000 })}\n---`);
-    } catch (e) {
-      console.error(`(no page text: ${e.message})`);
-    }
-  }
-  if (problems.length) console.error(`--- page errors ---\n${problems.join("\n")}`);
-  console.error("--- MCP traffic through the Inspector (ui→ sent by the UI, →ui received) ---");
-  for (const line of traffic.slice(-12)) console.error(line.length > 3000 ? `${line.slice(0, 3000)}…` : line);
-  writeFileSync(join(out, "inspector-traffic.log"), traffic.join("\n") + "\n");
-  if (browser) await browser.close().catch(() => {});
-  process.exit(1);
-}
-
-async function run() {
-  browser = await chromium.launch({
-    executablePath: env("CHROMIUM"),
-    headless: true,
-    // playwright-core already passes --no-sandbox (we run as root); /dev/shm may be small.
-    args: ["--disable-dev-shm-usage"],
-  });
-  page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-  page.setDefaultTimeout(STEP_TIMEOUT);
-  // Everything the test needs is on this machine; the page's only outside request (Google Fonts,
-  // a render-blocking stylesheet) is refused at once rather than left to a resolver that may hang.
-  await page.route((url) => !["127.0.0.1", "localhost"].includes(url.hostname), (route) => route.abort());
-  page.on("pageerror", (e) => problems.push(`pageerror: ${e.message}`));
-  page.on("console", (m) => {
-    if (/^Uncaught\b|Failed to fetch dynamically imported module/.test(m.text())) {
-      problems.push(`console: ${m.text()}`);
-    }
-  });
-  // Outgoing MCP messages: the browser-side client posts each one to the backend's /api/mcp/send.
-  const sent = [];
-  page.on("request", (r) => {
-    if (!r.url().includes("/api/mcp/send")) return;
-    try {
-      const { message } = JSON.parse(r.postData() ?? "{}");
-      sent.push(message);
-      traffic.push(`ui→ ${JSON.stringify(message)}`);
-    } catch {
-      traffic.push(`ui→ (unparsed) ${r.postData()}`);
-    }
-  });
-  // Incoming ones arrive on the backend's event stream (a streamed fetch of /api/mcp/events);
-  // Chromium streams its bytes to us through the DevTools protocol. Diagnostics only.
-  const cdp = await page.context().newCDPSession(page);
-  await cdp.send("Network.enable");
-  const streams = new Set();
-  const decode = (data) => Buffer.from(data ?? "", "base64").toString("utf8");
-  let pending = "";
-  const received = (text) => {
-    // Server-sent events: keep the MCP messages, skip the backend's own fetch records.
-    pending += text;
-    const lines = pending.split("\n");
-    pending = lines.pop();
-    for (const line of lines) {
-      if (!line.startsWith("data:")) continue;
-      try {
-        const event = JSON.parse(line.slice(5));
-        if (event.type === "message") traffic.push(`→ui ${JSON.stringify(event.data)}`);
-      } catch {
-        traffic.push(`→ui (unparsed) ${line.slice(5)}`);
-      }
-    }
-  };
-  cdp.on("Network.responseReceived", async ({ requestId, response }) => {
-    if (!response.url.includes("/api/mcp/events")) return;
-    streams.add(requestId);
-    try {
-      const { bufferedData } = await cdp.send("Network.streamResourceContent", { requestId });
-      received(decode(bufferedData));
-    } catch (e) {
-      traffic.push(`(event stream not observable: ${e.message})`);
-    }
-  });
-  cdp.on("Network.dataReceived", ({ requestId, data }) => {
-    if (streams.has(requestId) && data) received(decode(data));
-  });
-
-  step = "open the Inspector";
-  await page.goto(inspectorUrl, { waitUntil: "domcontentloaded" });
-  const connect = page.getByRole("switch", { name: `Connect or disconnect "${serverName}"` });
-  await connect.waitFor();
-  log(`web UI loaded, server card "${serverName}" shown`);
-
-  step = "connect to the notes server (Streamable HTTP, modern era)";
-  // Mantine draws its track over the real checkbox, so the click goes to the input directly.
-  await connect.check({ force: true });
-  const connected = page.getByText("Connected", { exact: true });
-  await connected.or(page.getByText("Failed", { exact: true })).waitFor();
-  if (!(await connected.isVisible())) throw new Error("the server card says the connection failed");
-  await page.getByText("MCP 2026-07-28", { exact: true }).waitFor({ timeout: 5000 });
-  log("connected; the card shows MCP 2026-07-28");
-
-  step = "open notes_delete in the Tools tab";
-  await page.getByText("Tools", { exact: true }).first().click();
-  await page.getByText("notes_delete", { exact: true }).first().click();
+  await ui.openTool("notes_delete");
   const title = page.getByRole("textbox", { name: "title", exact: true });
   const workspace = page.getByRole("textbox", { name: "workspaceUri", exact: true });
   await title.waitFor();
 
-  step = "fill the arguments and execute the tool";
+  ui.step = "fill the arguments and execute the tool";
   await title.fill("Groceries");
   await workspace.fill(workspaceUri);
   await page.getByRole("button", { name: "Execute Tool" }).click();
-  log(`executed notes_delete {title: "Groceries", workspaceUri: "${workspaceUri}"}`);
+  ui.log(`executed notes_delete {title: "Groceries", workspaceUri: "${workspaceUri}"}`);
 
-  step = "the elicitation form appears (input_required, MRTR)";
+  ui.step = "the elicitation form appears (input_required, MRTR)";
   const dialog = page.getByRole("dialog", { name: "Elicitation Request" });
   await dialog.waitFor();
   await dialog.getByText("Choose one matching note and confirm deletion", { exact: false }).waitFor();
@@ -166,15 +44,15 @@ async function run() {
   const confirm = dialog.getByRole("checkbox", { name: "Yes, delete this note" });
   await choice.waitFor();
   await confirm.waitFor();
-  log("form shown: 'Note to delete' (single-select) and 'Yes, delete this note' (checkbox)");
+  ui.log("form shown: 'Note to delete' (single-select) and 'Yes, delete this note' (checkbox)");
 
-  step = "pick the second note offered";
+  ui.step = "pick the second note offered";
   await choice.click();
   const options = page.getByRole("listbox").getByRole("option");
   await options.first().waitFor();
   const offered = await options.allInnerTexts();
   const ids = offered.map((text) => text.split(" ")[0]);
-  log(`offered: ${JSON.stringify(offered)}`);
+  ui.log(`offered: ${JSON.stringify(offered)}`);
   if (JSON.stringify(ids) !== JSON.stringify(["note-3", "note-7", "note-14"])) {
     throw new Error(`expected the notes note-3, note-7, note-14 in that order, the form offers ${JSON.stringify(ids)}`);
   }
@@ -182,29 +60,29 @@ async function run() {
   const picked = await choice.inputValue();
   if (!picked.startsWith("note-7 ")) throw new Error(`the select shows ${JSON.stringify(picked)}, not note-7`);
 
-  step = "tick the confirmation";
+  ui.step = "tick the confirmation";
   const submit = dialog.getByRole("button", { name: "Submit" });
   // The schema's default for confirm is false: the box starts unticked.
   if (await confirm.isChecked()) throw new Error("the confirmation box is ticked before the user ticks it");
   await confirm.check();
   if (!(await submit.isEnabled())) throw new Error("Submit stays disabled with a note picked and the box ticked");
 
-  step = "choose the standing option";
+  ui.step = "choose the standing option";
   const howLong = dialog.getByRole("textbox", { name: "How long" });
   await howLong.click();
   const spans = page.getByRole("listbox").getByRole("option");
   await spans.first().waitFor();
   const spanTexts = await spans.allInnerTexts();
-  log(`"How long" offers: ${JSON.stringify(spanTexts)}`);
+  ui.log(`"How long" offers: ${JSON.stringify(spanTexts)}`);
   const wider = spanTexts.findIndex((t) => t.startsWith("Also allow notes_delete on workspace personal for the next 10 minutes"));
   if (spanTexts[0] !== "Only this time" || wider !== 1) {
     throw new Error(`expected "Only this time" then the standing option, the form offers ${JSON.stringify(spanTexts)}`);
   }
   await spans.nth(1).click();
   await page.screenshot({ path: join(out, "inspector-form.png") });
-  log(`picked ${JSON.stringify(picked)}, confirmation ticked; screenshot ${join(out, "inspector-form.png")}`);
+  ui.log(`picked ${JSON.stringify(picked)}, confirmation ticked; screenshot ${join(out, "inspector-form.png")}`);
 
-  step = "submit the form and get the tool's result";
+  ui.step = "submit the form and get the tool's result";
   await submit.click();
   await dialog.waitFor({ state: "hidden" });
   // The Results panel shows whatever the call ended with (a result or an error); then its text
@@ -214,9 +92,9 @@ async function run() {
   await result.waitFor({ timeout: 5000 });
   const resultText = await result.innerText();
   await page.screenshot({ path: join(out, "inspector-done.png") });
-  log(`result: ${JSON.stringify(resultText)}; screenshot ${join(out, "inspector-done.png")}`);
+  ui.log(`result: ${JSON.stringify(resultText)}; screenshot ${join(out, "inspector-done.png")}`);
 
-  step = "the retry carried the answer and the request state (MRTR)";
+  ui.step = "the retry carried the answer and the request state (MRTR)";
   const calls = sent.filter((m) => m?.method === "tools/call" && m.params?.name === "notes_delete");
   if (calls.length !== 2) throw new Error(`expected 2 notes_delete tools/call requests, saw ${calls.length}`);
   const [first, retry] = calls.map((m) => m.params);
@@ -233,12 +111,12 @@ async function run() {
   if (JSON.stringify(retry.arguments) !== JSON.stringify(first.arguments)) {
     throw new Error("the retry's arguments differ from the first call's");
   }
-  log(`retry: inputResponses ${JSON.stringify(retry.inputResponses)} with a ${retry.requestState.length}-character requestState`);
+  ui.log(`retry: inputResponses ${JSON.stringify(retry.inputResponses)} with a ${retry.requestState.length}-character requestState`);
 
-  step = "the next call in the same workspace runs under the standing approval, with no form";
+  ui.step = "the next call in the same workspace runs under the standing approval, with no form";
   // The Results panel stands where the tool's form was: close it to get the form back.
   const reopen = async () => {
-    await page.getByRole("button", { name: "Close results" }).click();
+    await ui.closeResults();
     await title.waitFor();
   };
   await reopen();
@@ -252,9 +130,9 @@ async function run() {
   if (taxesCalls.length !== 1 || taxesCalls[0].params.requestState) {
     throw new Error(`expected one Taxes 2026 call and no retry, saw ${JSON.stringify(taxesCalls)}`);
   }
-  log(`under the standing approval: ${JSON.stringify(await taxes.innerText())}, one request, no form`);
+  ui.log(`under the standing approval: ${JSON.stringify(await taxes.innerText())}, one request, no form`);
 
-  step = "a call in another workspace is asked again";
+  ui.step = "a call in another workspace is asked again";
   await reopen();
   await title.fill("Sprint plan");
   await workspace.fill(teamUri);
@@ -272,13 +150,6 @@ async function run() {
   await submit.click();
   await dialog.waitFor({ state: "hidden" });
   await page.getByText(/^Deleted note-5 \(Sprint plan\) from team\.$/).waitFor({ timeout: 10_000 });
-  log("out of scope: the form was shown again; note-5 deleted once confirmed");
-  if (problems.length) throw new Error(`the page logged errors:\n${problems.join("\n")}`);
-
-  writeFileSync(join(out, "inspector-traffic.log"), traffic.join("\n") + "\n");
-  await browser.close();
-  console.log(JSON.stringify({ chosen: "note-7", result: resultText, seconds: (Date.now() - started) / 1000 }));
-}
-
-const watchdog = setTimeout(() => fail(new Error("the whole drive took over 180 s")), 180_000);
-run().then(() => clearTimeout(watchdog), fail);
+  ui.log("out of scope: the form was shown again; note-5 deleted once confirmed");
+  return { chosen: "note-7", result: resultText };
+});
