@@ -321,7 +321,7 @@ pub struct Route {
     #[serde(default)]
     pub pass_caller_token_upstream: bool,
     /// How long a tool list is trusted before it is fetched again, at most (default 60 s; an
-    /// upstream's own `ttlMs` shortens it).
+    /// upstream's own `ttlMs` shortens it, to one second at the least).
     #[serde(default = "default_list_ttl", with = "humantime_serde")]
     #[schemars(with = "String")]
     pub list_ttl: Duration,

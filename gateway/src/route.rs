@@ -37,6 +37,9 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// How long a caller has to send its request's body.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The shortest time a tool list is trusted, whatever the upstream's `ttlMs` says.
+pub const MIN_LIST_TTL: Duration = Duration::from_secs(1);
+
 /// How often a call of an unknown tool may make the gateway list the upstream's tools again.
 pub const MISS_RELIST: Duration = Duration::from_secs(2);
 
@@ -190,7 +193,14 @@ impl Route {
             tracing::error!(route = %self.path, error = %e,
                 "the upstream's tools cannot be listed: its tools/call requests are refused");
         })?;
-        let ttl = listed.ttl.map_or(self.list_ttl, |t| t.min(self.list_ttl));
+        // The upstream's `ttlMs` shortens the operator's TTL, down to MIN_LIST_TTL: SDKs say 0
+        // by default, and listing before every call would serialize every call behind a list
+        // (the list and a call race anyway: a second's staleness adds no window that was not
+        // there).
+        let ttl = listed
+            .ttl
+            .map_or(self.list_ttl, |t| t.min(self.list_ttl))
+            .max(MIN_LIST_TTL.min(self.list_ttl));
         let catalog = Catalog::new(listed.tools, &self.entries, ttl);
         let changed = self
             .current

@@ -171,6 +171,11 @@ impl Gateway {
     pub async fn serve(self, listener: TcpListener) -> std::io::Result<()> {
         loop {
             let (stream, _) = listener.accept().await?;
+            // Answers go out as written: with Nagle's algorithm on, a small answer waits for
+            // the caller's delayed ACK (tens of milliseconds per request).
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY could not be set");
+            }
             let gateway = self.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request| {
