@@ -27,7 +27,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use bytes::{Bytes, BytesMut};
 use hmac::{KeyInit, Mac};
-use http::{HeaderValue, Request, Response, header};
+use http::{Request, Response, header};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full, Limited};
 use mcp_confirm::Principal;
@@ -537,17 +537,10 @@ impl Body for EventRewrite {
 
 /// A JSON-RPC error of the gateway's in place of the upstream's answer.
 fn gateway_error(id: Value, message: &'static str) -> Response<GatewayBody> {
-    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": message}});
-    let mut response = Response::new(
-        Full::new(Bytes::from(body.to_string()))
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    crate::route::json_answer(
+        http::StatusCode::OK,
+        &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": message}}),
+    )
 }
 
 #[cfg(test)]

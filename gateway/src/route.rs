@@ -643,19 +643,12 @@ fn build_layer(
 /// The core's one answer for a `requestState` that does not hold, word for word: a
 /// continuation refused is no different from a state refused.
 fn invalid_state(id: Option<Value>) -> Response<GatewayBody> {
-    let body = json!({"jsonrpc": "2.0", "id": id.unwrap_or(Value::Null),
-        "error": {"code": -32602, "message": relay::INVALID,
-            "data": {"reason": "invalid_request_state"}}});
-    let mut response = Response::new(
-        Full::new(Bytes::from(body.to_string()))
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    json_answer(
+        StatusCode::OK,
+        &json!({"jsonrpc": "2.0", "id": id.unwrap_or(Value::Null),
+            "error": {"code": -32602, "message": relay::INVALID,
+                "data": {"reason": "invalid_request_state"}}}),
+    )
 }
 
 /// A JSON-RPC error answer of the gateway's own.
@@ -665,8 +658,15 @@ pub fn rpc_error(
     message: &'static str,
     id: Option<Value>,
 ) -> Response<GatewayBody> {
-    let body = json!({"jsonrpc": "2.0", "id": id.unwrap_or(Value::Null),
-        "error": {"code": code, "message": message}});
+    json_answer(
+        status,
+        &json!({"jsonrpc": "2.0", "id": id.unwrap_or(Value::Null),
+            "error": {"code": code, "message": message}}),
+    )
+}
+
+/// A JSON answer of the gateway's own.
+pub fn json_answer(status: StatusCode, body: &Value) -> Response<GatewayBody> {
     let mut response = Response::new(
         Full::new(Bytes::from(body.to_string()))
             .map_err(|never| match never {})
