@@ -3,16 +3,16 @@
 //! and the lookup runs again before anything is forwarded. The upstream here keeps notes in
 //! memory that a test may change between the form and the answer, and records every call.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use common::{ALICE, STATIC_TOKENS};
 use mcp_confirm_gateway::config::GatewayConfig;
-use mcp_confirm_gateway::server::Gateway;
 use serde_json::{Value, json};
 
 /// One call the upstream ran: tool, arguments, and the user its principal header named.
@@ -111,13 +111,8 @@ async fn serve_upstream(
 struct Fixture {
     url: String,
     up: Upstream,
-    client: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        Full<Bytes>,
-    >,
+    client: common::Client,
 }
-
-const ALICE: &str = "alice-token-0123456789";
 
 /// The lookup every test uses unless it writes its own.
 const LOOKUP: &str = r#"
@@ -140,88 +135,38 @@ async fn fixture(route: &str) -> Fixture {
         json!({"id": "n3", "title": "Groceries", "body": "bread"}),
         json!({"id": "n4", "title": "Taxes", "body": "2026"}),
     ];
-    let app = Router::new()
-        .route("/mcp", post(serve_upstream))
-        .with_state(up.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("gateway-lookup-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("tokens"),
-        format!("alice {ALICE}\nbob bob-token-0123456789\n"),
+    let upstream = common::serve_upstream(
+        Router::new()
+            .route("/mcp", post(serve_upstream))
+            .with_state(up.clone()),
     )
-    .unwrap();
+    .await;
+    let dir = common::temp_dir("lookup");
     let text = format!(
-        r#"
-        listen = "127.0.0.1:0"
-        [auth]
-        kind = "static_tokens"
-        file = "tokens"
-        [[route]]
-        path = "/notes/mcp"
-        upstream = "{upstream}"
-        {route}
-        "#
+        "listen = \"127.0.0.1:0\"\n{STATIC_TOKENS}\n\
+         [[route]]\npath = \"/notes/mcp\"\nupstream = \"{upstream}\"\n{route}\n"
     );
-    let path = dir.join("gateway.toml");
-    std::fs::write(&path, text).unwrap();
-    let gateway = Gateway::build(&GatewayConfig::load(&path).unwrap(), &dir).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/notes/mcp", listener.local_addr().unwrap());
-    tokio::spawn(gateway.serve(listener));
+    let gateway = common::build(&dir, &text).unwrap();
+    let (listener, addr) = common::bind().await;
+    common::serve(&gateway, listener);
     Fixture {
-        url,
+        url: format!("http://{addr}/notes/mcp"),
         up,
-        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http(),
+        client: common::client(),
     }
 }
 
 fn call(id: i64, arguments: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}},
-        "name": "notes_delete", "arguments": arguments}})
+    common::call(id, "notes_delete", arguments)
 }
 
 fn answer(first: &Value, id: i64, asked: &Value, content: Value) -> Value {
-    let mut retry = first.clone();
-    retry["id"] = json!(id);
-    let requests = asked["result"]["inputRequests"].as_object().unwrap();
-    let key = requests.keys().next().unwrap().clone();
-    retry["params"]["requestState"] = asked["result"]["requestState"].clone();
-    retry["params"]["inputResponses"] = json!({ key: {"action": "accept", "content": content} });
-    retry
+    common::accept(first, id, asked, content)
 }
 
 impl Fixture {
     async fn post(&self, body: &Value, extra: &[(&str, &str)]) -> Value {
-        let mut request = http::Request::post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", "notes_delete")
-            .header("authorization", format!("Bearer {ALICE}"));
-        for (name, value) in extra {
-            request = request.header(*name, *value);
-        }
-        let response = self
-            .client
-            .request(
-                request
-                    .body(Full::new(Bytes::from(body.to_string())))
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        common::post_call(&self.client, &self.url, Some(ALICE), body, extra).await
     }
 }
 

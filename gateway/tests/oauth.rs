@@ -2,6 +2,8 @@
 //! metadata and key set over HTTP, counting each fetch) and tokens signed here: what is let in,
 //! what is refused and how it is answered, and that the caller's token stays with the gateway.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -9,8 +11,6 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use mcp_confirm_gateway::config::GatewayConfig;
 use mcp_confirm_gateway::server::Gateway;
@@ -138,20 +138,14 @@ async fn upstream() -> (String, Seen) {
             ),
         )
         .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}/mcp"), seen)
+    (common::serve_upstream(app).await, seen)
 }
 
 struct Fixture {
     origin: String,
     issuer: Issuer,
     seen: Seen,
-    client: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        Full<Bytes>,
-    >,
+    client: common::Client,
 }
 
 /// A gateway at a free port (its audience that port's origin) with OAuth for `issuer`, the
@@ -166,11 +160,9 @@ async fn gateway(auth: &str, route: &str) -> Fixture {
     };
     let issuer = issuer().await;
     let (upstream_url, seen) = upstream().await;
-    let dir = std::env::temp_dir().join(format!("gateway-oauth-{}-{}", std::process::id(), next()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("oauth");
     std::fs::write(dir.join("upstream-token"), "Bearer operator-secret\n").unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = common::bind().await;
     let text = format!(
         r#"
         listen = "{addr}"
@@ -191,23 +183,14 @@ async fn gateway(auth: &str, route: &str) -> Fixture {
         "#,
         issuer = issuer.url(),
     );
-    let path = dir.join("gateway.toml");
-    std::fs::write(&path, text).unwrap();
-    let config = GatewayConfig::load(&path).unwrap();
-    let gateway = Gateway::build(&config, &dir).unwrap();
-    tokio::spawn(gateway.serve(listener));
+    let gateway = common::build(&dir, &text).unwrap();
+    common::serve(&gateway, listener);
     Fixture {
         origin: format!("http://{addr}"),
         issuer,
         seen,
-        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http(),
+        client: common::client(),
     }
-}
-
-fn next() -> usize {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
 }
 
 fn now() -> u64 {
@@ -272,19 +255,7 @@ impl Fixture {
             request = request.header("authorization", format!("Bearer {token}"));
         }
         let body = body.map(Value::to_string).unwrap_or_default();
-        let response = self
-            .client
-            .request(request.body(Full::new(Bytes::from(body))).unwrap())
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (
-            status,
-            headers,
-            String::from_utf8_lossy(&bytes).into_owned(),
-        )
+        common::send(&self.client, request, body).await
     }
 
     async fn call_as(&self, path: &str, token: Option<&str>) -> (u16, HeaderMap, String) {
@@ -544,16 +515,14 @@ async fn metadata_that_names_another_issuer_yields_no_keys() {
 
 #[tokio::test]
 async fn a_key_file_needs_no_issuer_online() {
-    let dir = std::env::temp_dir().join(format!("gateway-oauth-jwks-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("oauth-jwks");
     std::fs::write(
         dir.join("jwks.json"),
         json!({"keys": [jwk_ed("k1", K1_X)]}).to_string(),
     )
     .unwrap();
     let (upstream_url, seen) = upstream().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = common::bind().await;
     // The issuer's address is a closed port: nothing is fetched.
     let text = format!(
         r#"
@@ -568,10 +537,8 @@ async fn a_key_file_needs_no_issuer_online() {
         upstream = "{upstream_url}"
         "#
     );
-    let path = dir.join("gateway.toml");
-    std::fs::write(&path, text).unwrap();
-    let gateway = Gateway::build(&GatewayConfig::load(&path).unwrap(), &dir).unwrap();
-    tokio::spawn(gateway.serve(listener));
+    let gateway = common::build(&dir, &text).unwrap();
+    common::serve(&gateway, listener);
     let f = Fixture {
         origin: format!("http://{addr}"),
         issuer: Issuer {
@@ -581,8 +548,7 @@ async fn a_key_file_needs_no_issuer_online() {
             claims_issuer: Arc::default(),
         },
         seen,
-        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http(),
+        client: common::client(),
     };
     let (status, _, body) = f.call_as("/notes/mcp", Some(&good(&f))).await;
     assert_eq!(status, 200, "{body}");

@@ -1,14 +1,15 @@
 //! The library's options, reached from the gateway's file: the decision log (each record naming
 //! the policy revision it was made under), key rotation, and standing approvals.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use common::{ALICE, STATIC_TOKENS, accept, call};
 use mcp_confirm_gateway::config::GatewayConfig;
 use mcp_confirm_gateway::server::Gateway;
 use serde_json::{Value, json};
@@ -39,70 +40,43 @@ struct Fixture {
     upstream: String,
     ran: Ran,
     gateway: Gateway,
-    client: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        Full<Bytes>,
-    >,
+    client: common::Client,
 }
 
-const ALICE: &str = "alice-token-0123456789";
 const K1: &str = "46c240e4d0c11b5a48d250f10a96b4d63b9d4f64b2faf7ea559c2627e90750cd";
 const K2: &str = "9f1b0a7c2e3d4f5a6b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c";
 const LOG_SEED: &str = "0101010101010101010101010101010101010101010101010101010101010101";
 
 fn file_text(upstream: &str, top: &str, tools: &str) -> String {
     format!(
-        r#"
-        listen = "127.0.0.1:0"
-        {top}
-        [auth]
-        kind = "static_tokens"
-        file = "tokens"
-        [[route]]
-        path = "/notes/mcp"
-        upstream = "{upstream}"
-        {tools}
-        "#
+        "listen = \"127.0.0.1:0\"\n{top}\n{STATIC_TOKENS}\n[[route]]\npath = \"/notes/mcp\"\n\
+         upstream = \"{upstream}\"\n{tools}\n"
     )
 }
 
 async fn fixture(top: &str, tools: &str) -> Fixture {
     let ran = Ran::default();
-    let app = Router::new()
-        .route("/mcp", post(serve_upstream))
-        .with_state(ran.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("gateway-options-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("tokens"), format!("alice {ALICE}\n")).unwrap();
+    let upstream = common::serve_upstream(
+        Router::new()
+            .route("/mcp", post(serve_upstream))
+            .with_state(ran.clone()),
+    )
+    .await;
+    let dir = common::temp_dir("options");
     std::fs::write(dir.join("k1"), K1).unwrap();
     std::fs::write(dir.join("k2"), K2).unwrap();
     std::fs::write(dir.join("log.key"), LOG_SEED).unwrap();
-    let gateway = build(&dir, &file_text(&upstream, top, tools)).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/notes/mcp", listener.local_addr().unwrap());
-    tokio::spawn(gateway.clone().serve(listener));
+    let gateway = common::build(&dir, &file_text(&upstream, top, tools)).unwrap();
+    let (listener, addr) = common::bind().await;
+    common::serve(&gateway, listener);
     Fixture {
-        url,
+        url: format!("http://{addr}/notes/mcp"),
         dir,
         upstream,
         ran,
         gateway,
-        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http(),
+        client: common::client(),
     }
-}
-
-fn build(dir: &Path, text: &str) -> Result<Gateway, String> {
-    let path = dir.join("gateway.toml");
-    std::fs::write(&path, text).unwrap();
-    let config = GatewayConfig::load(&path).map_err(|e| e.to_string())?;
-    Gateway::build(&config, dir).map_err(|e| e.to_string())
 }
 
 impl Fixture {
@@ -116,45 +90,12 @@ impl Fixture {
     }
 
     async fn post(&self, body: &Value) -> Value {
-        let request = http::Request::post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", "notes_delete")
-            .header("authorization", format!("Bearer {ALICE}"))
-            .body(Full::new(Bytes::from(body.to_string())))
-            .unwrap();
-        let response = self.client.request(request).await.unwrap();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        common::post_call(&self.client, &self.url, Some(ALICE), body, &[]).await
     }
 
     async fn revision(&self) -> String {
         self.gateway.routes()[0].catalog().await.unwrap().revision
     }
-}
-
-fn call(id: i64, arguments: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}},
-        "name": "notes_delete", "arguments": arguments}})
-}
-
-fn accept(first: &Value, id: i64, asked: &Value, content: Value) -> Value {
-    let mut retry = first.clone();
-    retry["id"] = json!(id);
-    let key = asked["result"]["inputRequests"]
-        .as_object()
-        .unwrap_or_else(|| panic!("not asked: {asked}"))
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
-    retry["params"]["requestState"] = asked["result"]["requestState"].clone();
-    retry["params"]["inputResponses"] = json!({ key: {"action": "accept", "content": content} });
-    retry
 }
 
 fn read_records(dir: &Path) -> Vec<Value> {
@@ -175,7 +116,7 @@ const LOG: &str = r#"
 #[tokio::test]
 async fn each_decision_record_names_the_policy_revision_it_was_made_under() {
     let f = fixture(LOG, "").await;
-    let first = call(1, json!({"title": "Groceries"}));
+    let first = call(1, "notes_delete", json!({"title": "Groceries"}));
     let asked = f.post(&first).await;
     let done = f
         .post(&accept(&first, 2, &asked, json!({"confirm": true})))
@@ -205,7 +146,9 @@ async fn each_decision_record_names_the_policy_revision_it_was_made_under() {
     .unwrap();
     let next = f.revision().await;
     assert_ne!(next, revision);
-    let asked = f.post(&call(3, json!({"title": "Taxes"}))).await;
+    let asked = f
+        .post(&call(3, "notes_delete", json!({"title": "Taxes"})))
+        .await;
     assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
     let last = read_records(&f.dir).last().cloned().unwrap();
     assert_eq!(last["event"], "challenged");
@@ -224,9 +167,9 @@ async fn a_rotated_key_answers_what_the_old_one_asked_until_it_is_removed() {
     let both = r#"keys = [{ id = "k2", value = { file = "k2" } }, { id = "k1", value = { file = "k1" } }]"#;
     let only_new = r#"keys = [{ id = "k2", value = { file = "k2" } }]"#;
     let f = fixture(one, "").await;
-    let first = call(1, json!({"title": "A"}));
+    let first = call(1, "notes_delete", json!({"title": "A"}));
     let asked_under_k1 = f.post(&first).await;
-    let second = call(3, json!({"title": "B"}));
+    let second = call(3, "notes_delete", json!({"title": "B"}));
     let also_under_k1 = f.post(&second).await;
     // Rotate: k2 signs, k1 still verifies.
     f.reload(both, "").unwrap();
@@ -250,7 +193,7 @@ async fn a_rotated_key_answers_what_the_old_one_asked_until_it_is_removed() {
         ))
         .await;
     assert!(refused.get("error").is_some(), "{refused}");
-    let third = call(5, json!({"title": "C"}));
+    let third = call(5, "notes_delete", json!({"title": "C"}));
     let asked_under_k2 = f.post(&third).await;
     let done = f
         .post(&accept(
@@ -275,7 +218,7 @@ async fn a_standing_approval_covers_later_calls_on_its_scope_only() {
         standing = { scope = "/workspace", up_to = "1h", uses = 2 }
     "#;
     let f = fixture("", tools).await;
-    let first = call(1, json!({"workspace": "w1", "title": "A"}));
+    let first = call(1, "notes_delete", json!({"workspace": "w1", "title": "A"}));
     let asked = f.post(&first).await;
     let offered = asked.to_string();
     assert!(offered.contains("remember"), "{asked}");
@@ -291,17 +234,29 @@ async fn a_standing_approval_covers_later_calls_on_its_scope_only() {
     // The same workspace: runs without a form, twice; then the form again.
     for (id, title) in [(3, "B"), (4, "C")] {
         let ran = f
-            .post(&call(id, json!({"workspace": "w1", "title": title})))
+            .post(&call(
+                id,
+                "notes_delete",
+                json!({"workspace": "w1", "title": title}),
+            ))
             .await;
         assert_eq!(ran["result"]["content"][0]["text"], "deleted", "{ran}");
     }
     let asked = f
-        .post(&call(5, json!({"workspace": "w1", "title": "D"})))
+        .post(&call(
+            5,
+            "notes_delete",
+            json!({"workspace": "w1", "title": "D"}),
+        ))
         .await;
     assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
     // Another workspace: the form.
     let asked = f
-        .post(&call(6, json!({"workspace": "w2", "title": "E"})))
+        .post(&call(
+            6,
+            "notes_delete",
+            json!({"workspace": "w2", "title": "E"}),
+        ))
         .await;
     assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
     assert_eq!(f.ran.0.lock().unwrap().len(), 3);

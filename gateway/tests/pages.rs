@@ -2,16 +2,16 @@
 //! approvers finding theirs in the inbox, and who a browser visitor is (named by a sign-in proxy
 //! that proves itself with a shared secret).
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use common::{ALICE, OWN_KEY, STATIC_TOKENS};
 use mcp_confirm_gateway::config::GatewayConfig;
-use mcp_confirm_gateway::server::Gateway;
 use serde_json::{Value, json};
 
 /// What the upstream ran, and the headers each request came with.
@@ -45,15 +45,11 @@ async fn serve_upstream(
 }
 
 const SECRET: &str = "proxy-secret-0123456789";
-const ALICE: &str = "alice-token-0123456789";
 
 struct Fixture {
     origin: String,
     up: Upstream,
-    client: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        Full<Bytes>,
-    >,
+    client: common::Client,
 }
 
 const PAGES: &str = r#"
@@ -75,85 +71,45 @@ const TOOLS: &str = r#"
 
 async fn fixture() -> Fixture {
     let up = Upstream::default();
-    let app = Router::new()
-        .route("/mcp", post(serve_upstream))
-        .with_state(up.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("gateway-pages-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("tokens"), format!("alice {ALICE}\n")).unwrap();
+    let upstream = common::serve_upstream(
+        Router::new()
+            .route("/mcp", post(serve_upstream))
+            .with_state(up.clone()),
+    )
+    .await;
+    let dir = common::temp_dir("pages");
     std::fs::write(dir.join("proxy-secret"), SECRET).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = common::bind().await;
     let text = format!(
-        r#"
-        listen = "{addr}"
-        audience = "http://{addr}"
-        {PAGES}
-        [auth]
-        kind = "static_tokens"
-        file = "tokens"
-        [[route]]
-        path = "/notes/mcp"
-        upstream = "{upstream}"
-        {TOOLS}
-        "#
+        "listen = \"{addr}\"\naudience = \"http://{addr}\"\n{PAGES}\n{STATIC_TOKENS}\n\
+         [[route]]\npath = \"/notes/mcp\"\nupstream = \"{upstream}\"\n{TOOLS}\n"
     );
-    let path = dir.join("gateway.toml");
-    std::fs::write(&path, text).unwrap();
-    let gateway = Gateway::build(&GatewayConfig::load(&path).unwrap(), &dir).unwrap();
-    tokio::spawn(gateway.serve(listener));
+    let gateway = common::build(&dir, &text).unwrap();
+    common::serve(&gateway, listener);
     Fixture {
         origin: format!("http://{addr}"),
         up,
-        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http(),
+        client: common::client(),
     }
 }
 
 fn call(id: i64, tool: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}, "url": {}}}},
-        "name": tool, "arguments": {"title": "Groceries"}}})
+    common::call_with(id, tool, json!({"title": "Groceries"}), true)
 }
 
 fn retry(first: &Value, id: i64, state: &str) -> Value {
-    let mut retry = first.clone();
-    retry["id"] = json!(id);
-    retry["params"]["requestState"] = json!(state);
-    retry["params"]["inputResponses"] =
-        json!({"mcp-confirm-gateway/confirmation": {"action": "accept"}});
-    retry
+    common::retry(
+        first,
+        id,
+        &json!(state),
+        json!({OWN_KEY: {"action": "accept"}}),
+    )
 }
 
 impl Fixture {
     async fn mcp(&self, body: &Value, extra: &[(&str, &str)]) -> Value {
-        let mut request = http::Request::post(format!("{}/notes/mcp", self.origin))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", body["params"]["name"].as_str().unwrap())
-            .header("authorization", format!("Bearer {ALICE}"));
-        for (name, value) in extra {
-            request = request.header(*name, *value);
-        }
-        let response = self
-            .client
-            .request(
-                request
-                    .body(Full::new(Bytes::from(body.to_string())))
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        let url = format!("{}/notes/mcp", self.origin);
+        common::post_call(&self.client, &url, Some(ALICE), body, extra).await
     }
 
     /// A page request through the gateway, as the sign-in proxy would send it for `user`
@@ -180,20 +136,14 @@ impl Fixture {
                 .header("sec-fetch-site", "same-origin");
         }
         let body = form.unwrap_or_default().to_owned();
-        let response = self
-            .client
-            .request(request.body(Full::new(Bytes::from(body))).unwrap())
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (status, String::from_utf8_lossy(&bytes).into_owned())
+        let (status, _, text) = common::send(&self.client, request, body).await;
+        (status, text)
     }
 }
 
 /// The page's URL and the state, from a URL-mode `input_required`.
 fn sent_to_page(answer: &Value) -> (String, String) {
-    let request = &answer["result"]["inputRequests"]["mcp-confirm-gateway/confirmation"];
+    let request = &answer["result"]["inputRequests"][OWN_KEY];
     assert_eq!(request["params"]["mode"], "url", "{answer}");
     (
         request["params"]["url"].as_str().unwrap().to_owned(),

@@ -2,6 +2,8 @@
 //! upstream's own question is relayed with its state sealed inside the gateway's continuation,
 //! and the answer reaches the upstream with the confirmed call and nothing else, once.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -9,10 +11,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::routing::post;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use mcp_confirm_gateway::config::GatewayConfig;
-use mcp_confirm_gateway::server::Gateway;
+use common::{ALICE, BOB, STATIC_TOKENS, call, retry};
 use serde_json::{Value, json};
 
 /// Every `tools/call` params the upstream received, and which of them ran.
@@ -85,100 +84,51 @@ struct Fixture {
     url: String,
     other_route: String,
     up: Upstream,
-    client: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        Full<Bytes>,
-    >,
+    client: common::Client,
 }
-
-const ALICE: &str = "alice-token-0123456789";
-const BOB: &str = "bob-token-0123456789";
 
 async fn fixture() -> Fixture {
     let up = Upstream::default();
-    let app = Router::new()
-        .route("/mcp", post(serve_upstream))
-        .with_state(up.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("gateway-relay-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("tokens"), format!("alice {ALICE}\nbob {BOB}\n")).unwrap();
+    let upstream = common::serve_upstream(
+        Router::new()
+            .route("/mcp", post(serve_upstream))
+            .with_state(up.clone()),
+    )
+    .await;
+    let dir = common::temp_dir("relay");
     let text = format!(
-        r#"
-        listen = "127.0.0.1:0"
-        [auth]
-        kind = "static_tokens"
-        file = "tokens"
-        [[route]]
-        path = "/notes/mcp"
-        upstream = "{upstream}"
-        [[route]]
-        path = "/other/mcp"
-        upstream = "{upstream}"
-        "#
+        "listen = \"127.0.0.1:0\"\n{STATIC_TOKENS}\n\
+         [[route]]\npath = \"/notes/mcp\"\nupstream = \"{upstream}\"\n\
+         [[route]]\npath = \"/other/mcp\"\nupstream = \"{upstream}\"\n"
     );
-    let path = dir.join("gateway.toml");
-    std::fs::write(&path, text).unwrap();
-    let gateway = Gateway::build(&GatewayConfig::load(&path).unwrap(), &dir).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(gateway.serve(listener));
+    let gateway = common::build(&dir, &text).unwrap();
+    let (listener, addr) = common::bind().await;
+    common::serve(&gateway, listener);
     Fixture {
         url: format!("http://{addr}/notes/mcp"),
         other_route: format!("http://{addr}/other/mcp"),
         up,
-        client: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http(),
+        client: common::client(),
     }
-}
-
-fn call(id: i64, tool: &str, arguments: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}},
-        "name": tool, "arguments": arguments}})
-}
-
-/// `first` again under a new id, with `state` and `responses`.
-fn retry(first: &Value, id: i64, state: &Value, responses: Value) -> Value {
-    let mut retry = first.clone();
-    retry["id"] = json!(id);
-    retry["params"]["requestState"] = state.clone();
-    retry["params"]["inputResponses"] = responses;
-    retry
 }
 
 impl Fixture {
     async fn post_to(&self, url: &str, token: &str, body: &Value, sse: bool) -> Value {
-        let mut request = http::Request::post(url)
+        if !sse {
+            return common::post_call(&self.client, url, Some(token), body, &[]).await;
+        }
+        let request = http::Request::post(url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", "2026-07-28")
             .header("mcp-method", "tools/call")
             .header("mcp-name", body["params"]["name"].as_str().unwrap_or(""))
-            .header("authorization", format!("Bearer {token}"));
-        if sse {
-            request = request.header("x-test-sse", "1");
-        }
-        let response = self
-            .client
-            .request(
-                request
-                    .body(Full::new(Bytes::from(body.to_string())))
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        let is_sse = response
-            .headers()
+            .header("authorization", format!("Bearer {token}"))
+            .header("x-test-sse", "1");
+        let (_, headers, text) = common::send(&self.client, request, body.to_string()).await;
+        let is_sse = headers
             .get("content-type")
             .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        let text = String::from_utf8_lossy(&bytes).into_owned();
         if is_sse {
             // The answer is the last event's data; the progress event must have come through.
             assert!(text.contains("notifications/progress"), "{text}");
