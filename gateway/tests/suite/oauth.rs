@@ -2,8 +2,7 @@
 //! metadata and key set over HTTP, counting each fetch) and tokens signed here: what is let in,
 //! what is refused and how it is answered, and that the caller's token stays with the gateway.
 
-mod common;
-
+use crate::common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 

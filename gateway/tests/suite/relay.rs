@@ -2,16 +2,15 @@
 //! upstream's own question is relayed with its state sealed inside the gateway's continuation,
 //! and the answer reaches the upstream with the confirmed call and nothing else, once.
 
-mod common;
-
+use crate::common;
 use std::sync::{Arc, Mutex};
 
+use crate::common::{ALICE, BOB, STATIC_TOKENS, call, retry};
 use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::routing::post;
-use common::{ALICE, BOB, STATIC_TOKENS, call, retry};
 use serde_json::{Value, json};
 
 /// Every `tools/call` params the upstream received, and which of them ran.

@@ -2,15 +2,14 @@
 //! approvers finding theirs in the inbox, and who a browser visitor is (named by a sign-in proxy
 //! that proves itself with a shared secret).
 
-mod common;
-
+use crate::common;
 use std::sync::{Arc, Mutex};
 
+use crate::common::{ALICE, OWN_KEY, STATIC_TOKENS};
 use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
-use common::{ALICE, OWN_KEY, STATIC_TOKENS};
 use mcp_confirm_gateway::config::GatewayConfig;
 use serde_json::{Value, json};
 

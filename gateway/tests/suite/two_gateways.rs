@@ -7,13 +7,13 @@
 //! none of it.
 //!
 //! Each gateway is built on its own (its own Redis connection, its own tool list) from one file,
-//! `store = { kind = "redis", url = { env = … } }`, as two processes would be. Each test names an
+//! `store = { kind = "redis", url = { file = … } }`, as two processes would be. Each test names an
 //! audience no other run uses, so runs never meet in Redis. Redis is expected on
 //! 127.0.0.1:6379 (`MCP_CONFIRM_TEST_REDIS_URL` overrides); without it the tests say SKIPPED,
 //! unless `MCP_CONFIRM_REQUIRE_BACKENDS` is set, as in CI.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
@@ -82,20 +82,14 @@ async fn upstream() -> (String, Seen) {
     (format!("http://{addr}/mcp"), seen)
 }
 
-/// Whether Redis answers; CI requires it (`MCP_CONFIRM_REQUIRE_BACKENDS`). Names it to the
-/// gateways' file through [`REDIS_URL_ENV`], unless the environment already does.
+/// The Redis the tests share: `MCP_CONFIRM_TEST_REDIS_URL`, else the local one.
+fn redis_url() -> String {
+    std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned())
+}
+
+/// Whether Redis answers; CI requires it (`MCP_CONFIRM_REQUIRE_BACKENDS`).
 fn redis_up() -> bool {
-    static NAMED: Once = Once::new();
-    NAMED.call_once(|| {
-        if std::env::var_os(REDIS_URL_ENV).is_none() {
-            // SAFETY: set once, by the first test to get here, first thing in its body; every
-            // other test of this binary waits on this `Once` before its own work, and what runs
-            // meanwhile (libtest, tokio's runtime) reads the environment only through `std::env`,
-            // whose lock orders those reads with this write.
-            unsafe { std::env::set_var(REDIS_URL_ENV, DEFAULT_REDIS_URL) };
-        }
-    });
-    let url = std::env::var(REDIS_URL_ENV).unwrap();
+    let url = redis_url();
     let addr = url
         .trim_start_matches("redis://")
         .split(['/', '?'])
@@ -145,8 +139,8 @@ impl Drop for ConfigDir {
     }
 }
 
-/// The file gateways are built from: one key, Redis named by [`REDIS_URL_ENV`], `audience`, one
-/// route to `upstream_url`.
+/// The file gateways are built from: one key, the shared Redis (its URL in a file beside it),
+/// `audience`, one route to `upstream_url`.
 fn config_dir(upstream_url: &str, audience: &str) -> ConfigDir {
     let dir = std::env::temp_dir().join(
         audience
@@ -160,12 +154,13 @@ fn config_dir(upstream_url: &str, audience: &str) -> ConfigDir {
         "46c240e4d0c11b5a48d250f10a96b4d63b9d4f64b2faf7ea559c2627e90750cd",
     )
     .unwrap();
+    std::fs::write(dir.join("redis-url"), redis_url()).unwrap();
     let text = format!(
         r#"
         listen = "127.0.0.1:0"
         audience = "{audience}"
         key = {{ file = "key" }}
-        store = {{ kind = "redis", url = {{ env = "{REDIS_URL_ENV}" }} }}
+        store = {{ kind = "redis", url = {{ file = "redis-url" }} }}
 
         [auth]
         kind = "static_tokens"

@@ -3,15 +3,14 @@
 //! and the lookup runs again before anything is forwarded. The upstream here keeps notes in
 //! memory that a test may change between the form and the answer, and records every call.
 
-mod common;
-
+use crate::common;
 use std::sync::{Arc, Mutex};
 
+use crate::common::{ALICE, STATIC_TOKENS};
 use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
-use common::{ALICE, STATIC_TOKENS};
 use mcp_confirm_gateway::config::GatewayConfig;
 use serde_json::{Value, json};
 

@@ -2,8 +2,6 @@
 //! from a file in a fresh directory and served on a free port, an HTTP client, and the shapes
 //! of `tools/call` requests and their retries.
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,15 +1,14 @@
 //! The library's options, reached from the gateway's file: the decision log (each record naming
 //! the policy revision it was made under), key rotation, and standing approvals.
 
-mod common;
-
+use crate::common;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::common::{ALICE, STATIC_TOKENS, accept, call};
 use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
-use common::{ALICE, STATIC_TOKENS, accept, call};
 use mcp_confirm_gateway::config::GatewayConfig;
 use mcp_confirm_gateway::server::Gateway;
 use serde_json::{Value, json};

@@ -1,0 +1,12 @@
+//! The gateway's integration tests, one binary (one link): in-process upstreams of the tests'
+//! own, gateways built from files, and the real binary for the command line.
+
+mod cli;
+mod common;
+mod gateway;
+mod lookup;
+mod oauth;
+mod options;
+mod pages;
+mod relay;
+mod two_gateways;
