@@ -4,7 +4,12 @@
 // deletes; through the gateway, only an accepted confirmation does. Protocol 2026-07-28,
 // stateless, JSON responses. Every deletion is printed to stdout as `deleted <id>`.
 //
-//   node upstream-plain.mjs --addr 127.0.0.1:PORT
+//   node upstream-plain.mjs --addr 127.0.0.1:PORT [--load-titles N] [--list-ttl-ms MS]
+//
+// For the load generator's gateway flow (tools/src/bin/loadgen.rs): `--load-titles N` adds N notes
+// titled `load-0` … `load-<N-1>` in the workspace `load`, which it deletes one per call;
+// `--list-ttl-ms MS` says its tool list stays fresh for MS ms (`ttlMs`; without it, the SDK's
+// default: 0, stale at once).
 //
 // It accepts one bearer token, the operator's (UPSTREAM_TOKEN, default
 // "operator-token-0123456789"): callers reach it through the gateway, which sends the
@@ -23,23 +28,43 @@ import {
 import * as z from 'zod/v4';
 
 let addr = '127.0.0.1:9000';
+let loadTitles = 0;
+let listTtlMs;
 {
     const argv = process.argv.slice(2);
-    for (let i = 0; i < argv.length; i++) if (argv[i] === '--addr') addr = argv[++i];
+    for (let i = 0; i < argv.length; i++) {
+        if (argv[i] === '--addr') addr = argv[++i];
+        else if (argv[i] === '--load-titles') loadTitles = Number(argv[++i]);
+        else if (argv[i] === '--list-ttl-ms') listTtlMs = Number(argv[++i]);
+    }
 }
 const TOKEN = process.env.UPSTREAM_TOKEN ?? 'operator-token-0123456789';
 
 /** id -> { workspace, title } */
 const notes = new Map();
+/** `workspace\0title` -> the ids of its notes, oldest first: notes_delete finds the first one
+ * without walking every note (a scan would slow down as the load generator deletes). */
+const byTitle = new Map();
 let counter = 0;
+const add = (workspace, title) => {
+    const id = `note-${++counter}`;
+    notes.set(id, { workspace, title });
+    const key = `${workspace}\0${title}`;
+    if (!byTitle.has(key)) byTitle.set(key, []);
+    byTitle.get(key).push(id);
+};
 for (const [workspace, titles] of [['personal', ['Groceries', 'Standup', 'Ideas', 'Taxes']], ['team', ['Roadmap']]]) {
-    for (const title of titles) notes.set(`note-${++counter}`, { workspace, title });
+    for (const title of titles) add(workspace, title);
 }
+for (let k = 0; k < loadTitles; k++) add('load', `load-${k}`);
 const workspaceOf = uri => uri.slice(uri.lastIndexOf('/') + 1);
 const text = (t, isError = false) => ({ content: [{ type: 'text', text: t }], ...(isError && { isError: true }) });
 
 function buildServer() {
-    const server = new McpServer({ name: 'notes-upstream-ts', version: '1.0.0' }, { capabilities: { tools: {} } });
+    const server = new McpServer(
+        { name: 'notes-upstream-ts', version: '1.0.0' },
+        { capabilities: { tools: {} }, ...(listTtlMs !== undefined && { cacheHints: { 'tools/list': { ttlMs: listTtlMs } } }) }
+    );
     server.registerTool(
         'notes_list',
         { description: 'List the notes of a workspace', inputSchema: z.object({ workspaceUri: z.string() }), annotations: { readOnlyHint: true } },
@@ -57,14 +82,14 @@ function buildServer() {
             annotations: { destructiveHint: true }
         },
         async ({ workspaceUri, title }) => {
-            for (const [id, note] of notes) {
-                if (note.workspace === workspaceOf(workspaceUri) && note.title === title) {
-                    notes.delete(id);
-                    console.log(`deleted ${id}`);
-                    return text(`Deleted ${id} (${title}).`);
-                }
-            }
-            return text(`No note titled "${title}"; nothing was deleted.`, true);
+            const key = `${workspaceOf(workspaceUri)}\0${title}`;
+            const ids = byTitle.get(key);
+            if (ids === undefined) return text(`No note titled "${title}"; nothing was deleted.`, true);
+            const id = ids.shift();
+            if (ids.length === 0) byTitle.delete(key);
+            notes.delete(id);
+            console.log(`deleted ${id}`);
+            return text(`Deleted ${id} (${title}).`);
         }
     );
     return server;

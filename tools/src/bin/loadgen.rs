@@ -3,10 +3,13 @@
 //! ```text
 //! cargo build --release --all-features --example notes_server
 //! cargo build --release -p mcp-confirm-tools --bin loadgen
-//! target/release/loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|principals|peer|challenges]
+//! target/release/loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|principals|peer|challenges|gateway]
 //!     [--clients 8] [--duration 10] [--runs 3] [--requests N] [--redis redis://127.0.0.1:6379]
 //!     [--warmup-ms 300] [--server-threads N] [--wrap 'taskset -c 1']
 //!     [--principals 1000] [--peer-dir tools/peer-ts] [--node node]
+//!     [--python target/ci-clients/venv/bin/python] [--upstream-py tools/upstream-py/server.py]
+//!     [--gateway target/<profile>/mcp-confirm-gateway] [--gateway-log info]
+//!     [--upstream-list-ttl-ms MS]
 //! ```
 //!
 //! `--server-threads` sets the server's worker threads; `--wrap` runs the server under another
@@ -53,6 +56,27 @@
 //!   and the two-round confirmation against ours, alternating, as ratios of the rates.
 //! - `challenges`: first calls only, never answered: the server's memory (RSS) at the start and
 //!   at the end shows that a challenge keeps no server state.
+//! - `gateway`: what `mcp-confirm-gateway` adds in front of servers with no confirmation of their
+//!   own: the TypeScript SDK's notes server (`tools/peer-ts/upstream-plain.mjs`, run with
+//!   `--node`; `npm ci --prefix tools/peer-ts` first) and the Python SDK's
+//!   (`--upstream-py`, run with `--python`: the venv `.ci/install-clients.sh` makes). Against
+//!   each, alternating for `--runs` runs: `notes_list` (a read tool the gateway passes) reached
+//!   directly, then through the gateway; `notes_delete` reached directly (one round: it
+//!   deletes), then through the gateway (two rounds: the yes/no form, then the accepting retry
+//!   with the same arguments and `requestState`, after which the upstream deletes). Each run gets
+//!   a fresh upstream, seeded with a note per title it deletes (`--load-titles`), and a fresh
+//!   gateway in front of it: the release binary next to this one (`cargo build --release -p
+//!   mcp-confirm-gateway`; or `--gateway`), configured in a fresh temporary directory (static
+//!   tokens for `--principals` load principals, over which the calls are spread so that the
+//!   layer's default per-principal limits hold, the memory store, a key from a file), logging at
+//!   `--gateway-log` (its default, `info`: a line per `tools/call`) to a file there. Prints the
+//!   rates, median and p99 latencies, their ratios (through the gateway against direct), and the
+//!   CPU the upstream, the gateway and the generator each used (from `/proc`), in cores over the
+//!   run and per call; the "server" columns are the upstream's. `--server-threads` sets the
+//!   gateway's worker threads; `--wrap` is not applied. Both SDKs say by default that their
+//!   tool list is stale at once (`ttlMs: 0`), which the gateway honours by listing the tools
+//!   again before every call; `--upstream-list-ttl-ms` makes both upstreams give their list that
+//!   long instead, which measures the gateway with the list cached.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -67,9 +91,11 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|principals|peer|challenges] \
+const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|principals|peer|challenges|gateway] \
     [--clients N] [--duration SECS] [--runs N] [--requests N] [--redis URL] [--warmup-ms MS] \
-    [--server-threads N] [--wrap 'COMMAND ARGS'] [--principals N] [--peer-dir DIR] [--node BIN]";
+    [--server-threads N] [--wrap 'COMMAND ARGS'] [--principals N] [--peer-dir DIR] [--node BIN] \
+    [--python BIN] [--upstream-py FILE] [--gateway BIN] [--gateway-log FILTER] \
+    [--upstream-list-ttl-ms MS]";
 const KEY: &str = "172800cae78ee83db26ec88a3ab8f997cbf321dc49a6d6a759ea84bae8a73188";
 /// Titles seeded per second of a confirm run: far above what two cores can confirm.
 const TITLES_PER_SECOND: u64 = 25_000;
@@ -77,6 +103,14 @@ const TITLES_PER_SECOND: u64 = 25_000;
 const PEER_TITLES_PER_SECOND: u64 = 3_000;
 /// The same for file-backed notes (each title is three files to write before the run).
 const FILE_TITLES_PER_SECOND: u64 = 10_000;
+/// The same for the gateway flow's upstreams (a note per title; they delete a few thousand a
+/// second at most).
+const UPSTREAM_TITLES_PER_SECOND: u64 = 10_000;
+/// The bearer token the upstreams accept: the operator's, which the gateway sends them and the
+/// direct calls use.
+const OPERATOR_TOKEN: &str = "operator-token-0123456789";
+/// What follows `load-<k>-token` in the gateway's tokens (it wants 16 characters or more).
+const GATEWAY_TOKEN_SUFFIX: &str = "-0123456789";
 
 struct Flags {
     flow: String,
@@ -96,6 +130,17 @@ struct Flags {
     peer_dir: PathBuf,
     /// The Node.js the peer runs on.
     node: String,
+    /// The Python the gateway flow's Python upstream runs on (with the official `mcp` SDK).
+    python: PathBuf,
+    /// The gateway flow's Python upstream (`tools/upstream-py/server.py`).
+    upstream_py: PathBuf,
+    /// The gateway's binary (default: `mcp-confirm-gateway` beside this one).
+    gateway: PathBuf,
+    /// The gateway's log filter (`RUST_LOG`).
+    gateway_log: String,
+    /// The `ttlMs` the gateway flow's upstreams give their tool list; `None`: their SDK's
+    /// default (0).
+    upstream_list_ttl_ms: Option<u64>,
 }
 
 fn flags() -> Result<Flags, String> {
@@ -112,6 +157,13 @@ fn flags() -> Result<Flags, String> {
         principals: 1_000,
         peer_dir: PathBuf::from("tools/peer-ts"),
         node: "node".into(),
+        python: PathBuf::from("target/ci-clients/venv/bin/python"),
+        upstream_py: PathBuf::from("tools/upstream-py/server.py"),
+        gateway: std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .with_file_name("mcp-confirm-gateway"),
+        gateway_log: "info".into(),
+        upstream_list_ttl_ms: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -133,6 +185,11 @@ fn flags() -> Result<Flags, String> {
             "--principals" => flags.principals = number(value()?)?.max(2),
             "--peer-dir" => flags.peer_dir = PathBuf::from(value()?),
             "--node" => flags.node = value()?,
+            "--python" => flags.python = PathBuf::from(value()?),
+            "--upstream-py" => flags.upstream_py = PathBuf::from(value()?),
+            "--gateway" => flags.gateway = PathBuf::from(value()?),
+            "--gateway-log" => flags.gateway_log = value()?,
+            "--upstream-list-ttl-ms" => flags.upstream_list_ttl_ms = Some(number(value()?)?),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
@@ -159,23 +216,6 @@ fn run() -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .with_file_name("examples")
         .join("notes_server");
-    if !server_bin.exists() {
-        return Err(format!(
-            "{} not found: build it first with `cargo build --release --all-features --example notes_server`",
-            server_bin.display()
-        ));
-    }
-    println!(
-        "loadgen: {} clients, {}, {} run(s) per flow, {} cores",
-        flags.clients,
-        match flags.requests {
-            Some(n) => format!("{n} operations per run"),
-            None => format!("{} s per run", flags.duration.as_secs()),
-        },
-        flags.runs,
-        std::thread::available_parallelism().map_or(0, usize::from)
-    );
-    print_header();
     let flows: &[&str] = match flags.flow.as_str() {
         "all" => &[
             "list",
@@ -194,8 +234,30 @@ fn run() -> Result<(), String> {
         "files-vs-memory" => &["files-vs-memory"],
         "confirm-redis" => &["confirm-redis"],
         "challenges" => &["challenges"],
+        "gateway" => &["gateway"],
         other => return Err(format!("unknown flow {other:?}\n{USAGE}")),
     };
+    // The gateway flow starts upstreams of other languages, not the notes server.
+    if flows.iter().any(|flow| *flow != "gateway") && !server_bin.exists() {
+        return Err(format!(
+            "{} not found: build it first with `cargo build --release --all-features --example notes_server`",
+            server_bin.display()
+        ));
+    }
+    if flows.contains(&"gateway") {
+        gateway_prerequisites(&flags)?;
+    }
+    println!(
+        "loadgen: {} clients, {}, {} run(s) per flow, {} cores",
+        flags.clients,
+        match flags.requests {
+            Some(n) => format!("{n} operations per run"),
+            None => format!("{} s per run", flags.duration.as_secs()),
+        },
+        flags.runs,
+        std::thread::available_parallelism().map_or(0, usize::from)
+    );
+    print_header();
     let mut errors = 0;
     for flow in flows {
         match *flow {
@@ -363,6 +425,46 @@ fn run() -> Result<(), String> {
                     median(&memory, cpu),
                 );
             }
+            "gateway" => {
+                // Each upstream reached directly, then through the gateway: the call the gateway
+                // passes, then the one it confirms; the runs of both upstreams interleaved.
+                let (ts, py) = (Upstream::Ts, Upstream::Py);
+                let [
+                    ts_list,
+                    ts_list_gw,
+                    ts_delete,
+                    ts_confirm_gw,
+                    py_list,
+                    py_list_gw,
+                    py_delete,
+                    py_confirm_gw,
+                ] = alternate(
+                    &rt,
+                    &flags,
+                    &server_bin,
+                    [
+                        (Flow::UpstreamList(ts), false),
+                        (Flow::UpstreamList(ts), true),
+                        (Flow::UpstreamDelete(ts), false),
+                        (Flow::UpstreamDelete(ts), true),
+                        (Flow::UpstreamList(py), false),
+                        (Flow::UpstreamList(py), true),
+                        (Flow::UpstreamDelete(py), false),
+                        (Flow::UpstreamDelete(py), true),
+                    ],
+                    &mut errors,
+                )?;
+                print_gateway_summary(
+                    ts,
+                    &flags,
+                    [&ts_list, &ts_list_gw, &ts_delete, &ts_confirm_gw],
+                );
+                print_gateway_summary(
+                    py,
+                    &flags,
+                    [&py_list, &py_list_gw, &py_delete, &py_confirm_gw],
+                );
+            }
             "confirm" | "confirm-files" | "challenges" => {
                 let flow = match *flow {
                     "confirm" => Flow::Confirm,
@@ -410,19 +512,53 @@ enum Flow {
     PeerList,
     /// `Confirm` against the TypeScript SDK peer.
     PeerConfirm,
+    /// `notes_list` of an upstream with no confirmation of its own (the gateway passes it).
+    UpstreamList(Upstream),
+    /// `notes_delete` of that upstream: one round reached directly, two through the gateway.
+    UpstreamDelete(Upstream),
+}
+
+/// An MCP server with no confirmation of its own, for the gateway to stand in front of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upstream {
+    /// `tools/peer-ts/upstream-plain.mjs`, on the official TypeScript SDK v2.
+    Ts,
+    /// `tools/upstream-py/server.py`, on the official Python SDK.
+    Py,
+}
+
+impl Upstream {
+    fn name(self) -> &'static str {
+        match self {
+            Upstream::Ts => "the TypeScript SDK upstream",
+            Upstream::Py => "the Python SDK upstream",
+        }
+    }
 }
 
 impl Flow {
     /// How many principals the flow's operations are spread over.
     fn principals(self, flags: &Flags) -> u64 {
         match self {
-            Flow::ConfirmShared => flags.principals,
+            // Through the gateway: under the layer's default per-principal limits. Reached
+            // directly, every call is the operator's.
+            Flow::ConfirmShared | Flow::UpstreamList(_) | Flow::UpstreamDelete(_) => {
+                flags.principals
+            }
             _ => 1,
         }
     }
 
     fn is_peer(self) -> bool {
         matches!(self, Flow::PeerList | Flow::PeerConfirm)
+    }
+
+    /// The upstream of the gateway flow's shapes.
+    fn upstream(self) -> Option<Upstream> {
+        match self {
+            Flow::UpstreamList(upstream) | Flow::UpstreamDelete(upstream) => Some(upstream),
+            _ => None,
+        }
     }
 
     fn name(self, layered: bool) -> &'static str {
@@ -438,6 +574,14 @@ impl Flow {
             (Flow::ConfirmShared, _) => "confirm (many)",
             (Flow::PeerList, _) => "list (TS peer)",
             (Flow::PeerConfirm, _) => "confirm (TS peer)",
+            (Flow::UpstreamList(Upstream::Ts), false) => "list (TS direct)",
+            (Flow::UpstreamList(Upstream::Ts), true) => "list (TS gateway)",
+            (Flow::UpstreamDelete(Upstream::Ts), false) => "delete (TS direct)",
+            (Flow::UpstreamDelete(Upstream::Ts), true) => "confirm (TS gw)",
+            (Flow::UpstreamList(Upstream::Py), false) => "list (Py direct)",
+            (Flow::UpstreamList(Upstream::Py), true) => "list (Py gateway)",
+            (Flow::UpstreamDelete(Upstream::Py), false) => "delete (Py direct)",
+            (Flow::UpstreamDelete(Upstream::Py), true) => "confirm (Py gw)",
         }
     }
 }
@@ -452,6 +596,8 @@ struct Report {
     /// Operation latencies, sorted, in nanoseconds.
     latencies: Vec<u64>,
     server_cpu: Duration,
+    /// The gateway's, when the server was behind it.
+    gateway_cpu: Option<Duration>,
     loadgen_cpu: Duration,
     rss_kib: (u64, u64),
 }
@@ -464,6 +610,11 @@ impl Report {
     /// `time` spread over every operation of the run, in microseconds.
     fn per_op_us(&self, time: Duration) -> f64 {
         time.as_secs_f64() * 1e6 / (self.ops + self.errors).max(1) as f64
+    }
+
+    /// `time` spread over the run: the cores a process kept busy.
+    fn cores(&self, time: Duration) -> f64 {
+        time.as_secs_f64() / self.elapsed.as_secs_f64()
     }
 
     fn percentile(&self, p: f64) -> Duration {
@@ -542,6 +693,137 @@ fn print_report(name: &str, r: &Report) {
     );
 }
 
+/// The gateway flow's second line of a run: the cores the upstream, the gateway and the
+/// generator kept busy, and the gateway's CPU per operation.
+fn print_cores(r: &Report) {
+    let gateway = match r.gateway_cpu {
+        Some(cpu) => format!(
+            ", gateway {:.2} ({:.1} µs/op)",
+            r.cores(cpu),
+            r.per_op_us(cpu)
+        ),
+        None => String::new(),
+    };
+    println!(
+        "{:<18} cores busy: upstream {:.2}{gateway}, loadgen {:.2}",
+        "",
+        r.cores(r.server_cpu),
+        r.cores(r.loadgen_cpu),
+    );
+}
+
+/// The gateway flow's figures for one upstream: each shape's rate, median and p99 latency
+/// (medians over the runs), through the gateway against direct, and the CPU each process used.
+fn print_gateway_summary(upstream: Upstream, flags: &Flags, runs: [&[Report]; 4]) {
+    let [list, list_gw, delete, confirm_gw] = runs;
+    let rate = |r: &[Report]| median(r, Report::rate);
+    let p50 = |r: &[Report]| median(r, |r| r.percentile(50.0).as_secs_f64() * 1e6);
+    let p99 = |r: &[Report]| median(r, |r| r.percentile(99.0).as_secs_f64() * 1e6);
+    let shape = |r: &[Report]| {
+        format!(
+            "{:.0}/s, p50 {:.0} µs, p99 {:.0} µs",
+            rate(r),
+            p50(r),
+            p99(r)
+        )
+    };
+    let against = |gw: &[Report], direct: &[Report]| {
+        let by_run = paired(direct, gw, |d, g| g.rate() / d.rate() * 100.0);
+        format!(
+            "{:.1} % of the direct rate (run by run {:.1} % to {:.1} %), p50 {:+.1} %, p99 {:+.1} %",
+            rate(gw) / rate(direct) * 100.0,
+            by_run[0],
+            by_run[by_run.len() - 1],
+            (p50(gw) / p50(direct) - 1.0) * 100.0,
+            (p99(gw) / p99(direct) - 1.0) * 100.0,
+        )
+    };
+    let cores = |r: &[Report], cpu: fn(&Report) -> Duration| median(r, |r| r.cores(cpu(r)));
+    let per_op = |r: &[Report], cpu: fn(&Report) -> Duration| median(r, |r| r.per_op_us(cpu(r)));
+    let upstream_cpu: fn(&Report) -> Duration = |r| r.server_cpu;
+    let gateway_cpu: fn(&Report) -> Duration = |r| r.gateway_cpu.unwrap_or_default();
+    let loadgen_cpu: fn(&Report) -> Duration = |r| r.loadgen_cpu;
+    println!(
+        "gateway in front of {} (its tool list's ttlMs: {}), {} clients, medians of {} runs:",
+        upstream.name(),
+        flags
+            .upstream_list_ttl_ms
+            .map_or_else(|| "the SDK's default, 0".to_owned(), |ms| ms.to_string()),
+        flags.clients,
+        list.len()
+    );
+    println!(
+        "  notes_list (passed): direct {}; through the gateway {}: {}",
+        shape(list),
+        shape(list_gw),
+        against(list_gw, list)
+    );
+    println!(
+        "  notes_delete: direct, one round {}; through the gateway, two rounds {} (flows): {}",
+        shape(delete),
+        shape(confirm_gw),
+        against(confirm_gw, delete)
+    );
+    for (what, direct, gw) in [
+        ("notes_list", list, list_gw),
+        ("notes_delete", delete, confirm_gw),
+    ] {
+        println!(
+            "  CPU, {what}: upstream {:.2} cores ({:.0} µs/op) direct, {:.2} ({:.0} µs/op) behind \
+             the gateway; gateway {:.2} cores ({:.0} µs/op); loadgen {:.2} and {:.2} cores",
+            cores(direct, upstream_cpu),
+            per_op(direct, upstream_cpu),
+            cores(gw, upstream_cpu),
+            per_op(gw, upstream_cpu),
+            cores(gw, gateway_cpu),
+            per_op(gw, gateway_cpu),
+            cores(direct, loadgen_cpu),
+            cores(gw, loadgen_cpu),
+        );
+    }
+    let kept = rate(list_gw) / rate(list) * 100.0;
+    let added = (p50(list_gw) / p50(list) - 1.0) * 100.0;
+    let (gw_cores, up_cores) = (cores(list_gw, gateway_cpu), cores(list_gw, upstream_cpu));
+    let verdict = |met: bool| if met { "met" } else { "NOT met" };
+    println!(
+        "  targets for a passed call: >= 90 % of the direct rate {} ({kept:.1} %); <= +10 % to the \
+         median latency {} ({added:+.1} %); gateway busier than the upstream: {} ({gw_cores:.2} \
+         against {up_cores:.2} cores)",
+        verdict(kept >= 90.0),
+        verdict(added <= 10.0),
+        if gw_cores < up_cores { "no" } else { "YES" },
+    );
+}
+
+/// What the gateway flow needs, said before anything starts.
+fn gateway_prerequisites(flags: &Flags) -> Result<(), String> {
+    if !flags.gateway.exists() {
+        return Err(format!(
+            "{} not found: build it first with `cargo build --release -p mcp-confirm-gateway` \
+             (or name it with --gateway)",
+            flags.gateway.display()
+        ));
+    }
+    if !flags.peer_dir.join("node_modules").exists() {
+        return Err(format!(
+            "{}/node_modules not found: run `npm ci --prefix {}` first",
+            flags.peer_dir.display(),
+            flags.peer_dir.display()
+        ));
+    }
+    if !flags.python.exists() {
+        return Err(format!(
+            "{} not found: run `bash .ci/install-clients.sh` first (or name a Python with the \
+             official `mcp` SDK with --python)",
+            flags.python.display()
+        ));
+    }
+    if !flags.upstream_py.exists() {
+        return Err(format!("{} not found", flags.upstream_py.display()));
+    }
+    Ok(())
+}
+
 /// Starts a fresh server, drives one flow against it, prints and returns the report.
 async fn measure(
     flags: &Flags,
@@ -571,12 +853,22 @@ async fn measure(
                     + FILE_TITLES_PER_SECOND * flags.warmup.as_millis() as u64 / 1_000
             }
         },
+        // The warm-up deletes too (capped at `--requests` like the run).
+        Flow::UpstreamDelete(_) => match flags.requests {
+            Some(n) => 2 * n + 1,
+            None => {
+                UPSTREAM_TITLES_PER_SECOND * (flags.duration.as_secs() + 1)
+                    + UPSTREAM_TITLES_PER_SECOND * flags.warmup.as_millis() as u64 / 1_000
+            }
+        },
         Flow::Challenges => 1,
-        Flow::List | Flow::PeerList => 0,
+        Flow::List | Flow::PeerList | Flow::UpstreamList(_) => 0,
     };
     let server = Server::start(server_bin, flags, flow, layered, titles).await?;
+    let through_gateway = server.gateway.is_some();
     let setup = Setup {
         addr: server.addr,
+        path: server.path,
         workspace: format!("file://{}/{}", server.data_dir, workspace(flow)),
         next_title: AtomicU64::new(0),
         titles,
@@ -584,6 +876,14 @@ async fn measure(
         limit: flags.requests.unwrap_or(u64::MAX),
         forms: AtomicU64::new(0),
         principals: flow.principals(flags),
+        // An upstream reached directly takes the operator's token, which the gateway sends it.
+        bearer: (flow.upstream().is_some() && !through_gateway).then_some(OPERATOR_TOKEN),
+        token_suffix: if through_gateway {
+            GATEWAY_TOKEN_SUFFIX
+        } else {
+            ""
+        },
+        through_gateway,
     };
     let setup = Arc::new(setup);
     // Warm up connections and caches for a moment, not measured.
@@ -592,11 +892,12 @@ async fn measure(
     setup.started.store(0, Ordering::SeqCst);
     setup.forms.store(0, Ordering::SeqCst);
     let rss_start = server.rss_kib();
-    let (cpu_server, cpu_self) = (server.cpu()?, own_cpu()?);
+    let (cpu_server, cpu_gateway, cpu_self) = (server.cpu()?, server.gateway_cpu()?, own_cpu()?);
     let start = Instant::now();
     let results = drive(&setup, flow, flags.clients, flags.duration).await?;
     let elapsed = start.elapsed();
-    let (cpu_server_end, cpu_self_end) = (server.cpu()?, own_cpu()?);
+    let (cpu_server_end, cpu_gateway_end, cpu_self_end) =
+        (server.cpu()?, server.gateway_cpu()?, own_cpu()?);
     let mut latencies = Vec::new();
     let mut errors = 0;
     for (lat, errs) in results {
@@ -611,16 +912,33 @@ async fn measure(
         elapsed,
         latencies,
         server_cpu: cpu_server_end.saturating_sub(cpu_server),
+        gateway_cpu: cpu_gateway_end
+            .zip(cpu_gateway)
+            .map(|(end, start)| end.saturating_sub(start)),
         loadgen_cpu: cpu_self_end.saturating_sub(cpu_self),
         rss_kib: (rss_start, server.rss_kib()),
     };
     print_report(flow.name(layered), &report);
+    if flow.upstream().is_some() {
+        print_cores(&report);
+    }
+    if report.errors > 0
+        && let Some((_, dir)) = &server.gateway
+    {
+        // Its directory goes with it: what it said, while it is still there.
+        let log = std::fs::read_to_string(dir.join("gateway.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        eprintln!("the gateway's log ends:");
+        for line in &lines[lines.len().saturating_sub(10)..] {
+            eprintln!("  {line}");
+        }
+    }
     Ok(report)
 }
 
 fn workspace(flow: Flow) -> &'static str {
     match flow {
-        Flow::List | Flow::PeerList => "personal",
+        Flow::List | Flow::PeerList | Flow::UpstreamList(_) => "personal",
         _ => "load",
     }
 }
@@ -628,6 +946,8 @@ fn workspace(flow: Flow) -> &'static str {
 /// What every client of one run shares.
 struct Setup {
     addr: SocketAddr,
+    /// The path the calls are posted to.
+    path: &'static str,
     workspace: String,
     next_title: AtomicU64,
     titles: u64,
@@ -638,14 +958,25 @@ struct Setup {
     /// Principals the operations are spread over: 1 is alice; more are the server's load
     /// principals `load-<k>`, one per operation in turn.
     principals: u64,
+    /// The one bearer token of every operation, when there is one (an upstream reached
+    /// directly takes the operator's).
+    bearer: Option<&'static str>,
+    /// What follows `load-<k>-token` in the load principals' tokens.
+    token_suffix: &'static str,
+    /// Whether the calls go through the gateway (the gateway flow's `notes_delete` then takes
+    /// two rounds).
+    through_gateway: bool,
 }
 
 impl Setup {
     /// The bearer token of operation `op`.
     fn token(&self, op: u64) -> String {
+        if let Some(bearer) = self.bearer {
+            return bearer.to_owned();
+        }
         match self.principals {
             0 | 1 => "alice-token".to_owned(),
-            n => format!("load-{}-token", op % n),
+            n => format!("load-{}-token{}", op % n, self.token_suffix),
         }
     }
 }
@@ -678,7 +1009,13 @@ async fn drive(
                 id.token = setup.token(op);
                 let began = Instant::now();
                 let ok = match flow {
-                    Flow::List | Flow::PeerList => list(&mut conn, &setup, &mut id).await,
+                    Flow::List | Flow::PeerList | Flow::UpstreamList(_) => {
+                        list(&mut conn, &setup, &mut id).await
+                    }
+                    Flow::UpstreamDelete(_) if setup.through_gateway => {
+                        confirm_through_gateway(&mut conn, &setup, &mut id).await
+                    }
+                    Flow::UpstreamDelete(_) => delete_directly(&mut conn, &setup, &mut id).await,
                     Flow::Confirm
                     | Flow::ConfirmFiles
                     | Flow::ConfirmRedis
@@ -747,7 +1084,7 @@ async fn call(
     params["name"] = json!(tool);
     params["_meta"] = meta();
     let body = json!({"jsonrpc":"2.0","id":id.next,"method":"tools/call","params":params});
-    let request = http::Request::post("/mcp")
+    let request = http::Request::post(setup.path)
         .header("host", setup.addr.to_string())
         .header("authorization", format!("Bearer {}", id.token))
         .header("content-type", "application/json")
@@ -889,16 +1226,69 @@ async fn under_standing(conn: &mut Conn, setup: &Setup, id: &mut Ids) -> Result<
     Ok(())
 }
 
-/// A notes server child process, killed on drop.
+/// `notes_delete` of an upstream reached directly: one round, and it deletes.
+async fn delete_directly(conn: &mut Conn, setup: &Setup, id: &mut Ids) -> Result<(), String> {
+    let (_, done) = first_call(conn, setup, id, next_title(setup)?).await?;
+    deleted(&done)
+}
+
+/// `notes_delete` of an upstream through the gateway: the first call gets the gateway's yes/no
+/// form and reaches nothing; the retry accepts it with the same arguments and the
+/// `requestState`, and the upstream deletes.
+async fn confirm_through_gateway(
+    conn: &mut Conn,
+    setup: &Setup,
+    id: &mut Ids,
+) -> Result<(), String> {
+    let (arguments, first) = first_call(conn, setup, id, next_title(setup)?).await?;
+    let asked = first["inputRequests"]
+        .as_object()
+        .and_then(|r| r.iter().next());
+    let (Some("input_required"), Some(state), Some((key, form))) = (
+        first["resultType"].as_str(),
+        first["requestState"].as_str(),
+        asked,
+    ) else {
+        return Err(format!("unexpected first round {first}"));
+    };
+    if form["params"]["requestedSchema"]["properties"]["confirm"]["type"] != "boolean" {
+        return Err(format!("unexpected form {first}"));
+    }
+    let params = json!({
+        "arguments": arguments,
+        "requestState": state,
+        "inputResponses": {key.as_str(): {"action": "accept", "content": {"confirm": true}}},
+    });
+    let done = call(conn, setup, id, "notes_delete", params).await?;
+    deleted(&done)
+}
+
+/// Whether an upstream's `notes_delete` result says it deleted the note.
+fn deleted(result: &Value) -> Result<(), String> {
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    if result["isError"] == true || !text.starts_with("Deleted ") {
+        return Err(format!("unexpected delete {result}"));
+    }
+    Ok(())
+}
+
+/// A server child process (the notes server, the TypeScript peer, or an upstream of the
+/// gateway flow with the gateway in front of it), stopped on drop.
 struct Server {
     child: Child,
+    /// Where the clients connect: the server's address, or the gateway's in front of it.
     addr: SocketAddr,
+    /// The path the clients post to.
+    path: &'static str,
     data_dir: String,
     clock_ticks: u64,
     /// Remove `data_dir` when the server is gone.
     owns_data_dir: bool,
     /// The decision log's directory, removed (with its key file) when the server is gone.
     log_dir: Option<PathBuf>,
+    /// The gateway in front of the server, and its directory (configuration, tokens, key, log),
+    /// removed when it is gone.
+    gateway: Option<(Child, PathBuf)>,
 }
 
 /// Numbers the runs, for their data directories.
@@ -931,6 +1321,9 @@ impl Server {
         };
         if flow.is_peer() {
             return Self::start_peer(flags, addr, data_dir, titles).await;
+        }
+        if let Some(upstream) = flow.upstream() {
+            return Self::start_upstream(flags, upstream, layered, addr, data_dir, titles).await;
         }
         let mut command = match flags.wrap.split_first() {
             Some((program, args)) => {
@@ -973,6 +1366,8 @@ impl Server {
                 command.args(["--replay-store", &format!("memory:{room}")]);
             }
             Flow::PeerList | Flow::PeerConfirm => {}
+            // Started by `start_upstream`, never here.
+            Flow::UpstreamList(_) | Flow::UpstreamDelete(_) => {}
             Flow::ConfirmRedis => {
                 command.args(["--replay-store", &flags.redis]);
                 command.args(["--principal-budget", &room]);
@@ -1010,10 +1405,12 @@ impl Server {
         let server = Self {
             child,
             addr,
+            path: "/mcp",
             data_dir,
             clock_ticks: clock_ticks(),
             owns_data_dir: files,
             log_dir,
+            gateway: None,
         };
         // Seeding hundreds of thousands of files takes a while.
         let deadline = Instant::now() + Duration::from_secs(600);
@@ -1047,10 +1444,12 @@ impl Server {
         let server = Self {
             child,
             addr,
+            path: "/mcp",
             data_dir,
             clock_ticks: clock_ticks(),
             owns_data_dir: false,
             log_dir: None,
+            gateway: None,
         };
         let deadline = Instant::now() + Duration::from_secs(120);
         while tokio::net::TcpStream::connect(addr).await.is_err() {
@@ -1062,8 +1461,125 @@ impl Server {
         Ok(server)
     }
 
+    /// Starts an upstream with no confirmation of its own on `addr`, with a note for each of
+    /// `titles`, and with `through_gateway` the gateway in front of it: its release binary,
+    /// configured in a fresh temporary directory (static tokens for alice and the load
+    /// principals, the memory store, the key from a file, the operator's token for the
+    /// upstream), its log written there.
+    async fn start_upstream(
+        flags: &Flags,
+        upstream: Upstream,
+        through_gateway: bool,
+        addr: SocketAddr,
+        data_dir: String,
+        titles: u64,
+    ) -> Result<Self, String> {
+        let mut command = match upstream {
+            Upstream::Ts => {
+                let mut command = Command::new(&flags.node);
+                command
+                    .arg(flags.peer_dir.join("upstream-plain.mjs"))
+                    .args(["--addr", &addr.to_string()])
+                    .env("NODE_ENV", "production");
+                command
+            }
+            Upstream::Py => {
+                let mut command = Command::new(&flags.python);
+                command
+                    .arg(&flags.upstream_py)
+                    .args(["--port", &addr.port().to_string()]);
+                command
+            }
+        };
+        if let Some(ttl) = flags.upstream_list_ttl_ms {
+            command.args(["--list-ttl-ms", &ttl.to_string()]);
+        }
+        let child = command
+            .args(["--load-titles", &titles.to_string()])
+            .env("UPSTREAM_TOKEN", OPERATOR_TOKEN)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("start {}: {e}", upstream.name()))?;
+        let mut server = Self {
+            child,
+            addr,
+            path: "/mcp",
+            data_dir,
+            clock_ticks: clock_ticks(),
+            owns_data_dir: false,
+            log_dir: None,
+            gateway: None,
+        };
+        listening(&mut server.child, addr, upstream.name()).await?;
+        if !through_gateway {
+            return Ok(server);
+        }
+        let gateway_addr = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?;
+        let dir = std::env::temp_dir().join(format!(
+            "loadgen-gateway-{}-{}",
+            std::process::id(),
+            RUN.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut tokens = String::from("alice alice-token-0123456789\n");
+        for k in 0..flags.principals {
+            tokens.push_str(&format!("load-{k} load-{k}-token{GATEWAY_TOKEN_SUFFIX}\n"));
+        }
+        let config = format!(
+            "listen = \"{gateway_addr}\"\n\
+             key = {{ file = \"key\" }}\n\
+             store = {{ kind = \"memory\" }}\n\
+             [auth]\n\
+             kind = \"static_tokens\"\n\
+             file = \"tokens\"\n\
+             [[route]]\n\
+             path = \"/notes/mcp\"\n\
+             upstream = \"http://{addr}/mcp\"\n\
+             upstream_header = {{ name = \"authorization\", value = {{ file = \"upstream-token\" }} }}\n"
+        );
+        for (name, contents) in [
+            ("key", format!("{KEY}\n")),
+            ("tokens", tokens),
+            ("upstream-token", format!("Bearer {OPERATOR_TOKEN}\n")),
+            ("gateway.toml", config),
+        ] {
+            std::fs::write(dir.join(name), contents)
+                .map_err(|e| format!("{}: {e}", dir.join(name).display()))?;
+        }
+        let log = std::fs::File::create(dir.join("gateway.log")).map_err(|e| e.to_string())?;
+        let mut command = Command::new(&flags.gateway);
+        command
+            .arg("--config")
+            .arg(dir.join("gateway.toml"))
+            .env("RUST_LOG", &flags.gateway_log)
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some(threads) = flags.server_threads {
+            command.env("TOKIO_WORKER_THREADS", threads.to_string());
+        }
+        let child = command
+            .spawn()
+            .map_err(|e| format!("start {}: {e}", flags.gateway.display()))?;
+        let (gateway, _) = server.gateway.insert((child, dir));
+        listening(gateway, gateway_addr, "the gateway").await?;
+        server.addr = gateway_addr;
+        server.path = "/notes/mcp";
+        Ok(server)
+    }
+
     fn cpu(&self) -> Result<Duration, String> {
         process_cpu(&format!("/proc/{}/stat", self.child.id()), self.clock_ticks)
+    }
+
+    /// The gateway's CPU time, when there is one.
+    fn gateway_cpu(&self) -> Result<Option<Duration>, String> {
+        self.gateway
+            .as_ref()
+            .map(|(child, _)| process_cpu(&format!("/proc/{}/stat", child.id()), self.clock_ticks))
+            .transpose()
     }
 
     fn rss_kib(&self) -> u64 {
@@ -1081,23 +1597,11 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // SIGTERM first, so a wrapper such as valgrind can write its output.
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut exited = false;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                exited = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some((gateway, dir)) = &mut self.gateway {
+            stop(gateway);
+            let _ = std::fs::remove_dir_all(dir);
         }
-        if !exited {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        stop(&mut self.child);
         if self.owns_data_dir {
             let _ = std::fs::remove_dir_all(&self.data_dir);
         }
@@ -1106,6 +1610,40 @@ impl Drop for Server {
             let _ = std::fs::remove_file(dir.with_extension("key"));
         }
     }
+}
+
+/// Stops a child: SIGTERM first, so a wrapper such as valgrind can write its output; SIGKILL
+/// if it is still there 30 s later.
+fn stop(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Waits until `child` (`what`) accepts connections on `addr`, or says why it will not.
+async fn listening(child: &mut Child, addr: SocketAddr, what: &str) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "{what} exited ({status}) before listening on {addr}"
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{what} did not listen on {addr} within 120 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
 }
 
 fn own_cpu() -> Result<Duration, String> {
