@@ -84,6 +84,8 @@ pub struct Route {
     current: ArcSwapOption<Built>,
     /// One listing at a time; and when the last one for a miss was.
     listing: tokio::sync::Mutex<Option<Instant>>,
+    /// How many times a layer was built for this route (a list with other tools or entries).
+    layers_built: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Route {
@@ -146,12 +148,19 @@ impl Route {
             shared,
             current: ArcSwapOption::empty(),
             listing: tokio::sync::Mutex::new(None),
+            layers_built: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
     /// The path it serves.
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// How many layers were built for it: one per tool list with other tools or entries, not
+    /// one per listing (a layer kept keeps its per-principal challenge limits).
+    pub fn layers_built(&self) -> u64 {
+        self.layers_built.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Its URL: the gateway's audience followed by its path.
@@ -202,15 +211,25 @@ impl Route {
             .map_or(self.list_ttl, |t| t.min(self.list_ttl))
             .max(MIN_LIST_TTL.min(self.list_ttl));
         let catalog = Catalog::new(listed.tools, &self.entries, ttl);
-        let changed = self
-            .current
-            .load()
-            .as_ref()
-            .is_none_or(|b| b.catalog.revision != catalog.revision);
-        if changed {
-            tracing::info!(route = %self.path, revision = %catalog.revision,
-                tools = catalog.judged.len(), "the upstream's tools were judged");
+        // The same tools under the same entries: the layer in force stays (with its challenge
+        // rate limiter: a new layer per list would reset every principal's limit), trusted
+        // until the new list's expiry.
+        if let Some(current) = self.current.load_full()
+            && current.catalog.revision == catalog.revision
+        {
+            let built = Arc::new(Built {
+                catalog,
+                layer: current.layer.clone(),
+                service: current.service.clone(),
+                relay: current.relay.clone(),
+            });
+            self.current.store(Some(Arc::clone(&built)));
+            return Ok(built);
         }
+        tracing::info!(route = %self.path, revision = %catalog.revision,
+            tools = catalog.judged.len(), "the upstream's tools were judged");
+        self.layers_built
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let layer = build_layer(&self.shared.base, &catalog, &self.entries, &self.lookups)
             .map_err(|e| {
                 tracing::error!(route = %self.path, error = %e,

@@ -13,15 +13,20 @@ use mcp_confirm_gateway::config::GatewayConfig;
 use mcp_confirm_gateway::server::Gateway;
 use serde_json::{Value, json};
 
+/// What the upstream ran, and how often its tools were listed.
 #[derive(Clone, Default)]
-struct Ran(Arc<Mutex<Vec<Value>>>);
+struct Ran(Arc<Mutex<Vec<Value>>>, Arc<std::sync::atomic::AtomicUsize>);
 
 async fn serve_upstream(State(ran): State<Ran>, body: axum::Json<Value>) -> axum::Json<Value> {
     let message = body.0;
     let result = match message["method"].as_str() {
-        Some("tools/list") => json!({"resultType": "complete", "tools": [
+        Some("tools/list") => {
+            ran.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // As the SDKs say by default: stale at once.
+            json!({"resultType": "complete", "ttlMs": 0, "tools": [
             {"name": "notes_delete", "inputSchema": {"type": "object"},
-             "annotations": {"destructiveHint": true}}]}),
+             "annotations": {"destructiveHint": true}}]})
+        }
         _ => {
             ran.0
                 .lock()
@@ -291,4 +296,26 @@ fn options_a_hurried_operator_writes_are_refused() {
             .to_string();
         assert!(error.contains(says), "{says}: {error}");
     }
+}
+
+#[tokio::test]
+async fn a_list_with_the_same_tools_keeps_the_layer_and_its_limits() {
+    // The upstream says its list is stale at once: the gateway lists it again (at most once a
+    // second), and keeps the layer it built while the tools and entries are the same, so each
+    // principal's challenge limit is not reset by every list.
+    let f = fixture("", "").await;
+    let asked = f
+        .post(&call(1, "notes_delete", json!({"title": "A"})))
+        .await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let asked = f
+        .post(&call(2, "notes_delete", json!({"title": "B"})))
+        .await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    assert!(
+        f.ran.1.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+        "listed again"
+    );
+    assert_eq!(f.gateway.routes()[0].layers_built(), 1);
 }
