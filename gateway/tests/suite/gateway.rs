@@ -452,6 +452,31 @@ async fn an_upstream_that_cannot_be_listed_gets_no_call() {
 }
 
 #[tokio::test]
+async fn an_upstream_that_never_answers_its_list_gets_no_call() {
+    // It accepts the connection and reads, then says nothing: the gateway stops waiting (its
+    // list timeout) and refuses, rather than hanging the caller or forwarding unjudged.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = std::sync::Arc::clone(&held);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            keep.lock().unwrap().push(stream);
+        }
+    });
+    let f = gateway_for(&url, Seen::default(), "").await;
+    let (status, refused, _) = f
+        .post(Some(ALICE), &call(1, "notes_delete", json!({})))
+        .await;
+    assert_eq!(status, 502, "{refused}");
+    assert_eq!(
+        refused["error"]["message"],
+        "The upstream server's tools cannot be listed; no call is forwarded."
+    );
+    assert!(!held.lock().unwrap().is_empty(), "the upstream was reached");
+}
+
+#[tokio::test]
 async fn a_tool_the_upstream_does_not_list_is_refused() {
     let (url, seen) = upstream().await;
     let f = gateway_for(&url, seen, "").await;
