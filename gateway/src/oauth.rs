@@ -280,7 +280,7 @@ impl OAuth {
         if let Some(missing) = self.scopes.iter().find(|s| !granted.contains(s.as_str())) {
             return Err(Rejection::InsufficientScope(missing.clone()));
         }
-        let mut principal = Principal::new(format!("{} {}", claims.iss, claims.sub));
+        let mut principal = Principal::new(principal_subject(&claims.iss, &claims.sub));
         if let Some(claim) = &self.roles_claim {
             let roles: Vec<String> = match claims.rest.get(claim) {
                 Some(Value::Array(items)) => items
@@ -426,6 +426,12 @@ impl OAuth {
         }
         Ok(body)
     }
+}
+
+/// The subject of the principal an issuer's `sub` names: `"{iss} {sub}"` (an issuer is a URL,
+/// which holds no space). Bearer tokens and the pages' visitors are named the same way.
+pub fn principal_subject(issuer: &str, subject: &str) -> String {
+    format!("{issuer} {subject}")
 }
 
 /// The bearer token of a request: one `Authorization` header, scheme `Bearer` (any case, RFC

@@ -113,9 +113,8 @@ type HmacSha256 = hmac::Hmac<Sha256>;
 impl Sealer {
     /// A sealer keyed from `secret` (the gateway's key), separated from every other use of it.
     pub fn new(secret: &[u8]) -> Self {
-        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(secret).unwrap_or_else(|_| {
-            <HmacSha256 as KeyInit>::new_from_slice(&[0; 32]).expect("32 bytes")
-        });
+        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(secret)
+            .expect("HMAC takes a key of any length");
         mac.update(b"mcp-confirm-gateway/continuation/v1");
         let key: [u8; 32] = mac.finalize().into_bytes().into();
         Self {
@@ -255,20 +254,14 @@ where
             });
             let request = Request::from_parts(parts, Full::new(bytes));
             let Ok(response) = tower_service::Service::call(&mut upstream, request).await;
-            let Some(bound) = bound else {
+            if bound.is_none() {
                 // A confirmed call the relay cannot bind (no principal, a tool not in the
                 // catalog): its answer passes, but a question in it is not relayed.
                 tracing::warn!(
                     "a confirmed call could not be bound; an upstream question in its answer is not relayed"
                 );
-                let rewriter = Rewriter::refusing(id);
-                return Ok(rewrite_response(response, rewriter).await);
-            };
-            let rewriter = Rewriter {
-                id,
-                bound: Some(bound),
-                context,
-            };
+            }
+            let rewriter = Rewriter { id, bound, context };
             Ok(rewrite_response(response, rewriter).await)
         })
     }
@@ -284,19 +277,6 @@ struct Rewriter {
 }
 
 impl Rewriter {
-    fn refusing(id: Value) -> Self {
-        Self {
-            id,
-            bound: None,
-            context: Arc::new(RelayContext {
-                sealer: Sealer::new(&[0; 32]),
-                audience: String::new(),
-                epoch: None,
-                definitions: Arc::default(),
-            }),
-        }
-    }
-
     /// `message` as it goes to the client; `None` when it is not the answer to rewrite.
     fn rewrite(&self, message: &Value) -> Option<Value> {
         if message.get("id") != Some(&self.id)
@@ -464,26 +444,18 @@ impl EventRewrite {
         let Ok(text) = std::str::from_utf8(&event) else {
             return event;
         };
-        let mut data = Vec::new();
-        let mut other = Vec::new();
-        for line in text.lines() {
-            match line.strip_prefix("data:") {
-                Some(d) => data.push(d.strip_prefix(' ').unwrap_or(d)),
-                None if !line.is_empty() => other.push(line),
-                None => {}
-            }
-        }
-        if data.is_empty() {
-            return event;
-        }
-        let Some(rewritten) = serde_json::from_str::<Value>(&data.join("\n"))
-            .ok()
+        let Some(rewritten) = crate::upstream::event_data(text)
+            .and_then(|data| serde_json::from_str::<Value>(&data).ok())
             .and_then(|m| self.rewriter.rewrite(&m))
         else {
             return event;
         };
+        // The event's other fields (`event:`, `id:`) stay; its data is the rewritten answer.
         let mut out = String::new();
-        for line in other {
+        for line in text
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with("data:"))
+        {
             out.push_str(line);
             out.push('\n');
         }

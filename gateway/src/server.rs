@@ -274,7 +274,7 @@ impl Visitors {
             return None;
         }
         let subject = match auth.oauth() {
-            Some(oauth) => format!("{} {user}", oauth.issuer()),
+            Some(oauth) => crate::oauth::principal_subject(oauth.issuer(), user),
             None => user.to_owned(),
         };
         let roles: Vec<String> = self

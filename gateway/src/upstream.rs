@@ -365,15 +365,10 @@ pub struct Listed {
 fn sse_message(bytes: &[u8], id: &str) -> Result<Value, UpstreamError> {
     let text = std::str::from_utf8(bytes).map_err(|e| UpstreamError::BadAnswer(e.to_string()))?;
     for event in text.split("\n\n").flat_map(|e| e.split("\r\n\r\n")) {
-        let data: Vec<&str> = event
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            .collect();
-        if data.is_empty() {
+        let Some(data) = event_data(event) else {
             continue;
-        }
-        if let Ok(message) = serde_json::from_str::<Value>(&data.join("\n"))
+        };
+        if let Ok(message) = serde_json::from_str::<Value>(&data)
             && message.get("id").and_then(Value::as_str) == Some(id)
         {
             return Ok(message);
@@ -382,6 +377,17 @@ fn sse_message(bytes: &[u8], id: &str) -> Result<Value, UpstreamError> {
     Err(UpstreamError::BadAnswer(
         "no answer in the event stream".into(),
     ))
+}
+
+/// The data of one event of an event stream: its `data:` lines joined (one leading space
+/// dropped from each, as the SSE format says); `None` for an event without data.
+pub(crate) fn event_data(event: &str) -> Option<String> {
+    let data: Vec<&str> = event
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(|d| d.strip_prefix(' ').unwrap_or(d))
+        .collect();
+    (!data.is_empty()).then(|| data.join("\n"))
 }
 
 /// Removes what must not cross the gateway, either way: hop-by-hop headers, those the
