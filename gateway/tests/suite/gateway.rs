@@ -14,10 +14,10 @@ use serde_json::{Value, json};
 
 /// What the upstream saw: each `tools/call`'s tool and arguments, with its headers.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(String, Value, HeaderMap)>>>);
+pub(crate) struct Seen(Arc<Mutex<Vec<(String, Value, HeaderMap)>>>);
 
 impl Seen {
-    fn calls(&self) -> Vec<(String, Value)> {
+    pub(crate) fn calls(&self) -> Vec<(String, Value)> {
         self.0
             .lock()
             .unwrap()
@@ -87,8 +87,8 @@ fn upstream_answer(seen: Seen, headers: HeaderMap, message: Value) -> axum::Json
     axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 
-/// An upstream on a free port; its URL and what it sees.
-async fn upstream() -> (String, Seen) {
+/// An upstream on a free port; its URL and what it sees. (The two-gateway tests share it.)
+pub(crate) async fn upstream() -> (String, Seen) {
     let seen = Seen::default();
     let app = Router::new()
         .route("/mcp", post(upstream_mcp))
@@ -99,7 +99,7 @@ async fn upstream() -> (String, Seen) {
     (format!("http://{addr}/mcp"), seen)
 }
 
-const ALICE: &str = "alice-token-0123456789";
+use crate::common::ALICE;
 
 struct Fixture {
     url: String,

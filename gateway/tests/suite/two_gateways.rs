@@ -13,11 +13,7 @@
 //! unless `MCP_CONFIRM_REQUIRE_BACKENDS` is set, as in CI.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
-use axum::Router;
-use axum::extract::State;
-use axum::routing::post;
 use mcp_confirm_gateway::config::GatewayConfig;
 use mcp_confirm_gateway::server::Gateway;
 use serde_json::{Value, json};
@@ -27,60 +23,8 @@ use serde_json::{Value, json};
 const REDIS_URL_ENV: &str = "MCP_CONFIRM_TEST_REDIS_URL";
 const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/";
 
-const ALICE: &str = "alice-token-0123456789";
-const BOB: &str = "bob-token-0123456789";
-
-/// What the upstream ran: each `tools/call`'s tool and arguments.
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(String, Value)>>>);
-
-impl Seen {
-    fn calls(&self) -> Vec<(String, Value)> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-/// A 2026-07-28 upstream with no confirmation of its own: a read-only list and a destructive
-/// delete, which it runs whenever it is called.
-async fn upstream_mcp(State(seen): State<Seen>, body: axum::Json<Value>) -> axum::Json<Value> {
-    let message = body.0;
-    let id = message["id"].clone();
-    let result = match message["method"].as_str() {
-        Some("tools/list") => json!({"resultType": "complete", "tools": [
-            {"name": "notes_list", "inputSchema": {"type": "object"},
-             "annotations": {"readOnlyHint": true}},
-            {"name": "notes_delete", "inputSchema": {"type": "object",
-                "properties": {"title": {"type": "string"}}},
-             "annotations": {"destructiveHint": true}},
-        ], "ttlMs": 60_000, "cacheScope": "public"}),
-        Some("tools/call") => {
-            let name = message["params"]["name"].as_str().unwrap_or("").to_owned();
-            seen.0
-                .lock()
-                .unwrap()
-                .push((name.clone(), message["params"]["arguments"].clone()));
-            json!({"resultType": "complete",
-                "content": [{"type": "text", "text": format!("{name} ran")}]})
-        }
-        _ => {
-            return axum::Json(json!({"jsonrpc": "2.0", "id": id,
-                "error": {"code": -32601, "message": "Method not found"}}));
-        }
-    };
-    axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result}))
-}
-
-/// The upstream on a free port; its URL and what it runs.
-async fn upstream() -> (String, Seen) {
-    let seen = Seen::default();
-    let app = Router::new()
-        .route("/mcp", post(upstream_mcp))
-        .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}/mcp"), seen)
-}
+use crate::common::{ALICE, BOB};
+use crate::gateway::{Seen, upstream};
 
 /// The Redis the tests share: `MCP_CONFIRM_TEST_REDIS_URL`, else the local one.
 fn redis_url() -> String {
