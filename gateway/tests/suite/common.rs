@@ -165,3 +165,36 @@ pub fn accept(first: &Value, id: i64, asked: &Value, content: Value) -> Value {
         json!({ key: {"action": "accept", "content": content} }),
     )
 }
+
+/// The environment variable naming the Redis the tests share. Not under the gateway's own
+/// prefix (`MCP_CONFIRM_GATEWAY_`), whose variables override the file's keys.
+const REDIS_URL_ENV: &str = "MCP_CONFIRM_TEST_REDIS_URL";
+const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/";
+
+/// The Redis the tests share: `MCP_CONFIRM_TEST_REDIS_URL`, else the local one.
+pub fn redis_url() -> String {
+    std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned())
+}
+
+/// Whether Redis answers; CI requires it (`MCP_CONFIRM_REQUIRE_BACKENDS`).
+pub fn redis_up() -> bool {
+    let url = redis_url();
+    let addr = url
+        .trim_start_matches("redis://")
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default()
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let up = std::net::TcpStream::connect(&addr).is_ok();
+    if !up {
+        assert!(
+            std::env::var_os("MCP_CONFIRM_REQUIRE_BACKENDS").is_none(),
+            "Redis is required and not reachable at {addr}"
+        );
+        eprintln!("SKIPPED: no Redis at {addr}");
+    }
+    up
+}

@@ -99,7 +99,7 @@ pub(crate) async fn upstream() -> (String, Seen) {
     (format!("http://{addr}/mcp"), seen)
 }
 
-use crate::common::ALICE;
+use crate::common::{ALICE, redis_up};
 
 struct Fixture {
     url: String,
@@ -141,7 +141,7 @@ async fn gateway_full(
         "46c240e4d0c11b5a48d250f10a96b4d63b9d4f64b2faf7ea559c2627e90750cd",
     )
     .unwrap();
-    std::fs::write(dir.join("redis-url"), "redis://127.0.0.1:6379/").unwrap();
+    std::fs::write(dir.join("redis-url"), crate::common::redis_url()).unwrap();
     let text = format!(
         r#"
         listen = "127.0.0.1:0"
@@ -657,19 +657,6 @@ async fn a_changed_file_is_reloaded_and_a_bad_one_refused() {
         .filter(|c| c.0 == "notes_delete")
         .count();
     assert_eq!(deletes, 2, "the replay did not run, the pending one did");
-}
-
-/// Whether Redis answers on its standard port; CI requires it (`MCP_CONFIRM_REQUIRE_BACKENDS`).
-fn redis_up() -> bool {
-    let up = std::net::TcpStream::connect("127.0.0.1:6379").is_ok();
-    if !up {
-        assert!(
-            std::env::var_os("MCP_CONFIRM_REQUIRE_BACKENDS").is_none(),
-            "Redis is required and not reachable on 127.0.0.1:6379"
-        );
-        eprintln!("SKIPPED: no Redis on 127.0.0.1:6379");
-    }
-    up
 }
 
 #[tokio::test]

@@ -18,41 +18,8 @@ use mcp_confirm_gateway::config::GatewayConfig;
 use mcp_confirm_gateway::server::Gateway;
 use serde_json::{Value, json};
 
-/// The environment variable the gateways' file names for the Redis URL. Not under the
-/// gateway's own prefix (`MCP_CONFIRM_GATEWAY_`), whose variables override the file's keys.
-const REDIS_URL_ENV: &str = "MCP_CONFIRM_TEST_REDIS_URL";
-const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/";
-
-use crate::common::{ALICE, BOB};
+use crate::common::{ALICE, BOB, redis_up, redis_url};
 use crate::gateway::{Seen, upstream};
-
-/// The Redis the tests share: `MCP_CONFIRM_TEST_REDIS_URL`, else the local one.
-fn redis_url() -> String {
-    std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned())
-}
-
-/// Whether Redis answers; CI requires it (`MCP_CONFIRM_REQUIRE_BACKENDS`).
-fn redis_up() -> bool {
-    let url = redis_url();
-    let addr = url
-        .trim_start_matches("redis://")
-        .split(['/', '?'])
-        .next()
-        .unwrap_or_default()
-        .rsplit('@')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    let up = std::net::TcpStream::connect(&addr).is_ok();
-    if !up {
-        assert!(
-            std::env::var_os("MCP_CONFIRM_REQUIRE_BACKENDS").is_none(),
-            "Redis is required and not reachable at {addr}"
-        );
-        eprintln!("SKIPPED: no Redis at {addr}");
-    }
-    up
-}
 
 /// An audience no other test and no other run uses: runs never meet in Redis.
 fn unique_audience() -> String {
