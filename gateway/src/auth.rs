@@ -9,9 +9,9 @@ use std::path::Path;
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use mcp_confirm::Principal;
 
+use crate::answer::{GatewayBody, plain};
 use crate::config::ConfigError;
 use crate::oauth::{OAuth, Rejection};
-use crate::route::GatewayBody;
 
 /// How callers prove who they are.
 #[derive(Debug)]
@@ -84,7 +84,7 @@ impl Authenticator {
             challenge.push(' ');
             challenge.push_str(&params.join(", "));
         }
-        let mut response = crate::route::plain(status, text);
+        let mut response = plain(status, text);
         if let Ok(value) = HeaderValue::from_str(&challenge) {
             response
                 .headers_mut()

@@ -19,6 +19,7 @@
 //! - [`relay`]: an upstream's own questions relayed, and the continuations that let the
 //!   client answer them without confirming again;
 //! - [`route`]: one route's requests, the layer per catalog;
+//! - [`answer`]: the gateway's own answers (its body type, JSON and text answers);
 //! - [`auth`]: who is calling: an OAuth bearer JWT, or static tokens for a first try;
 //! - [`oauth`]: the OAuth 2.1 resource server (JWT, JWKS, RFC 9728 metadata);
 //! - [`server`]: the gateway built from its file, and served.
@@ -42,6 +43,7 @@
 
 #![deny(missing_docs, unsafe_code)]
 
+pub mod answer;
 pub mod auth;
 pub mod catalog;
 pub mod config;

@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-use crate::route::GatewayBody;
+use crate::answer::{GatewayBody, json_answer};
 use crate::upstream::{BoxError, Upstream};
 
 /// The namespace of the gateway's own `inputRequests` keys.
@@ -509,7 +509,7 @@ impl Body for EventRewrite {
 
 /// A JSON-RPC error of the gateway's in place of the upstream's answer.
 fn gateway_error(id: Value, message: &'static str) -> Response<GatewayBody> {
-    crate::route::json_answer(
+    json_answer(
         http::StatusCode::OK,
         &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": message}}),
     )

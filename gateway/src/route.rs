@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::combinators::UnsyncBoxBody;
+use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use mcp_confirm::{ConfirmLayer, ConfirmLayerBuilder, KeyRing, ToolPolicy};
 use serde_json::{Value, json};
@@ -28,8 +27,7 @@ use crate::policy::Verdict;
 use crate::relay::{self, Relay, RelayContext, Sealer};
 use crate::upstream::Upstream;
 
-/// A response of the gateway's.
-pub type GatewayBody = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+use crate::answer::{GatewayBody, json_answer, plain, rpc_error};
 
 /// The most a request body may hold (bytes).
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -670,35 +668,6 @@ fn invalid_state(id: Option<Value>) -> Response<GatewayBody> {
     )
 }
 
-/// A JSON-RPC error answer of the gateway's own.
-pub fn rpc_error(
-    status: StatusCode,
-    code: i64,
-    message: &'static str,
-    id: Option<Value>,
-) -> Response<GatewayBody> {
-    json_answer(
-        status,
-        &json!({"jsonrpc": "2.0", "id": id.unwrap_or(Value::Null),
-            "error": {"code": code, "message": message}}),
-    )
-}
-
-/// A JSON answer of the gateway's own.
-pub fn json_answer(status: StatusCode, body: &Value) -> Response<GatewayBody> {
-    let mut response = Response::new(
-        Full::new(Bytes::from(body.to_string()))
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
 /// What every route's layer is built with besides its keys, audience and store.
 #[derive(Clone, Default)]
 pub struct Extras {
@@ -763,19 +732,4 @@ impl StoreHandle {
             Self::Postgres(store) => builder.store(store.clone()),
         }
     }
-}
-
-/// A short text answer of the gateway's.
-pub fn plain(status: StatusCode, text: &'static str) -> Response<GatewayBody> {
-    let mut response = Response::new(
-        http_body_util::Full::new(Bytes::from_static(text.as_bytes()))
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
 }

@@ -8,15 +8,15 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::BodyExt;
 use mcp_confirm::KeyRing;
 use tokio::net::TcpListener;
 
+use crate::answer::{GatewayBody, json_answer, plain};
 use crate::auth::{Authenticator, StaticTokens};
 use crate::config::{Auth, ConfigError, GatewayConfig, Jwks, Store};
 use crate::oauth::{KeySource, OAuth, OAuthSettings};
 use crate::relay::Sealer;
-use crate::route::{self, GatewayBody, Route, StoreHandle, plain};
+use crate::route::{self, Route, StoreHandle};
 use crate::upstream::Upstream;
 
 /// How long a caller has to send its request's headers.
@@ -647,15 +647,9 @@ impl Inner {
         if method != http::Method::GET && method != http::Method::HEAD {
             return plain(StatusCode::METHOD_NOT_ALLOWED, "GET only.");
         }
-        let document = crate::oauth::metadata(route.resource(), oauth);
-        let mut response = Response::new(
-            http_body_util::Full::new(Bytes::from(document.to_string()))
-                .map_err(|never| match never {})
-                .boxed_unsync(),
-        );
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
+        let mut response = json_answer(
+            StatusCode::OK,
+            &crate::oauth::metadata(route.resource(), oauth),
         );
         // Public, and the same for everyone: clients and proxies may keep it a while.
         response.headers_mut().insert(
