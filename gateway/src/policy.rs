@@ -60,7 +60,7 @@ impl std::fmt::Display for Reason {
                 "the upstream says neither readOnlyHint nor destructiveHint (the spec: it may be destructive)"
             }
             Self::UnsafeLookup => {
-                "its lookup tool is missing or is not one the gateway passes (read-only or allowed): a lookup runs unconfirmed"
+                "its lookup tool is missing or is confirmed or denied here, and a lookup runs unconfirmed: denied"
             }
         })
     }
