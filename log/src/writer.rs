@@ -187,6 +187,9 @@ struct Shared {
     /// The writer thread holds the sink (to write, sign or probe, which may take a while): a
     /// caller queues its record rather than wait for it.
     writer_holds: AtomicBool,
+    /// The writer wakes every [`HOLD`] to write held records: a caller holding the first one
+    /// need not wake it.
+    ticking: AtomicBool,
 }
 
 /// The sink and what the writer thread and the callers appending on their own threads share
@@ -196,6 +199,10 @@ struct Core {
     /// Records appended since the last checkpoint, and when the first of them was.
     since_checkpoint: u64,
     oldest_unsigned: Option<Instant>,
+    /// Records that let nothing run, appended on callers' threads but not yet written: they go
+    /// out with the next record that does let something run (one write for both), or within
+    /// [`HOLD`] from the writer thread. In order, before anything queued after them.
+    held: Vec<Record>,
 }
 
 impl Core {
@@ -265,6 +272,7 @@ impl AuditLog {
             log: Box::new(sink),
             since_checkpoint: 0,
             oldest_unsigned: None,
+            held: Vec::new(),
         }));
         let (sender, receiver) = mpsc::sync_channel(options.queue.max(1));
         let shared = Arc::new(Shared {
@@ -274,6 +282,7 @@ impl AuditLog {
             durable_sent: AtomicU64::new(0),
             unwritten: AtomicU64::new(0),
             writer_holds: AtomicBool::new(false),
+            ticking: AtomicBool::new(false),
         });
         let options = Arc::new(options);
         let thread = {
@@ -316,14 +325,17 @@ impl AuditLog {
     }
 
     /// Queues `record` (its `instance` is set here, its `seq` by the writer). Never waits, and
-    /// says nothing about whether it will be written: for records that let nothing run.
+    /// says nothing about whether it will be written: for records that let nothing run. A sink
+    /// written on callers' threads holds it for at most [`HOLD`] (10 ms) and writes it with the
+    /// next durable record, so a decision costs one write, not two; a crash in between loses it,
+    /// never a record that let something run.
     ///
     /// # Errors
     /// [`LogError::Unavailable`] if the log is down or its queue full: the record is not kept.
-    pub fn append(&self, mut record: Record) -> Result<(), LogError> {
-        match self.append_inline(&mut record) {
-            Some(written) => written.map(|_| ()),
-            None => self.enqueue(record, None),
+    pub fn append(&self, record: Record) -> Result<(), LogError> {
+        match self.append_inline(record, false) {
+            Ok(written) => written.map(|_| ()),
+            Err(record) => self.enqueue(record, None),
         }
     }
 
@@ -336,13 +348,16 @@ impl AuditLog {
     /// [`LogError::Unavailable`] if the log is down or its queue full, or if the write fails:
     /// at once when the record was written on this thread ([`LogSink::appends_inline`]), from
     /// the future when the writer thread writes it.
-    pub fn append_durable(&self, mut record: Record) -> Result<Durable, LogError> {
-        if let Some(written) = self.append_inline(&mut record) {
-            let seq = written?;
-            return Ok(Durable {
-                written: Written::Now(Some(Ok(seq))),
-            });
-        }
+    pub fn append_durable(&self, record: Record) -> Result<Durable, LogError> {
+        let record = match self.append_inline(record, true) {
+            Ok(written) => {
+                let seq = written?;
+                return Ok(Durable {
+                    written: Written::Now(Some(Ok(seq))),
+                });
+            }
+            Err(record) => record,
+        };
         let (ack, written) = oneshot::channel();
         self.enqueue(record, Some(ack))?;
         Ok(Durable {
@@ -360,42 +375,66 @@ impl AuditLog {
 
     /// Appends `record` on this thread if the sink allows it, the log is up, the writer thread
     /// is not holding it (it may be signing or recovering; other callers hold it for one write
-    /// each, and are waited for), and nothing queued is still unwritten. `None`: it was not
-    /// appended, queue it.
-    fn append_inline(&self, record: &mut Record) -> Option<Result<u64, LogError>> {
+    /// each, and are waited for), and nothing queued is still unwritten. A record no one waits
+    /// on (`durable` false) is held for the next write; a durable one is written with whatever
+    /// is held, in one write. `Err`: it was not appended, queue it.
+    fn append_inline(
+        &self,
+        mut record: Record,
+        durable: bool,
+    ) -> Result<Result<u64, LogError>, Box<Record>> {
         if self.sender.is_none()
             || !self.is_healthy()
             || self.shared.unwritten.load(Ordering::SeqCst) != 0
             || self.shared.writer_holds.load(Ordering::SeqCst)
         {
-            return None;
+            return Err(Box::new(record));
         }
-        let mut core = self.core.lock().ok()?;
+        let Ok(mut core) = self.core.lock() else {
+            return Err(Box::new(record));
+        };
         // Checked again under the lock: the writer writes (or refuses) what it took, and
         // counts it out, while holding it.
         if !core.log.appends_inline()
             || !self.is_healthy()
             || self.shared.unwritten.load(Ordering::SeqCst) != 0
         {
-            return None;
+            return Err(Box::new(record));
         }
-        self.stamp(record);
-        match core.log.append(std::slice::from_mut(record)) {
-            Ok(seq) => {
-                core.appended(1);
+        self.stamp(&mut record);
+        if !durable && core.held.len() < HOLD_MAX {
+            let first = core.held.is_empty();
+            core.held.push(record);
+            // Read after the push, under the lock: a writer that stopped ticking before this
+            // found nothing held, so it is woken here; one still ticking writes it in time.
+            if first && !self.shared.ticking.load(Ordering::SeqCst) {
+                drop(core);
+                self.nudge();
+            }
+            return Ok(Ok(0));
+        }
+        let mut records = std::mem::take(&mut core.held);
+        records.push(record);
+        let count = records.len() as u64;
+        let written = core.log.append(&mut records);
+        records.clear();
+        core.held = records;
+        match written {
+            Ok(first) => {
+                core.appended(count);
                 if core.since_checkpoint >= self.options.every_records {
                     self.nudge();
                 }
-                Some(Ok(seq))
+                Ok(Ok(first + count - 1))
             }
             Err(e) => {
                 // Down before anyone hears of it; the writer thread probes it back up.
                 self.shared.healthy.store(false, Ordering::Release);
-                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                self.shared.dropped.fetch_add(count, Ordering::Relaxed);
                 log_down(&e, "cannot be written");
                 drop(core);
                 self.nudge();
-                Some(Err(LogError::Unavailable))
+                Ok(Err(LogError::Unavailable))
             }
         }
     }
@@ -408,7 +447,7 @@ impl AuditLog {
         self.writer.unpark();
     }
 
-    fn enqueue(&self, mut record: Record, ack: Option<Ack>) -> Result<(), LogError> {
+    fn enqueue(&self, mut record: Box<Record>, ack: Option<Ack>) -> Result<(), LogError> {
         let Some(sender) = &self.sender else {
             return Err(LogError::Unavailable);
         };
@@ -420,7 +459,7 @@ impl AuditLog {
         let waited_on = ack.is_some();
         // Counted before it can be taken: the writer counts it out once written.
         self.shared.unwritten.fetch_add(1, Ordering::SeqCst);
-        match sender.try_send(Command::Append(Box::new(record), ack)) {
+        match sender.try_send(Command::Append(record, ack)) {
             Ok(()) => {
                 if waited_on {
                     // A lingering writer takes it now: someone is waiting. (Either the writer
@@ -473,6 +512,14 @@ impl Drop for AuditLog {
 
 /// How long a busy writer lets records gather before writing them, when no one waits on them.
 const LINGER: Duration = Duration::from_millis(10);
+
+/// How long a record no one waits on may be held on callers' side before the writer thread
+/// writes it, and how many at most (past it, the next is written at once with them).
+const HOLD: Duration = Duration::from_millis(10);
+const HOLD_MAX: usize = 256;
+
+/// The writer stops waking every [`HOLD`] once nothing was held for this long.
+const TICK_IDLE: Duration = Duration::from_secs(1);
 
 /// How long a writer gathers records waited on when several decisions waited on the last
 /// write: with concurrent decisions, one write for several costs each a little latency and saves
@@ -552,11 +599,27 @@ fn write_loop(
     // waited on it does not linger at all: the sync it is about to do is the grouping.
     let mut linger = false;
     let mut gather = Duration::ZERO;
+    let mut last_held: Option<Instant> = None;
     loop {
-        let oldest_unsigned = lock(core).oldest_unsigned;
+        // Ticking is given up before looking at what is held: a caller that holds a record
+        // after this look sees it given up, and wakes the writer.
+        let mut ticking = last_held.is_some_and(|at| at.elapsed() < TICK_IDLE);
+        shared.ticking.store(ticking, Ordering::SeqCst);
+        let (oldest_unsigned, holding) = {
+            let core = lock(core);
+            (core.oldest_unsigned, !core.held.is_empty())
+        };
+        if holding {
+            last_held = Some(Instant::now());
+            ticking = true;
+            shared.ticking.store(true, Ordering::SeqCst);
+        }
         let mut wait = oldest_unsigned.map_or(options.every, |at| {
             options.every.saturating_sub(at.elapsed())
         });
+        if ticking {
+            wait = wait.min(HOLD);
+        }
         if let Health::Down { retry_at, .. } = &health {
             wait = wait.min(retry_at.saturating_duration_since(Instant::now()));
         }
@@ -614,10 +677,12 @@ fn write_loop(
             refused,
         } = &mut health
         {
-            // Down: what was queued is refused (the layer refused what it let wait on it), and
-            // the sink is probed when its backoff allows, with a record of the outage.
-            *refused += taken;
-            shared.dropped.fetch_add(taken, Ordering::Relaxed);
+            // Down: what was queued or held is refused (the layer refused what it let wait on
+            // it), and the sink is probed when its backoff allows, with a record of the outage.
+            let held = core.held.len() as u64;
+            core.held.clear();
+            *refused += taken + held;
+            shared.dropped.fetch_add(taken + held, Ordering::Relaxed);
             batch.answer(Err(()));
             shared.unwritten.fetch_sub(taken, Ordering::SeqCst);
             if Instant::now() >= *retry_at || closed || flush.is_some() {
@@ -648,16 +713,26 @@ fn write_loop(
                 continue;
             }
         }
+        // What callers hold goes first: it was made before anything queued (callers queue only
+        // while something queued is unwritten, and hold only while nothing is).
+        let held = core.held.len();
+        if held > 0 {
+            batch.records.splice(0..0, core.held.drain(..));
+            batch
+                .acks
+                .splice(0..0, std::iter::repeat_with(|| None).take(held));
+        }
         if !batch.records.is_empty() {
+            let count = batch.records.len() as u64;
             match core.log.append(&mut batch.records) {
                 Ok(first) => {
-                    core.appended(taken);
+                    core.appended(count);
                     batch.answer(Ok(first));
                 }
                 Err(e) => {
                     // Down before anyone hears of it: the next decision is refused at once.
-                    go_down(shared, &mut health, taken, &e, "cannot be written");
-                    shared.dropped.fetch_add(taken, Ordering::Relaxed);
+                    go_down(shared, &mut health, count, &e, "cannot be written");
+                    shared.dropped.fetch_add(count, Ordering::Relaxed);
                     batch.answer(Err(()));
                 }
             }
@@ -816,10 +891,13 @@ mod tests {
     struct Kept {
         written: Arc<Mutex<Vec<(String, std::thread::ThreadId)>>>,
         failing: Arc<AtomicBool>,
+        /// Calls of `append`, successful or not.
+        writes: Arc<AtomicU64>,
     }
 
     impl LogSink for Kept {
         fn append(&mut self, records: &mut [Record]) -> Result<u64, LogError> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
             if self.failing.load(Ordering::SeqCst) {
                 return Err(std::io::Error::other("no space left on device").into());
             }
@@ -848,15 +926,117 @@ mod tests {
     type Events = Arc<Mutex<Vec<(String, std::thread::ThreadId)>>>;
 
     fn kept() -> (AuditLog, Events, Arc<AtomicBool>) {
+        let (log, written, failing, _) = kept_counting();
+        (log, written, failing)
+    }
+
+    fn kept_counting() -> (AuditLog, Events, Arc<AtomicBool>, Arc<AtomicU64>) {
         let written = Events::default();
         let failing = Arc::new(AtomicBool::new(false));
+        let writes = Arc::new(AtomicU64::new(0));
         let sink = Kept {
             written: Arc::clone(&written),
             failing: Arc::clone(&failing),
+            writes: Arc::clone(&writes),
         };
         let key = LogKey::from_seed("test.example/log", [7; 32]).unwrap();
         let log = AuditLog::new(sink, key.verifier(), LogOptions::default()).unwrap();
-        (log, written, failing)
+        (log, written, failing, writes)
+    }
+
+    fn events(written: &Events) -> Vec<String> {
+        written
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|w| w.0.clone())
+            .collect()
+    }
+
+    /// Waits (at most 5 s) until `written` holds `count` records.
+    fn wait_for(written: &Events, count: usize) {
+        for _ in 0..2_500 {
+            if written.lock().unwrap().len() >= count {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        panic!("never written: {:?}", events(written));
+    }
+
+    #[test]
+    fn a_record_no_one_waits_on_goes_out_with_the_next_durable_one_in_one_write() {
+        let (log, written, _, writes) = kept_counting();
+        log.append(Record::new("challenged")).unwrap();
+        log.append(Record::new("declined")).unwrap();
+        let durable = log.append_durable(Record::new("accepted")).unwrap();
+        // The durable record's own number, after the two held before it.
+        assert!(matches!(durable.written, Written::Now(Some(Ok(2)))));
+        assert_eq!(writes.load(Ordering::SeqCst), 1);
+        assert_eq!(events(&written), ["challenged", "declined", "accepted"]);
+    }
+
+    #[test]
+    fn a_held_record_is_written_by_the_writer_thread_when_nothing_follows_it() {
+        let (log, written, _, _) = kept_counting();
+        log.append(Record::new("challenged")).unwrap();
+        wait_for(&written, 1);
+        let written = written.lock().unwrap().clone();
+        assert_eq!(written[0].0, "challenged");
+        assert_ne!(
+            written[0].1,
+            std::thread::current().id(),
+            "the writer wrote it"
+        );
+    }
+
+    #[test]
+    fn a_held_record_is_written_after_the_writer_stopped_ticking() {
+        let (log, written, _, _) = kept_counting();
+        log.append(Record::new("challenged")).unwrap();
+        wait_for(&written, 1);
+        // Idle for longer than the writer ticks: the next held record wakes it.
+        std::thread::sleep(TICK_IDLE + HOLD * 5);
+        assert!(!log.shared.ticking.load(Ordering::SeqCst));
+        log.append(Record::new("declined")).unwrap();
+        wait_for(&written, 2);
+        assert_eq!(events(&written), ["challenged", "declined"]);
+    }
+
+    #[test]
+    fn a_flush_writes_what_is_held_first() {
+        let (log, written, _, _) = kept_counting();
+        log.append(Record::new("challenged")).unwrap();
+        log.flush().unwrap();
+        assert_eq!(events(&written), ["challenged"]);
+    }
+
+    #[test]
+    fn a_failed_write_drops_what_was_held_with_it_and_counts_it() {
+        let (log, written, failing, _) = kept_counting();
+        log.append(Record::new("challenged")).unwrap();
+        failing.store(true, Ordering::SeqCst);
+        assert!(matches!(
+            log.append_durable(Record::new("accepted")),
+            Err(LogError::Unavailable)
+        ));
+        assert_eq!(log.dropped(), 2);
+        assert!(events(&written).is_empty());
+    }
+
+    #[test]
+    fn no_more_than_hold_max_records_are_held() {
+        let (log, written, _, writes) = kept_counting();
+        let mut core = lock(&log.core);
+        for _ in 0..HOLD_MAX {
+            core.held.push(Record::new("challenged"));
+        }
+        drop(core);
+        log.append(Record::new("declined")).unwrap();
+        // The one past the limit goes out with every held one, at once (the writer, not
+        // ticking, would not look for seconds).
+        wait_for(&written, HOLD_MAX + 1);
+        assert_eq!(writes.load(Ordering::SeqCst), 1);
     }
 
     #[test]
