@@ -160,6 +160,7 @@ impl Config {
     /// a record there; a log that is down loses it (it counts what it loses). For what does
     /// not run anything.
     pub(crate) fn report(&self, event: DecisionEvent<'_>) {
+        crate::observe::decision(self, &event);
         crate::audit::report(self.log.as_deref(), &event, || self.entry(&event));
     }
 
@@ -168,6 +169,7 @@ impl Config {
     /// queued. A log that is down, or a write that fails, refuses it unless the log's policy
     /// is to fail open (which only queues the record).
     pub(crate) async fn report_decisive(&self, event: DecisionEvent<'_>) -> Result<(), Refused> {
+        crate::observe::decision(self, &event);
         crate::audit::report_decisive(
             self.log.as_deref(),
             &event,

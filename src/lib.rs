@@ -139,6 +139,10 @@
 //! - [`guard`]: Host/Origin validation to stack in front; [`scope`]: workspace containment for
 //!   file tools; `rmcp` (feature `rmcp`): the handler-side `Confirmation`; `testing` (feature
 //!   `testing`): a client for both rounds.
+//! - [`observe`]: the `tools/call` span (OpenTelemetry's MCP conventions, its parent from
+//!   `params._meta` with feature `otel`), its decision child and span events; `metrics`
+//!   (feature `metrics`): decisions, refusals, answer times, claims and store failures through
+//!   the `metrics` facade.
 //! - [`defaults`]: every default and bound of the builder.
 //!
 //! How the crate is built inside (the decision path, the channels, where each feature lives)
@@ -173,7 +177,11 @@ mod layer;
 mod limit;
 mod listing;
 mod message;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 pub mod notify;
+pub mod observe;
 #[cfg(feature = "pages")]
 mod pages;
 #[cfg(feature = "passkeys")]

@@ -337,6 +337,8 @@ pub(crate) struct Reply {
     pub(crate) body: Option<Bytes>,
     /// Seconds for a `Retry-After` header.
     pub(crate) retry_after: Option<u64>,
+    /// The JSON-RPC error's code, when the reply is one (the span's `error.type`).
+    pub(crate) error: Option<i64>,
 }
 
 impl Reply {
@@ -354,12 +356,14 @@ impl Reply {
                 status,
                 body: None,
                 retry_after: error.retry_after,
+                error: Some(error.code),
             };
         };
         Self {
             status: error.status,
             body: Some(envelope(id, "error", error)),
             retry_after: error.retry_after,
+            error: Some(error.code),
         }
     }
 
@@ -369,6 +373,7 @@ impl Reply {
             status: StatusCode::OK,
             body: Some(envelope(id, "result", result)),
             retry_after: None,
+            error: None,
         }
     }
 }

@@ -9,6 +9,7 @@
 //!     [--load-notes-per-title 1..3] [--without-confirmation]
 //!     [--audit-dir DIR | --audit-postgres postgres://… [--audit-table NAME]] [--audit-key-file FILE] [--audit-witness-dir DIR] [--no-audit-log]
 //!     [--public-url URL] [--webhook-url URL [--webhook-secret-file FILE] [--webhook-slack]]
+//!     [--no-metrics] [--otel]
 //! ```
 //!
 //! On first run the data directory is created and seeded: workspace `personal` with three notes
@@ -45,7 +46,8 @@ const USAGE: &str = "usage: notes_server [--addr HOST:PORT] [--data-dir DIR] [--
      [--principal-budget N] [--challenge-rate PER_SECOND:BURST|off] [--body-timeout-ms MS] \
      [--header-timeout-ms MS] [--request-timeout-ms MS] [--max-in-flight N] [--load-titles N] [--load-notes-per-title 1..3] [--without-confirmation] \
      [--audit-dir DIR | --audit-postgres postgres://… [--audit-table NAME]] [--audit-key-file FILE] [--audit-witness-dir DIR] [--no-audit-log] \
-     [--public-url URL] [--webhook-url URL [--webhook-secret-file FILE] [--webhook-slack]]";
+     [--public-url URL] [--webhook-url URL [--webhook-secret-file FILE] [--webhook-slack]] \
+     [--no-metrics] [--otel]";
 
 struct Flags {
     addr: SocketAddr,
@@ -83,6 +85,11 @@ struct Flags {
     webhook_secret_file: Option<PathBuf>,
     /// Post Slack incoming-webhook messages instead of Standard Webhooks events.
     webhook_slack: bool,
+    /// No metrics and no `/metrics` (load tests measure with and without).
+    no_metrics: bool,
+    /// Record spans through OpenTelemetry (an SDK tracer with no exporter: what the spans
+    /// cost, and their trace context taken from `_meta`).
+    otel: bool,
 }
 
 /// What one connection and one request may take.
@@ -127,6 +134,8 @@ fn flags() -> Result<Flags, String> {
         webhook_url: None,
         webhook_secret_file: None,
         webhook_slack: false,
+        no_metrics: false,
+        otel: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -192,6 +201,8 @@ fn flags() -> Result<Flags, String> {
             "--webhook-url" => flags.webhook_url = Some(value()?),
             "--webhook-secret-file" => flags.webhook_secret_file = Some(PathBuf::from(value()?)),
             "--webhook-slack" => flags.webhook_slack = true,
+            "--no-metrics" => flags.no_metrics = true,
+            "--otel" => flags.otel = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
@@ -233,13 +244,9 @@ async fn main() {
 }
 
 async fn run() -> Result<(), String> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "mcp_confirm=info,rmcp=warn".into()),
-        )
-        .init();
     let flags = flags()?;
+    tracing_setup(flags.otel);
+    let metrics = (!flags.no_metrics).then(metrics_setup).transpose()?;
     let keys = match &flags.key {
         Some(hex) => KeyRing::single_hex("k1", hex).map_err(|e| format!("--key: {e}"))?,
         None => {
@@ -325,7 +332,13 @@ async fn run() -> Result<(), String> {
         audit_log,
         notifier,
     };
-    let router = app::app(Arc::clone(&store), options);
+    let mut router = app::app(Arc::clone(&store), options);
+    if let Some(metrics) = metrics {
+        router = router.route(
+            "/metrics",
+            axum::routing::get(move || scrape(metrics.clone())),
+        );
+    }
     let personal = store.workspace_uri("personal");
     println!("notes MCP server (2026-07-28) on {url}");
     match flags.principal_budget {
@@ -345,6 +358,9 @@ async fn run() -> Result<(), String> {
         println!("  data: {}", store.root_path().display());
     }
     println!("  tokens: alice-token (personal, team), bob-token (team)");
+    if !flags.no_metrics {
+        println!("  metrics: http://{addr}/metrics (Prometheus text)");
+    }
     if !flags.without_confirmation {
         let (rp_id, rp_origin) = app::passkey_origin(&public_url);
         println!(
@@ -380,6 +396,69 @@ async fn run() -> Result<(), String> {
     println!("  (workspace personal is {personal})");
     serve(listener, router, flags.limits).await;
     Ok(())
+}
+
+/// Logs to stderr (the audit events, not the span events); with `--otel`, spans and their
+/// events to an OpenTelemetry tracer too, their parents taken from the W3C trace context in
+/// `params._meta`.
+fn tracing_setup(otel: bool) {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let logs = tracing_subscriber::fmt::layer().with_filter(
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| "mcp_confirm=info,mcp_confirm::span=off,rmcp=warn".into()),
+    );
+    let spans = otel.then(|| {
+        use opentelemetry::trace::TracerProvider;
+        opentelemetry::global::set_text_map_propagator(
+            opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+        );
+        // No exporter: the demo measures and shows the spans, a deployment adds its own
+        // (`opentelemetry-otlp`).
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("notes_server"))
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target(mcp_confirm::observe::SPAN_TARGET, tracing::Level::INFO),
+            )
+    });
+    tracing_subscriber::registry().with(logs).with(spans).init();
+}
+
+/// Installs the Prometheus recorder, with hour-long buckets for the answer times.
+fn metrics_setup() -> Result<metrics_exporter_prometheus::PrometheusHandle, String> {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(mcp_confirm::metrics::ANSWER_SECONDS.to_owned()),
+            mcp_confirm::metrics::ANSWER_SECONDS_BUCKETS,
+        )
+        .map_err(|e| format!("metrics: {e}"))?
+        .install_recorder()
+        .map_err(|e| format!("metrics: {e}"))?;
+    mcp_confirm::metrics::describe();
+    mcp_confirm_log::metrics::describe();
+    // The exporter drains its histograms' samples on upkeep.
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(handle)
+}
+
+/// `GET /metrics`: the Prometheus text exposition.
+async fn scrape(
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+) -> impl axum::response::IntoResponse {
+    (
+        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
 }
 
 /// `--public-url`: an absolute `http(s)` origin, with no path.

@@ -37,6 +37,8 @@
 pub mod checkpoint;
 pub mod file;
 pub mod merkle;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod open;
 #[cfg(feature = "postgres")]
 pub mod postgres;

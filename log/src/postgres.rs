@@ -531,6 +531,9 @@ impl PostgresLog {
 }
 
 impl LogSink for PostgresLog {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
     fn append(&mut self, records: &mut [Record]) -> Result<u64, LogError> {
         if let Some(why) = &self.damaged {
             return Err(LogError::Damaged(why.clone()));

@@ -101,6 +101,10 @@ pub trait LogSink: Send + 'static {
     fn polls(&self) -> bool {
         false
     }
+    /// What it is kept in, as metrics label it: `file`, `postgres`; `custom` by default.
+    fn backend(&self) -> &'static str {
+        "custom"
+    }
 }
 
 impl LogSink for FileLog {
@@ -118,6 +122,9 @@ impl LogSink for FileLog {
     }
     fn appends_inline(&self) -> bool {
         FileLog::appends_inline(self)
+    }
+    fn backend(&self) -> &'static str {
+        "file"
     }
 }
 
@@ -431,7 +438,7 @@ impl AuditLog {
                 // Down before anyone hears of it; the writer thread probes it back up.
                 self.shared.healthy.store(false, Ordering::Release);
                 self.shared.dropped.fetch_add(count, Ordering::Relaxed);
-                log_down(&e, "cannot be written");
+                log_down(core.log.backend(), &e, "cannot be written");
                 drop(core);
                 self.nudge();
                 Ok(Err(LogError::Unavailable))
@@ -731,7 +738,8 @@ fn write_loop(
                 }
                 Err(e) => {
                     // Down before anyone hears of it: the next decision is refused at once.
-                    go_down(shared, &mut health, count, &e, "cannot be written");
+                    let backend = core.log.backend();
+                    go_down(shared, &mut health, count, &e, backend, "cannot be written");
                     shared.dropped.fetch_add(count, Ordering::Relaxed);
                     batch.answer(Err(()));
                 }
@@ -750,12 +758,21 @@ fn write_loop(
         if due && matches!(health, Health::Up) {
             let signed = core.log.checkpoint();
             match &signed {
-                Ok(_) => {
+                Ok(new) => {
                     core.since_checkpoint = 0;
                     core.oldest_unsigned = None;
+                    #[cfg(feature = "metrics")]
+                    super::metrics::checkpointed(
+                        core.log.backend(),
+                        new.is_some(),
+                        core.log.size(),
+                    );
+                    #[cfg(not(feature = "metrics"))]
+                    let _ = new;
                 }
                 Err(e) => {
-                    go_down(shared, &mut health, 0, e, "cannot be checkpointed");
+                    let backend = core.log.backend();
+                    go_down(shared, &mut health, 0, e, backend, "cannot be checkpointed");
                 }
             }
             if let Some(done) = flush.take() {
@@ -813,18 +830,29 @@ fn lock(core: &Mutex<Core>) -> std::sync::MutexGuard<'_, Core> {
 }
 
 /// Marks the log down after `error`, and lets the sink drop what it may have half-written.
-fn go_down(shared: &Shared, health: &mut Health, refused: u64, error: &LogError, what: &str) {
+fn go_down(
+    shared: &Shared,
+    health: &mut Health,
+    refused: u64,
+    error: &LogError,
+    backend: &'static str,
+    what: &str,
+) {
     shared.healthy.store(false, Ordering::Release);
     *health = Health::Down {
         retry_at: Instant::now() + BACKOFF_FIRST,
         backoff: BACKOFF_FIRST,
         refused,
     };
-    log_down(error, what);
+    log_down(backend, error, what);
 }
 
 /// Says at error level that the log went down, and why.
-fn log_down(error: &LogError, what: &str) {
+fn log_down(backend: &'static str, error: &LogError, what: &str) {
+    #[cfg(feature = "metrics")]
+    super::metrics::failed(backend, matches!(error, LogError::Damaged(_)));
+    #[cfg(not(feature = "metrics"))]
+    let _ = backend;
     if let LogError::Damaged(why) = error {
         tracing::error!(target: mcp_confirm::audit::TARGET, decision = "log_damaged",
             error = %why,

@@ -268,7 +268,9 @@ impl DecisionEvent<'_> {
         }
     }
 
-    /// Writes the event to `tracing`, under [`TARGET`].
+    /// Writes the event to `tracing`, under [`TARGET`], attached to no span: it names the
+    /// principal and a nonce's first bytes, which spans exported elsewhere must not carry
+    /// ([`observe`](crate::observe) writes the span's own event).
     #[allow(clippy::too_many_lines)] // one arm per event, each one statement
     pub(crate) fn trace(&self) {
         let decision = self.name();
@@ -279,15 +281,17 @@ impl DecisionEvent<'_> {
                 nonce,
                 candidates,
                 ..
-            } => tracing::info!(target: TARGET, decision, tool, principal = principal.subject(),
-                nonce = %nonce.short(), candidates),
+            } => {
+                tracing::info!(target: TARGET, parent: None, decision, tool, principal = principal.subject(),
+                nonce = %nonce.short(), candidates)
+            }
             Self::Accepted { call: ref c } => {
-                tracing::info!(target: TARGET, decision, tool = c.tool,
+                tracing::info!(target: TARGET, parent: None, decision, tool = c.tool,
                     principal = c.principal.subject(), nonce = %c.nonce.short(),
                     chosen = c.chosen.unwrap_or("-"));
             }
             Self::StandingUsed { call: ref c, left } => {
-                tracing::info!(target: TARGET, decision, tool = c.tool,
+                tracing::info!(target: TARGET, parent: None, decision, tool = c.tool,
                     principal = c.principal.subject(),
                     standing = %c.standing.map(StandingId::to_hex).unwrap_or_default(),
                     arguments = %hex(&c.arguments[..8]), left);
@@ -296,71 +300,89 @@ impl DecisionEvent<'_> {
                 tool,
                 principal,
                 nonce,
-            } => tracing::info!(target: TARGET, decision, tool, principal = principal.subject(),
-                nonce = %nonce.short()),
+            } => {
+                tracing::info!(target: TARGET, parent: None, decision, tool, principal = principal.subject(),
+                nonce = %nonce.short())
+            }
             Self::Declined {
                 tool,
                 principal,
                 nonce,
                 unconfirmed,
-            } => tracing::info!(target: TARGET, decision, tool, principal = principal.subject(),
-                nonce = %nonce.short(), unconfirmed),
+            } => {
+                tracing::info!(target: TARGET, parent: None, decision, tool, principal = principal.subject(),
+                nonce = %nonce.short(), unconfirmed)
+            }
             Self::Cancelled {
                 tool,
                 principal,
                 nonce,
-            } => tracing::info!(target: TARGET, decision, tool, principal = principal.subject(),
-                nonce = %nonce.short()),
+            } => {
+                tracing::info!(target: TARGET, parent: None, decision, tool, principal = principal.subject(),
+                nonce = %nonce.short())
+            }
             Self::Refused {
                 tool,
                 principal,
                 nonce,
                 ref class,
                 ref reason,
-            } => tracing::warn!(target: TARGET, decision, tool, principal = subject(principal),
+            } => {
+                tracing::warn!(target: TARGET, parent: None, decision, tool, principal = subject(principal),
                 nonce = %nonce.map_or_else(|| "-".to_owned(), Nonce::short),
-                class = class.as_deref().unwrap_or("-"), reason = &**reason),
+                class = class.as_deref().unwrap_or("-"), reason = &**reason)
+            }
             Self::ReplayBlocked {
                 tool,
                 principal,
                 nonce,
                 ref class,
                 state,
-            } => tracing::warn!(target: TARGET, decision, tool, principal = subject(principal),
-                nonce = %nonce.short(), class = &**class, state),
+            } => {
+                tracing::warn!(target: TARGET, parent: None, decision, tool, principal = subject(principal),
+                nonce = %nonce.short(), class = &**class, state)
+            }
             Self::Revoked {
                 tool,
                 principal,
                 nonce,
                 reason,
-            } => tracing::warn!(target: TARGET, decision, tool, principal = principal.subject(),
+            } => {
+                tracing::warn!(target: TARGET, parent: None, decision, tool, principal = principal.subject(),
                 nonce = %nonce.short(), class = "revoked",
-                reason = %format_args!("revalidation: {reason}")),
+                reason = %format_args!("revalidation: {reason}"))
+            }
             Self::PageRefused {
                 channel,
                 principal,
                 reason,
-            } => tracing::warn!(target: TARGET, decision, channel,
+            } => tracing::warn!(target: TARGET, parent: None, decision, channel,
                 principal = principal.subject(), reason),
             Self::Unguarded { tool, reason } => {
-                tracing::error!(target: TARGET, decision, tool, reason);
+                tracing::error!(target: TARGET, parent: None, decision, tool, reason);
             }
             Self::Waived {
                 tool,
                 principal,
                 reason,
                 ..
-            } => tracing::info!(target: TARGET, decision, tool, principal = subject(principal),
-                reason),
+            } => {
+                tracing::info!(target: TARGET, parent: None, decision, tool, principal = subject(principal),
+                reason)
+            }
             Self::Undeclared { tool, declared } => {
-                tracing::error!(target: TARGET, decision, tool, declared = declared.unwrap_or("-"),
+                tracing::error!(target: TARGET, parent: None, decision, tool, declared = declared.unwrap_or("-"),
                     reason = "listed as needing a confirmation the layer was not configured with; its calls are refused: give it a policy or exempt it");
             }
-            Self::ListingUnread { why } => tracing::error!(target: TARGET, decision, reason = why,
-                effect = "every tool without a policy or exemption is refused from now on"),
-            Self::StackedLayers { tool } => tracing::error!(target: TARGET, decision, tool,
+            Self::ListingUnread { why } => {
+                tracing::error!(target: TARGET, parent: None, decision, reason = why,
+                effect = "every tool without a policy or exemption is refused from now on")
+            }
+            Self::StackedLayers { tool } => {
+                tracing::error!(target: TARGET, parent: None, decision, tool,
                 reason = "stacked_layers",
-                "two ConfirmLayers confirm this tool on one route: build one layer with every policy (one key ring, one audience), and remove the other"),
+                "two ConfirmLayers confirm this tool on one route: build one layer with every policy (one key ring, one audience), and remove the other")
+            }
             Self::StandingGranted {
                 tool,
                 principal,
@@ -368,68 +390,82 @@ impl DecisionEvent<'_> {
                 secs,
                 uses,
                 ..
-            } => tracing::info!(target: TARGET, decision, tool, principal = principal.subject(),
-                standing = %id.to_hex(), secs, uses),
+            } => {
+                tracing::info!(target: TARGET, parent: None, decision, tool, principal = principal.subject(),
+                standing = %id.to_hex(), secs, uses)
+            }
             Self::StandingEnded {
                 tool,
                 principal,
                 id,
                 outcome,
-            } => tracing::info!(target: TARGET, decision, tool, principal = principal.subject(),
-                standing = %id.to_hex(), outcome),
+            } => {
+                tracing::info!(target: TARGET, parent: None, decision, tool, principal = principal.subject(),
+                standing = %id.to_hex(), outcome)
+            }
             Self::StandingGivenBack {
                 id,
                 ticket,
                 given: true,
-            } => tracing::info!(target: TARGET, decision, standing = %id.to_hex(),
+            } => tracing::info!(target: TARGET, parent: None, decision, standing = %id.to_hex(),
                 ticket = %ticket.short()),
             Self::StandingGivenBack {
                 id, ticket, given, ..
-            } => tracing::warn!(target: TARGET, decision, standing = %id.to_hex(),
+            } => tracing::warn!(target: TARGET, parent: None, decision, standing = %id.to_hex(),
                 ticket = %ticket.short(), given,
                 reason = "the reserved use could not be given back; it stays spent"),
             Self::StandingRevoked {
                 tool,
                 principal,
                 id,
-            } => tracing::info!(target: TARGET, decision, tool, principal = principal.subject(),
-                standing = %id.to_hex()),
+            } => {
+                tracing::info!(target: TARGET, parent: None, decision, tool, principal = principal.subject(),
+                standing = %id.to_hex())
+            }
             Self::Completed {
                 nonce,
                 consumed: true,
-            } => tracing::info!(target: TARGET, decision, nonce = %nonce.short()),
+            } => tracing::info!(target: TARGET, parent: None, decision, nonce = %nonce.short()),
             Self::Completed { nonce, consumed } => {
-                tracing::warn!(target: TARGET, decision, nonce = %nonce.short(), consumed,
+                tracing::warn!(target: TARGET, parent: None, decision, nonce = %nonce.short(), consumed,
                     reason = "claim no longer held; it stays unusable until it expires");
             }
             Self::HandlerDidNotClaim { tool, nonce } => {
-                tracing::error!(target: TARGET, decision, tool, nonce = %nonce.short(),
+                tracing::error!(target: TARGET, parent: None, decision, tool, nonce = %nonce.short(),
                     "the handler of a claimed_by_handler tool ran without claiming its confirmation; the layer burned it after the call");
             }
             Self::HandlerClaimUnchecked { tool, nonce, error } => {
-                tracing::error!(target: TARGET, decision, tool, nonce = %nonce.short(),
+                tracing::error!(target: TARGET, parent: None, decision, tool, nonce = %nonce.short(),
                     error = %error, "could not check that the handler claimed its confirmation");
             }
-            Self::GrantIssued { ref grant } => tracing::info!(target: TARGET, decision,
+            Self::GrantIssued { ref grant } => {
+                tracing::info!(target: TARGET, parent: None, decision,
                 tool = grant.tool, principal = grant.subject, grant = %grant.id,
-                nonce = %grant.nonce.short(), chosen = grant.chosen.unwrap_or("-")),
+                nonce = %grant.nonce.short(), chosen = grant.chosen.unwrap_or("-"))
+            }
             Self::GrantBegun { ref grant, attempt }
             | Self::GrantConsumed { ref grant, attempt } => {
-                tracing::info!(target: TARGET, decision, tool = grant.tool,
+                tracing::info!(target: TARGET, parent: None, decision, tool = grant.tool,
                     principal = grant.subject, grant = %grant.id,
                     nonce = %grant.nonce.short(), attempt);
             }
-            Self::GrantFailed { ref grant, reason } => tracing::warn!(target: TARGET, decision,
+            Self::GrantFailed { ref grant, reason } => {
+                tracing::warn!(target: TARGET, parent: None, decision,
                 tool = grant.tool, principal = grant.subject, grant = %grant.id,
-                nonce = %grant.nonce.short(), reason),
-            Self::GrantRevoked { ref grant, reason } => tracing::info!(target: TARGET, decision,
+                nonce = %grant.nonce.short(), reason)
+            }
+            Self::GrantRevoked { ref grant, reason } => {
+                tracing::info!(target: TARGET, parent: None, decision,
                 tool = grant.tool, principal = grant.subject, grant = %grant.id,
-                nonce = %grant.nonce.short(), reason = reason.unwrap_or("-")),
-            Self::GrantExpired { ref id, ref grant } => tracing::info!(target: TARGET, decision,
+                nonce = %grant.nonce.short(), reason = reason.unwrap_or("-"))
+            }
+            Self::GrantExpired { ref id, ref grant } => {
+                tracing::info!(target: TARGET, parent: None, decision,
                 grant = %id,
-                nonce = %grant.as_ref().map_or_else(|| "-".to_owned(), |g| g.nonce.short())),
+                nonce = %grant.as_ref().map_or_else(|| "-".to_owned(), |g| g.nonce.short()))
+            }
             Self::GrantFinishLost { ref id, reason } => {
-                tracing::warn!(target: TARGET, decision, grant = %id, %reason);
+                tracing::warn!(target: TARGET, parent: None, decision, grant = %id, %reason);
             }
             Self::ApprovalDecided {
                 approval,
@@ -441,12 +477,14 @@ impl DecisionEvent<'_> {
                     Decision::Approved { chosen, standing } => (chosen.as_str(), *standing),
                     Decision::Declined => ("-", false),
                 };
-                tracing::info!(target: TARGET, decision, tool = approval.tool,
+                tracing::info!(target: TARGET, parent: None, decision, tool = approval.tool,
                     principal = principal.subject(), nonce = %approval.nonce.short(), chosen,
                     standing);
             }
-            Self::LogBypassed { what_runs } => tracing::error!(target: TARGET, decision,
-                "the decision log is down and its policy is to fail open: {what_runs} unrecorded"),
+            Self::LogBypassed { what_runs } => {
+                tracing::error!(target: TARGET, parent: None, decision,
+                "the decision log is down and its policy is to fail open: {what_runs} unrecorded")
+            }
         }
     }
 

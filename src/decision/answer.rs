@@ -18,7 +18,23 @@ impl Attempt<'_> {
     /// A retry: read the answer on the policy's channel, then act on it. `token` is the verified
     /// state, asked with again while the answer is pending.
     pub(super) async fn settle(&self, claims: &Claims, token: &str) -> Result<Decision, Refused> {
-        match self.verdict(claims).await? {
+        let verdict = self.verdict(claims).await?;
+        let answer = match verdict {
+            Verdict::Cancel => Some("cancel"),
+            Verdict::Decline { .. } => Some("decline"),
+            Verdict::Accept { .. } => Some("accept"),
+            _ => None,
+        };
+        if let Some(answer) = answer {
+            crate::observe::answered(
+                self.config,
+                &self.call.tool,
+                answer,
+                claims.issued_at,
+                self.config.sealer.now(),
+            );
+        }
+        match verdict {
             Verdict::AskAgain(reason) => {
                 if let Some(reason) = reason {
                     step_refused(

@@ -35,7 +35,7 @@ pub(super) async fn unused(config: &Config, claims: &Claims) -> Result<(), Refus
         .store
         .is_used(claims.nonce, claims.principal)
         .await
-        .map_err(store_failed)?;
+        .map_err(|e| replay_store_failed(config, e))?;
     if used {
         return Err(Refused::replay(claims.nonce, "used", StateError::Consumed));
     }
@@ -48,8 +48,16 @@ pub(super) async fn claim(
     claims: &Claims,
     request: &ClaimRequest,
 ) -> Result<(), Refused> {
-    match config.store.claim(request).await.map_err(store_failed)? {
-        Claim::Claimed => Ok(()),
+    match config
+        .store
+        .claim(request)
+        .await
+        .map_err(|e| replay_store_failed(config, e))?
+    {
+        Claim::Claimed => {
+            crate::observe::claimed();
+            Ok(())
+        }
         Claim::InFlight => Err(Refused::replay(
             claims.nonce,
             "in_flight",
@@ -64,6 +72,12 @@ pub(super) async fn claim(
 }
 
 /// A store error as a refusal: over budget says when to retry; anything else is "unavailable".
+/// A failure of the replay store: counted under its backend, then refused as any store's.
+fn replay_store_failed(config: &Config, e: StoreError) -> Refused {
+    crate::observe::store_failed(config.store.backend());
+    store_failed(e)
+}
+
 pub(super) fn store_failed(e: StoreError) -> Refused {
     let error = match &e {
         StoreError::OverBudget { retry_after } => RpcError::over_budget(*retry_after),

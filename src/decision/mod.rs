@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::audit::event::{DecisionEvent, Runs, step_refused};
 use crate::completion::CompletionGuard;
@@ -74,6 +75,28 @@ pub(crate) struct Approved {
 /// `principal` is what the request's extensions (or the local principal) say; `declared` is what
 /// the transport declared outside the body, if it declares anything.
 pub(crate) async fn decide(
+    config: Arc<Config>,
+    guarded: Arc<GuardedTool>,
+    call: ToolCall,
+    principal: Option<Principal>,
+    declared: Option<Declared>,
+) -> Decision {
+    // The adapter runs this inside the call's span; the decision is its child.
+    let call_span = tracing::Span::current();
+    let span = crate::observe::decision_span(&config);
+    let decision = decide_in_span(config, guarded, call, principal, declared)
+        .instrument(span)
+        .await;
+    if let Decision::Reply(Reply {
+        error: Some(code), ..
+    }) = &decision
+    {
+        crate::observe::failed(&call_span, *code);
+    }
+    decision
+}
+
+async fn decide_in_span(
     config: Arc<Config>,
     guarded: Arc<GuardedTool>,
     call: ToolCall,
@@ -142,7 +165,9 @@ pub(crate) async fn decide(
     match recorded {
         Ok(()) => decision,
         Err(refused) => {
-            refused.event(&call.tool, Some(&principal)).trace();
+            let event = refused.event(&call.tool, Some(&principal));
+            crate::observe::decision(&config, &event);
+            event.trace();
             Decision::Reply(refused.reply(&call))
         }
     }
@@ -327,7 +352,10 @@ impl Attempt<'_> {
                 token,
                 || self.guarded.request_digests(self.call),
             )
-            .map_err(Refused::state)
+            .map_err(|e| {
+                crate::observe::state_refused(&e);
+                Refused::state(e)
+            })
     }
 
     /// The `input_required` answer asking `ask`, with the state `token`.

@@ -41,6 +41,9 @@ pin_project! {
         #[pin]
         state: State<S, B>,
         config: Arc<Config>,
+        // A confirmed tool's call: its span, entered while deciding and while the inner
+        // service has the call.
+        span: tracing::Span,
     }
 }
 
@@ -76,7 +79,11 @@ where
             parts: Some(parts),
             inner: Some(inner),
         };
-        Self { state, config }
+        Self {
+            state,
+            config,
+            span: tracing::Span::none(),
+        }
     }
 
     pub(super) fn inner(config: Arc<Config>, future: S::Future) -> Self {
@@ -87,6 +94,7 @@ where
                 listing: None,
             },
             config,
+            span: tracing::Span::none(),
         }
     }
 
@@ -94,6 +102,7 @@ where
         Self {
             state: State::Replying { reply: Some(reply) },
             config,
+            span: tracing::Span::none(),
         }
     }
 }
@@ -109,6 +118,8 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
+            let span = this.span.clone();
+            let _entered = span.enter();
             let next = match this.state.as_mut().project() {
                 StateProj::Buffering {
                     collect,
@@ -120,7 +131,9 @@ where
                         panic!("ResponseFuture polled after completion");
                     };
                     match collected {
-                        Ok(collected) => route(this.config, parts, collected.to_bytes(), inner),
+                        Ok(collected) => {
+                            route(this.config, this.span, parts, collected.to_bytes(), inner)
+                        }
                         Err(e) => {
                             let error = if e.downcast_ref::<LengthLimitError>().is_some() {
                                 RpcError::body_too_large()
@@ -207,7 +220,13 @@ where
 }
 
 /// Decides, synchronously where it can, what a fully buffered POST becomes.
-fn route<S, B>(config: &Arc<Config>, parts: Parts, body: Bytes, mut inner: S) -> State<S, B>
+fn route<S, B>(
+    config: &Arc<Config>,
+    span: &mut tracing::Span,
+    parts: Parts,
+    body: Bytes,
+    mut inner: S,
+) -> State<S, B>
 where
     S: Service<Request<RequestBody<B>>>,
     B: Body,
@@ -272,6 +291,7 @@ where
             }
         }
         Parsed::Intercept(call, Route::Confirm(guarded)) => {
+            *span = crate::observe::call_span(&call);
             let principal = config.principal(&parts.extensions);
             let declared = headers::declared(&parts.headers);
             let decision = Box::pin(decision::decide(

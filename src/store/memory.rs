@@ -342,6 +342,10 @@ impl Inner {
 }
 
 impl ReplayStore for MemoryReplayStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
     fn claim(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<Claim, StoreError>> {
         let result = self.claim_now(claim);
         Box::pin(std::future::ready(result))

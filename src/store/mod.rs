@@ -288,6 +288,12 @@ pub trait ReplayStore: fmt::Debug + Send + Sync + 'static {
     /// this life of the store. `None` only if entries outlive the process (Redis, Postgres).
     fn boot_epoch(&self) -> Option<BootEpoch>;
 
+    /// What the store is kept in, as metrics label its failures: `memory`, `redis`,
+    /// `postgres`; `custom` by default.
+    fn backend(&self) -> &'static str {
+        "custom"
+    }
+
     /// Whether a tool's handler can claim a nonce of this store itself, inside the transaction
     /// that makes its change (`PostgresStore::consume_in`): what a
     /// [`claimed_by_handler`](crate::ToolPolicy::claimed_by_handler) tool needs. `false` by

@@ -320,6 +320,10 @@ fn lock_key(table: &str, principal: &PrincipalKey) -> (i32, i32) {
 }
 
 impl ReplayStore for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
     fn claim(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<Claim, StoreError>> {
         // One statement, after the lock: held rows answer as replays whatever the budget.
         let sql = format!(

@@ -431,6 +431,10 @@ fn unix_millis(at: SystemTime) -> u64 {
 }
 
 impl ReplayStore for RedisStore {
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
     fn claim(&self, claim: &ClaimRequest) -> BoxFuture<'_, Result<Claim, StoreError>> {
         let claim = *claim;
         Box::pin(async move {

@@ -1,0 +1,98 @@
+//! The layer's metrics, recorded through the [`metrics`](https://docs.rs/metrics) facade
+//! (feature `metrics`).
+//!
+//! Why that facade: like `tracing`, it lets a library record without choosing how the numbers
+//! leave the process. The application installs one recorder (`metrics-exporter-prometheus` for
+//! a `/metrics` page, an OpenTelemetry or StatsD bridge); with none installed, each recording
+//! is an atomic load. OpenTelemetry's metrics API would have tied every user to its SDK.
+//!
+//! Names follow Prometheus' conventions (the exporter appends nothing); labels are bounded:
+//! `tool` is a configured tool's name or `other`, `outcome` an event name of the audit
+//! vocabulary, `class` a refusal class of the wire, `channel` one of `form`, `browser`,
+//! `approver`, `standing`, `grant`, `none`. No label ever holds a principal, an argument or an
+//! id. [`describe`] registers the descriptions; [`ANSWER_SECONDS_BUCKETS`] are the histogram
+//! buckets an exporter should use for [`ANSWER_SECONDS`] (people take minutes to hours).
+//!
+//! The decision log (`mcp-confirm-log`, feature `metrics`) adds `mcp_confirm_log_*`.
+
+use crate::observe::Seen;
+
+/// Decisions, by `tool`, `outcome` (`challenged`, `accepted`, `standing_used`, `declined`,
+/// `cancelled`, `refused`, `replay_blocked`, `waived`, `approval_approved`,
+/// `approval_declined`, `approval_endorsed`, `standing_granted`, `grant_issued`, `grant_begun`,
+/// `grant_consumed`, `grant_failed`) and `channel`.
+pub const DECISIONS: &str = "mcp_confirm_decisions_total";
+
+/// Refusals that ended a call, by `tool` and `class` (what the wire said: `invalid_state`,
+/// `unsupported_protocol_version`, `revalidation`, …).
+pub const REFUSALS: &str = "mcp_confirm_refusals_total";
+
+/// Seconds from the question to the answer read on the retry, by `tool` and `answer`
+/// (`accept`, `decline`, `cancel`): how long people take.
+pub const ANSWER_SECONDS: &str = "mcp_confirm_answer_seconds";
+
+/// Retries' states and one-time claims, by `result`: `ok` (claimed), `replay` (already used or
+/// in use), `expired`, `mismatch` (bound to another principal, tool, arguments, phase or
+/// request), `invalid` (forged, garbled or under an unknown key), `restarted` (issued before the
+/// replay store restarted).
+pub const CLAIMS: &str = "mcp_confirm_claims_total";
+
+/// Replay store failures (unreachable, over budget), by `backend` (`memory`, `redis`,
+/// `postgres`, `custom`).
+pub const STORE_ERRORS: &str = "mcp_confirm_store_errors_total";
+
+/// Buckets for [`ANSWER_SECONDS`], from a second to a day.
+pub const ANSWER_SECONDS_BUCKETS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1_800.0, 3_600.0, 7_200.0, 14_400.0,
+    43_200.0, 86_400.0,
+];
+
+/// Describes every metric to the installed recorder (their help texts and units). Call it once
+/// after installing the recorder; recording works without it.
+pub fn describe() {
+    use metrics::{Unit, describe_counter, describe_histogram};
+    describe_counter!(
+        DECISIONS,
+        "Decisions of confirmed tools' calls, by outcome and channel"
+    );
+    describe_counter!(REFUSALS, "Refusals that ended a confirmed call, by class");
+    describe_histogram!(
+        ANSWER_SECONDS,
+        Unit::Seconds,
+        "Time from a confirmation's question to the answer read on its retry"
+    );
+    describe_counter!(CLAIMS, "Retries' states and one-time claims, by result");
+    describe_counter!(STORE_ERRORS, "Replay store failures, by backend");
+}
+
+/// Counts one decision.
+pub(crate) fn decision(seen: &Seen<'_>) {
+    metrics::counter!(DECISIONS, "tool" => seen.tool.to_owned(), "outcome" => seen.outcome,
+        "channel" => seen.channel)
+    .increment(1);
+    if let Some(class) = seen.class
+        && matches!(seen.outcome, "refused" | "replay_blocked")
+    {
+        metrics::counter!(REFUSALS, "tool" => seen.tool.to_owned(), "class" => class.to_owned())
+            .increment(1);
+    }
+    if seen.outcome == "replay_blocked" {
+        claim("replay");
+    }
+}
+
+/// Records how long the answer took (`answer`: `accept`, `decline`, `cancel`).
+pub(crate) fn answered(tool: &str, answer: &'static str, seconds: u64) {
+    metrics::histogram!(ANSWER_SECONDS, "tool" => tool.to_owned(), "answer" => answer)
+        .record(seconds as f64);
+}
+
+/// Counts a state or claim result.
+pub(crate) fn claim(result: &'static str) {
+    metrics::counter!(CLAIMS, "result" => result).increment(1);
+}
+
+/// Counts a replay store failure.
+pub(crate) fn store_error(backend: &'static str) {
+    metrics::counter!(STORE_ERRORS, "backend" => backend).increment(1);
+}
