@@ -66,6 +66,10 @@ pub struct GatewayConfig {
     /// The tamper-evident decision log every route's decisions go to (default: none).
     #[serde(default)]
     pub decision_log: Option<DecisionLog>,
+    /// Prometheus metrics (decisions, refusals, answer times, claims, store errors, the
+    /// decision log's health), served on a listener of their own (default: none).
+    #[serde(default)]
+    pub metrics: Option<Metrics>,
     /// One upstream MCP server per route.
     #[serde(rename = "route")]
     pub routes: Vec<Route>,
@@ -153,6 +157,27 @@ pub struct DecisionLog {
     #[serde(default = "default_checkpoint_every", with = "humantime_serde")]
     #[schemars(with = "String")]
     pub checkpoint_every: Duration,
+}
+
+/// Where the Prometheus text exposition of the gateway's metrics is served: `mcp_confirm_*`
+/// (the confirmations' decisions, refusals, answer times, claims and store errors, by tool)
+/// and `mcp_confirm_log_*` (the decision log's failures and checkpoints). Metrics are for
+/// operators: they are served only on this listener, never on the public one (`listen`),
+/// without authentication; bind it to an address only the scraper reaches. Labels are bounded
+/// (a configured tool's name or `other`, never a principal or an argument). Changing this
+/// section takes a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Metrics {
+    /// The address to listen on (e.g. `127.0.0.1:9464`), not the gateway's `listen`.
+    pub listen: SocketAddr,
+    /// The path the page is served on (default `/metrics`); every other path is a 404.
+    #[serde(default = "default_metrics_path")]
+    pub path: String,
+}
+
+fn default_metrics_path() -> String {
+    "/metrics".to_owned()
 }
 
 fn default_checkpoint_every() -> Duration {
@@ -635,6 +660,25 @@ impl GatewayConfig {
                 return invalid("decision_log: `checkpoint_every` must be more than zero".into());
             }
         }
+        if let Some(metrics) = &self.metrics {
+            if !metrics.path.starts_with('/') || metrics.path.contains(['?', '#']) {
+                return invalid(format!(
+                    "metrics: path {:?}: a path starting with `/`, without query or fragment",
+                    metrics.path
+                ));
+            }
+            let (ours, public) = (metrics.listen, self.listen);
+            let same_address = ours.ip() == public.ip()
+                || ours.ip().is_unspecified()
+                || public.ip().is_unspecified();
+            if ours.port() != 0 && ours.port() == public.port() && same_address {
+                return invalid(format!(
+                    "metrics: listen {}: the metrics are served on a port of their own, never \
+                     on the gateway's `listen` ({})",
+                    metrics.listen, self.listen
+                ));
+            }
+        }
         let mut paths = std::collections::BTreeSet::new();
         for route in &self.routes {
             if !route.path.starts_with('/') || route.path.contains(['?', '#']) {
@@ -875,6 +919,42 @@ mod tests {
     }
 
     #[test]
+    fn metrics_are_off_unless_named_and_never_on_the_public_port() {
+        assert_eq!(GatewayConfig::from_toml(SMALL).unwrap().metrics, None);
+        let config =
+            GatewayConfig::from_toml(&format!("[metrics]\nlisten = \"127.0.0.1:9464\"\n{SMALL}"))
+                .unwrap();
+        assert_eq!(
+            config.metrics,
+            Some(Metrics {
+                listen: "127.0.0.1:9464".parse().unwrap(),
+                path: "/metrics".into()
+            })
+        );
+        // The same port on another address is another listener.
+        GatewayConfig::from_toml(&format!("[metrics]\nlisten = \"127.0.0.2:8080\"\n{SMALL}"))
+            .unwrap();
+        for (section, says) in [
+            ("listen = \"127.0.0.1:8080\"", "a port of their own"),
+            ("listen = \"0.0.0.0:8080\"", "a port of their own"),
+            (
+                "listen = \"127.0.0.1:9464\"\npath = \"metrics\"",
+                "starting with `/`",
+            ),
+            (
+                "listen = \"127.0.0.1:9464\"\npath = \"/m?x\"",
+                "without query",
+            ),
+            ("listen = \"127.0.0.1:9464\"\nport = 1", "port"),
+        ] {
+            let error = GatewayConfig::from_toml(&format!("[metrics]\n{section}\n{SMALL}"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(says), "{section}: {error}");
+        }
+    }
+
+    #[test]
     fn secrets_are_read_where_they_are_and_never_empty() {
         let dir = std::env::temp_dir().join(format!("gw-secret-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -895,7 +975,7 @@ mod tests {
     fn the_schema_names_every_section() {
         let schema = schema().to_string();
         for key in [
-            "listen", "audience", "store", "auth", "route", "list_ttl", "policy",
+            "listen", "audience", "store", "auth", "route", "list_ttl", "policy", "metrics",
         ] {
             assert!(schema.contains(key), "{key}");
         }

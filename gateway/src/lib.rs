@@ -22,7 +22,9 @@
 //! - [`answer`]: the gateway's own answers (its body type, JSON and text answers);
 //! - [`auth`]: who is calling: an OAuth bearer JWT, or static tokens for a first try;
 //! - [`oauth`]: the OAuth 2.1 resource server (JWT, JWKS, RFC 9728 metadata);
-//! - [`server`]: the gateway built from its file, and served.
+//! - [`server`]: the gateway built from its file, and served;
+//! - [`metrics`]: the core's and the decision log's metrics as Prometheus text, on a listener
+//!   of their own (`[metrics]`).
 //!
 //! What it took, and why: `hyper-util`'s pooled client (the same stack as the server side; a
 //! request body streams through untouched), `figment` for the file with environment variables
@@ -31,7 +33,8 @@
 //! `jsonwebtoken` (its RustCrypto backend) for bearer JWTs, and `reqwest` with rustls only to
 //! fetch an issuer's metadata and keys over TLS; `serde_json_path` for RFC 9535 JSONPath in
 //! lookups (JSON Pointers are `serde_json`'s own); `hmac` for continuations; the core's pages
-//! and webhooks, and `mcp-confirm-log` for the decision log.
+//! and webhooks, and `mcp-confirm-log` for the decision log; `metrics-exporter-prometheus`
+//! (without its own HTTP listener and push gateway) for the metrics page.
 //! What it left: `reqwest` for the proxy itself (a second HTTP stack for nothing a proxy
 //! needs), `config` (figment's providers are smaller and typed), `jsonwebtoken` 12 (its `rsa`
 //! cannot be unified with the core's passkey dependencies; 11 verifies the same tokens), an
@@ -48,6 +51,7 @@ pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod lookup;
+pub mod metrics;
 pub mod oauth;
 pub mod policy;
 pub mod relay;

@@ -1,5 +1,6 @@
 //! `mcp-confirm-gateway --config FILE` runs the gateway; `check --config FILE` validates the
 //! file and prints what each upstream tool gets, and why; `schema` prints the file's JSON Schema.
+//! With `[metrics]`, the Prometheus text is served on a listener of its own.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -129,6 +130,21 @@ async fn run(path: Option<&Path>) -> Result<(), String> {
     if let Some(path) = path {
         // A changed file is reloaded; one that does not validate is refused, the old one kept.
         gateway.watch(path.to_path_buf(), base.clone());
+    }
+    if let Some(metrics) = &config.metrics {
+        // Its own listener: metrics are for operators, never served to the gateway's callers.
+        let handle = mcp_confirm_gateway::metrics::install()?;
+        let listener = tokio::net::TcpListener::bind(metrics.listen)
+            .await
+            .map_err(|e| format!("metrics: listening on {}: {e}", metrics.listen))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        tracing::info!("metrics served on http://{addr}{}", metrics.path);
+        let path = metrics.path.clone();
+        tokio::spawn(async move {
+            if let Err(e) = mcp_confirm_gateway::metrics::serve(listener, path, handle).await {
+                tracing::error!(error = %e, "the metrics listener stopped");
+            }
+        });
     }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -69,7 +69,8 @@ impl Gateway {
     /// Replaces the gateway's configuration with `config`, or keeps the one in force if
     /// `config` cannot be built. The store is kept while its section is unchanged, and so is a
     /// random key while the file still names none; routes list their upstreams' tools anew. The
-    /// listening address cannot change without a restart.
+    /// listening address cannot change without a restart; a file whose `decision_log` or
+    /// `metrics` section changed is refused (each takes a restart).
     ///
     /// # Errors
     /// As [`build`](Self::build); the configuration in force is then unchanged.
@@ -487,6 +488,15 @@ impl Inner {
                 None => None,
             },
         };
+        if let Some(previous) = previous
+            && previous.config.metrics != config.metrics
+        {
+            return Err(ConfigError::Invalid(
+                "the `metrics` section changed: that takes a restart (its listener and the \
+                 process's recorder are set up once, at start)"
+                    .into(),
+            ));
+        }
         let auth = match &config.auth {
             Auth::StaticTokens { file } => {
                 tracing::warn!(

@@ -5,6 +5,7 @@ mod cli;
 mod common;
 mod gateway;
 mod lookup;
+mod metrics;
 mod oauth;
 mod options;
 mod pages;
