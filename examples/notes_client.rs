@@ -94,6 +94,9 @@ fn fill_form(message: &str, schema: &Value, mode: Mode) -> ElicitResult {
                 println!("│   {}) {label}", i + 1);
             }
             let picked = match mode {
+                // `--choose N` picks the record; a standing approval is never given unasked:
+                // "how long" takes its first option, only this time.
+                Mode::Choose(_) if field == "remember" => 1,
                 Mode::Choose(n) => n,
                 Mode::Decline | Mode::Cancel => 0,
                 Mode::Ask => loop {

@@ -23,8 +23,9 @@ use crate::observe::Seen;
 /// `grant_consumed`, `grant_failed`) and `channel`.
 pub const DECISIONS: &str = "mcp_confirm_decisions_total";
 
-/// Refusals that ended a call, by `tool` and `class` (what the wire said: `invalid_state`,
-/// `unsupported_protocol_version`, `revalidation`, …).
+/// Refusals that ended a call, by `tool` and `class`: the wire error's `data.reason`
+/// (`invalid_request_state`, `principal_budget_spent`, `decision_log_unavailable`, …), its code
+/// where it has none (`-32022`), or `revalidation` for an acceptance whose record changed.
 pub const REFUSALS: &str = "mcp_confirm_refusals_total";
 
 /// Seconds from the question to the answer read on the retry, by `tool` and `answer`

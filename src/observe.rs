@@ -166,7 +166,7 @@ pub(crate) fn decision_span(config: &Config) -> Span {
 /// error's code, as the conventions say.
 pub(crate) fn failed(span: &Span, code: i64) {
     if !span.is_disabled() {
-        span.record("error.type", code);
+        span.record("error.type", tracing::field::display(code));
         span.record("otel.status_code", "ERROR");
     }
 }

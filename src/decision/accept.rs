@@ -80,14 +80,16 @@ impl Attempt<'_> {
             // dropped.
             Some(CompletionGuard::new(Arc::clone(&config.store), request))
         };
+        self.answered("accept", claims);
         if let Err(refusal) = self.revalidate(&arguments, &chosen, &version).await {
-            DecisionEvent::Revoked {
+            let revoked = DecisionEvent::Revoked {
                 tool: &call.tool,
                 principal: self.principal,
                 nonce: &claims.nonce,
                 reason: refusal.reason(),
-            }
-            .trace();
+            };
+            crate::observe::decision(config, &revoked);
+            revoked.trace();
             withdraw(config, grant).await;
             if guard.is_none() {
                 // Nothing was claimed yet (the handler was to claim): burn the state all the

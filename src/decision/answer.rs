@@ -18,23 +18,7 @@ impl Attempt<'_> {
     /// A retry: read the answer on the policy's channel, then act on it. `token` is the verified
     /// state, asked with again while the answer is pending.
     pub(super) async fn settle(&self, claims: &Claims, token: &str) -> Result<Decision, Refused> {
-        let verdict = self.verdict(claims).await?;
-        let answer = match verdict {
-            Verdict::Cancel => Some("cancel"),
-            Verdict::Decline { .. } => Some("decline"),
-            Verdict::Accept { .. } => Some("accept"),
-            _ => None,
-        };
-        if let Some(answer) = answer {
-            crate::observe::answered(
-                self.config,
-                &self.call.tool,
-                answer,
-                claims.issued_at,
-                self.config.sealer.now(),
-            );
-        }
-        match verdict {
+        match self.verdict(claims).await? {
             Verdict::AskAgain(reason) => {
                 if let Some(reason) = reason {
                     step_refused(
@@ -92,6 +76,18 @@ impl Attempt<'_> {
         })
     }
 
+    /// Times the answer to the question `claims` asked: once per state, when the answer
+    /// settles it (a replay or a refused retry is no answer).
+    pub(super) fn answered(&self, answer: &'static str, claims: &Claims) {
+        crate::observe::answered(
+            self.config,
+            &self.call.tool,
+            answer,
+            claims.issued_at,
+            self.config.sealer.now(),
+        );
+    }
+
     /// Approved, but the approvals no longer hold (`reason`): the confirmation is spent, as
     /// for a decline, and the call refused with the `revoked` outcome.
     pub(super) async fn withdrawn(
@@ -120,6 +116,7 @@ impl Attempt<'_> {
     /// already used, which is refused like any other replay.
     pub(super) async fn cancel(&self, claims: &Claims) -> Result<Decision, Refused> {
         unused(self.config, claims).await?;
+        self.answered("cancel", claims);
         self.config.report(DecisionEvent::Cancelled {
             tool: &self.call.tool,
             principal: self.principal,
@@ -139,6 +136,7 @@ impl Attempt<'_> {
     ) -> Result<Decision, Refused> {
         let request = claim_request(self.config, claims);
         claim(self.config, claims, &request).await?;
+        self.answered("decline", claims);
         // Best effort: if completing fails the entry stays InFlight, which refuses replays just
         // the same.
         let _ = self.config.store.complete(&request).await;

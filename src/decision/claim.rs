@@ -74,7 +74,10 @@ pub(super) async fn claim(
 /// A store error as a refusal: over budget says when to retry; anything else is "unavailable".
 /// A failure of the replay store: counted under its backend, then refused as any store's.
 fn replay_store_failed(config: &Config, e: StoreError) -> Refused {
-    crate::observe::store_failed(config.store.backend());
+    // A principal over its budget is a refusal of hers, not a failing store.
+    if !matches!(e, StoreError::OverBudget { .. }) {
+        crate::observe::store_failed(config.store.backend());
+    }
     store_failed(e)
 }
 

@@ -18,6 +18,7 @@ mod confirm_flow;
 mod decision_log;
 mod demo;
 mod grants;
+mod observe;
 mod regressions;
 mod single_use;
 mod standing;
