@@ -162,6 +162,17 @@ pub struct ConfirmLayer {
 }
 
 impl ConfirmLayer {
+    /// The gauges this layer's approval and standing stores answer: refresh them before each
+    /// scrape (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    pub fn gauges(&self) -> crate::metrics::Gauges {
+        crate::metrics::Gauges {
+            audience: self.config.audience.clone(),
+            approvals: self.config.approvals.clone(),
+            standing: self.config.standing.clone(),
+        }
+    }
+
     /// Starts a layer whose states are signed by the first key of `keys`.
     pub fn builder(keys: KeyRing) -> ConfirmLayerBuilder {
         ConfirmLayerBuilder {

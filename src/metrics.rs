@@ -42,6 +42,14 @@ pub const CLAIMS: &str = "mcp_confirm_claims_total";
 /// `postgres`, `custom`).
 pub const STORE_ERRORS: &str = "mcp_confirm_store_errors_total";
 
+/// Browser approvals waiting for a decision now (undecided, unexpired), read from the shared
+/// approval store by [`Gauges::refresh`]: every instance reports the same number.
+pub const PENDING_APPROVALS: &str = "mcp_confirm_pending_approvals";
+
+/// Standing approvals in force now (unexpired, unrevoked, uses left), read by
+/// [`Gauges::refresh`].
+pub const STANDING_ACTIVE: &str = "mcp_confirm_standing_active";
+
 /// Buckets for [`ANSWER_SECONDS`], from a second to a day.
 pub const ANSWER_SECONDS_BUCKETS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1_800.0, 3_600.0, 7_200.0, 14_400.0,
@@ -51,7 +59,7 @@ pub const ANSWER_SECONDS_BUCKETS: &[f64] = &[
 /// Describes every metric to the installed recorder (their help texts and units). Call it once
 /// after installing the recorder; recording works without it.
 pub fn describe() {
-    use metrics::{Unit, describe_counter, describe_histogram};
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         DECISIONS,
         "Decisions of confirmed tools' calls, by outcome and channel"
@@ -64,6 +72,59 @@ pub fn describe() {
     );
     describe_counter!(CLAIMS, "Retries' states and one-time claims, by result");
     describe_counter!(STORE_ERRORS, "Replay store failures, by backend");
+    describe_gauge!(
+        PENDING_APPROVALS,
+        "Browser approvals waiting for a decision"
+    );
+    describe_gauge!(STANDING_ACTIVE, "Standing approvals in force");
+}
+
+/// The gauges a layer's stores answer ([`ConfirmLayer::gauges`](crate::ConfirmLayer::gauges)):
+/// counted in the shared stores when asked, not from this instance's events, so several
+/// instances agree and an approval that expired unseen is no longer counted. Refresh before
+/// each scrape (a store that cannot count leaves its gauge unset).
+#[derive(Clone)]
+pub struct Gauges {
+    pub(crate) audience: String,
+    pub(crate) approvals: Option<std::sync::Arc<dyn crate::store::approval::ApprovalStore>>,
+    pub(crate) standing: Option<std::sync::Arc<dyn crate::store::standing::StandingStore>>,
+}
+
+impl std::fmt::Debug for Gauges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gauges")
+            .field("audience", &self.audience)
+            .field("approvals", &self.approvals.is_some())
+            .field("standing", &self.standing.is_some())
+            .finish()
+    }
+}
+
+impl Gauges {
+    /// Counts what waits and what is in force, and sets [`PENDING_APPROVALS`] and
+    /// [`STANDING_ACTIVE`]. A store that fails is logged and its gauge keeps its last value.
+    pub async fn refresh(&self) {
+        if let Some(store) = &self.approvals {
+            match store.pending(&self.audience).await {
+                Ok(Some(count)) => metrics::gauge!(PENDING_APPROVALS).set(count as f64),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(target: crate::audit::TARGET, error = %e,
+                        "the approval store could not count pending approvals");
+                }
+            }
+        }
+        if let Some(store) = &self.standing {
+            match store.live(&self.audience).await {
+                Ok(Some(count)) => metrics::gauge!(STANDING_ACTIVE).set(count as f64),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(target: crate::audit::TARGET, error = %e,
+                        "the standing store could not count standing approvals");
+                }
+            }
+        }
+    }
 }
 
 /// Counts one decision.

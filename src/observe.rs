@@ -1,4 +1,4 @@
-//! What operators see of the decisions, written from the same [`DecisionEvent`]s as the audit
+//! What operators see of the decisions, written from the same typed decision events as the audit
 //! trail: the `tools/call` span, named and attributed as OpenTelemetry's MCP conventions say,
 //! its `mcp_confirm.decision` child with the outcome, and one span event per step; with the
 //! `metrics` feature, the counters and histograms of [`metrics`](crate::metrics).

@@ -112,6 +112,14 @@ pub enum ChallengeRate {
 
 /// The axum app serving the MCP endpoint at `/mcp`.
 pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
+    app_with_gauges(store, options).0
+}
+
+/// The app, and the gauges its layer's stores answer (none without `ConfirmLayer`).
+pub fn app_with_gauges(
+    store: Arc<NotesStore>,
+    options: Options,
+) -> (Router, Option<mcp_confirm::metrics::Gauges>) {
     let store_load_users = store.load_users();
     let server = NotesServer::new(store);
     let declarations = server.confirm_declarations();
@@ -131,7 +139,10 @@ pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
             authenticate,
         ));
     if options.without_confirmation {
-        return Router::new().nest_service("/mcp", guard.service(rmcp));
+        return (
+            Router::new().nest_service("/mcp", guard.service(rmcp)),
+            None,
+        );
     }
     // What is confirmed comes from the tools themselves, in one call: the `#[confirm]` policies
     // with the tools' definitions; and every other tool whose annotations say destructive (none
@@ -168,6 +179,7 @@ pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
         ChallengeRate::Off => confirm.without_challenge_rate_limit(),
     };
     let confirm = confirm.build();
+    let gauges = confirm.gauges();
     // The worker runs grants with the layer's store and the queued tools' revalidation hooks.
     queue.start(confirm.grants());
     // The approval page and its sign-in: a session cookie, read there only (never at /mcp).
@@ -228,7 +240,7 @@ pub fn app(store: Arc<NotesStore>, options: Options) -> Router {
         router = router.route_service("/passkeys", passkey_page);
     }
     // Anything else (`/confirm/`, `/confirm/a/b`) is a 404 with the pages' headers.
-    router.fallback(signin::not_found)
+    (router.fallback(signin::not_found), Some(gauges))
 }
 
 /// Whether the load generator's principals are let in (a store seeded for load tests).

@@ -332,11 +332,11 @@ async fn run() -> Result<(), String> {
         audit_log,
         notifier,
     };
-    let mut router = app::app(Arc::clone(&store), options);
+    let (mut router, gauges) = app::app_with_gauges(Arc::clone(&store), options);
     if let Some(metrics) = metrics {
         router = router.route(
             "/metrics",
-            axum::routing::get(move || scrape(metrics.clone())),
+            axum::routing::get(move || scrape(metrics.clone(), gauges.clone())),
         );
     }
     let personal = store.workspace_uri("personal");
@@ -451,10 +451,14 @@ fn metrics_setup() -> Result<metrics_exporter_prometheus::PrometheusHandle, Stri
     Ok(handle)
 }
 
-/// `GET /metrics`: the Prometheus text exposition.
+/// `GET /metrics`: the Prometheus text exposition, the gauges counted in the stores first.
 async fn scrape(
     handle: metrics_exporter_prometheus::PrometheusHandle,
+    gauges: Option<mcp_confirm::metrics::Gauges>,
 ) -> impl axum::response::IntoResponse {
+    if let Some(gauges) = gauges {
+        gauges.refresh().await;
+    }
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         handle.render(),

@@ -333,7 +333,7 @@ impl AuditLog {
 
     /// Queues `record` (its `instance` is set here, its `seq` by the writer). Never waits, and
     /// says nothing about whether it will be written: for records that let nothing run. A sink
-    /// written on callers' threads holds it for at most [`HOLD`] (10 ms) and writes it with the
+    /// written on callers' threads holds it for at most 10 ms and writes it with the
     /// next durable record, so a decision costs one write, not two; a crash in between loses it,
     /// never a record that let something run.
     ///

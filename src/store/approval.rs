@@ -48,6 +48,14 @@ pub trait ApprovalStore: fmt::Debug + Send + Sync + 'static {
         routes: &'a [String],
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>>;
+
+    /// How many approvals of `audience` wait for a decision (undecided, unexpired): the
+    /// pending approvals gauge. `None` (the default) when the store cannot count them; the
+    /// Redis store cannot without an index of its own, and says so.
+    fn pending<'a>(&'a self, audience: &'a str) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let _ = audience;
+        Box::pin(std::future::ready(Ok(None)))
+    }
 }
 
 impl<S: ApprovalStore + ?Sized> ApprovalStore for Arc<S> {
@@ -75,6 +83,10 @@ impl<S: ApprovalStore + ?Sized> ApprovalStore for Arc<S> {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
         (**self).inbox(audience, routes, limit)
+    }
+
+    fn pending<'a>(&'a self, audience: &'a str) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        (**self).pending(audience)
     }
 }
 

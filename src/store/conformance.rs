@@ -535,6 +535,41 @@ pub async fn racing_approvers_are_counted_exactly<S: ApprovalStore>(store: Arc<S
     assert!(read.decision.is_some());
 }
 
+/// A store that counts its pending approvals (the gauge) counts this audience's undecided,
+/// unexpired ones exactly; one that cannot says `None`.
+///
+/// # Panics
+/// If the store miscounts or fails.
+pub async fn pending_approvals_are_counted_per_audience<S: ApprovalStore>(store: &S) {
+    // A fresh audience: a shared store holds earlier runs' approvals.
+    let audience = format!("pending-{}.example", Nonce::random().to_hex());
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let mut a = approval(principal(), Duration::from_secs(60));
+        a.audience.clone_from(&audience);
+        a.standing = None;
+        store.propose(&a).await.expect("propose");
+        ids.push(a.id);
+    }
+    let count = store.pending(&audience).await.expect("pending");
+    if count.is_none() {
+        return;
+    }
+    assert_eq!(count, Some(3));
+    assert_eq!(
+        store
+            .decide(ids[0], caller(), Decision::Declined)
+            .await
+            .unwrap(),
+        Decided::Recorded
+    );
+    assert_eq!(store.pending(&audience).await.expect("pending"), Some(2));
+    assert_eq!(
+        store.pending("nobody.example").await.expect("pending"),
+        Some(0)
+    );
+}
+
 /// An approver's inbox: the undecided, unexpired approvals of one audience filed under any of
 /// their routes, newest first; another audience's, a decided one and one for others are not in it.
 pub async fn inbox_lists_what_waits_for_an_approver<S: ApprovalStore>(store: &S) {
@@ -730,6 +765,47 @@ pub fn standing(principal: PrincipalKey, scope: &str, uses: u32, ttl: Duration) 
         millis(now + ttl),
         uses,
     )
+}
+
+/// A store that counts its live standing approvals (the gauge) counts this audience's
+/// unexpired, unrevoked ones with uses left, exactly; one that cannot says `None`.
+///
+/// # Panics
+/// If the store miscounts or fails.
+pub async fn live_standing_approvals_are_counted_per_audience<S: StandingStore>(store: &S) {
+    let audience = format!("live-{}.example", Nonce::random().to_hex());
+    let made: Vec<Standing> = ["a", "b", "c"]
+        .iter()
+        .map(|scope| {
+            let mut s = standing(principal(), scope, 1, Duration::from_secs(60));
+            s.audience.clone_from(&audience);
+            s
+        })
+        .collect();
+    for s in &made {
+        store.grant(s).await.expect("grant");
+    }
+    let count = store.live(&audience).await.expect("live");
+    if count.is_none() {
+        return;
+    }
+    assert_eq!(count, Some(3));
+    // One used up, one revoked: one is left in force.
+    assert!(matches!(
+        store
+            .use_one(made[0].key(), made[0].id, Nonce::random())
+            .await
+            .unwrap(),
+        Use::Used { left: 0 }
+    ));
+    assert_eq!(
+        store
+            .revoke(made[1].principal, Some(made[1].id))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(store.live(&audience).await.expect("live"), Some(1));
 }
 
 /// A standing approval is found by its key only, covers exactly its uses, and granting again
@@ -1196,6 +1272,9 @@ macro_rules! approval_store_conformance {
             conformance_approvers_decide_as_their_rule_says =
                 approvers_decide_as_their_rule_says(&store),
             #[tokio::test]
+            conformance_pending_approvals_are_counted_per_audience =
+                pending_approvals_are_counted_per_audience(&store),
+            #[tokio::test]
             conformance_inbox_lists_what_waits_for_an_approver =
                 inbox_lists_what_waits_for_an_approver(&store),
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1237,6 +1316,9 @@ macro_rules! passkey_store_conformance {
 macro_rules! standing_store_conformance {
     (optional $make:expr) => {
         $crate::replay_store_conformance!(@each store = $make;
+            #[tokio::test]
+            conformance_live_standing_approvals_are_counted_per_audience =
+                live_standing_approvals_are_counted_per_audience(&store),
             #[tokio::test]
             conformance_standing_uses_are_counted_exactly =
                 standing_uses_are_counted_exactly(&store),

@@ -370,6 +370,17 @@ impl ReplayStore for MemoryReplayStore {
 }
 
 impl StandingStore for MemoryReplayStore {
+    fn live<'a>(&'a self, audience: &'a str) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let now = self.inner.clock.now();
+        let live = self
+            .inner
+            .standing
+            .iter()
+            .filter(|k| k.standing.audience == audience && k.standing.is_live(now))
+            .count();
+        Box::pin(std::future::ready(Ok(Some(live as u64))))
+    }
+
     fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>> {
         let inner = &self.inner;
         let answer = (|| {
@@ -503,6 +514,17 @@ impl StandingStore for MemoryReplayStore {
 }
 
 impl ApprovalStore for MemoryReplayStore {
+    fn pending<'a>(&'a self, audience: &'a str) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let now = self.inner.clock.now();
+        let pending = self
+            .inner
+            .approvals
+            .iter()
+            .filter(|a| now < a.expires_at && a.decision.is_none() && a.audience == audience)
+            .count();
+        Box::pin(std::future::ready(Ok(Some(pending as u64))))
+    }
+
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
         let inner = &self.inner;
         let now = inner.clock.now();

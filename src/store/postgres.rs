@@ -486,6 +486,28 @@ fn standing_row(row: &tokio_postgres::Row) -> Result<Standing, StoreError> {
 }
 
 impl StandingStore for PostgresStore {
+    fn live<'a>(&'a self, audience: &'a str) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        // Uses and revocation are in the record: read the unexpired ones and ask each.
+        let sql = format!(
+            "SELECT record, used FROM {}_standing WHERE expires_at > $1",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let now = SystemTime::now();
+            let rows = client.query(&sql, &[&now]).await.map_err(backend)?;
+            let live = rows
+                .iter()
+                .filter_map(|row| {
+                    let used: i32 = row.get(1);
+                    Standing::decode(row.get(0), u32::try_from(used).unwrap_or(u32::MAX))
+                })
+                .filter(|s| s.audience == audience && s.is_live(now))
+                .count();
+            Ok(Some(live as u64))
+        }))
+    }
+
     fn grant(&self, standing: &Standing) -> BoxFuture<'_, Result<(), StoreError>> {
         if let Err(e) = standing.check_keepable() {
             return Box::pin(std::future::ready(Err(e)));
@@ -812,6 +834,23 @@ impl PasskeyStore for PostgresStore {
 }
 
 impl ApprovalStore for PostgresStore {
+    fn pending<'a>(&'a self, audience: &'a str) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let sql = format!(
+            "SELECT count(*) FROM {}_approvals
+             WHERE audience = $1 AND NOT decided AND expires_at > $2",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let row = client
+                .query_one(&sql, &[&audience, &SystemTime::now()])
+                .await
+                .map_err(backend)?;
+            let count: i64 = row.get(0);
+            Ok(Some(u64::try_from(count).unwrap_or(0)))
+        }))
+    }
+
     fn propose(&self, approval: &Approval) -> BoxFuture<'_, Result<(), StoreError>> {
         let t = &self.table;
         let lock = "SELECT pg_advisory_xact_lock(hashtext($1))".to_owned();

@@ -396,6 +396,14 @@ pub trait StandingStore: fmt::Debug + Send + Sync + 'static {
         principal: PrincipalKey,
         id: Option<StandingId>,
     ) -> BoxFuture<'_, Result<usize, StoreError>>;
+
+    /// How many standing approvals of `audience` are live (unexpired, unrevoked, uses left):
+    /// the active standing approvals gauge. `None` (the default) when the store cannot count
+    /// them; the Redis store cannot without an index of its own, and says so.
+    fn live<'a>(&'a self, audience: &'a str) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let _ = audience;
+        Box::pin(std::future::ready(Ok(None)))
+    }
 }
 
 impl<S: StandingStore + ?Sized> StandingStore for Arc<S> {
@@ -435,6 +443,10 @@ impl<S: StandingStore + ?Sized> StandingStore for Arc<S> {
         id: Option<StandingId>,
     ) -> BoxFuture<'_, Result<usize, StoreError>> {
         (**self).revoke(principal, id)
+    }
+
+    fn live<'a>(&'a self, audience: &'a str) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        (**self).live(audience)
     }
 }
 

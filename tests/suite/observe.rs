@@ -408,3 +408,66 @@ async fn without_a_traceparent_the_call_span_is_a_root() {
     assert_eq!(call.parent_span_id, opentelemetry::trace::SpanId::INVALID);
     assert_ne!(call.span_context.trace_id().to_string(), TRACE_ID);
 }
+
+/// Alice's acceptance of `choice` that also asks for the standing approval offered.
+fn remembering(state: &str, id: Value, choice: &str) -> Value {
+    answered(
+        state,
+        id,
+        json!({"delete_choice":{"action":"accept","content":{
+            "note_id": choice, "confirm": true, "remember": "standing"}}}),
+    )
+}
+
+#[tokio::test]
+async fn the_gauges_count_what_waits_and_what_is_in_force_in_the_stores() {
+    use crate::common::browser::{base, destroy_call, destroy_policy};
+    let recorder = recorder();
+    let handle = recorder.handle();
+    let _recording = metrics::set_default_local_recorder(&recorder);
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let workspace =
+        |lookup: &mcp_confirm::Lookup| lookup.arguments["workspaceUri"].as_str().map(str::to_owned);
+    let layer = base(
+        mcp_confirm::KeyRing::single("k1", KEY).unwrap(),
+        &clock,
+        &store,
+    )
+    .tool("notes_destroy", destroy_policy(&notes))
+    .tool(
+        "notes_delete",
+        delete_policy(&notes).standing(Duration::from_secs(600), 5, workspace),
+    )
+    .build();
+    let gauges = layer.gauges();
+    let f = Fixture::new(layer, notes, clock.clone(), store);
+    let gauge = |name: &str| samples(&handle.render()).get(name).copied();
+
+    gauges.refresh().await;
+    assert_eq!(gauge("mcp_confirm_pending_approvals"), Some(0.0));
+    assert_eq!(gauge("mcp_confirm_standing_active"), Some(0.0));
+    // Two approvals wait on the page; a standing approval is granted.
+    f.alice(&destroy_call(json!(1))).await;
+    f.alice(&destroy_call(json!(2))).await;
+    let state = challenge(&f).await;
+    assert_eq!(
+        f.alice(&remembering(&state, json!(3), "note-7"))
+            .await
+            .status,
+        200
+    );
+    gauges.refresh().await;
+    assert_eq!(gauge("mcp_confirm_pending_approvals"), Some(2.0));
+    assert_eq!(gauge("mcp_confirm_standing_active"), Some(1.0));
+    // Unseen, the approvals expire (300 s), then the standing approval (600 s): the stores say
+    // so at the next refresh.
+    clock.advance(Duration::from_secs(301));
+    gauges.refresh().await;
+    assert_eq!(gauge("mcp_confirm_pending_approvals"), Some(0.0));
+    assert_eq!(gauge("mcp_confirm_standing_active"), Some(1.0));
+    clock.advance(Duration::from_secs(300));
+    gauges.refresh().await;
+    assert_eq!(gauge("mcp_confirm_standing_active"), Some(0.0));
+}
