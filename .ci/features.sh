@@ -30,7 +30,7 @@ PY
 # at another path gets its own artifacts, and leaves the main ones alone).
 export CARGO_TARGET_DIR=$root/target
 cd "$work/pkg"
-for features in "" fs redis redis-cluster postgres rmcp macros testing test-support webhooks pages passkeys; do
+for features in "" fs redis redis-cluster postgres rmcp macros testing test-support webhooks pages passkeys metrics otel; do
   echo "== --no-default-features ${features:+--features $features}: build, unit tests"
   cargo build -q --lib --no-default-features ${features:+--features "$features"}
   # The scanner's long adversarial runs are the same whatever the features: once, in the first.
@@ -41,8 +41,8 @@ for features in "" fs redis redis-cluster postgres rmcp macros testing test-supp
   grep -E "^test result" "$work/test.log"
 done
 cd "$root"
-# The decision log's crate, with and without its one feature.
-for features in "" postgres; do
+# The decision log's crate, with no feature and each alone.
+for features in "" postgres metrics; do
   echo "== mcp-confirm-log ${features:+--features $features}: build"
   cargo build -q -p mcp-confirm-log ${features:+--features "$features"}
 done
