@@ -88,10 +88,6 @@ impl<'a> Seen<'a> {
             DecisionEvent::ReplayBlocked { tool, class, .. } => seen(tool, None, Some(class)),
             DecisionEvent::Revoked { tool, .. } => seen(tool, None, Some("revalidation")),
             DecisionEvent::ApprovalDecided { approval, .. } => seen(&approval.tool, None, None),
-            DecisionEvent::GrantIssued { grant }
-            | DecisionEvent::GrantBegun { grant, .. }
-            | DecisionEvent::GrantConsumed { grant, .. }
-            | DecisionEvent::GrantFailed { grant, .. } => seen(grant.tool, Some("grant"), None),
             _ => None,
         }
     }
@@ -100,9 +96,30 @@ impl<'a> Seen<'a> {
 /// Reports `event` to operators: on the current decision span, as a span event, and (feature
 /// `metrics`) to the counters.
 pub(crate) fn decision(config: &Config, event: &DecisionEvent<'_>) {
-    let Some(seen) = Seen::of(config, event) else {
+    if let Some(seen) = Seen::of(config, event) {
+        emit(&seen);
+    }
+}
+
+/// Reports a grant's event (issued, begun, consumed, failed). A grant exists only for a
+/// configured queued tool, so its tool is its own label.
+pub(crate) fn grant(event: &DecisionEvent<'_>) {
+    let (DecisionEvent::GrantIssued { grant }
+    | DecisionEvent::GrantBegun { grant, .. }
+    | DecisionEvent::GrantConsumed { grant, .. }
+    | DecisionEvent::GrantFailed { grant, .. }) = event
+    else {
         return;
     };
+    emit(&Seen {
+        outcome: event.name(),
+        tool: grant.tool,
+        channel: "grant",
+        class: None,
+    });
+}
+
+fn emit(seen: &Seen<'_>) {
     let span = Span::current();
     if !span.is_disabled() {
         span.record("mcp_confirm.outcome", seen.outcome);
@@ -111,9 +128,9 @@ pub(crate) fn decision(config: &Config, event: &DecisionEvent<'_>) {
             span.record("mcp_confirm.refusal_class", class);
         }
     }
-    span_event(&seen);
+    span_event(seen);
     #[cfg(feature = "metrics")]
-    crate::metrics::decision(&seen);
+    crate::metrics::decision(seen);
 }
 
 /// The span event of a decision, named `mcp_confirm.<outcome>` (its message, which is what

@@ -35,6 +35,7 @@ impl GrantLog {
 
     /// Reports `event` of a grant, recorded when the log can take it.
     pub(crate) fn report(&self, event: DecisionEvent<'_>, now: SystemTime) {
+        crate::observe::grant(&event);
         crate::audit::report(self.log.as_deref(), &event, || entry(&event, now));
     }
 
@@ -46,6 +47,7 @@ impl GrantLog {
         event: DecisionEvent<'_>,
         now: SystemTime,
     ) -> Result<(), GrantError> {
+        crate::observe::grant(&event);
         crate::audit::report_decisive(
             self.log.as_deref(),
             &event,

@@ -471,3 +471,26 @@ async fn the_gauges_count_what_waits_and_what_is_in_force_in_the_stores() {
     gauges.refresh().await;
     assert_eq!(gauge("mcp_confirm_standing_active"), Some(0.0));
 }
+
+#[tokio::test]
+async fn a_grant_is_counted_as_issued_begun_and_consumed() {
+    let recorder = recorder();
+    let handle = recorder.handle();
+    let _recording = metrics::set_default_local_recorder(&recorder);
+    let (f, worker, _) = crate::common::queued::queued();
+    let id = crate::common::queued::approved(&f).await;
+    worker
+        .run(id, |grant: mcp_confirm::grant::Grant| async move {
+            Ok::<_, std::io::Error>(grant.chosen)
+        })
+        .await
+        .unwrap();
+    let seen = samples(&handle.render());
+    for outcome in ["grant_issued", "grant_begun", "grant_consumed"] {
+        let series = format!(
+            "mcp_confirm_decisions_total{{tool=\"notes_delete\",outcome=\"{outcome}\",channel=\"grant\"}}"
+        );
+        assert_eq!(seen.get(&series), Some(&1.0), "{series} in {seen:#?}");
+    }
+    assert_eq!(seen.get(&decisions("accepted")), Some(&1.0));
+}
