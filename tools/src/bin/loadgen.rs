@@ -3,7 +3,7 @@
 //! ```text
 //! cargo build --release --all-features --example notes_server
 //! cargo build --release -p mcp-confirm-tools --bin loadgen
-//! target/release/loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|principals|peer|challenges|gateway]
+//! target/release/loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|observe|principals|peer|challenges|gateway]
 //!     [--clients 8] [--duration 10] [--runs 3] [--requests N] [--redis redis://127.0.0.1:6379]
 //!     [--warmup-ms 300] [--server-threads N] [--wrap 'taskset -c 1']
 //!     [--principals 1000] [--peer-dir tools/peer-ts] [--node node]
@@ -47,6 +47,12 @@
 //!   demo's file sink in a fresh directory, fsync per batch), alternating for `--runs` runs each;
 //!   prints the rate with the log as a share of the rate without (medians). Every other flow
 //!   runs its server without the log.
+//! - `observe`: the two-round `confirm` flow (notes in memory, the memory replay store, no
+//!   decision log) with the server's metrics and spans off (`--no-metrics`: no recorder, no
+//!   `/metrics`), then on (`--otel`: the Prometheus recorder, and the spans through an
+//!   OpenTelemetry SDK tracer with no exporter), alternating for `--runs` runs each; prints the
+//!   rate with them as a share of the rate without (medians). Every other flow runs the server
+//!   as it starts by default: metrics on, spans off.
 //! - `principals`: the realistic shape next to the measuring one: the two-round `confirm` flow
 //!   of one principal with the per-principal limits off, alternating with the same flow spread
 //!   over `--principals` principals (`load-<k>`, one per operation in turn) under the server's
@@ -91,7 +97,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|principals|peer|challenges|gateway] \
+const USAGE: &str = "usage: loadgen [--flow all|list|confirm|confirm-files|files-vs-memory|confirm-redis|standing|audit-log|observe|principals|peer|challenges|gateway] \
     [--clients N] [--duration SECS] [--runs N] [--requests N] [--redis URL] [--warmup-ms MS] \
     [--server-threads N] [--wrap 'COMMAND ARGS'] [--principals N] [--peer-dir DIR] [--node BIN] \
     [--python BIN] [--upstream-py FILE] [--gateway BIN] [--gateway-log FILTER] \
@@ -226,6 +232,7 @@ fn run() -> Result<(), String> {
         ],
         "standing" => &["standing"],
         "audit-log" => &["audit-log"],
+        "observe" => &["observe"],
         "principals" => &["principals"],
         "peer" => &["peer"],
         "list" => &["list"],
@@ -403,6 +410,35 @@ fn run() -> Result<(), String> {
                     median(&off, cpu),
                 );
             }
+            "observe" => {
+                let [off, on] = alternate(
+                    &rt,
+                    &flags,
+                    &server_bin,
+                    [
+                        (Flow::ConfirmUnobserved, true),
+                        (Flow::ConfirmObserved, true),
+                    ],
+                    &mut errors,
+                )?;
+                let (a, b) = (median(&off, Report::rate), median(&on, Report::rate));
+                let paired = paired(&off, &on, |off, on| on.rate() / off.rate() * 100.0);
+                let cpu = |r: &Report| r.per_op_us(r.server_cpu);
+                println!(
+                    "two-round confirmation with metrics and spans (--otel): {b:.0} flows/s \
+                     against {a:.0} without (--no-metrics) ({:.1}% of it, {:+.1}%, medians); run \
+                     by run {:.1}% (median of {} pairs, {:.1}% to {:.1}%); server CPU {:.1} \
+                     against {:.1} µs/flow (medians)",
+                    b / a * 100.0,
+                    (b / a - 1.0) * 100.0,
+                    paired[paired.len() / 2],
+                    paired.len(),
+                    paired[0],
+                    paired[paired.len() - 1],
+                    median(&on, cpu),
+                    median(&off, cpu),
+                );
+            }
             "files-vs-memory" => {
                 let [memory, files] = alternate(
                     &rt,
@@ -504,6 +540,10 @@ enum Flow {
     ConfirmRedis,
     /// `Confirm` with the decision log on.
     ConfirmLogged,
+    /// `Confirm` with the server's metrics off (`--no-metrics`), and so no observability.
+    ConfirmUnobserved,
+    /// `Confirm` with the server's metrics and spans on (`--otel`).
+    ConfirmObserved,
     Standing,
     Challenges,
     /// `Confirm` spread over many principals, the server's default limits on.
@@ -570,6 +610,8 @@ impl Flow {
             (Flow::ConfirmRedis, _) => "confirm (redis)",
             (Flow::Standing, _) => "standing (memory)",
             (Flow::ConfirmLogged, _) => "confirm + log",
+            (Flow::ConfirmUnobserved, _) => "confirm (obs off)",
+            (Flow::ConfirmObserved, _) => "confirm (obs on)",
             (Flow::Challenges, _) => "challenges only",
             (Flow::ConfirmShared, _) => "confirm (many)",
             (Flow::PeerList, _) => "list (TS peer)",
@@ -835,6 +877,8 @@ async fn measure(
         Flow::Confirm
         | Flow::ConfirmRedis
         | Flow::ConfirmLogged
+        | Flow::ConfirmUnobserved
+        | Flow::ConfirmObserved
         | Flow::Standing
         | Flow::ConfirmShared => match flags.requests {
             Some(n) => n + 1,
@@ -1020,6 +1064,8 @@ async fn drive(
                     | Flow::ConfirmFiles
                     | Flow::ConfirmRedis
                     | Flow::ConfirmLogged
+                    | Flow::ConfirmUnobserved
+                    | Flow::ConfirmObserved
                     | Flow::ConfirmShared
                     | Flow::PeerConfirm => confirm(&mut conn, &setup, &mut id).await,
                     Flow::Standing => under_standing(&mut conn, &setup, &mut id).await,
@@ -1372,7 +1418,12 @@ impl Server {
                 command.args(["--replay-store", &flags.redis]);
                 command.args(["--principal-budget", &room]);
             }
-            Flow::Confirm | Flow::ConfirmFiles | Flow::ConfirmLogged | Flow::Standing => {
+            Flow::Confirm
+            | Flow::ConfirmFiles
+            | Flow::ConfirmLogged
+            | Flow::ConfirmUnobserved
+            | Flow::ConfirmObserved
+            | Flow::Standing => {
                 command.args(["--replay-store", &format!("memory:{room}")]);
                 command.args(["--principal-budget", &room]);
             }
@@ -1395,6 +1446,17 @@ impl Server {
             None => {
                 command.arg("--no-audit-log");
             }
+        }
+        // Metrics and spans: off, or both on, where they are measured; elsewhere the server's
+        // default (metrics on, spans off).
+        match flow {
+            Flow::ConfirmUnobserved => {
+                command.arg("--no-metrics");
+            }
+            Flow::ConfirmObserved => {
+                command.arg("--otel");
+            }
+            _ => {}
         }
         if let Some(threads) = flags.server_threads {
             command.env("TOKIO_WORKER_THREADS", threads.to_string());
