@@ -417,8 +417,10 @@ fn tracing_setup(otel: bool) {
         // No exporter: the demo measures and shows the spans, a deployment adds its own
         // (`opentelemetry-otlp`).
         let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        // Busy and idle times are two clock reads per poll, which spans are entered on: off.
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("notes_server"))
+            .with_tracked_inactivity(false)
             .with_filter(
                 tracing_subscriber::filter::Targets::new()
                     .with_target(mcp_confirm::observe::SPAN_TARGET, tracing::Level::INFO),
