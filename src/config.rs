@@ -150,6 +150,20 @@ impl Config {
         }
     }
 
+    /// The channel a configured tool is decided on, as operators see it (`form`, `browser`:
+    /// the approval page by the caller, `approver`: by someone else); `None` for a name that is
+    /// not a configured tool.
+    pub(crate) fn channel_of(&self, tool: &str) -> Option<&'static str> {
+        let policy = &self.tools.get(tool)?.policy;
+        Some(match policy.channel {
+            crate::policy::Channel::Form => "form",
+            crate::policy::Channel::Browser { .. } if policy.approvers.is_caller_only() => {
+                "browser"
+            }
+            crate::policy::Channel::Browser { .. } => "approver",
+        })
+    }
+
     /// Whether decisions are written to a decision log (what only the log needs is computed
     /// only then).
     pub(crate) fn logging(&self) -> bool {
@@ -160,7 +174,7 @@ impl Config {
     /// a record there; a log that is down loses it (it counts what it loses). For what does
     /// not run anything.
     pub(crate) fn report(&self, event: DecisionEvent<'_>) {
-        crate::observe::decision(self, &event);
+        crate::observe::decision(&|tool| self.channel_of(tool), &event);
         crate::audit::report(self.log.as_deref(), &event, || self.entry(&event));
     }
 
@@ -169,7 +183,7 @@ impl Config {
     /// queued. A log that is down, or a write that fails, refuses it unless the log's policy
     /// is to fail open (which only queues the record).
     pub(crate) async fn report_decisive(&self, event: DecisionEvent<'_>) -> Result<(), Refused> {
-        crate::observe::decision(self, &event);
+        crate::observe::decision(&|tool| self.channel_of(tool), &event);
         crate::audit::report_decisive(
             self.log.as_deref(),
             &event,

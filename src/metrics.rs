@@ -15,8 +15,6 @@
 //!
 //! The decision log (`mcp-confirm-log`, feature `metrics`) adds `mcp_confirm_log_*`.
 
-use crate::observe::Seen;
-
 /// Decisions, by `tool`, `outcome` (`challenged`, `accepted`, `standing_used`, `declined`,
 /// `cancelled`, `refused`, `replay_blocked`, `waived`, `approval_approved`,
 /// `approval_declined`, `approval_endorsed`, `standing_granted`, `grant_issued`, `grant_begun`,
@@ -127,18 +125,23 @@ impl Gauges {
     }
 }
 
-/// Counts one decision.
-pub(crate) fn decision(seen: &Seen<'_>) {
-    metrics::counter!(DECISIONS, "tool" => seen.tool.to_owned(), "outcome" => seen.outcome,
-        "channel" => seen.channel)
+/// Counts one decision (`tool` is already a label: a configured tool's name or `other`).
+pub(crate) fn decision(
+    outcome: &'static str,
+    tool: &str,
+    channel: &'static str,
+    class: Option<&str>,
+) {
+    metrics::counter!(DECISIONS, "tool" => tool.to_owned(), "outcome" => outcome,
+        "channel" => channel)
     .increment(1);
-    if let Some(class) = seen.class
-        && matches!(seen.outcome, "refused" | "replay_blocked")
+    if let Some(class) = class
+        && matches!(outcome, "refused" | "replay_blocked")
     {
-        metrics::counter!(REFUSALS, "tool" => seen.tool.to_owned(), "class" => class.to_owned())
+        metrics::counter!(REFUSALS, "tool" => tool.to_owned(), "class" => class.to_owned())
             .increment(1);
     }
-    if seen.outcome == "replay_blocked" {
+    if outcome == "replay_blocked" {
         claim("replay");
     }
 }

@@ -14,38 +14,26 @@ use tracing::Span;
 use tracing::field::Empty;
 
 use crate::audit::event::DecisionEvent;
-use crate::config::Config;
 use crate::message::TOOLS_CALL;
 use crate::message::ToolCall;
-use crate::policy::Channel;
 use crate::protocol::META_PROTOCOL_VERSION;
 
 /// The `tracing` target of the spans and span events: give it to the layer that exports
 /// spans, keep it out of your log output.
 pub const SPAN_TARGET: &str = "mcp_confirm::span";
 
-/// The name a tool is known by in labels and span attributes of the decision: a configured
-/// tool's own, `other` for anything a caller made up (a caller cannot grow the number of
-/// series).
-pub(crate) fn tool_label<'a>(config: &Config, tool: &'a str) -> &'a str {
-    if config.tools.contains_key(tool) {
+/// What the layer says of a tool name: its channel (`form`, `browser`: the approval page by
+/// the caller, `approver`: the page by someone else) if it is a configured tool, `None` for
+/// anything else, which a caller may have made up: such names are labelled `other`, so a
+/// caller cannot grow the number of series.
+pub(crate) type Channels<'c> = &'c dyn Fn(&str) -> Option<&'static str>;
+
+/// The label of `tool`: its own name if configured, else `other`.
+pub(crate) fn tool_label<'a>(channels: Channels<'_>, tool: &'a str) -> &'a str {
+    if channels(tool).is_some() {
         tool
     } else {
         "other"
-    }
-}
-
-/// The channel a configured tool is decided on: `form` (the client's form), `browser` (the
-/// approval page, by the caller), `approver` (the page, by someone else).
-pub(crate) fn channel(config: &Config, tool: &str) -> &'static str {
-    match config
-        .tools
-        .get(tool)
-        .map(|t| (&t.policy.channel, &t.policy.approvers))
-    {
-        Some((Channel::Browser { .. }, approvers)) if !approvers.is_caller_only() => "approver",
-        Some((Channel::Browser { .. }, _)) => "browser",
-        _ => "form",
     }
 }
 
@@ -62,12 +50,13 @@ pub(crate) struct Seen<'a> {
 impl<'a> Seen<'a> {
     /// The decisions operators count; `None` for the steps and the plumbing (a step refused
     /// without ending the call, a forward, a completion), which only the audit trail keeps.
-    pub(crate) fn of(config: &Config, event: &'a DecisionEvent<'a>) -> Option<Self> {
+    pub(crate) fn of(channels: Channels<'_>, event: &'a DecisionEvent<'a>) -> Option<Self> {
         let seen = |tool: &'a str, channel: Option<&'static str>, class: Option<&'a str>| {
+            let configured = channels(tool);
             Some(Seen {
                 outcome: event.name(),
-                tool: tool_label(config, tool),
-                channel: channel.unwrap_or_else(|| self::channel(config, tool)),
+                tool: if configured.is_some() { tool } else { "other" },
+                channel: channel.or(configured).unwrap_or("form"),
                 class,
             })
         };
@@ -95,8 +84,8 @@ impl<'a> Seen<'a> {
 
 /// Reports `event` to operators: on the current decision span, as a span event, and (feature
 /// `metrics`) to the counters.
-pub(crate) fn decision(config: &Config, event: &DecisionEvent<'_>) {
-    if let Some(seen) = Seen::of(config, event) {
+pub(crate) fn decision(channels: Channels<'_>, event: &DecisionEvent<'_>) {
+    if let Some(seen) = Seen::of(channels, event) {
         emit(&seen);
     }
 }
@@ -130,7 +119,7 @@ fn emit(seen: &Seen<'_>) {
     }
     span_event(seen);
     #[cfg(feature = "metrics")]
-    crate::metrics::decision(seen);
+    crate::metrics::decision(seen.outcome, seen.tool, seen.channel, seen.class);
 }
 
 /// The span event of a decision, named `mcp_confirm.<outcome>` (its message, which is what
@@ -170,12 +159,12 @@ pub(crate) fn call_span(call: &ToolCall) -> Span {
 
 /// The child span of the decision proper: its outcome, channel, refusal class and the
 /// deployment's policy revision.
-pub(crate) fn decision_span(config: &Config) -> Span {
+pub(crate) fn decision_span(policy: Option<&str>) -> Span {
     tracing::info_span!(target: SPAN_TARGET, "mcp_confirm.decision",
         mcp_confirm.outcome = Empty,
         mcp_confirm.channel = Empty,
         mcp_confirm.refusal_class = Empty,
-        mcp_confirm.policy = config.policy_revision.as_deref(),
+        mcp_confirm.policy = policy,
     )
 }
 
@@ -261,9 +250,8 @@ pub(crate) fn store_failed(_backend: &'static str) {
 }
 
 /// A retry answered the question asked at `issued_at` (`answer`: `accept`, `decline`,
-/// `cancel`).
+/// `cancel`); `tool` is its label ([`tool_label`]).
 pub(crate) fn answered(
-    config: &Config,
     tool: &str,
     answer: &'static str,
     issued_at: u64,
@@ -274,12 +262,8 @@ pub(crate) fn answered(
         let now = now
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        crate::metrics::answered(
-            tool_label(config, tool),
-            answer,
-            now.saturating_sub(issued_at),
-        );
+        crate::metrics::answered(tool, answer, now.saturating_sub(issued_at));
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (config, tool, answer, issued_at, now);
+    let _ = (tool, answer, issued_at, now);
 }

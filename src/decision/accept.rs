@@ -88,7 +88,7 @@ impl Attempt<'_> {
                 nonce: &claims.nonce,
                 reason: refusal.reason(),
             };
-            crate::observe::decision(config, &revoked);
+            crate::observe::decision(&|tool| config.channel_of(tool), &revoked);
             revoked.trace();
             withdraw(config, grant).await;
             if guard.is_none() {

@@ -80,8 +80,7 @@ impl Attempt<'_> {
     /// settles it (a replay or a refused retry is no answer).
     pub(super) fn answered(&self, answer: &'static str, claims: &Claims) {
         crate::observe::answered(
-            self.config,
-            &self.call.tool,
+            crate::observe::tool_label(&|tool| self.config.channel_of(tool), &self.call.tool),
             answer,
             claims.issued_at,
             self.config.sealer.now(),

@@ -83,7 +83,7 @@ pub(crate) async fn decide(
 ) -> Decision {
     // The adapter runs this inside the call's span; the decision is its child.
     let call_span = tracing::Span::current();
-    let span = crate::observe::decision_span(&config);
+    let span = crate::observe::decision_span(config.policy_revision.as_deref());
     let decision = decide_in_span(config, guarded, call, principal, declared)
         .instrument(span)
         .await;
@@ -166,7 +166,7 @@ async fn decide_in_span(
         Ok(()) => decision,
         Err(refused) => {
             let event = refused.event(&call.tool, Some(&principal));
-            crate::observe::decision(&config, &event);
+            crate::observe::decision(&|tool| config.channel_of(tool), &event);
             event.trace();
             Decision::Reply(refused.reply(&call))
         }
