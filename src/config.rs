@@ -150,6 +150,23 @@ impl Config {
         }
     }
 
+    /// Reports `event` to operators only (spans, metrics and `tracing`), not to the decision
+    /// log: for what the log does not keep.
+    pub(crate) fn trace(&self, event: &DecisionEvent<'_>) {
+        self.observe(event);
+        event.trace();
+    }
+
+    /// Reports `event` to the span and the metrics.
+    fn observe(&self, event: &DecisionEvent<'_>) {
+        crate::observe::decision(&|tool| self.channel_of(tool), event);
+    }
+
+    /// `tool`'s label in metrics: its own name if configured, else `other`.
+    pub(crate) fn tool_label<'a>(&self, tool: &'a str) -> &'a str {
+        crate::observe::tool_label(&|tool| self.channel_of(tool), tool)
+    }
+
     /// The channel a configured tool is decided on, as operators see it (`form`, `browser`:
     /// the approval page by the caller, `approver`: by someone else); `None` for a name that is
     /// not a configured tool.
@@ -174,7 +191,7 @@ impl Config {
     /// a record there; a log that is down loses it (it counts what it loses). For what does
     /// not run anything.
     pub(crate) fn report(&self, event: DecisionEvent<'_>) {
-        crate::observe::decision(&|tool| self.channel_of(tool), &event);
+        self.observe(&event);
         crate::audit::report(self.log.as_deref(), &event, || self.entry(&event));
     }
 
@@ -183,7 +200,7 @@ impl Config {
     /// queued. A log that is down, or a write that fails, refuses it unless the log's policy
     /// is to fail open (which only queues the record).
     pub(crate) async fn report_decisive(&self, event: DecisionEvent<'_>) -> Result<(), Refused> {
-        crate::observe::decision(&|tool| self.channel_of(tool), &event);
+        self.observe(&event);
         crate::audit::report_decisive(
             self.log.as_deref(),
             &event,

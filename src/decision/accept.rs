@@ -88,8 +88,7 @@ impl Attempt<'_> {
                 nonce: &claims.nonce,
                 reason: refusal.reason(),
             };
-            crate::observe::decision(&|tool| config.channel_of(tool), &revoked);
-            revoked.trace();
+            config.trace(&revoked);
             withdraw(config, grant).await;
             if guard.is_none() {
                 // Nothing was claimed yet (the handler was to claim): burn the state all the

@@ -80,7 +80,7 @@ impl Attempt<'_> {
     /// settles it (a replay or a refused retry is no answer).
     pub(super) fn answered(&self, answer: &'static str, claims: &Claims) {
         crate::observe::answered(
-            crate::observe::tool_label(&|tool| self.config.channel_of(tool), &self.call.tool),
+            self.config.tool_label(&self.call.tool),
             answer,
             claims.issued_at,
             self.config.sealer.now(),

@@ -165,9 +165,7 @@ async fn decide_in_span(
     match recorded {
         Ok(()) => decision,
         Err(refused) => {
-            let event = refused.event(&call.tool, Some(&principal));
-            crate::observe::decision(&|tool| config.channel_of(tool), &event);
-            event.trace();
+            config.trace(&refused.event(&call.tool, Some(&principal)));
             Decision::Reply(refused.reply(&call))
         }
     }
