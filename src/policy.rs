@@ -432,6 +432,8 @@ pub struct ToolPolicy {
     pub(crate) approvers: Approvers,
     /// Re-checks each approver as the approved call is about to run.
     pub(crate) recheck_approvers: Option<Arc<dyn ApproverCheck>>,
+    /// The group of tools whose waiting calls the approval page may show and decide together.
+    pub(crate) batch_group: Option<String>,
     /// Which of the keys the build-time rules are about were given, as given (`queued` and
     /// `claimed_by_handler` both, say, though the settlement keeps the last): the rules refuse
     /// the combination instead of one silently winning.
@@ -471,6 +473,7 @@ impl fmt::Debug for ToolPolicy {
             .field("standing", &self.standing)
             .field("approvers", &self.approvers)
             .field("recheck_approvers", &self.recheck_approvers.is_some())
+            .field("batch_group", &self.batch_group)
             .finish_non_exhaustive()
     }
 }
@@ -500,6 +503,7 @@ impl ToolPolicy {
             standing: None,
             approvers: Approvers::caller(),
             recheck_approvers: None,
+            batch_group: None,
             given: Given::default(),
         }
     }
@@ -703,6 +707,21 @@ impl ToolPolicy {
         self
     }
 
+    /// With [`approve_in_browser`](Self::approve_in_browser): calls of this tool that wait for
+    /// one principal at once, with calls of the other tools of the same `group`, are shown on
+    /// the approval page as one list, each row with its tool, arguments and record, and may be
+    /// decided together: approve all (no member runs unless every member was approved), decline
+    /// all, or approve some. The decision binds the exact set shown; each call still runs on its
+    /// own retry, after its own claim and revalidation. See [`crate::approval::batch`].
+    ///
+    /// Only calls decided by one approver without a passkey or a typed id can be batched; the
+    /// build refuses this with [`require_typed_id`](Self::require_typed_id) or a rule that needs
+    /// more.
+    pub fn batch_group(mut self, group: impl Into<String>) -> Self {
+        self.batch_group = Some(group.into());
+        self
+    }
+
     /// With [`approve_in_browser`](Self::approve_in_browser): approving requires typing the
     /// chosen record's id on the page, so a reflexive click does not delete anything.
     pub fn require_typed_id(mut self) -> Self {
@@ -840,6 +859,32 @@ impl ToolPolicy {
                  them, and must answer false when they are the same person (the page and the \
                  endpoint may name one person differently, an e-mail and a user id)"
             ));
+        }
+        if let Some(group) = &self.batch_group {
+            if !field_ok(group) {
+                return Err(format!("tool {tool:?}: invalid batch group {group:?}"));
+            }
+            match self.channel {
+                Channel::Form => {
+                    return Err(format!(
+                        "tool {tool:?}: `batch_group` needs `approve_in_browser`: a client's form \
+                         shows one call; only the approval page shows several together"
+                    ));
+                }
+                Channel::Browser { typed_id: true } => {
+                    return Err(format!(
+                        "tool {tool:?}: `batch_group` cannot go with `require_typed_id`: a \
+                         batch is approved without typing each record's id"
+                    ));
+                }
+                Channel::Browser { typed_id: false } => {}
+            }
+            if self.approvers.required_approvals() > 1 || self.approvers.needs_passkey() {
+                return Err(format!(
+                    "tool {tool:?}: `batch_group` needs a rule one approver meets without a \
+                     passkey: approvals that need more are decided one by one"
+                ));
+            }
         }
         if self.standing.is_some() && !self.approvers.is_caller_only() {
             return Err(format!(

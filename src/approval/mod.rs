@@ -16,6 +16,10 @@
 //! principals, a role, anyone but the caller) and how many, given with
 //! [`ToolPolicy::approved_by`](crate::ToolPolicy::approved_by); the record carries the rule, and
 //! every store applies it with the decision, atomically. [`crate::notify`] tells approvers.
+//!
+//! Calls of tools that share a [`batch_group`](crate::ToolPolicy::batch_group) and wait together
+//! for one principal are shown, and may be decided, as one list ([`batch`]): one decision over the
+//! exact set shown, kept once, then applied to each member.
 
 pub use crate::approvers::{Approvers, MAX_NAMED_APPROVERS, MAX_REQUIRED_APPROVALS};
 #[cfg(feature = "pages")]
@@ -29,5 +33,13 @@ pub use crate::pages::approval::page::ApprovalPage;
 pub use crate::pages::approval::passkeys::PasskeyPage;
 pub use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decider, Decision, Endorsement,
-    MAX_PENDING_APPROVALS,
+    MAX_PENDING_APPROVALS, MAX_SHOWN_ARGUMENTS,
 };
+
+/// One decision over several approvals of one principal (a batch): the set shown, the record
+/// of its decision, and how that record reaches each member.
+pub mod batch {
+    pub use crate::store::batch::{
+        Applied, BatchDecision, BatchMark, MAX_BATCH, SetDigest, all_approved, apply, batchable,
+    };
+}

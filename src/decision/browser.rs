@@ -5,8 +5,11 @@ use crate::engine::Refused;
 use crate::form;
 use crate::policy::{ApproverQuery, Candidate};
 use crate::protocol::{Ask, RpcError};
+use serde_json::Value;
+
 use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decision as ApprovalDecision,
+    MAX_SHOWN_ARGUMENTS,
 };
 use crate::token::StateError;
 use crate::token::claims::Claims;
@@ -59,6 +62,13 @@ impl Attempt<'_> {
             endorsements: Vec::new(),
             created_at: self.config.sealer.now(),
             decision: None,
+            batch_group: policy.batch_group.clone(),
+            batch: None,
+            shown_arguments: self
+                .call
+                .arguments()
+                .map(Value::to_string)
+                .filter(|text| text.len() <= MAX_SHOWN_ARGUMENTS),
         }
     }
 

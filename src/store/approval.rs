@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::StoreError;
+use super::batch::{BatchDecision, BatchMark, SetDigest};
 use crate::approvers::Approvers;
 use crate::kernel::{BoxFuture, Nonce, PrincipalKey, hex, unhex};
 
@@ -56,6 +57,36 @@ pub trait ApprovalStore: fmt::Debug + Send + Sync + 'static {
         let _ = audience;
         Box::pin(std::future::ready(Ok(None)))
     }
+
+    /// The undecided, unexpired approvals of `principal` in `audience`, oldest first: what the
+    /// approval page may offer to decide together (a batch, [`crate::approval::batch`]). The
+    /// default finds none, so a store without it never batches.
+    fn siblings<'a>(
+        &'a self,
+        audience: &'a str,
+        principal: &'a PrincipalKey,
+    ) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+        let _ = (audience, principal);
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// Keeps `batch` until its expiry, once per set: `Ok(false)`, and nothing changes, when a
+    /// decision of this set is kept already. Atomic: of two deciders racing, one is kept.
+    fn record_batch<'a>(
+        &'a self,
+        batch: &'a BatchDecision,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let _ = batch;
+        Box::pin(std::future::ready(Err(StoreError::Backend(
+            "this approval store keeps no batch decisions".into(),
+        ))))
+    }
+
+    /// The decision of set `set`, if one is kept and unexpired.
+    fn batch(&self, set: SetDigest) -> BoxFuture<'_, Result<Option<BatchDecision>, StoreError>> {
+        let _ = set;
+        Box::pin(std::future::ready(Ok(None)))
+    }
 }
 
 impl<S: ApprovalStore + ?Sized> ApprovalStore for Arc<S> {
@@ -87,6 +118,25 @@ impl<S: ApprovalStore + ?Sized> ApprovalStore for Arc<S> {
 
     fn pending<'a>(&'a self, audience: &'a str) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
         (**self).pending(audience)
+    }
+
+    fn siblings<'a>(
+        &'a self,
+        audience: &'a str,
+        principal: &'a PrincipalKey,
+    ) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+        (**self).siblings(audience, principal)
+    }
+
+    fn record_batch<'a>(
+        &'a self,
+        batch: &'a BatchDecision,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        (**self).record_batch(batch)
+    }
+
+    fn batch(&self, set: SetDigest) -> BoxFuture<'_, Result<Option<BatchDecision>, StoreError>> {
+        (**self).batch(set)
     }
 }
 
@@ -222,6 +272,8 @@ pub struct Decider {
     pub caller: bool,
     /// The id of the passkey whose assertion, bound to this approval, verified the decision.
     pub passkey: Option<String>,
+    /// The batch this decision is part of, recorded on the approval with it.
+    pub batch: Option<BatchMark>,
 }
 
 impl Decider {
@@ -236,7 +288,15 @@ impl Decider {
             roles: roles.into_iter().map(Into::into).collect(),
             caller,
             passkey: None,
+            batch: None,
         }
+    }
+
+    /// The same decider, deciding as part of the batch `mark` names.
+    #[must_use]
+    pub fn in_batch(mut self, mark: BatchMark) -> Self {
+        self.batch = Some(mark);
+        self
     }
 
     /// The same decider, verified by passkey `credential`.
@@ -321,7 +381,19 @@ pub struct Approval {
     /// The decision, once final: declined by anyone the rule admits, or approved by as many as
     /// it requires.
     pub decision: Option<Decision>,
+    /// The group of tools this call may be decided with, in one batch (the policy's
+    /// [`batch_group`](crate::ToolPolicy::batch_group)); `None`: only on its own.
+    pub batch_group: Option<String>,
+    /// The batch whose decision decided it, if one did.
+    pub batch: Option<BatchMark>,
+    /// The call's arguments as the approver is shown them (compact JSON, at most
+    /// [`MAX_SHOWN_ARGUMENTS`] bytes); `None` when larger, or in records made before.
+    pub shown_arguments: Option<String>,
 }
+
+/// The most bytes of a call's arguments an approval keeps to show; larger ones are shown by
+/// their digest only.
+pub const MAX_SHOWN_ARGUMENTS: usize = 2048;
 
 impl fmt::Debug for Approval {
     /// No subject, message or labels: who asked and about what stays out of logs.
@@ -368,6 +440,7 @@ impl Approval {
         }
         let Decision::Approved { chosen, standing } = decision else {
             self.decision = Some(Decision::Declined);
+            self.batch = decider.batch;
             return Decided::Recorded;
         };
         if self
@@ -409,6 +482,7 @@ impl Approval {
             };
         }
         self.decision = Some(Decision::Approved { chosen, standing });
+        self.batch = decider.batch;
         Decided::Recorded
     }
 
@@ -439,6 +513,9 @@ impl Approval {
             endorsements: self.endorsements.clone(),
             created_at_ms: unix_ms(self.created_at),
             decision: self.decision.clone(),
+            batch_group: self.batch_group.clone(),
+            batch: self.batch.clone(),
+            shown_arguments: self.shown_arguments.clone(),
         };
         serde_json::to_string(&stored).unwrap_or_default()
     }
@@ -467,6 +544,9 @@ impl Approval {
             endorsements: s.endorsements,
             created_at: UNIX_EPOCH + std::time::Duration::from_millis(s.created_at_ms),
             decision: s.decision,
+            batch_group: s.batch_group,
+            batch: s.batch,
+            shown_arguments: s.shown_arguments,
         })
     }
 }
@@ -502,6 +582,12 @@ struct Stored {
     #[serde(default)]
     created_at_ms: u64,
     decision: Option<Decision>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    batch_group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    batch: Option<BatchMark>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shown_arguments: Option<String>,
 }
 
 #[cfg(test)]
@@ -531,6 +617,9 @@ mod tests {
             endorsements: Vec::new(),
             created_at: now,
             decision: None,
+            batch_group: None,
+            batch: None,
+            shown_arguments: None,
         }
     }
 

@@ -25,6 +25,7 @@ use super::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decider, Decision,
     MAX_PENDING_APPROVALS,
 };
+use super::batch::{BatchDecision, SetDigest};
 use super::passkey::{MAX_PASSKEYS_PER_SUBJECT, PasskeyStore, Registered, RegisteredPasskey};
 use super::standing::{
     MAX_STANDING_PER_PRINCIPAL, MAX_STANDING_SCOPE_BYTES, Standing, StandingId, StandingKey,
@@ -270,7 +271,173 @@ pub fn approval(principal: PrincipalKey, ttl: Duration) -> Approval {
         endorsements: Vec::new(),
         created_at: whole_ms(SystemTime::now()),
         decision: None,
+        batch_group: None,
+        batch: None,
+        shown_arguments: None,
     }
+}
+
+/// A batchable approval of `principal` in `audience`, made now, expiring in a minute.
+fn member(principal: PrincipalKey, audience: &str) -> Approval {
+    let nonce = Nonce::random();
+    let mut a = approval(principal, Duration::from_secs(60));
+    a.id = ApprovalId::for_nonce(&nonce);
+    a.nonce = nonce;
+    a.audience = audience.into();
+    a.standing = None;
+    a.batch_group = Some("notes".into());
+    a.shown_arguments = Some(r#"{"title":"Groceries"}"#.into());
+    a
+}
+
+/// A batch decision of `members` by the caller, approving note-3 of each where `approve`.
+fn batch_of(members: &[&Approval], approve: &[bool], all_or_nothing: bool) -> BatchDecision {
+    BatchDecision {
+        set: SetDigest::of(members.iter().copied()),
+        audience: members[0].audience.clone(),
+        principal: members[0].principal,
+        decider: "alice".into(),
+        roles: Vec::new(),
+        caller: true,
+        members: members
+            .iter()
+            .zip(approve)
+            .map(|(a, yes)| {
+                let decision = if *yes {
+                    Decision::Approved {
+                        chosen: "note-3".into(),
+                        standing: false,
+                    }
+                } else {
+                    Decision::Declined
+                };
+                (a.id, decision)
+            })
+            .collect(),
+        all_or_nothing,
+        decided_at: whole_ms(SystemTime::now()),
+        expires_at: members[0].expires_at,
+    }
+}
+
+/// A principal's undecided, unexpired approvals of one audience are listed oldest first, and
+/// nothing of another principal or audience, nor anything decided.
+pub async fn siblings_are_one_principals_undecided_approvals<S: ApprovalStore>(store: &S) {
+    let (alice, bob) = (principal(), principal());
+    let mut mine = Vec::new();
+    for i in 0..3u64 {
+        let mut a = member(alice, "notes.example");
+        a.created_at = whole_ms(SystemTime::now() - Duration::from_secs(30 - i));
+        store.propose(&a).await.expect("propose");
+        mine.push(a);
+    }
+    store
+        .propose(&member(alice, "other.example"))
+        .await
+        .expect("propose");
+    store
+        .propose(&member(bob, "notes.example"))
+        .await
+        .expect("propose");
+    assert_eq!(
+        store
+            .decide(mine[1].id, caller(), Decision::Declined)
+            .await
+            .unwrap(),
+        Decided::Recorded
+    );
+    let found = store.siblings("notes.example", &alice).await.unwrap();
+    let ids: Vec<ApprovalId> = found.iter().map(|a| a.id).collect();
+    assert_eq!(ids, [mine[0].id, mine[2].id]);
+    assert_eq!(found[0], mine[0], "read back whole");
+    assert!(
+        store
+            .siblings("notes.example", &principal())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A batch decision is kept once per set: a second one of the same set changes nothing; applying
+/// it decides and marks each member, again changes nothing, and a member decided otherwise is
+/// reported, not overwritten.
+pub async fn batch_decisions_are_kept_once_and_applied_to_each_member<S: ApprovalStore>(store: &S) {
+    let alice = principal();
+    let members: Vec<Approval> = (0..3).map(|_| member(alice, "notes.example")).collect();
+    for a in &members {
+        store.propose(a).await.expect("propose");
+    }
+    let refs: Vec<&Approval> = members.iter().collect();
+    let batch = batch_of(&refs, &[true, false, true], false);
+    assert_eq!(store.batch(batch.set).await.unwrap(), None);
+    assert!(store.record_batch(&batch).await.unwrap(), "kept");
+    let second = batch_of(&refs, &[false, false, false], true);
+    assert!(
+        !store.record_batch(&second).await.unwrap(),
+        "a set is decided once"
+    );
+    assert_eq!(store.batch(batch.set).await.unwrap(), Some(batch.clone()));
+    // A member decided on its own page first keeps that decision.
+    assert_eq!(
+        store
+            .decide(members[2].id, caller(), Decision::Declined)
+            .await
+            .unwrap(),
+        Decided::Recorded
+    );
+    let applied = crate::store::batch::apply(store, &batch).await.unwrap();
+    assert_eq!(applied.decided, [members[0].id, members[1].id]);
+    assert_eq!(applied.missed, [(members[2].id, Decided::AlreadyDecided)]);
+    let first = store.approval(members[0].id).await.unwrap().unwrap();
+    assert_eq!(
+        first.decision,
+        Some(Decision::Approved {
+            chosen: "note-3".into(),
+            standing: false
+        })
+    );
+    assert_eq!(first.batch, Some(batch.mark()));
+    let second = store.approval(members[1].id).await.unwrap().unwrap();
+    assert_eq!(second.decision, Some(Decision::Declined));
+    assert_eq!(second.batch, Some(batch.mark()));
+    assert_eq!(
+        store.approval(members[2].id).await.unwrap().unwrap().batch,
+        None
+    );
+    let again = crate::store::batch::apply(store, &batch).await.unwrap();
+    assert!(again.decided.is_empty());
+    assert_eq!(again.already, [members[0].id, members[1].id]);
+    // All or nothing: a member decided otherwise stops every member.
+    let whole = batch_of(&refs[..2], &[true, true], true);
+    assert!(
+        !crate::store::batch::all_approved(store, &whole)
+            .await
+            .unwrap()
+    );
+}
+
+/// Of many deciders racing to keep a decision of one set, exactly one is kept.
+pub async fn one_batch_decision_among_racers<S: ApprovalStore>(store: Arc<S>) {
+    let alice = principal();
+    let members: Vec<Approval> = (0..2).map(|_| member(alice, "notes.example")).collect();
+    for a in &members {
+        store.propose(a).await.expect("propose");
+    }
+    let mut racers = Vec::new();
+    for i in 0..8 {
+        let (store, members) = (store.clone(), members.clone());
+        racers.push(tokio::spawn(async move {
+            let refs: Vec<&Approval> = members.iter().collect();
+            let batch = batch_of(&refs, &[i % 2 == 0, true], false);
+            store.record_batch(&batch).await.expect("record")
+        }));
+    }
+    let mut kept = 0;
+    for racer in racers {
+        kept += usize::from(racer.await.expect("join"));
+    }
+    assert_eq!(kept, 1);
 }
 
 fn whole_ms(at: SystemTime) -> SystemTime {
@@ -1277,6 +1444,15 @@ macro_rules! approval_store_conformance {
             #[tokio::test]
             conformance_inbox_lists_what_waits_for_an_approver =
                 inbox_lists_what_waits_for_an_approver(&store),
+            #[tokio::test]
+            conformance_siblings_are_one_principals_undecided_approvals =
+                siblings_are_one_principals_undecided_approvals(&store),
+            #[tokio::test]
+            conformance_batch_decisions_are_kept_once_and_applied_to_each_member =
+                batch_decisions_are_kept_once_and_applied_to_each_member(&store),
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            conformance_one_batch_decision_among_racers =
+                one_batch_decision_among_racers(::std::sync::Arc::new(store)),
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             conformance_one_decision_among_concurrent_deciders =
                 one_decision_among_concurrent_deciders(::std::sync::Arc::new(store)),

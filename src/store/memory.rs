@@ -12,6 +12,7 @@ use dashmap::mapref::entry::Entry as MapEntry;
 use super::approval::{
     Approval, ApprovalId, ApprovalStore, Decided, Decider, Decision, MAX_PENDING_APPROVALS,
 };
+use super::batch::{BatchDecision, SetDigest};
 use super::passkey::{
     MAX_PASSKEYS_PER_SUBJECT, PasskeyStore, Registered, RegisteredPasskey, subject_key,
 };
@@ -57,6 +58,9 @@ struct Inner {
     /// Each principal's pending approvals (id, expiry), so `propose` counts a principal's
     /// share over its own, not over the whole store; ids of gone or expired ones leave lazily.
     pending: DashMap<PrincipalKey, Vec<(ApprovalId, SystemTime)>>,
+    /// Batch decisions by set, until their last member's expiry (each member is an approval,
+    /// so there are never more of them than approvals).
+    batches: DashMap<SetDigest, BatchDecision>,
     /// Standing approvals by key, until their expiry; at most `capacity`.
     standing: DashMap<StandingKey, Kept>,
     /// Held while a grant counts and inserts, so two grants never both pass one cap.
@@ -80,6 +84,7 @@ impl Inner {
     /// Forgets expired approvals, and the per-principal ids of those gone.
     fn sweep_approvals(&self, now: SystemTime) {
         self.approvals.retain(|_, a| now < a.expires_at);
+        self.batches.retain(|_, b| now < b.expires_at);
         self.pending.retain(|_, mine| {
             mine.retain(|(id, at)| now < *at && self.approvals.contains_key(id));
             !mine.is_empty()
@@ -152,6 +157,7 @@ impl MemoryReplayStore {
                 epoch: BootEpoch::random(),
                 clock: Arc::new(clock),
                 approvals: DashMap::new(),
+                batches: DashMap::new(),
                 pending: DashMap::new(),
                 standing: DashMap::new(),
                 granting: std::sync::Mutex::new(()),
@@ -619,6 +625,71 @@ impl ApprovalStore for MemoryReplayStore {
         });
         found.truncate(limit);
         Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn siblings<'a>(
+        &'a self,
+        audience: &'a str,
+        principal: &'a PrincipalKey,
+    ) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+        Box::pin(std::future::ready(Ok(
+            self.siblings_now(audience, principal)
+        )))
+    }
+
+    fn record_batch<'a>(
+        &'a self,
+        batch: &'a BatchDecision,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let now = self.inner.clock.now();
+        let kept = match self.inner.batches.entry(batch.set) {
+            MapEntry::Occupied(mut old) if now >= old.get().expires_at => {
+                old.insert(batch.clone());
+                true
+            }
+            MapEntry::Occupied(_) => false,
+            MapEntry::Vacant(slot) => {
+                slot.insert(batch.clone());
+                true
+            }
+        };
+        Box::pin(std::future::ready(Ok(kept)))
+    }
+
+    fn batch(&self, set: SetDigest) -> BoxFuture<'_, Result<Option<BatchDecision>, StoreError>> {
+        let now = self.inner.clock.now();
+        let found = self
+            .inner
+            .batches
+            .get(&set)
+            .filter(|b| now < b.expires_at)
+            .map(|b| b.clone());
+        Box::pin(std::future::ready(Ok(found)))
+    }
+}
+
+impl MemoryReplayStore {
+    fn siblings_now(&self, audience: &str, principal: &PrincipalKey) -> Vec<Approval> {
+        let now = self.inner.clock.now();
+        let Some(mine) = self.inner.pending.get(principal).map(|m| m.clone()) else {
+            return Vec::new();
+        };
+        let mut found: Vec<Approval> = mine
+            .iter()
+            .filter_map(|(id, _)| self.inner.approvals.get(id).map(|a| a.clone()))
+            .filter(|a| {
+                now < a.expires_at
+                    && a.decision.is_none()
+                    && a.audience == audience
+                    && a.principal == *principal
+            })
+            .collect();
+        found.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then(a.id.as_bytes().cmp(b.id.as_bytes()))
+        });
+        found
     }
 }
 

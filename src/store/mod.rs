@@ -28,6 +28,7 @@ use std::time::{Duration, SystemTime};
 pub(crate) mod approval;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) mod backend;
+pub(crate) mod batch;
 #[cfg(any(test, feature = "test-support"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-support")))]
 pub mod conformance;

@@ -10,6 +10,7 @@ use super::approval::{
     Approval, ApprovalId, ApprovalStore, Decided, Decider, Decision, MAX_PENDING_APPROVALS,
 };
 use super::backend::{backend, bounded, postgres_pool, table_name};
+use super::batch::{BatchDecision, SetDigest};
 use super::passkey::{
     MAX_PASSKEYS_PER_SUBJECT, PasskeyStore, Registered, RegisteredPasskey, subject_key,
 };
@@ -166,6 +167,7 @@ impl PostgresStore {
                 AND to_regclass('{t}_standing_principal') IS NOT NULL
                 AND to_regclass('{t}_approvals_routes') IS NOT NULL
                 AND to_regclass('{t}_passkeys_subject') IS NOT NULL
+                AND to_regclass('{t}_batches_expires_at') IS NOT NULL
                 AND (SELECT count(*) FROM pg_attribute
                      WHERE attname IN ('routes', 'audience', 'created_at', 'decided')
                        AND NOT attisdropped AND attrelid = to_regclass('{t}_approvals')) = 4
@@ -202,6 +204,11 @@ impl PostgresStore {
              CREATE INDEX IF NOT EXISTS {t}_approvals_expires_at ON {t}_approvals (expires_at);
              CREATE INDEX IF NOT EXISTS {t}_approvals_principal ON {t}_approvals (principal, expires_at);
              CREATE INDEX IF NOT EXISTS {t}_approvals_routes ON {t}_approvals USING gin (routes);
+             CREATE TABLE IF NOT EXISTS {t}_batches (
+                id text PRIMARY KEY,
+                record text NOT NULL,
+                expires_at timestamptz NOT NULL);
+             CREATE INDEX IF NOT EXISTS {t}_batches_expires_at ON {t}_batches (expires_at);
              CREATE TABLE IF NOT EXISTS {t}_standing (
                 key bytea PRIMARY KEY,
                 principal bytea NOT NULL,
@@ -243,6 +250,7 @@ impl PostgresStore {
             self.table
         );
         let standing = format!("DELETE FROM {}_standing WHERE expires_at <= $1", self.table);
+        let batches = format!("DELETE FROM {}_batches WHERE expires_at <= $1", self.table);
         let grants = format!("DELETE FROM {} WHERE keep_until < $1", self.grants_table);
         self.bounded(async {
             let client = self.pool.get().await.map_err(backend)?;
@@ -250,11 +258,12 @@ impl PostgresStore {
             let nonces = client.execute(&sql, &[&now]).await.map_err(backend)?;
             let approvals = client.execute(&approvals, &[&now]).await.map_err(backend)?;
             let standing = client.execute(&standing, &[&now]).await.map_err(backend)?;
+            let batches = client.execute(&batches, &[&now]).await.map_err(backend)?;
             let grants = client
                 .execute(&grants, &[&self.grant_clock.now()])
                 .await
                 .map_err(backend)?;
-            Ok(nonces + approvals + standing + grants)
+            Ok(nonces + approvals + standing + batches + grants)
         })
         .await
     }
@@ -998,6 +1007,85 @@ impl ApprovalStore for PostgresStore {
                     })
                 })
                 .collect()
+        }))
+    }
+
+    fn siblings<'a>(
+        &'a self,
+        audience: &'a str,
+        principal: &'a PrincipalKey,
+    ) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+        let sql = format!(
+            "SELECT record FROM {}_approvals
+             WHERE principal = $1 AND audience = $2 AND NOT decided AND expires_at > $3
+             ORDER BY created_at, id LIMIT $4",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let limit = i64::try_from(MAX_PENDING_APPROVALS).unwrap_or(i64::MAX);
+            let key = principal.as_bytes().to_vec();
+            let rows = client
+                .query(&sql, &[&key, &audience, &SystemTime::now(), &limit])
+                .await
+                .map_err(backend)?;
+            rows.iter()
+                .map(|row| {
+                    let text: String = row.try_get(0).map_err(backend)?;
+                    Approval::decode(&text).ok_or_else(|| {
+                        StoreError::Backend("an approval record does not decode".into())
+                    })
+                })
+                .collect()
+        }))
+    }
+
+    fn record_batch<'a>(
+        &'a self,
+        batch: &'a BatchDecision,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        // A row past its expiry is replaced (the prune may not have run yet); a live one stays.
+        let sql = format!(
+            "INSERT INTO {t}_batches (id, record, expires_at) VALUES ($1, $2, $3)
+             ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record, expires_at = EXCLUDED.expires_at
+             WHERE {t}_batches.expires_at <= $4",
+            t = self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let kept = client
+                .execute(
+                    &sql,
+                    &[
+                        &batch.set.to_hex(),
+                        &batch.encode(),
+                        &batch.expires_at,
+                        &SystemTime::now(),
+                    ],
+                )
+                .await
+                .map_err(backend)?;
+            Ok(kept == 1)
+        }))
+    }
+
+    fn batch(&self, set: SetDigest) -> BoxFuture<'_, Result<Option<BatchDecision>, StoreError>> {
+        let sql = format!(
+            "SELECT record FROM {}_batches WHERE id = $1 AND expires_at > $2",
+            self.table
+        );
+        Box::pin(self.bounded(async move {
+            let client = self.pool.get().await.map_err(backend)?;
+            let row = client
+                .query_opt(&sql, &[&set.to_hex(), &SystemTime::now()])
+                .await
+                .map_err(backend)?;
+            row.map(|row| {
+                let text: String = row.try_get(0).map_err(backend)?;
+                BatchDecision::decode(&text)
+                    .ok_or_else(|| StoreError::Backend("a batch decision does not decode".into()))
+            })
+            .transpose()
         }))
     }
 }

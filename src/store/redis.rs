@@ -12,6 +12,7 @@ use super::approval::{
     Approval, ApprovalId, ApprovalStore, Decided, Decider, Decision, MAX_PENDING_APPROVALS,
 };
 use super::backend::{COMPARE_AND_SET, backend, millis_until, redis_connection};
+use super::batch::{BatchDecision, SetDigest};
 use super::passkey::{
     MAX_PASSKEYS_PER_SUBJECT, PasskeyStore, Registered, RegisteredPasskey, subject_key,
 };
@@ -843,9 +844,83 @@ impl ApprovalStore for RedisStore {
             Ok(found)
         })
     }
+
+    fn siblings<'a>(
+        &'a self,
+        audience: &'a str,
+        principal: &'a PrincipalKey,
+    ) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+        Box::pin(async move {
+            // The principal's pending approvals (at most MAX_PENDING_APPROVALS live ones).
+            let pending = format!("{}approvals:{}", self.prefix, principal.to_hex());
+            let now = SystemTime::now();
+            let mut live = redis::cmd("ZRANGE");
+            live.arg(&pending)
+                .arg(unix_millis(now))
+                .arg("+inf")
+                .arg("BYSCORE")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(MAX_PENDING_APPROVALS);
+            let members: Vec<String> = self.bounded(self.connection.query(&live)).await?;
+            let mut found = Vec::new();
+            for member in members {
+                let Some(id) = ApprovalId::from_hex(&member) else {
+                    continue;
+                };
+                if let Some((_, a)) = self.read_approval(&self.approval_key(&id)).await?
+                    && a.decision.is_none()
+                    && a.audience == audience
+                    && a.principal == *principal
+                {
+                    found.push(a);
+                }
+            }
+            found.sort_by(|a, b| {
+                a.created_at
+                    .cmp(&b.created_at)
+                    .then(a.id.as_bytes().cmp(b.id.as_bytes()))
+            });
+            Ok(found)
+        })
+    }
+
+    fn record_batch<'a>(
+        &'a self,
+        batch: &'a BatchDecision,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let ttl = millis_until(SystemTime::now(), batch.expires_at).max(1);
+            let mut set = redis::cmd("SET");
+            set.arg(self.batch_key(&batch.set))
+                .arg(batch.encode())
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl);
+            let set: Option<String> = self.bounded(self.connection.query(&set)).await?;
+            Ok(set.is_some())
+        })
+    }
+
+    fn batch(&self, set: SetDigest) -> BoxFuture<'_, Result<Option<BatchDecision>, StoreError>> {
+        Box::pin(async move {
+            let mut get = redis::cmd("GET");
+            get.arg(self.batch_key(&set));
+            let text: Option<String> = self.bounded(self.connection.query(&get)).await?;
+            let Some(text) = text else { return Ok(None) };
+            let batch = BatchDecision::decode(&text)
+                .ok_or_else(|| StoreError::Backend("a batch decision does not decode".into()))?;
+            Ok((SystemTime::now() < batch.expires_at).then_some(batch))
+        })
+    }
 }
 
 impl RedisStore {
+    /// A batch decision, by its set.
+    fn batch_key(&self, set: &SetDigest) -> String {
+        format!("{}batch:{}", self.prefix, set.to_hex())
+    }
+
     /// A subject's passkeys: one hash, credential id → record.
     fn passkeys_key(&self, subject: &str) -> String {
         format!("{}passkeys:{}", self.prefix, subject_key(subject))
