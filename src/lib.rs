@@ -379,7 +379,7 @@ pub mod defaults {
     };
     #[cfg(feature = "pages")]
     #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-    pub use crate::pages::DEFAULT_FORM_TTL;
+    pub use crate::pages::{DEFAULT_BATCH_WINDOW, DEFAULT_FORM_TTL};
     pub use crate::policy::MAX_STANDING_FOR;
 }
 #[cfg(feature = "pages")]

@@ -23,7 +23,11 @@ pub struct Record {
     pub at_ms: u64,
     /// The deployment (the layer's audience).
     pub audience: String,
-    /// The chosen record's id.
+    /// The set a batch decision covered (its digest, hex).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub batch: Option<String>,
+    /// The chosen record's id; on a batch's own record (`batch_decided`), how many of its
+    /// members it approved, as `approved/members`.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub chosen: Option<String>,
     /// The failure class of a refusal (the wire error's class, e.g. `state_expired`).
@@ -105,6 +109,7 @@ impl From<mcp_confirm::audit::LogEntry> for Record {
             arguments: entry.arguments,
             at_ms: entry.at_ms,
             audience: entry.audience,
+            batch: entry.batch,
             chosen: entry.chosen,
             class: entry.class,
             event: entry.event.to_owned(),

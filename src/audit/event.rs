@@ -10,6 +10,7 @@ use super::sink::LogEntry;
 use crate::kernel::{Nonce, PrincipalKey, hex};
 use crate::principal::Principal;
 use crate::store::approval::{Approval, Decision};
+use crate::store::batch::BatchDecision;
 use crate::store::standing::StandingId;
 
 /// What the events of a call that runs name: who and what, the digest of the arguments it runs
@@ -219,6 +220,13 @@ pub(crate) enum DecisionEvent<'a> {
         /// A digest of what the page showed (computed only when a log keeps it).
         shown: Option<[u8; 32]>,
     },
+    /// A person decided a batch of approvals on the page, in one decision over the exact set
+    /// shown (each member's own decision follows as an `ApprovalDecided` carrying the set).
+    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
+    BatchDecided {
+        batch: &'a BatchDecision,
+        principal: &'a Principal,
+    },
     /// The decision log is down and its policy is to fail open: `what_runs` unrecorded.
     LogBypassed { what_runs: &'static str },
 }
@@ -264,6 +272,7 @@ impl DecisionEvent<'_> {
             } => "approval_declined",
             Self::ApprovalDecided { last: true, .. } => "approval_approved",
             Self::ApprovalDecided { .. } => "approval_endorsed",
+            Self::BatchDecided { .. } => "batch_decided",
             Self::LogBypassed { .. } => "log_bypassed",
         }
     }
@@ -481,6 +490,12 @@ impl DecisionEvent<'_> {
                     principal = principal.subject(), nonce = %approval.nonce.short(), chosen,
                     standing);
             }
+            Self::BatchDecided { batch, principal } => {
+                tracing::info!(target: TARGET, parent: None, decision,
+                    principal = principal.subject(), set = %hex(&batch.set.as_bytes()[..8]),
+                    members = batch.members.len(), approved = batch.approved(),
+                    all_or_nothing = batch.all_or_nothing);
+            }
             Self::LogBypassed { what_runs } => {
                 tracing::error!(target: TARGET, parent: None, decision,
                 "the decision log is down and its policy is to fail open: {what_runs} unrecorded")
@@ -654,6 +669,22 @@ impl DecisionEvent<'_> {
                 }
                 entry.shown = shown.map(|d| hex(&d));
                 entry.nonce = Some(approval.nonce.short());
+                entry.batch = approval.batch.as_ref().map(|m| m.set.clone());
+            }
+            Self::BatchDecided { batch, principal } => {
+                who(&mut entry, principal);
+                entry.batch = Some(batch.set.to_hex());
+                entry.class = Some(
+                    if batch.approved() == 0 {
+                        "declined"
+                    } else if batch.all_or_nothing {
+                        "all_or_nothing"
+                    } else {
+                        "some"
+                    }
+                    .to_owned(),
+                );
+                entry.chosen = Some(format!("{}/{}", batch.approved(), batch.members.len()));
             }
             Self::Forwarded { .. }
             | Self::Revoked { .. }

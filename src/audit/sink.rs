@@ -47,7 +47,8 @@ pub struct LogEntry {
     pub subject: Option<String>,
     /// The argument digest of the call (hex).
     pub arguments: Option<String>,
-    /// The chosen record's id.
+    /// The chosen record's id; on a batch's own record (`batch_decided`), how many of its
+    /// members it approved, as `approved/members`.
     pub chosen: Option<String>,
     /// The chosen record's version the user saw.
     pub version: Option<String>,
@@ -63,6 +64,9 @@ pub struct LogEntry {
     pub class: Option<String>,
     /// A refusal's real reason (never on the wire).
     pub reason: Option<String>,
+    /// The set a batch decision covered (its digest, hex): on the batch's own record and on
+    /// each member's decision.
+    pub batch: Option<String>,
     /// The revision of the policy the decision was made under
     /// ([`ConfirmLayerBuilder::policy_revision`](crate::ConfirmLayerBuilder::policy_revision)).
     pub policy: Option<String>,

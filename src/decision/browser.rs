@@ -11,6 +11,7 @@ use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decision as ApprovalDecision,
     MAX_SHOWN_ARGUMENTS,
 };
+use crate::store::batch::{self, SetDigest};
 use crate::token::StateError;
 use crate::token::claims::Claims;
 
@@ -143,6 +144,9 @@ impl Attempt<'_> {
                 if let Err(reason) = self.approvers_hold(&approval).await? {
                     return Ok(Verdict::Withdrawn(reason));
                 }
+                if let Err(reason) = self.batch_whole(&approval).await? {
+                    return Ok(Verdict::Withdrawn(reason));
+                }
                 // The page offers the standing approval only where the state did; a record that
                 // says otherwise is not an answer to this state.
                 if standing && claims.standing.is_none() {
@@ -170,6 +174,38 @@ impl Attempt<'_> {
                 })
             }
         }
+    }
+
+    /// Whether an approval decided by an all-or-nothing batch may run: the batch's kept decision
+    /// names it and approves every member, and every member carries it (members it has not
+    /// reached yet are decided by it now). `Err(reason)`: it may not, and nothing of the batch
+    /// runs from here on. An approval decided on its own, or by a batch that approved some, is
+    /// its own.
+    async fn batch_whole(&self, approval: &Approval) -> Result<Result<(), &'static str>, Refused> {
+        let Some(mark) = approval.batch.as_ref().filter(|m| m.all_or_nothing) else {
+            return Ok(Ok(()));
+        };
+        let Some(set) = SetDigest::from_hex(&mark.set) else {
+            return Ok(Err("the approval's batch mark does not read"));
+        };
+        let store = self.approvals()?;
+        let Some(batch) = store.batch(set).await.map_err(store_failed)? else {
+            return Ok(Err("the approval's batch decision is gone"));
+        };
+        let names_it = batch.members.iter().any(|(id, _)| *id == approval.id);
+        if !names_it || batch.principal != approval.principal || batch.audience != approval.audience
+        {
+            return Ok(Err("the batch decision does not name this approval"));
+        }
+        if !batch::all_approved(store, &batch)
+            .await
+            .map_err(store_failed)?
+        {
+            return Ok(Err(
+                "a member of its all-or-nothing batch was not approved by that batch",
+            ));
+        }
+        Ok(Ok(()))
     }
 
     /// Whether the approvals recorded on `approval` still suffice as the approved call is about

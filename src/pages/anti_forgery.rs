@@ -16,6 +16,7 @@ use crate::guard::origin_of;
 use crate::kernel::{hex, unhex};
 use crate::principal::Principal;
 use crate::store::approval::ApprovalId;
+use crate::store::batch::SetDigest;
 use crate::token::sealer::Sealer;
 
 /// What a form is for: a token of one is no token of another.
@@ -23,6 +24,8 @@ use crate::token::sealer::Sealer;
 pub(crate) enum FormPurpose<'a> {
     /// Deciding this approval on the approval page.
     Approval(&'a ApprovalId),
+    /// Deciding this set of approvals at once on the approval page.
+    Batch(&'a SetDigest),
     /// Revoking on the standing-approvals page.
     StandingPage,
     /// Registering or removing on the passkey page.
@@ -34,6 +37,7 @@ impl FormPurpose<'_> {
     fn bytes(self) -> Vec<u8> {
         match self {
             FormPurpose::Approval(id) => [&b"approval:"[..], id.as_bytes()].concat(),
+            FormPurpose::Batch(set) => [&b"batch:"[..], set.as_bytes()].concat(),
             FormPurpose::StandingPage => b"standing-page".to_vec(),
             FormPurpose::PasskeyPage => b"passkey-page".to_vec(),
         }

@@ -45,6 +45,15 @@ pub(crate) fn form_value(body: &[u8], name: &str) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
+/// Every value of `name`, in order, at most `max` of them.
+pub(crate) fn form_values(body: &[u8], name: &str, max: usize) -> Vec<String> {
+    form_urlencoded::parse(body)
+        .filter(|(n, _)| n == name)
+        .take(max)
+        .map(|(_, v)| v.into_owned())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,7 @@ pub(crate) mod visitor;
 
 pub(crate) use anti_forgery::{FormPurpose, FormTokens, form_refused};
 pub(crate) use entrance::{Entrance, Entry};
-pub(crate) use form::form_value;
+pub(crate) use form::{form_value, form_values};
 #[cfg(feature = "passkeys")]
 pub(crate) use skeleton::page_with_script;
 pub(crate) use skeleton::{http_date, notice, page};
@@ -32,3 +32,7 @@ pub(crate) use visitor::Visitor;
 /// How long a page's form stays good once the page showed it, by default: a form posted later
 /// is refused, and the page asks to be reloaded.
 pub const DEFAULT_FORM_TTL: Duration = Duration::from_secs(30 * 60);
+
+/// How far apart, by default, two calls of one principal may have been made for the approval
+/// page to offer them as one batch (tools of one [`batch_group`](crate::ToolPolicy::batch_group)).
+pub const DEFAULT_BATCH_WINDOW: Duration = Duration::from_secs(2 * 60);

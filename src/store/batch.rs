@@ -123,6 +123,33 @@ impl std::fmt::Debug for BatchDecision {
 }
 
 impl BatchDecision {
+    /// `decider`'s decision over `members` (each approval, and what is decided about it), as
+    /// shown: the set is their digest; it is kept until the last of them expires.
+    pub fn new(
+        members: &[(&Approval, Decision)],
+        decider: &Decider,
+        all_or_nothing: bool,
+        decided_at: SystemTime,
+    ) -> Self {
+        let first = members.first().map(|(a, _)| *a);
+        Self {
+            set: SetDigest::of(members.iter().map(|(a, _)| *a)),
+            audience: first.map(|a| a.audience.clone()).unwrap_or_default(),
+            principal: first.map_or(PrincipalKey::from_bytes([0; 16]), |a| a.principal),
+            decider: decider.subject.clone(),
+            roles: decider.roles.clone(),
+            caller: decider.caller,
+            members: members.iter().map(|(a, d)| (a.id, d.clone())).collect(),
+            all_or_nothing,
+            decided_at,
+            expires_at: members
+                .iter()
+                .map(|(a, _)| a.expires_at)
+                .max()
+                .unwrap_or(UNIX_EPOCH),
+        }
+    }
+
     /// The mark each member records.
     pub fn mark(&self) -> BatchMark {
         BatchMark {

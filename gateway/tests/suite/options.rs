@@ -154,7 +154,16 @@ async fn each_decision_record_names_the_policy_revision_it_was_made_under() {
         .post(&call(3, "notes_delete", json!({"title": "Taxes"})))
         .await;
     assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
-    let last = read_records(&f.dir).last().cloned().unwrap();
+    // A record that lets nothing run is written within the log's hold (10 ms), not before the
+    // answer: wait for it, up to two seconds.
+    let mut last = Value::Null;
+    for _ in 0..200 {
+        last = read_records(&f.dir).last().cloned().unwrap();
+        if last["event"] == "challenged" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     assert_eq!(last["event"], "challenged");
     assert_eq!(last["policy"], next.as_str());
 

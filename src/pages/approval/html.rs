@@ -12,7 +12,7 @@ use crate::store::approval::{Approval, Decision};
 /// The title of the sign-in page a visitor with no principal gets.
 pub(super) const SIGN_IN_TITLE: &str = "Sign in to approve";
 
-pub(super) fn gone() -> Response<Full<Bytes>> {
+pub(crate) fn gone() -> Response<Full<Bytes>> {
     notice(
         StatusCode::NOT_FOUND,
         "Not found",
@@ -20,7 +20,7 @@ pub(super) fn gone() -> Response<Full<Bytes>> {
     )
 }
 
-pub(super) fn not_yours() -> Response<Full<Bytes>> {
+pub(crate) fn not_yours() -> Response<Full<Bytes>> {
     notice(
         StatusCode::FORBIDDEN,
         "Not yours",

@@ -1,6 +1,7 @@
 //! The approval page (show, decide once), what it renders, the approvers' inbox, and the passkey
 //! step of a decision with the page where people register their passkeys.
 
+pub(crate) mod batch;
 pub(crate) mod html;
 pub(crate) mod inbox;
 pub(crate) mod page;

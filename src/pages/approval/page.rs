@@ -23,7 +23,8 @@ use crate::audit::event::{self, DecisionEvent, step_refused};
 use crate::config::Config;
 use crate::kernel::BoxFuture;
 use crate::pages::{
-    DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, form_refused, form_value,
+    DEFAULT_BATCH_WINDOW, DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor,
+    form_refused, form_value,
 };
 use crate::principal::Principal;
 use crate::store::approval::{Approval, ApprovalId, Decided, Decider, Decision};
@@ -40,7 +41,7 @@ pub(super) fn is_caller(config: &Config, approval: &Approval, principal: &Princi
 }
 
 /// What the signed-in principal may do with an approval.
-enum Access {
+pub(super) enum Access {
     /// Decide it; `caller`: they are the one who asked.
     Decide { caller: bool },
     /// Only see how far it got: the caller, where others decide.
@@ -60,9 +61,10 @@ fn own_request() -> Response<Full<Bytes>> {
 /// [`ConfirmLayer::approval_page`](crate::ConfirmLayer::approval_page).
 #[derive(Clone)]
 pub struct ApprovalPage {
-    config: Arc<Config>,
+    pub(super) config: Arc<Config>,
     sign_in: Option<String>,
     form_ttl: Duration,
+    pub(super) batch_window: Duration,
 }
 
 impl std::fmt::Debug for ApprovalPage {
@@ -71,6 +73,7 @@ impl std::fmt::Debug for ApprovalPage {
             .field("approval_url", &self.config.approval_url)
             .field("sign_in", &self.sign_in)
             .field("form_ttl", &self.form_ttl)
+            .field("batch_window", &self.batch_window)
             .finish_non_exhaustive()
     }
 }
@@ -81,6 +84,7 @@ impl ApprovalPage {
             config,
             sign_in: None,
             form_ttl: DEFAULT_FORM_TTL,
+            batch_window: DEFAULT_BATCH_WINDOW,
         }
     }
 
@@ -100,7 +104,17 @@ impl ApprovalPage {
         self
     }
 
-    fn tokens(&self) -> FormTokens<'_> {
+    /// How far apart two calls of one principal may have been made for the page to offer them
+    /// as one batch (default [`DEFAULT_BATCH_WINDOW`](crate::defaults::DEFAULT_BATCH_WINDOW),
+    /// 2 minutes; only tools of one [`batch_group`](crate::ToolPolicy::batch_group) are ever
+    /// batched). `Duration::ZERO` batches only calls made in the same millisecond.
+    #[must_use]
+    pub fn batch_window(mut self, window: Duration) -> Self {
+        self.batch_window = window;
+        self
+    }
+
+    pub(super) fn tokens(&self) -> FormTokens<'_> {
         FormTokens::new(&self.config.sealer, self.form_ttl)
     }
 
@@ -130,8 +144,16 @@ impl ApprovalPage {
             channel: "approval_page",
             name: "the approval page",
         };
+        // `?one`: this approval alone, even where it could be decided in a batch.
+        let one = request
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "one"));
         match entrance.enter(request).await {
-            Ok(Entry::Show(visitor)) => self.show(id, &visitor, None).await,
+            Ok(Entry::Show(visitor)) => self.show(id, &visitor, None, one).await,
+            Ok(Entry::Post(visitor, body)) if form_value(&body, "set").is_some() => {
+                self.decide_batch(id, &visitor, &body).await
+            }
             Ok(Entry::Post(visitor, body)) => self.decide(id, &visitor, &body).await,
             Err(answer) => answer,
         }
@@ -141,7 +163,7 @@ impl ApprovalPage {
     /// decide it (the rule admits them; `caller` under any key of the ring, so an approval made
     /// before a key rotation stays its caller's), or watch it (the caller, where others decide).
     /// Otherwise the page to answer, and anyone else's attempt (`why`) in the audit log.
-    async fn access(
+    pub(super) async fn access(
         &self,
         id: ApprovalId,
         principal: &Principal,
@@ -181,7 +203,7 @@ impl ApprovalPage {
 
     /// Whether the client already spent the confirmation (declined, or a retry claimed it): the
     /// page then has nothing left to decide. A store that cannot answer counts as answered.
-    async fn answered_by_client(&self, approval: &Approval) -> bool {
+    pub(super) async fn answered_by_client(&self, approval: &Approval) -> bool {
         self.config
             .store
             .is_used(approval.nonce, approval.principal)
@@ -190,11 +212,12 @@ impl ApprovalPage {
     }
 
     /// The approval as its principal sees it, with the decision form while it is open.
-    async fn show(
+    pub(super) async fn show(
         &self,
         id: ApprovalId,
         visitor: &Visitor,
         error: Option<&str>,
+        one: bool,
     ) -> Response<Full<Bytes>> {
         let principal = &visitor.principal;
         let approval = match self
@@ -242,6 +265,9 @@ impl ApprovalPage {
                 },
             );
         }
+        if !one && let Some(members) = self.batch_of(&approval, principal).await {
+            return self.show_batch(&approval, &members, visitor, error);
+        }
         let token = self.tokens().issue(FormPurpose::Approval(&id), visitor);
         page(
             StatusCode::OK,
@@ -250,9 +276,19 @@ impl ApprovalPage {
         )
     }
 
+    /// This approval alone, as a decision on it alone is re-shown with its error.
+    async fn show_one(
+        &self,
+        id: ApprovalId,
+        visitor: &Visitor,
+        error: Option<&str>,
+    ) -> Response<Full<Bytes>> {
+        self.show(id, visitor, error, true).await
+    }
+
     /// Reports the page's decision: who decided, the choice and its version as the page
     /// showed them, and (for the log) a digest of all it showed.
-    fn report_decided(
+    pub(super) fn report_decided(
         &self,
         approval: &Approval,
         principal: &Principal,
@@ -364,13 +400,15 @@ impl ApprovalPage {
                     (_, Some(choice)) => choice,
                     (_, None) if first.is_some() => first.unwrap_or_default(),
                     (1, None) => approval.choices[0].id.clone(),
-                    (_, None) => return self.show(id, visitor, Some("Choose one record.")).await,
+                    (_, None) => {
+                        return self.show_one(id, visitor, Some("Choose one record.")).await;
+                    }
                 };
                 if approval.typed
                     && form_value(body, "typed").as_deref().map(str::trim) != Some(chosen.as_str())
                 {
                     return self
-                        .show(
+                        .show_one(
                             id,
                             visitor,
                             Some("Type the id of the record exactly as shown to approve."),
@@ -382,7 +420,7 @@ impl ApprovalPage {
                     Some("standing") if approval.standing.is_some() => true,
                     Some(_) => {
                         return self
-                            .show(id, visitor, Some("Choose how long to allow it."))
+                            .show_one(id, visitor, Some("Choose how long to allow it."))
                             .await;
                     }
                 };
@@ -467,7 +505,7 @@ impl ApprovalPage {
             ),
             Ok(Decided::NotYours) => not_yours(),
             Ok(Decided::InvalidChoice) => {
-                self.show(id, visitor, Some("Choose one of the records shown."))
+                self.show_one(id, visitor, Some("Choose one of the records shown."))
                     .await
             }
             Ok(Decided::Unknown) => gone(),

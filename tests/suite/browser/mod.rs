@@ -5,6 +5,7 @@ mod approval_attacks;
 mod approver_attacks;
 mod approvers;
 mod attacks;
+mod batch;
 mod form_tokens;
 mod passkeys;
 mod webhooks;
