@@ -461,3 +461,113 @@ fn a_batch_group_the_approval_page_cannot_honour_is_refused_at_build() {
         }
     }
 }
+
+/// The same race on Redis and on PostgreSQL, two instances on one shared store: one decision
+/// of the set is kept, the other is answered 409, and each member runs (or not) once.
+#[tokio::test]
+async fn two_instances_on_a_shared_store_keep_one_decision_of_a_set() {
+    use mcp_confirm::store::{PostgresStore, RedisStore};
+    use std::sync::Arc;
+    use tower::Layer;
+    let mut stores: Vec<(&str, Arc<dyn crate::common::Store>)> = Vec::new();
+    if let Some(url) = crate::backends::redis("batch decision across instances (Redis)").await {
+        let prefix = format!(
+            "mcp-confirm-test:batch:{}:",
+            mcp_confirm::store::Nonce::random().to_hex()
+        );
+        stores.push((
+            "redis",
+            Arc::new(RedisStore::open(&url).unwrap().prefix(prefix)),
+        ));
+    }
+    if let Some(url) = crate::backends::postgres("batch decision across instances (Postgres)").await
+    {
+        let store = PostgresStore::connect(&url).unwrap();
+        store.migrate().await.unwrap();
+        stores.push(("postgres", Arc::new(store)));
+    }
+    for (backend, store) in stores {
+        // An audience of its own: other runs' approvals on the shared store are not this batch.
+        let audience = format!(
+            "https://notes.example/mcp/{}",
+            mcp_confirm::store::Nonce::random().to_hex()
+        );
+        let notes = Notes::seeded();
+        let instance = || {
+            ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+                .without_tool_list_unchecked()
+                .audience(audience.clone())
+                .store(Arc::clone(&store))
+                .tool("notes_destroy", destroy_policy(&notes).batch_group("notes"))
+                .approval_url(BASE)
+                .build()
+        };
+        let (a, b) = (instance(), instance());
+        let seen = Recorder::default();
+        let svc = a.layer(recording_inner(&seen));
+        let (page_a, page_b) = (a.approval_page(), b.approval_page());
+        let mut calls = Vec::new();
+        for (i, (ws, title)) in [
+            (PERSONAL, "Groceries"),
+            (PERSONAL, "Taxes"),
+            (TEAM, "Groceries"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let call = destroy_call_in(json!(i), ws, title);
+            let (url, _, state) = elicitation(&send(&svc, post(&call, Some("alice"))).await);
+            calls.push((url, state, call));
+        }
+        let (_, _, html_a) = visit(&page_a, "GET", &calls[0].0, Some("alice"), &[], "").await;
+        let (_, _, html_b) = visit(&page_b, "GET", &calls[0].0, Some("alice"), &[], "").await;
+        assert!(
+            html_a.contains("Approve 3 requests?"),
+            "{backend}: {html_a}"
+        );
+        assert_eq!(hidden(&html_a, "set"), hidden(&html_b, "set"), "{backend}");
+        let (approve, decline) = (
+            form(&html_a, "approve_all", &[]),
+            form(&html_b, "decline_all", &[]),
+        );
+        let ((sa, _), (sb, _)) = tokio::join!(
+            decide(&page_a, &calls[0].0, "alice", &approve),
+            decide(&page_b, &calls[0].0, "alice", &decline),
+        );
+        let mut statuses = [sa, sb];
+        statuses.sort();
+        assert_eq!(
+            statuses,
+            [StatusCode::OK, StatusCode::CONFLICT],
+            "{backend}"
+        );
+        let approved = sa == StatusCode::OK;
+        for (i, (_, state, call)) in calls.iter().enumerate() {
+            let mut retry = with_answer(call.clone(), state, json!({"action": "accept"}));
+            retry["id"] = json!(10 + i);
+            let answer = send(&svc, post(&retry, Some("alice"))).await;
+            if approved {
+                assert_eq!(
+                    answer.result()["content"][0]["text"],
+                    "done by inner",
+                    "{backend}"
+                );
+            } else {
+                assert_eq!(outcome(&answer), "declined", "{backend}");
+            }
+            // Replayed through the other instance: refused.
+            retry["id"] = json!(20 + i);
+            let replay = send(
+                &b.layer(recording_inner(&seen)),
+                post(&retry, Some("alice")),
+            )
+            .await;
+            assert_eq!(
+                replay.error()["data"]["reason"],
+                "invalid_request_state",
+                "{backend}"
+            );
+        }
+        assert_eq!(seen.count(), if approved { 3 } else { 0 }, "{backend}");
+    }
+}
