@@ -1,10 +1,12 @@
 //! The approver's inbox: one page listing the approvals waiting for the signed-in principal,
-//! newest first, each linking to its approval page. It only reads; every decision is made on
+//! newest first, each linking to its approval page; calls the approval page would decide as one
+//! batch are listed as one row, linking to it. It only reads; every decision is made on
 //! the approval page, under its rules (admission, anti-forgery, same origin, passkey).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -14,9 +16,10 @@ use super::html::{page, unavailable};
 use crate::approvers::routes_of;
 use crate::config::Config;
 use crate::kernel::BoxFuture;
-use crate::pages::{Entrance, http_date};
+use crate::pages::{DEFAULT_BATCH_WINDOW, Entrance, http_date};
 use crate::principal::Principal;
 use crate::store::approval::Approval;
+use crate::store::batch::{self, MAX_BATCH};
 use maud::{Markup, html};
 
 /// The most approvals the inbox lists.
@@ -30,6 +33,7 @@ pub const INBOX_LIMIT: usize = 50;
 pub struct InboxPage {
     config: Arc<Config>,
     sign_in: Option<String>,
+    batch_window: Duration,
 }
 
 impl std::fmt::Debug for InboxPage {
@@ -45,7 +49,17 @@ impl InboxPage {
         Self {
             config,
             sign_in: None,
+            batch_window: DEFAULT_BATCH_WINDOW,
         }
+    }
+
+    /// The window within which calls are listed as one batch: give it the
+    /// [approval page's](crate::approval::ApprovalPage::batch_window), so a listed batch is the
+    /// one its page shows.
+    #[must_use]
+    pub fn batch_window(mut self, window: Duration) -> Self {
+        self.batch_window = window;
+        self
     }
 
     /// Where a visitor who is not signed in is sent, as for the
@@ -113,9 +127,28 @@ impl InboxPage {
             return html! { p id="empty" { "Nothing waits for your approval." } };
         }
         let base = self.config.approval_url.as_deref().unwrap_or_default();
+        let (batches, single) = batches(waiting, self.batch_window);
         html! {
+            @if !batches.is_empty() {
+                ul id="batches" {
+                    @for batch in &batches {
+                        @let first = batch[0];
+                        li {
+                            a href={ (base) (first.id.to_hex()) } id={ "batch-" (first.id.to_hex()) } {
+                                strong { (batch.len()) " requests" }
+                            }
+                            " requested together by " (first.subject) ", decided together: "
+                            @for (i, a) in batch.iter().enumerate() {
+                                @if i > 0 { ", " }
+                                (a.tool)
+                            }
+                            " · expires " (http_date(batch.iter().map(|a| a.expires_at).min().unwrap_or(first.expires_at)))
+                        }
+                    }
+                }
+            }
             ul id="inbox" {
-                @for a in waiting {
+                @for a in single {
                     li {
                         a href={ (base) (a.id.to_hex()) } id={ "approval-" (a.id.to_hex()) } {
                             strong { (a.tool) }
@@ -131,6 +164,45 @@ impl InboxPage {
             }
         }
     }
+}
+
+/// The approvals that the approval page would show as one batch, grouped (each group oldest
+/// first, as the page lists them), and the rest. A group is what [`batch::batchable`] admits
+/// with its oldest member, so following its link shows the same list.
+fn batches(waiting: &[Approval], window: Duration) -> (Vec<Vec<&Approval>>, Vec<&Approval>) {
+    let mut oldest_first: Vec<&Approval> = waiting.iter().collect();
+    oldest_first.sort_by(|a, b| {
+        a.created_at
+            .cmp(&b.created_at)
+            .then(a.id.as_bytes().cmp(b.id.as_bytes()))
+    });
+    let mut groups: Vec<Vec<&Approval>> = Vec::new();
+    let mut single = Vec::new();
+    let mut taken = vec![false; oldest_first.len()];
+    for (i, anchor) in oldest_first.iter().enumerate() {
+        if taken[i] {
+            continue;
+        }
+        let mut group = vec![*anchor];
+        for (j, other) in oldest_first.iter().enumerate().skip(i + 1) {
+            if !taken[j] && group.len() < MAX_BATCH && batch::batchable(anchor, other, window) {
+                taken[j] = true;
+                group.push(*other);
+            }
+        }
+        if group.len() >= 2 {
+            groups.push(group);
+        } else {
+            single.push(*anchor);
+        }
+    }
+    // The rest newest first, as before.
+    single.sort_by(|a, b| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then(a.id.as_bytes().cmp(b.id.as_bytes()))
+    });
+    (groups, single)
 }
 
 impl<B> tower_service::Service<Request<B>> for InboxPage

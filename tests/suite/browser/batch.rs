@@ -571,3 +571,51 @@ async fn two_instances_on_a_shared_store_keep_one_decision_of_a_set() {
         assert_eq!(seen.count(), if approved { 3 } else { 0 }, "{backend}");
     }
 }
+
+#[tokio::test]
+async fn the_inbox_lists_a_batch_as_one_row_linking_to_its_list() {
+    use mcp_confirm::clock::ManualClock;
+    use mcp_confirm::store::MemoryReplayStore;
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
+        .tool("notes_destroy", destroy_policy(&notes).batch_group("notes"))
+        .build();
+    let (inbox, page) = (layer.inbox_page(), layer.approval_page());
+    let f = Fixture::new(layer, notes, clock, store);
+    let calls = three(&f).await;
+    // A fourth, three minutes later: outside the window, listed alone.
+    f.clock.advance(std::time::Duration::from_secs(180));
+    let (late_url, _, _) = elicitation(&f.alice(&destroy_call(json!(9))).await);
+    let (status, _, html) = visit(
+        &inbox,
+        "GET",
+        "http://notes.example/inbox",
+        Some("alice"),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("3 requests"), "{html}");
+    let batches = &html[html.find("id=\"batches\"").unwrap()..html.find("id=\"inbox\"").unwrap()];
+    let listed = &html[html.find("id=\"inbox\"").unwrap()..];
+    let late_id = late_url.rsplit('/').next().unwrap();
+    assert!(
+        listed.contains(late_id) && !batches.contains(late_id),
+        "{html}"
+    );
+    // The batch's link shows the list of the same three.
+    let at = batches.find("href=\"").unwrap() + 6;
+    let link = &batches[at..at + batches[at..].find('"').unwrap()];
+    let (_, _, list) = visit(&page, "GET", link, Some("alice"), &[], "").await;
+    let mut shown = hidden(&list, "member");
+    let mut expected: Vec<String> = calls
+        .iter()
+        .map(|(url, _, _)| url.rsplit('/').next().unwrap().to_owned())
+        .collect();
+    shown.sort();
+    expected.sort();
+    assert_eq!(shown, expected);
+}
