@@ -186,6 +186,7 @@ pub(crate) struct ConfirmArgs {
     queued: Flag,
     approve_in_browser: Flag,
     require_typed_id: Flag,
+    batch_group: Option<LitStr>,
     standing: Option<StandingArgs>,
     approved_by: Option<ApprovedByArgs>,
 }
@@ -287,6 +288,7 @@ impl ConfirmArgs {
             ("select_into", &self.select_into),
             ("select_header", &self.select_header),
             ("no_candidates_text", &self.no_candidates_text),
+            ("batch_group", &self.batch_group),
         ];
         for (key, value) in strings {
             if let Some(value) = value {

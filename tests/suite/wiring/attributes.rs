@@ -886,3 +886,47 @@ async fn a_mark_the_inner_server_writes_on_an_unconfirmed_tool_is_removed() {
         "{out}"
     );
 }
+
+/// A server whose one tool is decided in batches on the page.
+#[derive(Clone)]
+struct Batched {
+    tool_router: ToolRouter<Self>,
+}
+
+#[confirm_router]
+#[tool_router(router = tool_router)]
+impl Batched {
+    #[tool(
+        description = "Archive every note.",
+        annotations(destructive_hint = true)
+    )]
+    #[confirm(
+        message = "Archive every note?",
+        approve_in_browser,
+        batch_group = "notes"
+    )]
+    async fn notes_archive_all(
+        &self,
+        confirmation: Confirmation,
+    ) -> Result<String, rmcp::ErrorData> {
+        Ok(format!("archived ({})", confirmation.tool()))
+    }
+}
+
+#[test]
+fn a_batch_group_declared_by_attribute_reaches_the_policy() {
+    let server = Batched {
+        tool_router: Batched::tool_router(),
+    };
+    let policies = server.confirm_policies();
+    let shown = format!("{:?}", policies[0].1);
+    assert!(shown.contains("batch_group: Some(\"notes\")"), "{shown}");
+    // And the layer builds with it (the rules `batch_group` needs are met).
+    ConfirmLayer::builder(KeyRing::random())
+        .without_tool_list_unchecked()
+        .audience("https://notes.example/mcp")
+        .approval_url("https://notes.example/confirm/")
+        .tools(policies)
+        .try_build()
+        .unwrap();
+}
