@@ -918,6 +918,7 @@ fn a_batch_group_declared_by_attribute_reaches_the_policy() {
     let server = Batched {
         tool_router: Batched::tool_router(),
     };
+    assert_eq!(server.tool_router.list_all().len(), 1);
     let policies = server.confirm_policies();
     let shown = format!("{:?}", policies[0].1);
     assert!(shown.contains("batch_group: Some(\"notes\")"), "{shown}");
