@@ -6,7 +6,9 @@
 # approve POST replayed is refused with 409; bob, signed in, is refused alice's approval (403, no
 # note shown) and it stays undecided; a declined approval makes the retry's result declined; a
 # standing approval alice grants (deleting personal/note-1.md) is listed on her /standing page,
-# revoked there, and her next call is asked again.
+# revoked there, and her next call is asked again. Then (.ci/clients/batch.mjs) the official
+# TypeScript client calls notes_discard five times at once, alice approves the five in one decision
+# on the page ("Approve 5 requests?", one row per call), and each call deletes exactly its note.
 #
 # Installs what it needs itself through .ci/headless.sh, shared with .ci/inspector.sh (one install:
 # Debian's chromium, and Node, playwright-core and the Inspector from npm under
@@ -74,6 +76,15 @@ MCP_URL=$mcp_url WORKSPACE_URI=$workspace DATA_DIR=$data_dir CHROMIUM=$chromium_
 [[ $status -eq 0 ]] || die "the browser drive failed (exit $status); screenshots in $out"
 lap
 echo "drove the page ($took)"
+
+echo "== in headless Chromium, with the official TypeScript client: five parallel calls, one decision"
+bash .ci/install-clients.sh
+status=0
+MCP_URL=$mcp_url WORKSPACE_URI=$workspace CHROMIUM=$chromium_bin PLAYWRIGHT_FROM=$node_dir \
+  CLIENT_FROM=$target_dir/ci-clients/ts OUT=$out "$node" .ci/clients/batch.mjs 2>&1 | tee "$out/batch-driver.out" || status=$?
+[[ $status -eq 0 ]] || die "the batch drive failed (exit $status); screenshots in $out"
+lap
+echo "drove the batch ($took)"
 
 echo "== the notes on disk"
 expect_only_gone "$data_dir" "$notes_before" "$(printf './personal/note-1.md\n./personal/note-7.md')"

@@ -503,6 +503,38 @@ impl NotesServer {
         self.delete_confirmed(&confirmation, &principal, args).await
     }
 
+    /// Like `notes_destroy`, for the many-calls-at-once case: an agent cleaning up calls it once
+    /// per note, in parallel, and the person approves the calls that wait together in one
+    /// decision on the server's page (a batch: approve all, some, or none).
+    #[tool(
+        description = "Delete one note, chosen by title. Calls made together are approved together on the server's approval page in a browser.",
+        annotations(
+            title = "Discard a note",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    #[confirm(
+        pick_one = Self::matching_notes,
+        revalidate = Self::still_the_note_shown,
+        approve_in_browser,
+        batch_group = "notes",
+        message = "Approve discarding one note with this title. This cannot be undone.",
+        input_key = "discard_approval",
+        max_label_chars = 112,
+        no_candidates_text = "No note with that title in a workspace you can access; nothing was changed."
+    )]
+    async fn notes_discard(
+        &self,
+        confirmation: Confirmation,
+        principal: Principal,
+        Parameters(args): Parameters<DeleteArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.delete_confirmed(&confirmation, &principal, args).await
+    }
+
     /// Like `notes_destroy`, under four eyes: someone other than the caller approves it on the
     /// server's page, with a passkey registered at `/passkeys`; the approval link reaches them
     /// in their inbox (`/inbox`) and, with `--webhook-url`, as a signed webhook.

@@ -509,6 +509,7 @@ async fn list_and_create_pass_through_the_layer() {
             "notes_create",
             "notes_delete",
             "notes_destroy",
+            "notes_discard",
             "notes_list",
             "notes_purge",
             "notes_shred"
@@ -527,6 +528,7 @@ async fn the_confirmed_handlers_refuse_to_run_without_the_layer() {
     for (tool, arguments) in [
         ("notes_delete", sneaky.clone()),
         ("notes_destroy", sneaky.clone()),
+        ("notes_discard", sneaky.clone()),
         ("notes_shred", sneaky),
         ("notes_purge", delete_args(&server, "Groceries")),
     ] {
