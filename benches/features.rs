@@ -139,6 +139,7 @@ fn approve_note_7() -> Decision {
     Decision::Approved {
         chosen: "note-7".to_owned(),
         standing: false,
+        narrowed: None,
     }
 }
 

@@ -57,8 +57,14 @@ pub struct Confirmed {
     /// The [standing approval](crate::ToolPolicy::standing) this call ran under, without a form
     /// of its own (one of its uses was spent on it); `None` for a call the user confirmed.
     pub standing: Option<StandingId>,
+    /// Whether an approver narrowed the call before approving it
+    /// ([`ToolPolicy::narrowable`](crate::ToolPolicy::narrowable)): the arguments the handler
+    /// receives are then the narrowed ones, not those the client sent.
+    pub narrowed: bool,
     /// A digest of the arguments as forwarded (the chosen id written in).
     pub(crate) arguments: [u8; 32],
+    /// Where narrowed, a digest of the arguments as asked.
+    pub(crate) original: Option<[u8; 32]>,
 }
 
 impl Confirmed {

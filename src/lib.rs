@@ -180,6 +180,7 @@ mod message;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
+pub mod narrow;
 pub mod notify;
 pub mod observe;
 #[cfg(feature = "pages")]

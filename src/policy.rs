@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::approvers::Approvers;
 use crate::kernel::BoxFuture;
+use crate::narrow::{MAX_NARROWABLE, Narrowing};
 use crate::principal::Principal;
 use crate::token::MAX_CANDIDATES;
 
@@ -434,6 +435,8 @@ pub struct ToolPolicy {
     pub(crate) recheck_approvers: Option<Arc<dyn ApproverCheck>>,
     /// The group of tools whose waiting calls the approval page may show and decide together.
     pub(crate) batch_group: Option<String>,
+    /// The arguments an approver may narrow before approving, and how.
+    pub(crate) narrowing: Vec<(String, Narrowing)>,
     /// Which of the keys the build-time rules are about were given, as given (`queued` and
     /// `claimed_by_handler` both, say, though the settlement keeps the last): the rules refuse
     /// the combination instead of one silently winning.
@@ -474,6 +477,7 @@ impl fmt::Debug for ToolPolicy {
             .field("approvers", &self.approvers)
             .field("recheck_approvers", &self.recheck_approvers.is_some())
             .field("batch_group", &self.batch_group)
+            .field("narrowing", &self.narrowing)
             .finish_non_exhaustive()
     }
 }
@@ -504,6 +508,7 @@ impl ToolPolicy {
             approvers: Approvers::caller(),
             recheck_approvers: None,
             batch_group: None,
+            narrowing: Vec::new(),
             given: Given::default(),
         }
     }
@@ -722,6 +727,20 @@ impl ToolPolicy {
         self
     }
 
+    /// With [`approve_in_browser`](Self::approve_in_browser): the approver may narrow argument
+    /// `argument` on the approval page before approving, as `how` allows (keep some ids of a
+    /// list, lower a limit, turn `dry_run` on, pick a narrower mode), and never otherwise: an edit
+    /// that widens, touches an undeclared argument or names another tool is refused whole. The
+    /// handler receives the narrowed arguments, and its [`Confirmed`](crate::Confirmed) says
+    /// they were narrowed ([`Confirmed::narrowed`](crate::Confirmed::narrowed)); the decision
+    /// log keeps the digests of both. Call it once per argument; see [`crate::narrow`].
+    pub fn narrowable(mut self, argument: impl Into<String>, how: Narrowing) -> Self {
+        let argument = argument.into();
+        self.narrowing.retain(|(name, _)| *name != argument);
+        self.narrowing.push((argument, how));
+        self
+    }
+
     /// With [`approve_in_browser`](Self::approve_in_browser): approving requires typing the
     /// chosen record's id on the page, so a reflexive click does not delete anything.
     pub fn require_typed_id(mut self) -> Self {
@@ -884,6 +903,43 @@ impl ToolPolicy {
                     "tool {tool:?}: `batch_group` needs a rule one approver meets without a \
                      passkey: approvals that need more are decided one by one"
                 ));
+            }
+        }
+        if !self.narrowing.is_empty() {
+            if self.channel == Channel::Form {
+                return Err(format!(
+                    "tool {tool:?}: `narrowable` needs `approve_in_browser`: the approval page is \
+                     where an approver narrows a call"
+                ));
+            }
+            if self.narrowing.len() > MAX_NARROWABLE {
+                return Err(format!(
+                    "tool {tool:?}: at most {MAX_NARROWABLE} narrowable arguments"
+                ));
+            }
+            for (name, how) in &self.narrowing {
+                if !field_ok(name) {
+                    return Err(format!(
+                        "tool {tool:?}: invalid narrowable argument {name:?}"
+                    ));
+                }
+                if self.select_into.as_deref() == Some(name.as_str()) {
+                    return Err(format!(
+                        "tool {tool:?}: {name:?} is the `select_into` argument: the layer writes \
+                         the chosen id there, so it cannot also be narrowed"
+                    ));
+                }
+                if let Narrowing::OneOf(values) = how {
+                    let mut unique = values.clone();
+                    unique.sort();
+                    unique.dedup();
+                    if values.len() < 2 || unique.len() != values.len() {
+                        return Err(format!(
+                            "tool {tool:?}: `one_of` for {name:?} needs two or more distinct values, \
+                             narrowest first"
+                        ));
+                    }
+                }
             }
         }
         if self.standing.is_some() && !self.approvers.is_caller_only() {

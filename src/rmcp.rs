@@ -100,6 +100,12 @@ impl Confirmation {
         self.confirmed()?.version.as_deref()
     }
 
+    /// Whether an approver narrowed this call before approving it
+    /// ([`ToolPolicy::narrowable`]): the handler's arguments are then the narrowed ones.
+    pub fn narrowed(&self) -> bool {
+        self.confirmed().is_some_and(|c| c.narrowed)
+    }
+
     /// The grant of a [queued](ToolPolicy::queued) tool: the only thing to enqueue.
     pub fn grant(&self) -> Option<&GrantId> {
         self.confirmed()?.grant.as_ref()
@@ -386,7 +392,9 @@ mod tests {
             grant: None,
             selected_into: None,
             standing: None,
+            narrowed: false,
             arguments: arguments_digest(Some(arguments), None),
+            original: None,
         }
     }
 

@@ -44,6 +44,10 @@ pub struct Record {
     /// The first bytes of the confirmation's nonce (hex).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub nonce: Option<String>,
+    /// Where an approver narrowed the call: the digest of the arguments as asked (hex);
+    /// `arguments` is then the digest of those that ran.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub original: Option<String>,
     /// The revision of the policy the decision was made under, where the deployment names one.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub policy: Option<String>,
@@ -114,6 +118,7 @@ impl From<mcp_confirm::audit::LogEntry> for Record {
             class: entry.class,
             event: entry.event.to_owned(),
             nonce: entry.nonce,
+            original: entry.original,
             policy: entry.policy,
             principal: entry.principal,
             reason: entry.reason,

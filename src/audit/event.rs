@@ -22,6 +22,9 @@ pub(crate) struct Runs<'a> {
     pub(crate) arguments: &'a [u8; 32],
     pub(crate) chosen: Option<&'a str>,
     pub(crate) version: Option<&'a str>,
+    /// Where an approver narrowed the call: the digest of the arguments as asked (`arguments`
+    /// is then the narrowed one).
+    pub(crate) original: Option<&'a [u8; 32]>,
     /// The grant id's first bytes (hex).
     pub(crate) grant: Option<String>,
     pub(crate) standing: Option<&'a StandingId>,
@@ -483,7 +486,9 @@ impl DecisionEvent<'_> {
                 ..
             } => {
                 let (chosen, standing) = match verdict {
-                    Decision::Approved { chosen, standing } => (chosen.as_str(), *standing),
+                    Decision::Approved {
+                        chosen, standing, ..
+                    } => (chosen.as_str(), *standing),
                     Decision::Declined => ("-", false),
                 };
                 tracing::info!(target: TARGET, parent: None, decision, tool = approval.tool,
@@ -537,6 +542,7 @@ impl DecisionEvent<'_> {
                 entry.tool = Some(c.tool.to_owned());
                 who(&mut entry, c.principal);
                 entry.arguments = Some(hex(c.arguments));
+                entry.original = c.original.map(|d| hex(d));
                 entry.chosen = c.chosen.map(str::to_owned);
                 entry.version = c.version.map(str::to_owned);
                 entry.nonce = Some(c.nonce.short());
@@ -658,7 +664,10 @@ impl DecisionEvent<'_> {
             } => {
                 entry.tool = Some(approval.tool.clone());
                 who(&mut entry, principal);
-                if let Decision::Approved { chosen, standing } = decision {
+                if let Decision::Approved {
+                    chosen, standing, ..
+                } = decision
+                {
                     entry.chosen = Some(chosen.clone());
                     entry.version = approval
                         .choices

@@ -64,6 +64,9 @@ pub struct LogEntry {
     pub class: Option<String>,
     /// A refusal's real reason (never on the wire).
     pub reason: Option<String>,
+    /// Where an approver narrowed the call before approving it: the digest of the arguments as
+    /// asked (hex); `arguments` is then the digest of the narrowed ones that ran.
+    pub original: Option<String>,
     /// The set a batch decision covered (its digest, hex): on the batch's own record and on
     /// each member's decision.
     pub batch: Option<String>,

@@ -7,6 +7,7 @@ use crate::completion::{CompletionGuard, HandlerCall};
 use crate::confirmed::Confirmed;
 use crate::engine::Refused;
 use crate::message;
+use crate::narrow;
 use std::time::SystemTime;
 
 use serde_json::Value;
@@ -30,6 +31,7 @@ impl Attempt<'_> {
         claims: &Claims,
         chosen: Option<String>,
         standing: bool,
+        narrowed: Option<serde_json::Map<String, Value>>,
     ) -> Result<Decision, Refused> {
         let (config, call, policy) = (self.config, self.call, self.policy());
         // A log that is down refuses before anything is claimed: no confirmation is spent.
@@ -40,7 +42,25 @@ impl Attempt<'_> {
             .as_deref()
             .and_then(|id| claims.candidates.version_of(id))
             .map(str::to_owned);
-        let arguments = self.guarded.confirmed_arguments(call, chosen.as_deref());
+        let mut arguments = self.guarded.confirmed_arguments(call, chosen.as_deref());
+        // The approver narrowed the call: what runs (and is revalidated, granted and logged) is
+        // the narrowed arguments; the log keeps the digest of those asked for beside them.
+        let mut original = None;
+        if let (Some(edit), Value::Object(asked)) = (&narrowed, &arguments) {
+            match narrow::narrow(&policy.narrowing, asked, edit) {
+                Ok(Some(narrower)) => {
+                    original = Some(arguments_digest(Some(&arguments), None));
+                    arguments = Value::Object(narrower);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(Refused::new(
+                        RpcError::invalid_input_responses(),
+                        format!("narrowing: {e}"),
+                    ));
+                }
+            }
+        }
         // A queued tool's grant is stored before the claim, so a full or unavailable grant store
         // refuses with the confirmation still unspent. Its id leaves this function only with the
         // forwarded call; if the claim fails, it is withdrawn.
@@ -126,6 +146,7 @@ impl Attempt<'_> {
             grant,
             standing: None,
             arguments,
+            original,
         };
         self.forward(passed, guard)
     }
@@ -143,6 +164,8 @@ pub(super) struct Passed {
     pub(super) grant: Option<GrantId>,
     pub(super) standing: Option<(StandingId, u32)>,
     pub(super) arguments: Value,
+    /// The digest of the arguments as asked, where an approver narrowed them.
+    pub(super) original: Option<[u8; 32]>,
 }
 
 impl Attempt<'_> {
@@ -190,6 +213,8 @@ impl Attempt<'_> {
             selected_into: self.policy().select_into.as_deref().map(Arc::from),
             standing: passed.standing.map(|(id, _)| id),
             arguments: arguments_digest(Some(&passed.arguments), None),
+            narrowed: passed.original.is_some(),
+            original: passed.original,
         };
         Ok(Decision::Forward(Box::new(Approved {
             body,

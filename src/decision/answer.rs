@@ -44,7 +44,11 @@ impl Attempt<'_> {
             Verdict::Withdrawn(reason) => self.withdrawn(claims, reason).await,
             Verdict::Cancel => self.cancel(claims).await,
             Verdict::Decline { unconfirmed } => self.decline(claims, unconfirmed).await,
-            Verdict::Accept { chosen, standing } => self.accept(claims, chosen, standing).await,
+            Verdict::Accept {
+                chosen,
+                standing,
+                narrowed,
+            } => self.accept(claims, chosen, standing, narrowed).await,
         }
     }
 
@@ -72,7 +76,11 @@ impl Attempt<'_> {
             Answer::Accept { standing: true, .. } if claims.standing.is_none() => {
                 Verdict::AskAgain(Some("a standing approval that was not offered"))
             }
-            Answer::Accept { chosen, standing } => Verdict::Accept { chosen, standing },
+            Answer::Accept { chosen, standing } => Verdict::Accept {
+                chosen,
+                standing,
+                narrowed: None,
+            },
         })
     }
 

@@ -7,6 +7,7 @@ use crate::policy::{ApproverQuery, Candidate};
 use crate::protocol::{Ask, RpcError};
 use serde_json::Value;
 
+use crate::narrow;
 use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decision as ApprovalDecision,
     MAX_SHOWN_ARGUMENTS,
@@ -140,7 +141,11 @@ impl Attempt<'_> {
                 Ok(Verdict::Pending { status })
             }
             Some(ApprovalDecision::Declined) => Ok(Verdict::Decline { unconfirmed: false }),
-            Some(ApprovalDecision::Approved { chosen, standing }) => {
+            Some(ApprovalDecision::Approved {
+                chosen,
+                standing,
+                narrowed,
+            }) => {
                 if let Err(reason) = self.approvers_hold(&approval).await? {
                     return Ok(Verdict::Withdrawn(reason));
                 }
@@ -155,12 +160,24 @@ impl Attempt<'_> {
                         "the page's decision names a standing approval the state did not offer",
                     ));
                 }
-                if self.policy().resolver.is_none() {
+                let chosen = self.policy().resolver.is_some().then_some(chosen);
+                // The approver's narrowing, checked again here against the tool's declaration
+                // as it is now and the call's own arguments: one that no longer holds spends the
+                // confirmation and runs nothing.
+                let narrowed = match narrowed {
+                    None => None,
+                    Some(edit) => match self.narrowing_holds(&edit, chosen.as_deref()) {
+                        Ok(edit) => edit,
+                        Err(reason) => return Ok(Verdict::Withdrawn(reason)),
+                    },
+                };
+                let Some(chosen) = chosen else {
                     return Ok(Verdict::Accept {
                         chosen: None,
                         standing,
+                        narrowed,
                     });
-                }
+                };
                 // Only a signed candidate; the page could offer nothing else, and this checks it.
                 if !claims.candidates.iter().any(|c| c.id == chosen) {
                     return Err(Refused::new(
@@ -171,8 +188,28 @@ impl Attempt<'_> {
                 Ok(Verdict::Accept {
                     chosen: Some(chosen),
                     standing,
+                    narrowed,
                 })
             }
+        }
+    }
+
+    /// The approver's edit `text` as it applies to this call (with `chosen` written in), if it
+    /// narrows anything: only declared arguments, each no wider than the call asked.
+    /// `Err(reason)`: it does not hold.
+    fn narrowing_holds(
+        &self,
+        text: &str,
+        chosen: Option<&str>,
+    ) -> Result<Option<serde_json::Map<String, Value>>, &'static str> {
+        let edit = narrow::read_edit(text).map_err(|_| "the approver's narrowing does not read")?;
+        let Value::Object(asked) = self.guarded.confirmed_arguments(self.call, chosen) else {
+            return Err("the call's arguments are not an object");
+        };
+        match narrow::narrow(&self.policy().narrowing, &asked, &edit) {
+            Ok(Some(_)) => Ok(Some(edit)),
+            Ok(None) => Ok(None),
+            Err(_) => Err("the approver's narrowing does not hold under the tool's declaration"),
         }
     }
 

@@ -144,6 +144,7 @@ async fn decide_in_span(
                 arguments: &confirmed.arguments,
                 chosen: confirmed.chosen.as_deref(),
                 version: confirmed.version.as_deref(),
+                original: confirmed.original.as_ref(),
                 grant: confirmed.grant.map(|g| g.short()),
                 standing: confirmed.standing.as_ref(),
             };
@@ -294,6 +295,9 @@ enum Verdict {
     Accept {
         chosen: Option<String>,
         standing: bool,
+        /// The approver's narrowing of the arguments (browser channel), already checked
+        /// against the tool's declaration.
+        narrowed: Option<serde_json::Map<String, Value>>,
     },
 }
 

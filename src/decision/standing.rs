@@ -238,6 +238,7 @@ impl Attempt<'_> {
             grant,
             standing: Some((standing.id, left)),
             arguments,
+            original: None,
         };
         // Short of a bug the body rebuilds; if not, dropping `reserved` gives the use back.
         let forward = self.forward(passed, None)?;

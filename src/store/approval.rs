@@ -4,12 +4,11 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use super::StoreError;
-use super::batch::{BatchDecision, BatchMark, SetDigest};
 use crate::approvers::Approvers;
 use crate::kernel::{BoxFuture, Nonce, PrincipalKey, hex, unhex};
 
@@ -212,6 +211,8 @@ impl ApprovalChoice {
 }
 
 /// What the person decided on the page.
+///
+/// `Decision::approved("note-7")` approves a record as asked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -223,9 +224,24 @@ pub enum Decision {
         /// Also the standing approval the page offered ([`Approval::standing`]).
         #[serde(default)]
         standing: bool,
+        /// The approver's narrowing of the call: a JSON object of the arguments changed
+        /// ([`crate::narrow`]); `None`: the call as asked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        narrowed: Option<String>,
     },
     /// Declined.
     Declined,
+}
+
+impl Decision {
+    /// Approved, for `chosen` (empty for a confirm-only tool), only this time, as asked.
+    pub fn approved(chosen: impl Into<String>) -> Self {
+        Self::Approved {
+            chosen: chosen.into(),
+            standing: false,
+            narrowed: None,
+        }
+    }
 }
 
 /// What [`ApprovalStore::decide`] did.
@@ -325,6 +341,9 @@ pub struct Endorsement {
     pub subject: String,
     /// What they approved (the first approver's choice; the others approve the same).
     pub chosen: String,
+    /// The narrowing they approved (the first approver's; the others approve the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub narrowed: Option<String>,
     /// Whether the approver was the caller.
     #[serde(default)]
     pub caller: bool,
@@ -438,7 +457,12 @@ impl Approval {
         if self.decision.is_some() {
             return Decided::AlreadyDecided;
         }
-        let Decision::Approved { chosen, standing } = decision else {
+        let Decision::Approved {
+            chosen,
+            standing,
+            narrowed,
+        } = decision
+        else {
             self.decision = Some(Decision::Declined);
             self.batch = decider.batch;
             return Decided::Recorded;
@@ -458,15 +482,21 @@ impl Approval {
         } else {
             self.choices.iter().any(|c| c.id == chosen)
         };
-        // A standing approval lets later calls run unasked: only the caller's own to give.
-        let standing_ok = !standing || (self.standing.is_some() && self.approvers.is_caller_only());
-        let same_as_first = self.endorsements.first().is_none_or(|e| e.chosen == chosen);
+        // A standing approval lets later calls run unasked: only the caller's own to give, and
+        // never with a narrowing, which is this call's alone.
+        let standing_ok = !standing
+            || (self.standing.is_some() && self.approvers.is_caller_only() && narrowed.is_none());
+        let same_as_first = self
+            .endorsements
+            .first()
+            .is_none_or(|e| e.chosen == chosen && e.narrowed == narrowed);
         if !offered || !standing_ok || !same_as_first {
             return Decided::InvalidChoice;
         }
         self.endorsements.push(Endorsement {
             subject: decider.subject,
             chosen: chosen.clone(),
+            narrowed: narrowed.clone(),
             caller: decider.caller,
             passkey: decider.passkey,
             at_ms: unix_ms(now),
@@ -481,7 +511,11 @@ impl Approval {
                 required,
             };
         }
-        self.decision = Some(Decision::Approved { chosen, standing });
+        self.decision = Some(Decision::Approved {
+            chosen,
+            standing,
+            narrowed,
+        });
         self.batch = decider.batch;
         Decided::Recorded
     }
@@ -590,6 +624,214 @@ struct Stored {
     shown_arguments: Option<String>,
 }
 
+/// The digest of a set of approvals as the approver was shown it: over every member's nonce and
+/// argument digest, in a fixed order. It names the set in the decision record, the log and each
+/// member's mark, so a decision can never be applied to a set other than the one shown.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SetDigest([u8; 32]);
+
+impl SetDigest {
+    /// The digest of `members` (order does not matter).
+    pub fn of<'a>(members: impl IntoIterator<Item = &'a Approval>) -> Self {
+        use sha2::{Digest, Sha256};
+        let mut parts: Vec<([u8; 16], [u8; 32])> = members
+            .into_iter()
+            .map(|a| (*a.nonce.as_bytes(), a.arguments.unwrap_or([0; 32])))
+            .collect();
+        parts.sort_unstable();
+        parts.dedup();
+        let mut hash = Sha256::new();
+        hash.update(b"mcp-confirm/approval-set/v1\0");
+        hash.update((parts.len() as u64).to_be_bytes());
+        for (nonce, arguments) in &parts {
+            hash.update(nonce);
+            hash.update(arguments);
+        }
+        Self(hash.finalize().into())
+    }
+
+    /// Lower-case hex.
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+
+    /// Reads 64 lower-case hex digits; `None` for anything else.
+    pub fn from_hex(text: &str) -> Option<Self> {
+        unhex(text).map(Self)
+    }
+
+    /// The digest's bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SetDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SetDigest({}…)", hex(&self.0[..4]))
+    }
+}
+
+/// What a member's approval records of the batch that decided it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct BatchMark {
+    /// The set, as [`SetDigest::to_hex`] writes it.
+    pub set: String,
+    /// How many members the set has.
+    pub members: u8,
+    /// Whether no member may run unless every member was approved by this decision.
+    pub all_or_nothing: bool,
+}
+
+/// One approver's decision over a set of approvals: the record created once per set.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BatchDecision {
+    /// The set decided.
+    pub set: SetDigest,
+    /// The deployment whose approvals they are.
+    pub audience: String,
+    /// The principal whose calls they are.
+    pub principal: PrincipalKey,
+    /// Who decided (a subject, as on the approvals).
+    pub decider: String,
+    /// The roles the authenticator gave the decider, as the rule read them.
+    pub roles: Vec<String>,
+    /// Whether the decider is the caller.
+    pub caller: bool,
+    /// Each member and what was decided about it, in the order shown.
+    pub members: Vec<(ApprovalId, Decision)>,
+    /// Whether no member may run unless every member was approved.
+    pub all_or_nothing: bool,
+    /// When it was decided.
+    pub decided_at: SystemTime,
+    /// When the last member expires; the record with it.
+    pub expires_at: SystemTime,
+}
+
+impl std::fmt::Debug for BatchDecision {
+    /// No decider: who decided goes to the decision log, not to debug output.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchDecision")
+            .field("set", &self.set)
+            .field("members", &self.members.len())
+            .field("all_or_nothing", &self.all_or_nothing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BatchDecision {
+    /// `decider`'s decision over `members` (each approval, and what is decided about it), as
+    /// shown: the set is their digest; it is kept until the last of them expires.
+    pub fn new(
+        members: &[(&Approval, Decision)],
+        decider: &Decider,
+        all_or_nothing: bool,
+        decided_at: SystemTime,
+    ) -> Self {
+        let first = members.first().map(|(a, _)| *a);
+        Self {
+            set: SetDigest::of(members.iter().map(|(a, _)| *a)),
+            audience: first.map(|a| a.audience.clone()).unwrap_or_default(),
+            principal: first.map_or(PrincipalKey::from_bytes([0; 16]), |a| a.principal),
+            decider: decider.subject.clone(),
+            roles: decider.roles.clone(),
+            caller: decider.caller,
+            members: members.iter().map(|(a, d)| (a.id, d.clone())).collect(),
+            all_or_nothing,
+            decided_at,
+            expires_at: members
+                .iter()
+                .map(|(a, _)| a.expires_at)
+                .max()
+                .unwrap_or(UNIX_EPOCH),
+        }
+    }
+
+    /// The mark each member records.
+    pub fn mark(&self) -> BatchMark {
+        BatchMark {
+            set: self.set.to_hex(),
+            members: u8::try_from(self.members.len()).unwrap_or(u8::MAX),
+            all_or_nothing: self.all_or_nothing,
+        }
+    }
+
+    /// The decider, as each member's store decision admits them.
+    pub fn decider(&self) -> Decider {
+        Decider::new(&self.decider, &self.roles, self.caller)
+    }
+
+    /// How many members it approves.
+    pub fn approved(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|(_, d)| matches!(d, Decision::Approved { .. }))
+            .count()
+    }
+
+    /// The decision as one JSON text, for the stores that keep it as a value.
+    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+    pub(crate) fn encode(&self) -> String {
+        let stored = StoredBatch {
+            set: self.set.to_hex(),
+            audience: self.audience.clone(),
+            principal: self.principal.to_hex(),
+            decider: self.decider.clone(),
+            roles: self.roles.clone(),
+            caller: self.caller,
+            members: self
+                .members
+                .iter()
+                .map(|(id, d)| (id.to_hex(), d.clone()))
+                .collect(),
+            all_or_nothing: self.all_or_nothing,
+            decided_at_ms: unix_ms(self.decided_at),
+            expires_at_ms: unix_ms(self.expires_at),
+        };
+        serde_json::to_string(&stored).unwrap_or_default()
+    }
+
+    /// A decision [`encode`](Self::encode) wrote; `None` for anything else.
+    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+    pub(crate) fn decode(text: &str) -> Option<Self> {
+        let s: StoredBatch = serde_json::from_str(text).ok()?;
+        let members = s
+            .members
+            .into_iter()
+            .map(|(id, d)| Some((ApprovalId::from_hex(&id)?, d)))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
+            set: SetDigest::from_hex(&s.set)?,
+            audience: s.audience,
+            principal: PrincipalKey::from_bytes(unhex(&s.principal)?),
+            decider: s.decider,
+            roles: s.roles,
+            caller: s.caller,
+            members,
+            all_or_nothing: s.all_or_nothing,
+            decided_at: UNIX_EPOCH + Duration::from_millis(s.decided_at_ms),
+            expires_at: UNIX_EPOCH + Duration::from_millis(s.expires_at_ms),
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredBatch {
+    set: String,
+    audience: String,
+    principal: String,
+    decider: String,
+    roles: Vec<String>,
+    caller: bool,
+    members: Vec<(String, Decision)>,
+    all_or_nothing: bool,
+    decided_at_ms: u64,
+    expires_at_ms: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -627,6 +869,7 @@ mod tests {
         Decision::Approved {
             chosen: id.into(),
             standing: false,
+            narrowed: None,
         }
     }
 
@@ -677,6 +920,7 @@ mod tests {
         let standing = Decision::Approved {
             chosen: "note-7".into(),
             standing: true,
+            narrowed: None,
         };
         let mut not_offered = approval(now);
         assert_eq!(

@@ -14,229 +14,14 @@
 //! on a resubmission, a member's retry does for its siblings) finishes the job and never decides
 //! anything the record does not say.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 use super::StoreError;
-use super::approval::{Approval, ApprovalId, ApprovalStore, Decided, Decider, Decision};
-use crate::kernel::{PrincipalKey, hex, unhex};
+use super::approval::{Approval, ApprovalId, ApprovalStore, Decided};
+pub use super::approval::{BatchDecision, BatchMark, SetDigest};
 
 /// The most approvals one batch decides: every approval one principal may have pending.
 pub const MAX_BATCH: usize = super::approval::MAX_PENDING_APPROVALS;
-
-/// The digest of a set of approvals as the approver was shown it: over every member's nonce and
-/// argument digest, in a fixed order. It names the set in the decision record, the log and each
-/// member's mark, so a decision can never be applied to a set other than the one shown.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SetDigest([u8; 32]);
-
-impl SetDigest {
-    /// The digest of `members` (order does not matter).
-    pub fn of<'a>(members: impl IntoIterator<Item = &'a Approval>) -> Self {
-        use sha2::{Digest, Sha256};
-        let mut parts: Vec<([u8; 16], [u8; 32])> = members
-            .into_iter()
-            .map(|a| (*a.nonce.as_bytes(), a.arguments.unwrap_or([0; 32])))
-            .collect();
-        parts.sort_unstable();
-        parts.dedup();
-        let mut hash = Sha256::new();
-        hash.update(b"mcp-confirm/approval-set/v1\0");
-        hash.update((parts.len() as u64).to_be_bytes());
-        for (nonce, arguments) in &parts {
-            hash.update(nonce);
-            hash.update(arguments);
-        }
-        Self(hash.finalize().into())
-    }
-
-    /// Lower-case hex.
-    pub fn to_hex(&self) -> String {
-        hex(&self.0)
-    }
-
-    /// Reads 64 lower-case hex digits; `None` for anything else.
-    pub fn from_hex(text: &str) -> Option<Self> {
-        unhex(text).map(Self)
-    }
-
-    /// The digest's bytes.
-    pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for SetDigest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SetDigest({}…)", hex(&self.0[..4]))
-    }
-}
-
-/// What a member's approval records of the batch that decided it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct BatchMark {
-    /// The set, as [`SetDigest::to_hex`] writes it.
-    pub set: String,
-    /// How many members the set has.
-    pub members: u8,
-    /// Whether no member may run unless every member was approved by this decision.
-    pub all_or_nothing: bool,
-}
-
-/// One approver's decision over a set of approvals: the record created once per set.
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct BatchDecision {
-    /// The set decided.
-    pub set: SetDigest,
-    /// The deployment whose approvals they are.
-    pub audience: String,
-    /// The principal whose calls they are.
-    pub principal: PrincipalKey,
-    /// Who decided (a subject, as on the approvals).
-    pub decider: String,
-    /// The roles the authenticator gave the decider, as the rule read them.
-    pub roles: Vec<String>,
-    /// Whether the decider is the caller.
-    pub caller: bool,
-    /// Each member and what was decided about it, in the order shown.
-    pub members: Vec<(ApprovalId, Decision)>,
-    /// Whether no member may run unless every member was approved.
-    pub all_or_nothing: bool,
-    /// When it was decided.
-    pub decided_at: SystemTime,
-    /// When the last member expires; the record with it.
-    pub expires_at: SystemTime,
-}
-
-impl std::fmt::Debug for BatchDecision {
-    /// No decider: who decided goes to the decision log, not to debug output.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BatchDecision")
-            .field("set", &self.set)
-            .field("members", &self.members.len())
-            .field("all_or_nothing", &self.all_or_nothing)
-            .finish_non_exhaustive()
-    }
-}
-
-impl BatchDecision {
-    /// `decider`'s decision over `members` (each approval, and what is decided about it), as
-    /// shown: the set is their digest; it is kept until the last of them expires.
-    pub fn new(
-        members: &[(&Approval, Decision)],
-        decider: &Decider,
-        all_or_nothing: bool,
-        decided_at: SystemTime,
-    ) -> Self {
-        let first = members.first().map(|(a, _)| *a);
-        Self {
-            set: SetDigest::of(members.iter().map(|(a, _)| *a)),
-            audience: first.map(|a| a.audience.clone()).unwrap_or_default(),
-            principal: first.map_or(PrincipalKey::from_bytes([0; 16]), |a| a.principal),
-            decider: decider.subject.clone(),
-            roles: decider.roles.clone(),
-            caller: decider.caller,
-            members: members.iter().map(|(a, d)| (a.id, d.clone())).collect(),
-            all_or_nothing,
-            decided_at,
-            expires_at: members
-                .iter()
-                .map(|(a, _)| a.expires_at)
-                .max()
-                .unwrap_or(UNIX_EPOCH),
-        }
-    }
-
-    /// The mark each member records.
-    pub fn mark(&self) -> BatchMark {
-        BatchMark {
-            set: self.set.to_hex(),
-            members: u8::try_from(self.members.len()).unwrap_or(u8::MAX),
-            all_or_nothing: self.all_or_nothing,
-        }
-    }
-
-    /// The decider, as each member's store decision admits them.
-    pub fn decider(&self) -> Decider {
-        Decider::new(&self.decider, &self.roles, self.caller)
-    }
-
-    /// How many members it approves.
-    pub fn approved(&self) -> usize {
-        self.members
-            .iter()
-            .filter(|(_, d)| matches!(d, Decision::Approved { .. }))
-            .count()
-    }
-
-    /// The decision as one JSON text, for the stores that keep it as a value.
-    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
-    pub(crate) fn encode(&self) -> String {
-        let stored = Stored {
-            set: self.set.to_hex(),
-            audience: self.audience.clone(),
-            principal: self.principal.to_hex(),
-            decider: self.decider.clone(),
-            roles: self.roles.clone(),
-            caller: self.caller,
-            members: self
-                .members
-                .iter()
-                .map(|(id, d)| (id.to_hex(), d.clone()))
-                .collect(),
-            all_or_nothing: self.all_or_nothing,
-            decided_at_ms: unix_ms(self.decided_at),
-            expires_at_ms: unix_ms(self.expires_at),
-        };
-        serde_json::to_string(&stored).unwrap_or_default()
-    }
-
-    /// A decision [`encode`](Self::encode) wrote; `None` for anything else.
-    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
-    pub(crate) fn decode(text: &str) -> Option<Self> {
-        let s: Stored = serde_json::from_str(text).ok()?;
-        let members = s
-            .members
-            .into_iter()
-            .map(|(id, d)| Some((ApprovalId::from_hex(&id)?, d)))
-            .collect::<Option<Vec<_>>>()?;
-        Some(Self {
-            set: SetDigest::from_hex(&s.set)?,
-            audience: s.audience,
-            principal: PrincipalKey::from_bytes(unhex(&s.principal)?),
-            decider: s.decider,
-            roles: s.roles,
-            caller: s.caller,
-            members,
-            all_or_nothing: s.all_or_nothing,
-            decided_at: UNIX_EPOCH + Duration::from_millis(s.decided_at_ms),
-            expires_at: UNIX_EPOCH + Duration::from_millis(s.expires_at_ms),
-        })
-    }
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Stored {
-    set: String,
-    audience: String,
-    principal: String,
-    decider: String,
-    roles: Vec<String>,
-    caller: bool,
-    members: Vec<(String, Decision)>,
-    all_or_nothing: bool,
-    decided_at_ms: u64,
-    expires_at_ms: u64,
-}
-
-fn unix_ms(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// Whether `other` may be decided in one batch with `anchor`: the same deployment, principal,
 /// group and approver rule, created within `window` of it, both undecided, none typed, the rule
@@ -344,8 +129,9 @@ pub async fn all_approved(
 mod tests {
     use super::*;
     use crate::approvers::Approvers;
-    use crate::kernel::Nonce;
-    use crate::store::approval::ApprovalChoice;
+    use crate::kernel::{Nonce, PrincipalKey};
+    use crate::store::approval::{ApprovalChoice, Decision};
+    use std::time::{SystemTime, UNIX_EPOCH};
 
     fn approval(now: SystemTime, tool: &str) -> Approval {
         let nonce = Nonce::random();
@@ -440,6 +226,7 @@ mod tests {
                     Decision::Approved {
                         chosen: "note-3".into(),
                         standing: false,
+                        narrowed: None,
                     },
                 ),
                 (b.id, Decision::Declined),

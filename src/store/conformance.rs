@@ -307,6 +307,7 @@ fn batch_of(members: &[&Approval], approve: &[bool], all_or_nothing: bool) -> Ba
                     Decision::Approved {
                         chosen: "note-3".into(),
                         standing: false,
+                        narrowed: None,
                     }
                 } else {
                     Decision::Declined
@@ -394,7 +395,8 @@ pub async fn batch_decisions_are_kept_once_and_applied_to_each_member<S: Approva
         first.decision,
         Some(Decision::Approved {
             chosen: "note-3".into(),
-            standing: false
+            standing: false,
+            narrowed: None
         })
     );
     assert_eq!(first.batch, Some(batch.mark()));
@@ -469,6 +471,7 @@ pub async fn approvals_are_decided_once<S: ApprovalStore>(store: &S) {
     let approve = |id: &str| Decision::Approved {
         chosen: id.into(),
         standing: id == "note-7",
+        narrowed: None,
     };
     assert_eq!(
         store
@@ -564,6 +567,7 @@ pub async fn one_decision_among_concurrent_deciders<S: ApprovalStore>(store: Arc
                     Decision::Approved {
                         chosen: "note-3".into(),
                         standing: false,
+                        narrowed: None,
                     }
                 };
                 store
@@ -593,6 +597,7 @@ pub async fn approvers_decide_as_their_rule_says<S: ApprovalStore>(store: &S) {
     let approve = |id: &str| Decision::Approved {
         chosen: id.into(),
         standing: false,
+        narrowed: None,
     };
     let decide = |who: Decider, what: Decision| store.decide(a.id, who, what);
     assert_eq!(
@@ -678,6 +683,7 @@ pub async fn racing_approvers_are_counted_exactly<S: ApprovalStore>(store: Arc<S
                 let decision = Decision::Approved {
                     chosen: "note-7".into(),
                     standing: false,
+                    narrowed: None,
                 };
                 store
                     .decide(a.id, approver(&format!("approver-{i}")), decision)

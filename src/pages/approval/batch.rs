@@ -223,6 +223,7 @@ impl ApprovalPage {
                 Decision::Approved {
                     chosen,
                     standing: false,
+                    narrowed: None,
                 },
             ));
         }

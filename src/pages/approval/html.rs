@@ -70,7 +70,12 @@ pub(super) fn unavailable() -> Response<Full<Bytes>> {
 }
 
 /// The approval's facts and its decision form.
-pub(super) fn render(approval: &Approval, token: &str, error: Option<&str>) -> Markup {
+pub(super) fn render(
+    approval: &Approval,
+    token: &str,
+    error: Option<&str>,
+    narrowing: Option<Markup>,
+) -> Markup {
     // Later approvers approve the first one's choice: only it is offered.
     let first = approval.endorsements.first().map(|e| e.chosen.as_str());
     let choices: Vec<_> = approval
@@ -123,6 +128,9 @@ pub(super) fn render(approval: &Approval, token: &str, error: Option<&str>) -> M
                         " " (words)
                     }
                 }
+            }
+            @if let Some(narrowing) = narrowing {
+                (narrowing)
             }
             @if approval.typed {
                 p {

@@ -4,6 +4,7 @@
 pub(crate) mod batch;
 pub(crate) mod html;
 pub(crate) mod inbox;
+mod narrowing;
 pub(crate) mod page;
 #[cfg(feature = "passkeys")]
 pub(crate) mod passkeys;

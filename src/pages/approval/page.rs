@@ -19,6 +19,7 @@ use http_body::Body;
 use http_body_util::Full;
 
 use super::html::{self, gone, not_yours, notice, page, render, unavailable, waiting};
+use super::narrowing;
 use crate::audit::event::{self, DecisionEvent, step_refused};
 use crate::config::Config;
 use crate::kernel::BoxFuture;
@@ -269,10 +270,12 @@ impl ApprovalPage {
             return self.show_batch(&approval, &members, visitor, error);
         }
         let token = self.tokens().issue(FormPurpose::Approval(&id), visitor);
+        let narrowing = narrowing::offered(&self.config, &approval)
+            .map(|(declared, asked)| narrowing::render(&declared, &asked));
         page(
             StatusCode::OK,
             &format!("Approve {}?", approval.tool),
-            render(&approval, &token, error),
+            render(&approval, &token, error, narrowing),
         )
     }
 
@@ -424,7 +427,50 @@ impl ApprovalPage {
                             .await;
                     }
                 };
-                Decision::Approved { chosen, standing }
+                // The approver's narrowing, checked before anything is recorded; a later
+                // approver approves the first one's.
+                let narrowed = match approval.endorsements.first() {
+                    Some(first) => first.narrowed.clone(),
+                    None => match narrowing::offered(&self.config, &approval) {
+                        Some((declared, asked)) => match narrowing::read(&declared, &asked, body) {
+                            Ok(narrowed) => narrowed,
+                            Err(words) => {
+                                step_refused(
+                                    &approval.tool,
+                                    Some(principal),
+                                    "approval with a narrowing the tool does not allow",
+                                );
+                                return self.show_one(id, visitor, Some(words)).await;
+                            }
+                        },
+                        None => {
+                            if let Err(words) = narrowing::read(&[], &serde_json::Map::new(), body)
+                            {
+                                step_refused(
+                                    &approval.tool,
+                                    Some(principal),
+                                    "approval with an edit the tool does not allow",
+                                );
+                                return self.show_one(id, visitor, Some(words)).await;
+                            }
+                            None
+                        }
+                    },
+                };
+                if standing && narrowed.is_some() {
+                    return self
+                        .show_one(
+                            id,
+                            visitor,
+                            Some("A narrowed request is approved only this time."),
+                        )
+                        .await;
+                }
+                Decision::Approved {
+                    chosen,
+                    standing,
+                    narrowed,
+                }
             }
             _ => {
                 return notice(StatusCode::BAD_REQUEST, "Refused", "Approve or decline.");

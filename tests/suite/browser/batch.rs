@@ -349,6 +349,7 @@ async fn all_or_nothing_runs_no_member_when_one_was_decided_otherwise() {
     let approve = |chosen: &str| Decision::Approved {
         chosen: chosen.into(),
         standing: false,
+        narrowed: None,
     };
     let alice = Decider::new("alice", Vec::<String>::new(), true);
     let shown = [
@@ -385,6 +386,7 @@ async fn a_crash_between_the_decision_and_its_members_is_healed_by_a_members_ret
     let approve = |chosen: &str| Decision::Approved {
         chosen: chosen.into(),
         standing: false,
+        narrowed: None,
     };
     let alice = Decider::new("alice", Vec::<String>::new(), true);
     let shown = [

@@ -7,5 +7,6 @@ mod approvers;
 mod attacks;
 mod batch;
 mod form_tokens;
+mod narrowing;
 mod passkeys;
 mod webhooks;

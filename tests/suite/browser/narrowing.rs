@@ -1,0 +1,301 @@
+//! Narrowing a call before approving it, on the approval page: the tool declares what may be
+//! narrowed and how; an edit that narrows is what the handler receives and what the log keeps
+//! beside the original; anything else (wider, undeclared, another tool) is refused and nothing
+//! runs.
+
+use std::sync::{Arc, Mutex};
+
+use crate::common::browser::*;
+use crate::common::*;
+use http::StatusCode;
+use mcp_confirm::audit::{DecisionLog, DurableWrite, LogDown, LogEntry, WhenDown};
+use mcp_confirm::clock::ManualClock;
+use mcp_confirm::narrow::Narrowing;
+use mcp_confirm::store::MemoryReplayStore;
+use mcp_confirm::{ApprovalPage, KeyRing, ToolPolicy};
+use serde_json::{Value, json};
+
+/// Every entry the layer writes.
+#[derive(Clone, Default)]
+struct Kept(Arc<Mutex<Vec<LogEntry>>>);
+
+impl DecisionLog for Kept {
+    fn when_down(&self) -> WhenDown {
+        WhenDown::FailClosed
+    }
+    fn is_healthy(&self) -> bool {
+        true
+    }
+    fn append(&self, entry: LogEntry) -> Result<(), LogDown> {
+        self.0.lock().unwrap().push(entry);
+        Ok(())
+    }
+    fn append_durable(&self, entry: LogEntry) -> Result<DurableWrite, LogDown> {
+        self.0.lock().unwrap().push(entry);
+        Ok(Box::pin(std::future::ready(Ok(()))))
+    }
+}
+
+/// `notes_bulk_delete(ids, limit, dry_run, mode, workspaceUri)`, approved in the browser, its
+/// ids, limit, dry_run and mode narrowable; the page; the log.
+fn bulk() -> (Fixture, ApprovalPage, Kept) {
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let log = Kept::default();
+    let policy = ToolPolicy::confirm_only()
+        .message("Delete these notes?")
+        .input_key("bulk_approval")
+        .approve_in_browser()
+        .narrowable("ids", Narrowing::Subset)
+        .narrowable("limit", Narrowing::AtMost)
+        .narrowable("dry_run", Narrowing::TurnOn)
+        .narrowable(
+            "mode",
+            Narrowing::OneOf(vec!["archive".into(), "delete".into(), "shred".into()]),
+        );
+    let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
+        .tool("notes_bulk_delete", policy)
+        .audit_log(log.clone())
+        .build();
+    let page = layer.approval_page();
+    (Fixture::new(layer, notes, clock, store), page, log)
+}
+
+fn bulk_call(id: i64) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+        "_meta": url_meta(), "name":"notes_bulk_delete",
+        "arguments":{"workspaceUri": PERSONAL, "ids": ["note-3", "note-7", "note-14"],
+                     "limit": 50, "dry_run": false, "mode": "delete"}}})
+}
+
+/// The URL and state of the call's question.
+fn question(answer: &Answer) -> (String, String) {
+    let result = answer.result();
+    assert_eq!(result["resultType"], "input_required", "{}", answer.json());
+    let params = &result["inputRequests"]["bulk_approval"]["params"];
+    (
+        params["url"].as_str().unwrap().to_owned(),
+        result["requestState"].as_str().unwrap().to_owned(),
+    )
+}
+
+async fn retry(f: &Fixture, state: &str, id: i64) -> Answer {
+    let mut call = bulk_call(id);
+    call["params"]["requestState"] = json!(state);
+    call["params"]["inputResponses"] = json!({"bulk_approval": {"action": "accept"}});
+    f.alice(&call).await
+}
+
+fn enc(text: &str) -> String {
+    form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+#[tokio::test]
+async fn a_narrowed_approval_runs_exactly_the_narrowed_arguments() {
+    let (f, page, log) = bulk();
+    let (url, state) = question(&f.alice(&bulk_call(1)).await);
+    let (status, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    for needle in [
+        "narrow-ids",
+        "narrow-limit",
+        "narrow-dry_run",
+        "narrow-mode",
+        "max=\"50\"",
+    ] {
+        assert!(html.contains(needle), "{needle} missing from {html}");
+    }
+    // The mode offers "delete" and the narrower "archive", never "shred".
+    assert!(
+        html.contains("value=\"archive\"") && !html.contains("value=\"shred\""),
+        "{html}"
+    );
+    // Keep two of the three ids, lower the limit, turn dry_run on, archive instead of delete.
+    let form = format!(
+        "csrf={}&decision=approve&narrow-ids={}&narrow-ids={}&narrow-limit=10&narrow-dry_run=true&narrow-mode=archive",
+        csrf(&html),
+        enc("\"note-3\""),
+        enc("\"note-14\"")
+    );
+    let (status, body) = decide(&page, &url, "alice", &form).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let done = retry(&f, &state, 2).await;
+    assert_eq!(
+        done.result()["content"][0]["text"],
+        "done by inner",
+        "{}",
+        done.json()
+    );
+    let seen = f.seen.last();
+    assert_eq!(
+        seen.json()["params"]["arguments"],
+        json!({"workspaceUri": PERSONAL, "ids": ["note-3", "note-14"], "limit": 10,
+               "dry_run": true, "mode": "archive"})
+    );
+    assert!(seen.confirmed.unwrap().narrowed);
+    // The log keeps both: the digest of what ran, and of what was asked.
+    let entries = log.0.lock().unwrap().clone();
+    let accepted = entries
+        .iter()
+        .find(|e| e.event == "accepted")
+        .expect("accepted");
+    let original = accepted.original.clone().expect("the original digest");
+    assert_ne!(Some(original), accepted.arguments);
+    assert_eq!(f.seen.count(), 1);
+}
+
+#[tokio::test]
+async fn an_unchanged_approval_runs_as_asked_and_says_so() {
+    let (f, page, _) = bulk();
+    let (url, state) = question(&f.alice(&bulk_call(1)).await);
+    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    // The form as shown: every input at the call's own value.
+    let form = format!(
+        "csrf={}&decision=approve&narrow-ids={}&narrow-ids={}&narrow-ids={}&narrow-limit=50&narrow-mode=delete",
+        csrf(&html),
+        enc("\"note-3\""),
+        enc("\"note-7\""),
+        enc("\"note-14\"")
+    );
+    assert_eq!(decide(&page, &url, "alice", &form).await.0, StatusCode::OK);
+    let done = retry(&f, &state, 2).await;
+    assert_eq!(done.result()["content"][0]["text"], "done by inner");
+    let seen = f.seen.last();
+    assert_eq!(
+        seen.json()["params"]["arguments"]["ids"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert!(!seen.confirmed.unwrap().narrowed);
+}
+
+#[tokio::test]
+async fn edits_that_widen_touch_an_undeclared_argument_or_rename_the_tool_are_refused() {
+    let (f, page, _) = bulk();
+    let (url, state) = question(&f.alice(&bulk_call(1)).await);
+    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let token = csrf(&html);
+    for (edit, words) in [
+        (
+            format!("narrow-ids={}", enc("\"note-20\"")),
+            "would not narrow",
+        ),
+        (
+            format!(
+                "narrow-ids={}&narrow-ids={}",
+                enc("\"note-3\""),
+                enc("\"note-3\"")
+            ),
+            "would not narrow",
+        ),
+        ("narrow-limit=51".to_owned(), "would not narrow"),
+        ("narrow-limit=-1".to_owned(), "would not narrow"),
+        ("narrow-mode=shred".to_owned(), "would not narrow"),
+        (
+            "narrow-workspaceUri=team".to_owned(),
+            "Only the arguments the tool declares",
+        ),
+        ("tool=notes_list".to_owned(), "tool cannot be changed"),
+        ("name=notes_list".to_owned(), "tool cannot be changed"),
+    ] {
+        let form = format!("csrf={token}&decision=approve&{edit}");
+        let (status, body) = decide(&page, &url, "alice", &form).await;
+        assert_eq!(status, StatusCode::OK, "{edit}: {body}");
+        assert!(body.contains(words), "{edit}: {body}");
+    }
+    // None of it decided anything: still waiting, nothing ran.
+    let (waiting, _) = question(&retry(&f, &state, 2).await);
+    assert_eq!(waiting, url);
+    assert_eq!(f.seen.count(), 0);
+}
+
+#[tokio::test]
+async fn a_recorded_narrowing_that_widens_runs_nothing() {
+    // Someone with write access to the approval store (or a page of another release) records a
+    // "narrowing" that widens the call: the retry checks it against the declaration again, spends
+    // the confirmation and runs nothing.
+    use mcp_confirm::approval::{ApprovalId, ApprovalStore, Decider, Decision};
+    let (f, _, _) = bulk();
+    for (i, edit) in [
+        r#"{"limit":500}"#,
+        r#"{"ids":["note-3","note-99"]}"#,
+        r#"{"workspaceUri":"file:///data/team"}"#,
+        r#"{"mode":"shred"}"#,
+        r#"["not an object"]"#,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = 10 * i as i64;
+        let (url, state) = question(&f.alice(&bulk_call(id)).await);
+        let approval = ApprovalId::from_hex(url.rsplit('/').next().unwrap()).unwrap();
+        let decided = f
+            .store
+            .decide(
+                approval,
+                Decider::new("alice", Vec::<String>::new(), true),
+                Decision::Approved {
+                    chosen: String::new(),
+                    standing: false,
+                    narrowed: Some(edit.to_owned()),
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(decided, mcp_confirm::approval::Decided::Recorded);
+        let refused = retry(&f, &state, id + 1).await;
+        assert_eq!(outcome(&refused), "revoked", "{edit}: {}", refused.json());
+        let again = retry(&f, &state, id + 2).await;
+        assert_eq!(
+            again.error()["data"]["reason"],
+            "invalid_request_state",
+            "{edit}"
+        );
+    }
+    assert_eq!(f.seen.count(), 0);
+}
+
+#[test]
+fn narrowing_the_page_cannot_offer_is_refused_at_build() {
+    let build = |policy: ToolPolicy| {
+        mcp_confirm::ConfirmLayer::builder(KeyRing::random())
+            .without_tool_list_unchecked()
+            .audience("https://notes.example/mcp")
+            .approval_url(BASE)
+            .tool("notes_bulk_delete", policy)
+            .try_build()
+    };
+    let notes = Notes::seeded();
+    for (policy, words) in [
+        (
+            ToolPolicy::confirm_only().narrowable("limit", Narrowing::AtMost),
+            "needs `approve_in_browser`",
+        ),
+        (
+            destroy_policy(&notes)
+                .select_into("note_id")
+                .narrowable("note_id", Narrowing::Subset),
+            "`select_into` argument",
+        ),
+        (
+            ToolPolicy::confirm_only()
+                .approve_in_browser()
+                .narrowable("mode", Narrowing::OneOf(vec!["a".into()])),
+            "two or more distinct values",
+        ),
+        (
+            ToolPolicy::confirm_only()
+                .approve_in_browser()
+                .narrowable("", Narrowing::TurnOn),
+            "invalid narrowable argument",
+        ),
+    ] {
+        match build(policy) {
+            Err(mcp_confirm::ConfigError::InvalidPolicy(e)) => assert!(e.contains(words), "{e}"),
+            other => panic!("expected a refusal with {words:?}, got {other:?}"),
+        }
+    }
+}
