@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
+use crate::narrow::Narrowing;
 use crate::policy::{Candidate, Channel, ChoiceStyle, ToolPolicy};
 use crate::token::candidates::Shown;
 
@@ -19,6 +20,7 @@ pub(crate) fn schema<'a>(
     policy: &'a ToolPolicy,
     candidates: &'a [Candidate],
     standing: Option<String>,
+    arguments: Option<&'a Value>,
 ) -> Schema<'a> {
     let titles = match (&policy.resolver, policy.style) {
         (Some(_), ChoiceStyle::Titled) => candidates
@@ -37,7 +39,46 @@ pub(crate) fn schema<'a>(
         candidates,
         titles,
         standing,
+        arguments: arguments.and_then(Value::as_object),
     }
+}
+
+/// The form field of narrowable argument `argument`.
+pub(crate) fn narrow_field(argument: &str) -> String {
+    format!("{NARROW_PREFIX}{argument}")
+}
+
+/// What every narrowing field of a form begins with.
+pub(crate) const NARROW_PREFIX: &str = "narrow_";
+
+/// The form field offering to narrow `argument` (`value` is the call's own), filled with the
+/// call's value so that leaving it as it is narrows nothing; `None` when the form cannot show
+/// it (a list of anything but strings, a missing or mistyped value).
+fn narrow_property(argument: &str, how: &Narrowing, value: Option<&Value>) -> Option<Value> {
+    let title = format!("{argument}: {}", how.describe());
+    Some(match (how, value) {
+        (Narrowing::Subset, Some(Value::Array(items)))
+            if !items.is_empty() && items.iter().all(Value::is_string) =>
+        {
+            serde_json::json!({"type": "array", "title": title, "minItems": 1,
+                "items": {"type": "string", "enum": items}, "default": items})
+        }
+        (Narrowing::AtMost, Some(Value::Number(n))) if n.as_f64().is_some_and(|f| f >= 0.0) => {
+            let kind = if n.is_f64() { "number" } else { "integer" };
+            serde_json::json!({"type": kind, "title": title, "minimum": 0, "maximum": n,
+                "default": n})
+        }
+        (Narrowing::TurnOn, None | Some(Value::Bool(_))) => {
+            serde_json::json!({"type": "boolean", "title": title,
+                "default": value.and_then(Value::as_bool).unwrap_or(false)})
+        }
+        (Narrowing::OneOf(order), Some(Value::String(now))) => {
+            let at = order.iter().position(|v| v == now)?;
+            serde_json::json!({"type": "string", "title": title, "enum": &order[..=at],
+                "default": now})
+        }
+        _ => return None,
+    })
 }
 
 /// A flat form: one choice among the candidates (pick-one policies) and a required yes/no.
@@ -50,6 +91,8 @@ pub(crate) struct Schema<'a> {
     titles: Vec<String>,
     /// The standing approval offered, in words.
     standing: Option<String>,
+    /// The call's arguments, for the narrowing fields.
+    arguments: Option<&'a serde_json::Map<String, Value>>,
 }
 
 impl Serialize for Schema<'_> {
@@ -97,6 +140,13 @@ impl Serialize for Properties<'_, '_> {
                     "default": "once",
                 }),
             )?;
+        }
+        if let Some(arguments) = self.0.arguments {
+            for (argument, how) in &policy.narrowing {
+                if let Some(field) = narrow_property(argument, how, arguments.get(argument)) {
+                    m.serialize_entry(&narrow_field(argument), &field)?;
+                }
+            }
         }
         m.end()
     }
@@ -276,6 +326,9 @@ pub(crate) enum Answer {
     Accept {
         chosen: Option<String>,
         standing: bool,
+        /// The narrowing fields the user answered, as an edit of the arguments (checked against
+        /// the declaration and the call by the acceptance, not here).
+        narrowed: Option<serde_json::Map<String, Value>>,
     },
     /// Accepted with `confirm: false`: a refusal.
     Unconfirmed,
@@ -320,6 +373,7 @@ pub(crate) fn read_answer(
         (Channel::Browser { .. }, None | Some(Value::Null | Value::Object(_))) => Answer::Accept {
             chosen: None,
             standing: false,
+            narrowed: None,
         },
         (_, Some(Value::Object(content))) => read_content(policy, signed, content),
         (Channel::Form, None | Some(Value::Null)) => Answer::AskAgain("accept without content"),
@@ -361,8 +415,27 @@ fn read_content(
         },
         (Some(_), Some(_)) => return Answer::Invalid("the remember field is not a string"),
     };
+    // The narrowing fields: each must be one the policy declares; what they say is checked
+    // against the declaration and the call's arguments when the call is accepted.
+    let mut narrowed = serde_json::Map::new();
+    for (field, value) in content {
+        let Some(argument) = field.strip_prefix(NARROW_PREFIX) else {
+            continue;
+        };
+        if !policy.narrowing.iter().any(|(name, _)| name == argument) {
+            return Answer::Invalid("a narrowing field the form did not show");
+        }
+        narrowed.insert(argument.to_owned(), value.clone());
+    }
+    if standing && !narrowed.is_empty() {
+        return Answer::AskAgain("a narrowed call is approved only this time");
+    }
     if confirm {
-        Answer::Accept { chosen, standing }
+        Answer::Accept {
+            chosen,
+            standing,
+            narrowed: (!narrowed.is_empty()).then_some(narrowed),
+        }
     } else {
         Answer::Unconfirmed
     }
@@ -392,12 +465,54 @@ mod tests {
     }
 
     #[test]
+    fn narrowing_fields_are_shown_at_the_calls_values_and_read_back_only_if_declared() {
+        let policy = ToolPolicy::confirm_only()
+            .narrowable("ids", Narrowing::Subset)
+            .narrowable("limit", Narrowing::AtMost)
+            .narrowable("nums", Narrowing::Subset)
+            .narrowable("mode", Narrowing::OneOf(vec!["a".into(), "b".into()]));
+        let call = json!({"ids": ["x", "y"], "limit": 2.5, "nums": [1, 2], "mode": "z"});
+        let s = serde_json::to_value(schema(&policy, &[], None, Some(&call))).unwrap();
+        let p = &s["properties"];
+        assert_eq!(p["narrow_ids"]["items"]["enum"], json!(["x", "y"]));
+        assert_eq!(p["narrow_limit"]["type"], "number");
+        // A list of numbers, or a mode outside the declared order: not shown.
+        assert!(
+            p.get("narrow_nums").is_none() && p.get("narrow_mode").is_none(),
+            "{p}"
+        );
+        assert_eq!(s["required"], json!(["confirm"]));
+        let read = |content: Value| {
+            read_answer(
+                &policy,
+                &[],
+                Some(&json!({"confirmation": {"action": "accept", "content": content}})),
+            )
+        };
+        match read(json!({"confirm": true, "narrow_limit": 1})) {
+            Answer::Accept {
+                narrowed: Some(edit),
+                ..
+            } => assert_eq!(edit["limit"], 1),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            read(json!({"confirm": true, "narrow_title": "x"})),
+            Answer::Invalid(_)
+        ));
+        assert!(matches!(
+            read(json!({"confirm": true})),
+            Answer::Accept { narrowed: None, .. }
+        ));
+    }
+
+    #[test]
     fn titled_schema_is_flat_and_requires_both_fields() {
         let c = vec![
             Candidate::labelled("note-3", "Groceries — milk, eggs"),
             Candidate::new("note-7"),
         ];
-        let s = serde_json::to_value(schema(&pick(), &c, None)).unwrap();
+        let s = serde_json::to_value(schema(&pick(), &c, None, None)).unwrap();
         assert_eq!(
             s,
             json!({"type":"object","properties":{
@@ -407,12 +522,13 @@ mod tests {
                 "confirm":{"type":"boolean","title":"Yes, go ahead","default":false}},
               "required":["note_id","confirm"]})
         );
-        let plain = serde_json::to_value(schema(&pick().plain_enum(), &c, None)).unwrap();
+        let plain = serde_json::to_value(schema(&pick().plain_enum(), &c, None, None)).unwrap();
         assert_eq!(
             plain["properties"]["note_id"]["enum"],
             json!(["note-3", "note-7"])
         );
-        let only = serde_json::to_value(schema(&ToolPolicy::confirm_only(), &[], None)).unwrap();
+        let only =
+            serde_json::to_value(schema(&ToolPolicy::confirm_only(), &[], None, None)).unwrap();
         assert_eq!(only["required"], json!(["confirm"]));
         assert_eq!(only["properties"].as_object().unwrap().len(), 1);
     }
@@ -482,7 +598,8 @@ mod tests {
             ),
             Answer::Accept {
                 chosen: Some("note-7".into()),
-                standing: false
+                standing: false,
+                narrowed: None
             }
         );
         assert_eq!(
@@ -500,7 +617,8 @@ mod tests {
             ),
             Answer::Accept {
                 chosen: Some("note-7".into()),
-                standing: false
+                standing: false,
+                narrowed: None
             }
         );
         // Well formed, but not an answer to the form: asked again.
@@ -564,7 +682,8 @@ mod tests {
             ),
             Answer::Accept {
                 chosen: None,
-                standing: false
+                standing: false,
+                narrowed: None
             }
         );
         assert_eq!(
@@ -574,7 +693,8 @@ mod tests {
             ),
             Answer::Accept {
                 chosen: None,
-                standing: false
+                standing: false,
+                narrowed: None
             },
             "a member the form did not ask for is ignored"
         );

@@ -906,12 +906,6 @@ impl ToolPolicy {
             }
         }
         if !self.narrowing.is_empty() {
-            if self.channel == Channel::Form {
-                return Err(format!(
-                    "tool {tool:?}: `narrowable` needs `approve_in_browser`: the approval page is \
-                     where an approver narrows a call"
-                ));
-            }
             if self.narrowing.len() > MAX_NARROWABLE {
                 return Err(format!(
                     "tool {tool:?}: at most {MAX_NARROWABLE} narrowable arguments"
@@ -921,6 +915,12 @@ impl ToolPolicy {
                 if !field_ok(name) {
                     return Err(format!(
                         "tool {tool:?}: invalid narrowable argument {name:?}"
+                    ));
+                }
+                let field = crate::form::narrow_field(name);
+                if [&self.confirm_field, &self.choice_field, REMEMBER_FIELD].contains(&&*field) {
+                    return Err(format!(
+                        "tool {tool:?}: the form field {field:?} of narrowable {name:?} is taken"
                     ));
                 }
                 if self.select_into.as_deref() == Some(name.as_str()) {

@@ -76,10 +76,14 @@ impl Attempt<'_> {
             Answer::Accept { standing: true, .. } if claims.standing.is_none() => {
                 Verdict::AskAgain(Some("a standing approval that was not offered"))
             }
-            Answer::Accept { chosen, standing } => Verdict::Accept {
+            Answer::Accept {
                 chosen,
                 standing,
-                narrowed: None,
+                narrowed,
+            } => Verdict::Accept {
+                chosen,
+                standing,
+                narrowed,
             },
         })
     }

@@ -75,7 +75,12 @@ impl Attempt<'_> {
                 .then(|| shown_digest(&candidates, words.as_deref())),
         });
         let ask = match policy.channel {
-            Channel::Form => Ask::Form(form::schema(policy, &candidates, words)),
+            Channel::Form => Ask::Form(form::schema(
+                policy,
+                &candidates,
+                words,
+                self.call.arguments(),
+            )),
             Channel::Browser { typed_id } => {
                 let approval = self.approval(&claims, &candidates, typed_id, words);
                 self.approvals()?

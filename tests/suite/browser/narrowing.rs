@@ -271,8 +271,10 @@ fn narrowing_the_page_cannot_offer_is_refused_at_build() {
     let notes = Notes::seeded();
     for (policy, words) in [
         (
-            ToolPolicy::confirm_only().narrowable("limit", Narrowing::AtMost),
-            "needs `approve_in_browser`",
+            ToolPolicy::confirm_only()
+                .confirm_field("narrow_limit")
+                .narrowable("limit", Narrowing::AtMost),
+            "is taken",
         ),
         (
             destroy_policy(&notes)
@@ -298,4 +300,142 @@ fn narrowing_the_page_cannot_offer_is_refused_at_build() {
             other => panic!("expected a refusal with {words:?}, got {other:?}"),
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The form flow: the client's form shows a field per narrowable argument, filled with the call's
+// own value; what the user leaves or narrows comes back in the form's content.
+
+/// The same tool, confirmed in the client's form.
+fn bulk_in_form() -> Fixture {
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let policy = ToolPolicy::confirm_only()
+        .message("Delete these notes?")
+        .input_key("bulk_form")
+        .narrowable("ids", Narrowing::Subset)
+        .narrowable("limit", Narrowing::AtMost)
+        .narrowable("dry_run", Narrowing::TurnOn)
+        .narrowable(
+            "mode",
+            Narrowing::OneOf(vec!["archive".into(), "delete".into(), "shred".into()]),
+        );
+    let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
+        .tool("notes_bulk_delete", policy)
+        .build();
+    Fixture::new(layer, notes, clock, store)
+}
+
+fn form_call(id: i64) -> Value {
+    let mut call = bulk_call(id);
+    call["params"]["_meta"] = meta();
+    call
+}
+
+async fn answer_form(f: &Fixture, state: &str, id: i64, content: Value) -> Answer {
+    let mut call = form_call(id);
+    call["params"]["requestState"] = json!(state);
+    call["params"]["inputResponses"] =
+        json!({"bulk_form": {"action": "accept", "content": content}});
+    f.alice(&call).await
+}
+
+#[tokio::test]
+async fn the_form_offers_each_narrowable_argument_at_the_calls_value_and_runs_the_narrowed_call() {
+    let f = bulk_in_form();
+    let first = f.alice(&form_call(1)).await;
+    let result = first.result();
+    let schema = &result["inputRequests"]["bulk_form"]["params"]["requestedSchema"];
+    let properties = &schema["properties"];
+    assert_eq!(
+        properties["narrow_ids"]["items"]["enum"],
+        json!(["note-3", "note-7", "note-14"])
+    );
+    assert_eq!(
+        properties["narrow_ids"]["default"],
+        json!(["note-3", "note-7", "note-14"])
+    );
+    assert_eq!(properties["narrow_limit"]["maximum"], 50);
+    assert_eq!(properties["narrow_limit"]["type"], "integer");
+    assert_eq!(properties["narrow_dry_run"]["default"], false);
+    assert_eq!(
+        properties["narrow_mode"]["enum"],
+        json!(["archive", "delete"])
+    );
+    assert_eq!(
+        schema["required"],
+        json!(["confirm"]),
+        "narrowing is optional"
+    );
+    let state = result["requestState"].as_str().unwrap().to_owned();
+    // A wider edit: refused, nothing claimed or run; the state still answers.
+    for (content, what) in [
+        (json!({"confirm": true, "narrow_limit": 500}), "wider"),
+        (
+            json!({"confirm": true, "narrow_ids": ["note-20"]}),
+            "another id",
+        ),
+        (
+            json!({"confirm": true, "narrow_mode": "shred"}),
+            "wider mode",
+        ),
+        (
+            json!({"confirm": true, "narrow_workspaceUri": "team"}),
+            "undeclared",
+        ),
+    ] {
+        let refused = answer_form(&f, &state, 2, content).await;
+        assert_eq!(
+            refused.error()["code"],
+            -32602,
+            "{what}: {}",
+            refused.json()
+        );
+    }
+    assert_eq!(f.seen.count(), 0);
+    let done = answer_form(
+        &f,
+        &state,
+        3,
+        json!({"confirm": true, "narrow_ids": ["note-7"], "narrow_limit": 1,
+               "narrow_dry_run": true, "narrow_mode": "archive"}),
+    )
+    .await;
+    assert_eq!(
+        done.result()["content"][0]["text"],
+        "done by inner",
+        "{}",
+        done.json()
+    );
+    let seen = f.seen.last();
+    assert_eq!(
+        seen.json()["params"]["arguments"],
+        json!({"workspaceUri": PERSONAL, "ids": ["note-7"], "limit": 1, "dry_run": true,
+               "mode": "archive"})
+    );
+    assert!(seen.confirmed.unwrap().narrowed);
+    assert_eq!(f.seen.count(), 1);
+}
+
+#[tokio::test]
+async fn a_form_left_as_shown_runs_the_call_as_asked() {
+    let f = bulk_in_form();
+    let first = f.alice(&form_call(1)).await;
+    let state = first.result()["requestState"].as_str().unwrap().to_owned();
+    let done = answer_form(
+        &f,
+        &state,
+        2,
+        json!({"confirm": true, "narrow_ids": ["note-3", "note-7", "note-14"],
+               "narrow_limit": 50, "narrow_dry_run": false, "narrow_mode": "delete"}),
+    )
+    .await;
+    assert_eq!(
+        done.result()["content"][0]["text"],
+        "done by inner",
+        "{}",
+        done.json()
+    );
+    assert!(!f.seen.last().confirmed.unwrap().narrowed);
 }
