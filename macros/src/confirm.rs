@@ -162,6 +162,71 @@ fn seconds(text: &str) -> Option<u64> {
     number.checked_mul(unit)
 }
 
+/// `narrow(subset = ["ids"], at_most = ["limit"], turn_on = ["dry_run"],
+/// one_of(argument = "mode", values = ["archive", "delete"]))`: the arguments an approver may
+/// narrow, by kind (`one_of` may repeat).
+#[derive(Debug, Default, FromMeta)]
+#[darling(default)]
+pub(crate) struct NarrowArgs {
+    subset: Option<syn::ExprArray>,
+    at_most: Option<syn::ExprArray>,
+    turn_on: Option<syn::ExprArray>,
+    #[darling(multiple)]
+    one_of: Vec<OneOfArgs>,
+}
+
+/// One `one_of(argument = "…", values = ["…", …])` of `narrow`.
+#[derive(Debug, FromMeta)]
+pub(crate) struct OneOfArgs {
+    argument: LitStr,
+    values: syn::ExprArray,
+}
+
+/// The string literals of `array`, or a compile error at the first that is not one.
+fn strings(array: &syn::ExprArray) -> Result<Vec<LitStr>, TokenStream> {
+    array
+        .elems
+        .iter()
+        .map(|e| match e {
+            syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(s),
+                ..
+            }) => Ok(s.clone()),
+            other => Err(quote_spanned!(other.span()=>
+                ::core::compile_error!("`narrow` takes string literals: [\"ids\", …]"))),
+        })
+        .collect()
+}
+
+impl NarrowArgs {
+    /// The `.narrowable(…)` calls, or a compile error.
+    fn calls(&self) -> Result<TokenStream, TokenStream> {
+        let mut calls = TokenStream::new();
+        for (kind, array) in [
+            ("Subset", &self.subset),
+            ("AtMost", &self.at_most),
+            ("TurnOn", &self.turn_on),
+        ] {
+            let Some(array) = array else { continue };
+            let kind = syn::Ident::new(kind, Span::call_site());
+            for argument in strings(array)? {
+                calls.extend(
+                    quote!(.narrowable(#argument, ::mcp_confirm::narrow::Narrowing::#kind)),
+                );
+            }
+        }
+        for one_of in &self.one_of {
+            let argument = &one_of.argument;
+            let values = strings(&one_of.values)?;
+            calls.extend(
+                quote!(.narrowable(#argument, ::mcp_confirm::narrow::Narrowing::OneOf(
+                ::std::vec![#(::std::string::String::from(#values)),*]))),
+            );
+        }
+        Ok(calls)
+    }
+}
+
 /// The keys of one `#[confirm(…)]`.
 #[derive(Debug, Default, FromMeta)]
 #[darling(default)]
@@ -187,6 +252,7 @@ pub(crate) struct ConfirmArgs {
     approve_in_browser: Flag,
     require_typed_id: Flag,
     batch_group: Option<LitStr>,
+    narrow: Option<NarrowArgs>,
     standing: Option<StandingArgs>,
     approved_by: Option<ApprovedByArgs>,
 }
@@ -345,6 +411,12 @@ impl ConfirmArgs {
                 }
             }};
             policy = quote!(#policy.standing(#up_to, #uses, #scope));
+        }
+        if let Some(narrow) = &self.narrow {
+            match narrow.calls() {
+                Ok(calls) => policy = quote!(#policy #calls),
+                Err(error) => return error,
+            }
         }
         if let Some(approved_by) = &self.approved_by {
             let rule = match approved_by.rule() {

@@ -68,6 +68,7 @@ mod tool;
 /// | `queued` | flag, with `revalidate` | `.queued()`: the work runs later, from a durable grant |
 /// | `approve_in_browser`, `require_typed_id` | flag | the builder method of that name: approval on the layer's page |
 /// | `batch_group` | string | `.batch_group(…)`: waiting calls of the group's tools decided together on the page |
+/// | `narrow(subset = ["ids"], at_most = ["limit"], turn_on = ["dry_run"], one_of(argument = "mode", values = ["archive", "delete"]))` | lists of argument names; `one_of` may repeat, its values narrowest first | `.narrowable(…)` per argument: what an approver may narrow before approving |
 /// | `approved_by(anyone_but_caller \| any_of = ["bob", …] \| role = "admin", except_caller, required = 2, passkey, share_candidate_labels, share_argument_values, recheck = …)` | exactly one of the first three; `recheck`: `Self::method` (`async fn(&self, ApproverQuery) -> Result<bool, PolicyError>`) or a function path | `.approved_by(Approvers::…)` and `.recheck_approvers`: someone else decides, on the layer's page |
 /// | `standing(up_to = "10m", uses = 20, scope = …)` | `up_to`: `"90s"`, `"10m"` or `"1h"`; `scope`: `Self::method` (`fn(&self, &Lookup) -> Option<String>`) or a function path | `.standing`: the form may also offer a standing approval |
 ///

@@ -911,17 +911,50 @@ impl Batched {
     ) -> Result<String, rmcp::ErrorData> {
         Ok(format!("archived ({})", confirmation.tool()))
     }
+
+    #[tool(
+        description = "Delete many notes at once.",
+        annotations(destructive_hint = true)
+    )]
+    #[confirm(
+        message = "Delete these notes?",
+        approve_in_browser,
+        narrow(
+            subset = ["ids"],
+            at_most = ["limit"],
+            turn_on = ["dry_run"],
+            one_of(argument = "mode", values = ["archive", "delete"])
+        )
+    )]
+    async fn notes_bulk_delete(
+        &self,
+        confirmation: Confirmation,
+    ) -> Result<String, rmcp::ErrorData> {
+        Ok(format!("narrowed: {}", confirmation.narrowed()))
+    }
 }
 
 #[test]
-fn a_batch_group_declared_by_attribute_reaches_the_policy() {
+fn a_batch_group_and_narrowing_declared_by_attribute_reach_the_policy() {
     let server = Batched {
         tool_router: Batched::tool_router(),
     };
-    assert_eq!(server.tool_router.list_all().len(), 1);
+    assert_eq!(server.tool_router.list_all().len(), 2);
     let policies = server.confirm_policies();
     let shown = format!("{:?}", policies[0].1);
     assert!(shown.contains("batch_group: Some(\"notes\")"), "{shown}");
+    let narrowing = format!("{:?}", policies[1].1);
+    for needle in [
+        "(\"ids\", Subset)",
+        "(\"limit\", AtMost)",
+        "(\"dry_run\", TurnOn)",
+        "(\"mode\", OneOf([\"archive\", \"delete\"]))",
+    ] {
+        assert!(
+            narrowing.contains(needle),
+            "{needle} missing from {narrowing}"
+        );
+    }
     // And the layer builds with it (the rules `batch_group` needs are met).
     ConfirmLayer::builder(KeyRing::random())
         .without_tool_list_unchecked()
