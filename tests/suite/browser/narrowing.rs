@@ -439,3 +439,71 @@ async fn a_form_left_as_shown_runs_the_call_as_asked() {
     );
     assert!(!f.seen.last().confirmed.unwrap().narrowed);
 }
+
+/// On Redis and on PostgreSQL, across two instances: the page of one records the narrowing, the
+/// other's retry runs exactly the narrowed call.
+#[tokio::test]
+async fn a_narrowing_decided_on_one_instance_runs_on_another() {
+    use mcp_confirm::store::{PostgresStore, RedisStore};
+    use tower::Layer;
+    let mut stores: Vec<(&str, Arc<dyn crate::common::Store>)> = Vec::new();
+    if let Some(url) = crate::backends::redis("narrowing across instances (Redis)").await {
+        let prefix = format!(
+            "mcp-confirm-test:narrow:{}:",
+            mcp_confirm::store::Nonce::random().to_hex()
+        );
+        stores.push((
+            "redis",
+            Arc::new(RedisStore::open(&url).unwrap().prefix(prefix)),
+        ));
+    }
+    if let Some(url) = crate::backends::postgres("narrowing across instances (Postgres)").await {
+        let store = PostgresStore::connect(&url).unwrap();
+        store.migrate().await.unwrap();
+        stores.push(("postgres", Arc::new(store)));
+    }
+    for (backend, store) in stores {
+        let instance = || {
+            mcp_confirm::ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+                .without_tool_list_unchecked()
+                .audience("https://notes.example/mcp")
+                .store(Arc::clone(&store))
+                .tool(
+                    "notes_bulk_delete",
+                    ToolPolicy::confirm_only()
+                        .input_key("bulk_approval")
+                        .approve_in_browser()
+                        .narrowable("ids", Narrowing::Subset)
+                        .narrowable("limit", Narrowing::AtMost),
+                )
+                .approval_url(BASE)
+                .build()
+        };
+        let (a, b) = (instance(), instance());
+        let seen = Recorder::default();
+        let (svc_a, page_b) = (a.layer(recording_inner(&seen)), b.approval_page());
+        let first = send(&svc_a, post(&bulk_call(1), Some("alice"))).await;
+        let (url, state) = question(&first);
+        let (_, _, html) = visit(&page_b, "GET", &url, Some("alice"), &[], "").await;
+        let form = format!(
+            "csrf={}&decision=approve&narrow-ids={}&narrow-limit=7",
+            csrf(&html),
+            enc("\"note-7\"")
+        );
+        let (status, body) = decide(&page_b, &url, "alice", &form).await;
+        assert_eq!(status, StatusCode::OK, "{backend}: {body}");
+        let mut retry = bulk_call(2);
+        retry["params"]["requestState"] = json!(state);
+        retry["params"]["inputResponses"] = json!({"bulk_approval": {"action": "accept"}});
+        let done = send(&svc_a, post(&retry, Some("alice"))).await;
+        assert_eq!(
+            done.result()["content"][0]["text"],
+            "done by inner",
+            "{backend}"
+        );
+        let arguments = seen.last().json()["params"]["arguments"].clone();
+        assert_eq!(arguments["ids"], json!(["note-7"]), "{backend}");
+        assert_eq!(arguments["limit"], 7, "{backend}");
+        assert_eq!(seen.count(), 1, "{backend}");
+    }
+}
