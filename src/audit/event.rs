@@ -680,6 +680,20 @@ impl DecisionEvent<'_> {
                 entry.nonce = Some(approval.nonce.short());
                 entry.batch = approval.batch.as_ref().map(|m| m.set.clone());
             }
+            // An accepted call the revalidation refused: it did not run. The hook's own words
+            // stay in `tracing` (they may describe the record); the log says which class.
+            Self::Revoked {
+                tool,
+                principal,
+                nonce,
+                ..
+            } => {
+                entry.tool = Some(tool.to_owned());
+                who(&mut entry, principal);
+                entry.nonce = Some(nonce.short());
+                entry.class = Some("revalidation".to_owned());
+                entry.reason = Some("the revalidation refused the accepted call".to_owned());
+            }
             Self::BatchDecided { batch, principal } => {
                 who(&mut entry, principal);
                 entry.batch = Some(batch.set.to_hex());
@@ -696,7 +710,6 @@ impl DecisionEvent<'_> {
                 entry.chosen = Some(format!("{}/{}", batch.approved(), batch.members.len()));
             }
             Self::Forwarded { .. }
-            | Self::Revoked { .. }
             | Self::PageRefused { .. }
             | Self::Unguarded { .. }
             | Self::Undeclared { .. }

@@ -108,7 +108,8 @@ impl Attempt<'_> {
                 nonce: &claims.nonce,
                 reason: refusal.reason(),
             };
-            config.trace(&revoked);
+            // In the decision log too: the approval it follows is there, and the call did not run.
+            config.report(revoked);
             withdraw(config, grant).await;
             if guard.is_none() {
                 // Nothing was claimed yet (the handler was to claim): burn the state all the

@@ -621,3 +621,96 @@ async fn the_inbox_lists_a_batch_as_one_row_linking_to_its_list() {
     expected.sort();
     assert_eq!(shown, expected);
 }
+
+/// Every entry the layer writes to its decision log.
+#[derive(Clone, Default)]
+struct Kept(std::sync::Arc<std::sync::Mutex<Vec<mcp_confirm::audit::LogEntry>>>);
+
+impl mcp_confirm::audit::DecisionLog for Kept {
+    fn when_down(&self) -> mcp_confirm::audit::WhenDown {
+        mcp_confirm::audit::WhenDown::FailClosed
+    }
+    fn is_healthy(&self) -> bool {
+        true
+    }
+    fn append(
+        &self,
+        entry: mcp_confirm::audit::LogEntry,
+    ) -> Result<(), mcp_confirm::audit::LogDown> {
+        self.0.lock().unwrap().push(entry);
+        Ok(())
+    }
+    fn append_durable(
+        &self,
+        entry: mcp_confirm::audit::LogEntry,
+    ) -> Result<mcp_confirm::audit::DurableWrite, mcp_confirm::audit::LogDown> {
+        self.0.lock().unwrap().push(entry);
+        Ok(Box::pin(std::future::ready(Ok(()))))
+    }
+}
+
+#[tokio::test]
+async fn the_log_keeps_the_batch_decision_each_member_and_the_member_refused_alone() {
+    use mcp_confirm::clock::ManualClock;
+    use mcp_confirm::store::MemoryReplayStore;
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let log = Kept::default();
+    let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
+        .tool("notes_destroy", destroy_policy(&notes).batch_group("notes"))
+        .audit_log(log.clone())
+        .build();
+    let page = layer.approval_page();
+    let f = Fixture::new(layer, notes, clock, store);
+    let calls = three(&f).await;
+    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let set = hidden(&html, "set")[0].clone();
+    let (status, _) = decide(
+        &page,
+        &calls[0].0,
+        "alice",
+        &form(&html, "approve_all", &[]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    f.notes.edit("note-20");
+    for (i, (_, state, call)) in calls.iter().enumerate() {
+        retry(&f, call, state, 10 + i as i64).await;
+    }
+    assert_eq!(f.seen.count(), 2);
+    let entries = log.0.lock().unwrap().clone();
+    let of = |event: &str| -> Vec<mcp_confirm::audit::LogEntry> {
+        entries
+            .iter()
+            .filter(|e| e.event == event)
+            .cloned()
+            .collect()
+    };
+    let batch = of("batch_decided");
+    assert_eq!(batch.len(), 1, "{entries:?}");
+    assert_eq!(batch[0].batch.as_deref(), Some(set.as_str()));
+    assert_eq!(batch[0].class.as_deref(), Some("all_or_nothing"));
+    assert_eq!(batch[0].chosen.as_deref(), Some("3/3"));
+    let members = of("approval_approved");
+    assert_eq!(members.len(), 3);
+    assert!(
+        members
+            .iter()
+            .all(|m| m.batch.as_deref() == Some(set.as_str()))
+    );
+    assert_eq!(of("accepted").len(), 2);
+    // The changed member: refused at its revalidation, in the log, by the nonce its approval
+    // record carries.
+    let refused = of("refused");
+    let refused: Vec<_> = refused
+        .iter()
+        .filter(|e| e.class.as_deref() == Some("revalidation"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{entries:?}");
+    let taxes = members
+        .iter()
+        .find(|m| m.chosen.as_deref() == Some("note-20"))
+        .expect("the Taxes member");
+    assert_eq!(refused[0].nonce, taxes.nonce);
+}
