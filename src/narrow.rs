@@ -142,15 +142,32 @@ fn check(
             let Value::Number(after) = after else {
                 return Err(wider());
             };
-            // Whole numbers stay whole; a fraction is never "less" of an integer limit.
-            let integral = before.is_i64() || before.is_u64();
-            if integral && !(after.is_i64() || after.is_u64()) {
-                return Err(wider());
-            }
-            match (before.as_f64(), after.as_f64()) {
-                (Some(b), Some(a)) if b >= 0.0 && (0.0..=b).contains(&a) => Ok(()),
-                (Some(b), _) if b < 0.0 => Err(not()),
-                _ => Err(wider()),
+            // Whole numbers stay whole, and are compared exactly (as f64, 2^62 + 511 would pass
+            // for 2^62); a fraction is never "less" of a whole limit.
+            let whole = |n: &serde_json::Number| {
+                n.as_i64()
+                    .map(i128::from)
+                    .or_else(|| n.as_u64().map(i128::from))
+            };
+            match (whole(before), whole(after)) {
+                (Some(b), _) if b < 0 => Err(not()),
+                (Some(b), Some(a)) if (0..=b).contains(&a) => Ok(()),
+                (Some(_), _) => Err(wider()),
+                (None, after_whole) => {
+                    // A fractional limit: compared as f64, with a whole edit only where f64 holds
+                    // it exactly.
+                    let (Some(b), Some(a)) = (before.as_f64(), after.as_f64()) else {
+                        return Err(wider());
+                    };
+                    let exact = after_whole.is_none_or(|w| a as i128 == w);
+                    if b < 0.0 {
+                        Err(not())
+                    } else if exact && (0.0..=b).contains(&a) {
+                        Ok(())
+                    } else {
+                        Err(wider())
+                    }
+                }
             }
         }
         Narrowing::TurnOn => match (before, after) {
@@ -248,6 +265,33 @@ mod tests {
         assert_eq!(wider(json!({"limit": -1})), w("limit"));
         assert_eq!(wider(json!({"limit": 9.5})), w("limit"));
         assert_eq!(wider(json!({"limit": "1"})), w("limit"));
+        // Large whole numbers are compared exactly, not as f64.
+        let big = edit(json!({"limit": 4_611_686_018_427_387_904_u64}));
+        assert_eq!(
+            narrow(
+                &declared(),
+                &big,
+                &edit(json!({"limit": 4_611_686_018_427_388_415_u64}))
+            ),
+            w("limit")
+        );
+        assert!(matches!(
+            narrow(
+                &declared(),
+                &big,
+                &edit(json!({"limit": 4_611_686_018_427_387_903_u64}))
+            ),
+            Ok(Some(_))
+        ));
+        let fraction = edit(json!({"limit": 2.5}));
+        assert!(matches!(
+            narrow(&declared(), &fraction, &edit(json!({"limit": 2}))),
+            Ok(Some(_))
+        ));
+        assert_eq!(
+            narrow(&declared(), &fraction, &edit(json!({"limit": 3}))),
+            w("limit")
+        );
         assert_eq!(wider(json!({"mode": "delete"})), w("mode"));
         assert_eq!(wider(json!({"mode": "shred"})), w("mode"));
         assert_eq!(

@@ -136,6 +136,18 @@ impl ApprovalPage {
             Ok(None) => {}
             Err(_) => return unavailable(),
         }
+        // A batch approves its calls as asked: narrowing (or naming a tool) is for one call on
+        // its own page.
+        let narrowing = form_urlencoded::parse(body)
+            .any(|(n, _)| n.starts_with("narrow-") || n == "tool" || n == "name");
+        if narrowing {
+            return notice(
+                StatusCode::BAD_REQUEST,
+                "Refused",
+                "A batch approves its requests as asked. To narrow one, decide it on its own \
+                 page. Nothing changed.",
+            );
+        }
         let ask = match form_value(body, "decision").as_deref() {
             Some("approve_all") => Ask::All,
             Some("approve_some") => Ask::Some,

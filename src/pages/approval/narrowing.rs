@@ -26,13 +26,40 @@ pub(super) fn offered(
     config: &Config,
     approval: &Approval,
 ) -> Option<(Declared, Map<String, Value>)> {
+    if !approval.endorsements.is_empty() {
+        return None;
+    }
+    declared(config, approval)
+}
+
+/// The tool's declaration as configured now and the arguments kept with `approval`, whoever
+/// approved before.
+pub(super) fn declared(
+    config: &Config,
+    approval: &Approval,
+) -> Option<(Declared, Map<String, Value>)> {
     let declared = &config.tools.get(&approval.tool)?.policy.narrowing;
-    if declared.is_empty() || !approval.endorsements.is_empty() {
+    if declared.is_empty() {
         return None;
     }
     match serde_json::from_str(approval.shown_arguments.as_deref()?) {
         Ok(Value::Object(asked)) => Some((declared.clone(), asked)),
         _ => None,
+    }
+}
+
+/// Whether a post carries any narrowing field.
+pub(super) fn posted(body: &[u8]) -> bool {
+    form_urlencoded::parse(body).any(|(name, _)| name.starts_with("narrow-"))
+}
+
+/// What a later approver is told of the first one's narrowing.
+pub(super) fn render_approved(narrowed: &str) -> Markup {
+    html! {
+        p id="narrowed" {
+            "The first approver narrowed this request to: " code { (narrowed) }
+            ". Approving approves that narrowing."
+        }
     }
 }
 
@@ -125,7 +152,12 @@ pub(super) fn read(
                 None => continue,
                 Some(text) => serde_json::from_str(text.trim()).map_err(|_| NOT_NARROWER)?,
             },
-            Narrowing::TurnOn => Value::Bool(values.iter().any(|v| v == "true")),
+            // Off (absent) or exactly "true": anything else is no answer this page asked for.
+            Narrowing::TurnOn => match values.as_slice() {
+                [] => Value::Bool(false),
+                [on] if on == "true" => Value::Bool(true),
+                _ => return Err(NOT_NARROWER),
+            },
             Narrowing::OneOf(_) => match values.first() {
                 None => continue,
                 Some(text) => Value::String(text.clone()),

@@ -270,8 +270,11 @@ impl ApprovalPage {
             return self.show_batch(&approval, &members, visitor, error);
         }
         let token = self.tokens().issue(FormPurpose::Approval(&id), visitor);
-        let narrowing = narrowing::offered(&self.config, &approval)
-            .map(|(declared, asked)| narrowing::render(&declared, &asked));
+        let narrowing = match approval.endorsements.first() {
+            Some(first) => first.narrowed.as_deref().map(narrowing::render_approved),
+            None => narrowing::offered(&self.config, &approval)
+                .map(|(declared, asked)| narrowing::render(&declared, &asked)),
+        };
         page(
             StatusCode::OK,
             &format!("Approve {}?", approval.tool),
@@ -430,7 +433,34 @@ impl ApprovalPage {
                 // The approver's narrowing, checked before anything is recorded; a later
                 // approver approves the first one's.
                 let narrowed = match approval.endorsements.first() {
-                    Some(first) => first.narrowed.clone(),
+                    // A later approver approves the first one's narrowing, or nothing: a post
+                    // that narrows otherwise is refused, never silently replaced.
+                    Some(first) => {
+                        let theirs = match narrowing::declared(&self.config, &approval) {
+                            Some((declared, asked)) if narrowing::posted(body) => {
+                                narrowing::read(&declared, &asked, body).ok()
+                            }
+                            _ => Some(first.narrowed.clone()),
+                        };
+                        if theirs.as_ref() != Some(&first.narrowed) {
+                            step_refused(
+                                &approval.tool,
+                                Some(principal),
+                                "a later approval narrowed otherwise than the first",
+                            );
+                            return self
+                                .show_one(
+                                    id,
+                                    visitor,
+                                    Some(
+                                        "Another approver already approved this request with \
+                                         another narrowing: approve theirs, as shown, or decline.",
+                                    ),
+                                )
+                                .await;
+                        }
+                        first.narrowed.clone()
+                    }
                     None => match narrowing::offered(&self.config, &approval) {
                         Some((declared, asked)) => match narrowing::read(&declared, &asked, body) {
                             Ok(narrowed) => narrowed,

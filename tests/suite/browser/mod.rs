@@ -6,6 +6,7 @@ mod approver_attacks;
 mod approvers;
 mod attacks;
 mod batch;
+mod batch_narrowing_attacks;
 mod form_tokens;
 mod narrowing;
 mod passkeys;
