@@ -486,6 +486,17 @@ impl ReplayStore for PostgresStore {
     }
 }
 
+/// The approvals of rows whose first column is an approval's record.
+fn approvals_of(rows: &[tokio_postgres::Row]) -> Result<Vec<Approval>, StoreError> {
+    rows.iter()
+        .map(|row| {
+            let text: String = row.try_get(0).map_err(backend)?;
+            Approval::decode(&text)
+                .ok_or_else(|| StoreError::Backend("an approval record does not decode".into()))
+        })
+        .collect()
+}
+
 /// A standing approval read from its row (`record`, `used`).
 fn standing_row(row: &tokio_postgres::Row) -> Result<Standing, StoreError> {
     let record: String = row.try_get("record").map_err(backend)?;
@@ -999,14 +1010,7 @@ impl ApprovalStore for PostgresStore {
                 .query(&sql, &[&routes, &audience, &SystemTime::now(), &limit])
                 .await
                 .map_err(backend)?;
-            rows.iter()
-                .map(|row| {
-                    let text: String = row.try_get(0).map_err(backend)?;
-                    Approval::decode(&text).ok_or_else(|| {
-                        StoreError::Backend("an approval record does not decode".into())
-                    })
-                })
-                .collect()
+            approvals_of(&rows)
         }))
     }
 
@@ -1029,14 +1033,7 @@ impl ApprovalStore for PostgresStore {
                 .query(&sql, &[&key, &audience, &SystemTime::now(), &limit])
                 .await
                 .map_err(backend)?;
-            rows.iter()
-                .map(|row| {
-                    let text: String = row.try_get(0).map_err(backend)?;
-                    Approval::decode(&text).ok_or_else(|| {
-                        StoreError::Backend("an approval record does not decode".into())
-                    })
-                })
-                .collect()
+            approvals_of(&rows)
         }))
     }
 
