@@ -124,7 +124,11 @@
 //! - [`store`]: replay stores (memory, Redis, Postgres) that make a confirmation single-use.
 //! - [`approval`]: approval in the browser, its store and (feature `pages`) its page;
 //!   [`Approvers`] say who decides ([`ToolPolicy::approved_by`]: named principals, a role, four
-//!   eyes, several approvals), and the inbox (feature `pages`) lists what waits for an approver.
+//!   eyes, several approvals), and the inbox (feature `pages`) lists what waits for an approver;
+//!   [`approval::batch`]: one decision over several waiting calls
+//!   ([`ToolPolicy::batch_group`]).
+//! - [`narrow`]: what an approver may narrow before approving, and the check that an edit only
+//!   narrows ([`ToolPolicy::narrowable`]).
 //! - [`notify`]: telling approvers of a new approval (signed Standard Webhooks, feature
 //!   `webhooks` for the sender); `passkey` (feature `passkeys`): approvals made with a passkey,
 //!   bound to the exact decision.
