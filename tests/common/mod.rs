@@ -5,6 +5,7 @@ pub mod audit_events;
 pub mod authenticator;
 pub mod browser;
 pub mod faulty;
+pub mod kept_log;
 pub mod queued;
 
 use std::collections::BTreeMap;

@@ -622,33 +622,6 @@ async fn the_inbox_lists_a_batch_as_one_row_linking_to_its_list() {
     assert_eq!(shown, expected);
 }
 
-/// Every entry the layer writes to its decision log.
-#[derive(Clone, Default)]
-struct Kept(std::sync::Arc<std::sync::Mutex<Vec<mcp_confirm::audit::LogEntry>>>);
-
-impl mcp_confirm::audit::DecisionLog for Kept {
-    fn when_down(&self) -> mcp_confirm::audit::WhenDown {
-        mcp_confirm::audit::WhenDown::FailClosed
-    }
-    fn is_healthy(&self) -> bool {
-        true
-    }
-    fn append(
-        &self,
-        entry: mcp_confirm::audit::LogEntry,
-    ) -> Result<(), mcp_confirm::audit::LogDown> {
-        self.0.lock().unwrap().push(entry);
-        Ok(())
-    }
-    fn append_durable(
-        &self,
-        entry: mcp_confirm::audit::LogEntry,
-    ) -> Result<mcp_confirm::audit::DurableWrite, mcp_confirm::audit::LogDown> {
-        self.0.lock().unwrap().push(entry);
-        Ok(Box::pin(std::future::ready(Ok(()))))
-    }
-}
-
 #[tokio::test]
 async fn the_log_keeps_the_batch_decision_each_member_and_the_member_refused_alone() {
     use mcp_confirm::clock::ManualClock;
@@ -656,7 +629,7 @@ async fn the_log_keeps_the_batch_decision_each_member_and_the_member_refused_alo
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let log = Kept::default();
+    let log = crate::common::kept_log::KeptLog::default();
     let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
         .tool("notes_destroy", destroy_policy(&notes).batch_group("notes"))
         .audit_log(log.clone())
@@ -679,7 +652,7 @@ async fn the_log_keeps_the_batch_decision_each_member_and_the_member_refused_alo
         retry(&f, call, state, 10 + i as i64).await;
     }
     assert_eq!(f.seen.count(), 2);
-    let entries = log.0.lock().unwrap().clone();
+    let entries = log.entries();
     let of = |event: &str| -> Vec<mcp_confirm::audit::LogEntry> {
         entries
             .iter()

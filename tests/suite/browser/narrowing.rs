@@ -3,46 +3,25 @@
 //! beside the original; anything else (wider, undeclared, another tool) is refused and nothing
 //! runs.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::common::browser::*;
+use crate::common::kept_log::KeptLog;
 use crate::common::*;
 use http::StatusCode;
-use mcp_confirm::audit::{DecisionLog, DurableWrite, LogDown, LogEntry, WhenDown};
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::narrow::Narrowing;
 use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{ApprovalPage, KeyRing, ToolPolicy};
 use serde_json::{Value, json};
 
-/// Every entry the layer writes.
-#[derive(Clone, Default)]
-struct Kept(Arc<Mutex<Vec<LogEntry>>>);
-
-impl DecisionLog for Kept {
-    fn when_down(&self) -> WhenDown {
-        WhenDown::FailClosed
-    }
-    fn is_healthy(&self) -> bool {
-        true
-    }
-    fn append(&self, entry: LogEntry) -> Result<(), LogDown> {
-        self.0.lock().unwrap().push(entry);
-        Ok(())
-    }
-    fn append_durable(&self, entry: LogEntry) -> Result<DurableWrite, LogDown> {
-        self.0.lock().unwrap().push(entry);
-        Ok(Box::pin(std::future::ready(Ok(()))))
-    }
-}
-
 /// `notes_bulk_delete(ids, limit, dry_run, mode, workspaceUri)`, approved in the browser, its
 /// ids, limit, dry_run and mode narrowable; the page; the log.
-fn bulk() -> (Fixture, ApprovalPage, Kept) {
+fn bulk() -> (Fixture, ApprovalPage, KeptLog) {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let log = Kept::default();
+    let log = KeptLog::default();
     let policy = ToolPolicy::confirm_only()
         .message("Delete these notes?")
         .input_key("bulk_approval")
@@ -135,7 +114,7 @@ async fn a_narrowed_approval_runs_exactly_the_narrowed_arguments() {
     );
     assert!(seen.confirmed.unwrap().narrowed);
     // The log keeps both: the digest of what ran, and of what was asked.
-    let entries = log.0.lock().unwrap().clone();
+    let entries = log.entries();
     let accepted = entries
         .iter()
         .find(|e| e.event == "accepted")
