@@ -221,6 +221,133 @@ mod tests {
         v.as_object().cloned().unwrap_or_default()
     }
 
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn element() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                (0i64..2).prop_map(Value::from),
+                prop::sample::select(vec!["a", "b"]).prop_map(Value::from),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                prop::collection::vec(element(), 0..5).prop_map(Value::Array),
+                (-1i64..5).prop_map(Value::from),
+                prop::sample::select(vec![-0.5, 0.0, 1.5, 2.0, 4.5]).prop_map(Value::from),
+                Just(Value::from(u64::MAX)),
+                any::<bool>().prop_map(Value::Bool),
+                prop::sample::select(vec!["dry_run", "archive", "delete", "shred"])
+                    .prop_map(Value::from),
+                Just(Value::Null),
+            ]
+        }
+
+        /// A value of the kind `key` usually holds, or now and then of any kind.
+        fn typed(key: &'static str) -> BoxedStrategy<Value> {
+            let usual: BoxedStrategy<Value> = match key {
+                "ids" => prop::collection::vec(element(), 0..4)
+                    .prop_map(Value::Array)
+                    .boxed(),
+                "limit" => prop_oneof![
+                    3 => (-1i64..5).prop_map(Value::from),
+                    1 => prop::sample::select(vec![-0.5, 0.0, 1.5, 2.0, 4.5]).prop_map(Value::from),
+                ]
+                .boxed(),
+                "dry_run" => any::<bool>().prop_map(Value::Bool).boxed(),
+                "mode" => prop::sample::select(vec!["dry_run", "archive", "delete", "shred"])
+                    .prop_map(Value::from)
+                    .boxed(),
+                _ => Just(Value::from("x")).boxed(),
+            };
+            prop_oneof![4 => usual, 1 => value()].boxed()
+        }
+
+        /// An object of the five keys, each present with probability `p`.
+        fn object_with(p: f64) -> impl Strategy<Value = Map<String, Value>> {
+            ["ids", "limit", "dry_run", "mode", "title"]
+                .into_iter()
+                .map(move |key| prop::option::weighted(p, typed(key)).prop_map(move |v| (key, v)))
+                .collect::<Vec<_>>()
+                .prop_map(|pairs| {
+                    pairs
+                        .into_iter()
+                        .filter_map(|(key, v)| v.map(|v| (key.to_owned(), v)))
+                        .collect()
+                })
+        }
+
+        /// Whether `after` is narrower than `before` as `how` says, written apart from the
+        /// code it checks.
+        fn narrower(how: &Narrowing, before: Option<&Value>, after: &Value) -> bool {
+            match (how, before, after) {
+                (Narrowing::Subset, Some(Value::Array(b)), Value::Array(a)) => {
+                    !a.is_empty()
+                        && a.iter().all(|x| {
+                            a.iter().filter(|y| *y == x).count()
+                                <= b.iter().filter(|y| *y == x).count()
+                        })
+                }
+                (Narrowing::AtMost, Some(Value::Number(b)), Value::Number(a)) => {
+                    match (b.as_i64(), a.as_i64(), b.as_u64(), a.as_u64()) {
+                        (Some(b), Some(a), _, _) => 0 <= a && a <= b,
+                        (None, Some(a), Some(_), _) => a >= 0,
+                        (None, None, Some(b), Some(a)) => a <= b,
+                        _ => a
+                            .as_f64()
+                            .zip(b.as_f64())
+                            .is_some_and(|(a, b)| 0.0 <= a && a <= b),
+                    }
+                }
+                (Narrowing::TurnOn, _, Value::Bool(true)) => true,
+                (Narrowing::OneOf(order), Some(Value::String(b)), Value::String(a)) => {
+                    let at = |v: &String| order.iter().position(|o| o == v);
+                    matches!((at(a), at(b)), (Some(a), Some(b)) if a <= b)
+                }
+                _ => false,
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig {
+                cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2000),
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+
+            /// Whatever the call and the edit, a narrowing that applies changes declared
+            /// arguments only, each to a narrower value, and nothing else.
+            #[test]
+            fn an_applied_edit_only_ever_narrows(
+                original in object_with(0.7),
+                // Few keys per edit, so that one bad key does not hide the others.
+                edit in object_with(0.3),
+            ) {
+                let declared = declared();
+                if let Ok(Some(out)) = narrow(&declared, &original, &edit) {
+                    for (key, value) in &out {
+                        if original.get(key) == Some(value) {
+                            continue;
+                        }
+                        let how = declared.iter().find(|(d, _)| d == key).map(|(_, h)| h);
+                        prop_assert!(how.is_some(), "undeclared {key} changed");
+                        prop_assert_eq!(edit.get(key), Some(value));
+                        let how = how.unwrap_or(&Narrowing::TurnOn);
+                        prop_assert!(
+                            narrower(how, original.get(key), value),
+                            "{key}: {:?} -> {value}", original.get(key)
+                        );
+                    }
+                    for key in original.keys() {
+                        prop_assert!(out.contains_key(key), "{key} dropped");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn narrower_edits_apply_and_nothing_else_changes() {
         let out = narrow(
