@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
-use crate::narrow::Narrowing;
+use crate::narrow::{NARROW_PREFIX, Narrowing, narrow_field};
 use crate::policy::{Candidate, Channel, ChoiceStyle, ToolPolicy};
 use crate::token::candidates::Shown;
 
@@ -42,14 +42,6 @@ pub(crate) fn schema<'a>(
         arguments: arguments.and_then(Value::as_object),
     }
 }
-
-/// The form field of narrowable argument `argument`.
-pub(crate) fn narrow_field(argument: &str) -> String {
-    format!("{NARROW_PREFIX}{argument}")
-}
-
-/// What every narrowing field of a form begins with.
-pub(crate) const NARROW_PREFIX: &str = "narrow_";
 
 /// The form field offering to narrow `argument` (`value` is the call's own), filled with the
 /// call's value so that leaving it as it is narrows nothing; `None` when the form cannot show

@@ -57,6 +57,14 @@ pub enum NarrowError {
     NotAnObject,
 }
 
+/// What every narrowing field of a client's form begins with.
+pub(crate) const NARROW_PREFIX: &str = "narrow_";
+
+/// The client's form field of narrowable argument `argument`.
+pub(crate) fn narrow_field(argument: &str) -> String {
+    format!("{NARROW_PREFIX}{argument}")
+}
+
 /// The most arguments one tool may declare narrowable.
 pub const MAX_NARROWABLE: usize = 16;
 

@@ -917,7 +917,7 @@ impl ToolPolicy {
                         "tool {tool:?}: invalid narrowable argument {name:?}"
                     ));
                 }
-                let field = crate::form::narrow_field(name);
+                let field = crate::narrow::narrow_field(name);
                 if [&self.confirm_field, &self.choice_field, REMEMBER_FIELD].contains(&&*field) {
                     return Err(format!(
                         "tool {tool:?}: the form field {field:?} of narrowable {name:?} is taken"
