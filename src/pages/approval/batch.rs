@@ -53,20 +53,25 @@ impl ApprovalPage {
             if members.len() >= MAX_BATCH {
                 break;
             }
-            if a.id != anchor.id && !batch::batchable(anchor, &a, self.batch_window) {
-                continue;
+            if self.may_join(anchor, &a, principal).await {
+                members.push(a);
             }
-            let caller = super::page::is_caller(&self.config, &a, principal);
-            if !a
-                .approvers
-                .admits(principal.subject(), principal.roles(), caller)
-                || self.answered_by_client(&a).await
-            {
-                continue;
-            }
-            members.push(a);
         }
         (members.len() >= 2 && members.iter().any(|a| a.id == anchor.id)).then_some(members)
+    }
+
+    /// Whether `a` may be decided in one batch with `anchor` by `principal`: `anchor` itself
+    /// while undecided, or an approval [`batch::batchable`] with it; one the rule lets
+    /// `principal` decide and the client has not answered. The page's list and its post ask
+    /// the same question.
+    async fn may_join(&self, anchor: &Approval, a: &Approval, principal: &Principal) -> bool {
+        let fits = (a.id == anchor.id && a.decision.is_none())
+            || batch::batchable(anchor, a, self.batch_window);
+        let caller = super::page::is_caller(&self.config, a, principal);
+        fits && a
+            .approvers
+            .admits(principal.subject(), principal.roles(), caller)
+            && !self.answered_by_client(a).await
     }
 
     /// The batch as a list, with its one decision form.
@@ -169,26 +174,16 @@ impl ApprovalPage {
             let Ok(found) = store.approval(*member).await else {
                 return unavailable();
             };
-            intact = found.is_some_and(|a| {
-                let admitted = a.approvers.admits(
-                    principal.subject(),
-                    principal.roles(),
-                    super::page::is_caller(&self.config, &a, principal),
-                );
-                let fits = (a.id == anchor.id && a.decision.is_none())
-                    || batch::batchable(&anchor, &a, self.batch_window);
-                let ok = admitted && fits && !members.iter().any(|m| m.id == a.id);
-                if ok {
+            intact = match found {
+                Some(a)
+                    if !members.iter().any(|m| m.id == a.id)
+                        && self.may_join(&anchor, &a, principal).await =>
+                {
                     members.push(a);
+                    true
                 }
-                ok
-            });
-        }
-        for member in &members {
-            if !intact {
-                break;
-            }
-            intact = !self.answered_by_client(member).await;
+                _ => false,
+            };
         }
         if !intact || SetDigest::of(&members) != set {
             step_refused(

@@ -34,10 +34,7 @@ pub(super) fn offered(
 
 /// The tool's declaration as configured now and the arguments kept with `approval`, whoever
 /// approved before.
-pub(super) fn declared(
-    config: &Config,
-    approval: &Approval,
-) -> Option<(Declared, Map<String, Value>)> {
+fn declared(config: &Config, approval: &Approval) -> Option<(Declared, Map<String, Value>)> {
     let declared = &config.tools.get(&approval.tool)?.policy.narrowing;
     if declared.is_empty() {
         return None;
@@ -49,7 +46,7 @@ pub(super) fn declared(
 }
 
 /// Whether a post carries any narrowing field.
-pub(super) fn posted(body: &[u8]) -> bool {
+fn posted(body: &[u8]) -> bool {
     form_urlencoded::parse(body).any(|(name, _)| name.starts_with("narrow-"))
 }
 
@@ -110,6 +107,52 @@ pub(super) fn render(declared: &[(String, Narrowing)], asked: &Map<String, Value
     }
 }
 
+/// A post's narrowing refused: the page's words, and the reason the audit log gets.
+pub(super) struct Refused {
+    pub(super) words: &'static str,
+    pub(super) why: &'static str,
+}
+
+/// The narrowing a post to decide `approval` records, if any. A later approver approves the
+/// first one's narrowing or nothing: a post that narrows otherwise is refused, never silently
+/// replaced. The first approver's edit is read against the tool's declaration; where the tool
+/// declares nothing (or the arguments were too large to keep), any narrowing or tool field is
+/// refused.
+pub(super) fn of_post(
+    config: &Config,
+    approval: &Approval,
+    body: &[u8],
+) -> Result<Option<String>, Refused> {
+    if let Some(first) = approval.endorsements.first() {
+        let theirs = match declared(config, approval) {
+            Some((declared, asked)) if posted(body) => read(&declared, &asked, body).ok(),
+            _ => Some(first.narrowed.clone()),
+        };
+        return if theirs.as_ref() == Some(&first.narrowed) {
+            Ok(first.narrowed.clone())
+        } else {
+            Err(Refused {
+                words: "Another approver already approved this request with another narrowing: \
+                        approve theirs, as shown, or decline.",
+                why: "a later approval narrowed otherwise than the first",
+            })
+        };
+    }
+    let (declared, asked, why) = match offered(config, approval) {
+        Some((declared, asked)) => (
+            declared,
+            asked,
+            "approval with a narrowing the tool does not allow",
+        ),
+        None => (
+            Vec::new(),
+            Map::new(),
+            "approval with an edit the tool does not allow",
+        ),
+    };
+    read(&declared, &asked, body).map_err(|words| Refused { words, why })
+}
+
 /// Why a post's narrowing is refused, in the words the page shows.
 pub(super) const NOT_NARROWER: &str = "That would not narrow the request: keep at least one item, lower a number, turn a flag on, \
      or pick a narrower value. Nothing was approved.";
@@ -117,7 +160,7 @@ pub(super) const NOT_NARROWER: &str = "That would not narrow the request: keep a
 /// The edit a post makes, as the decision records it (a JSON object of the arguments changed):
 /// `Ok(None)` when it changes nothing. `Err` with the page's words for an edit the declaration
 /// does not allow, a field for an undeclared argument, or an attempt to change the tool.
-pub(super) fn read(
+fn read(
     declared: &[(String, Narrowing)],
     asked: &Map<String, Value>,
     body: &[u8],

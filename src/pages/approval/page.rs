@@ -430,62 +430,13 @@ impl ApprovalPage {
                             .await;
                     }
                 };
-                // The approver's narrowing, checked before anything is recorded; a later
-                // approver approves the first one's.
-                let narrowed = match approval.endorsements.first() {
-                    // A later approver approves the first one's narrowing, or nothing: a post
-                    // that narrows otherwise is refused, never silently replaced.
-                    Some(first) => {
-                        let theirs = match narrowing::declared(&self.config, &approval) {
-                            Some((declared, asked)) if narrowing::posted(body) => {
-                                narrowing::read(&declared, &asked, body).ok()
-                            }
-                            _ => Some(first.narrowed.clone()),
-                        };
-                        if theirs.as_ref() != Some(&first.narrowed) {
-                            step_refused(
-                                &approval.tool,
-                                Some(principal),
-                                "a later approval narrowed otherwise than the first",
-                            );
-                            return self
-                                .show_one(
-                                    id,
-                                    visitor,
-                                    Some(
-                                        "Another approver already approved this request with \
-                                         another narrowing: approve theirs, as shown, or decline.",
-                                    ),
-                                )
-                                .await;
-                        }
-                        first.narrowed.clone()
+                // The approver's narrowing, checked before anything is recorded.
+                let narrowed = match narrowing::of_post(&self.config, &approval, body) {
+                    Ok(narrowed) => narrowed,
+                    Err(refused) => {
+                        step_refused(&approval.tool, Some(principal), refused.why);
+                        return self.show_one(id, visitor, Some(refused.words)).await;
                     }
-                    None => match narrowing::offered(&self.config, &approval) {
-                        Some((declared, asked)) => match narrowing::read(&declared, &asked, body) {
-                            Ok(narrowed) => narrowed,
-                            Err(words) => {
-                                step_refused(
-                                    &approval.tool,
-                                    Some(principal),
-                                    "approval with a narrowing the tool does not allow",
-                                );
-                                return self.show_one(id, visitor, Some(words)).await;
-                            }
-                        },
-                        None => {
-                            if let Err(words) = narrowing::read(&[], &serde_json::Map::new(), body)
-                            {
-                                step_refused(
-                                    &approval.tool,
-                                    Some(principal),
-                                    "approval with an edit the tool does not allow",
-                                );
-                                return self.show_one(id, visitor, Some(words)).await;
-                            }
-                            None
-                        }
-                    },
                 };
                 if standing && narrowed.is_some() {
                     return self

@@ -341,24 +341,30 @@ async fn approvals(
     found
 }
 
+/// The three calls' approvals, and alice's all-or-nothing approval of the three (note-7,
+/// note-20, note-30), kept in the store but applied to no member yet.
+async fn all_approved_and_kept(
+    f: &Fixture,
+    calls: &[(String, String, Value)],
+) -> (Vec<mcp_confirm::approval::Approval>, BatchDecision) {
+    let members = approvals(f, calls).await;
+    let alice = Decider::new("alice", Vec::<String>::new(), true);
+    let shown = [
+        (&members[0], Decision::approved("note-7")),
+        (&members[1], Decision::approved("note-20")),
+        (&members[2], Decision::approved("note-30")),
+    ];
+    let kept = BatchDecision::new(&shown, &alice, true, now());
+    assert!(f.store.record_batch(&kept).await.unwrap());
+    (members, kept)
+}
+
 #[tokio::test]
 async fn all_or_nothing_runs_no_member_when_one_was_decided_otherwise() {
     let (f, _) = batched();
     let calls = three(&f).await;
-    let members = approvals(&f, &calls).await;
-    let approve = |chosen: &str| Decision::Approved {
-        chosen: chosen.into(),
-        standing: false,
-        narrowed: None,
-    };
+    let (members, kept) = all_approved_and_kept(&f, &calls).await;
     let alice = Decider::new("alice", Vec::<String>::new(), true);
-    let shown = [
-        (&members[0], approve("note-7")),
-        (&members[1], approve("note-20")),
-        (&members[2], approve("note-30")),
-    ];
-    let kept = BatchDecision::new(&shown, &alice, true, now());
-    assert!(f.store.record_batch(&kept).await.unwrap());
     // Before the decision reached it, the third was declined on its own page.
     f.store
         .decide(members[2].id, alice.clone(), Decision::Declined)
@@ -382,26 +388,14 @@ async fn all_or_nothing_runs_no_member_when_one_was_decided_otherwise() {
 async fn a_crash_between_the_decision_and_its_members_is_healed_by_a_members_retry() {
     let (f, _) = batched();
     let calls = three(&f).await;
-    let members = approvals(&f, &calls).await;
-    let approve = |chosen: &str| Decision::Approved {
-        chosen: chosen.into(),
-        standing: false,
-        narrowed: None,
-    };
+    let (members, kept) = all_approved_and_kept(&f, &calls).await;
     let alice = Decider::new("alice", Vec::<String>::new(), true);
-    let shown = [
-        (&members[0], approve("note-7")),
-        (&members[1], approve("note-20")),
-        (&members[2], approve("note-30")),
-    ];
-    let kept = BatchDecision::new(&shown, &alice, true, now());
-    assert!(f.store.record_batch(&kept).await.unwrap());
     // Only the first member was reached before the crash.
     f.store
         .decide(
             members[0].id,
             alice.clone().in_batch(kept.mark()),
-            approve("note-7"),
+            Decision::approved("note-7"),
         )
         .await
         .unwrap();
