@@ -67,6 +67,8 @@ pub(crate) struct Config {
     pub(crate) log: Option<Arc<dyn DecisionLog>>,
     /// The policy revision every log entry carries, if the deployment names one.
     pub(crate) policy_revision: Option<String>,
+    /// Where the spans go besides `tracing`.
+    pub(crate) spans: crate::observe::Spans,
 }
 
 /// What the layer does with a `tools/call` of one tool.

@@ -207,6 +207,7 @@ impl ConfirmLayer {
             passkeys: None,
             log: None,
             policy_revision: None,
+            spans: crate::observe::Spans::default(),
         }
     }
 
@@ -316,6 +317,7 @@ pub struct ConfirmLayerBuilder {
     passkeys: Option<crate::passkey::Passkeys>,
     log: Option<Arc<dyn crate::audit::DecisionLog>>,
     policy_revision: Option<String>,
+    spans: crate::observe::Spans,
 }
 
 impl fmt::Debug for ConfirmLayerBuilder {
@@ -392,6 +394,15 @@ impl ConfirmLayerBuilder {
     /// rules decided it. Layers rebuilt when the policy changes give each build its own.
     pub fn policy_revision(mut self, revision: impl Into<String>) -> Self {
         self.policy_revision = Some(revision.into());
+        self
+    }
+
+    /// Sends the layer's spans to `tracer` rather than to the global tracer provider's tracer
+    /// (which is asked on every call, so a provider set after the layer was built is used).
+    /// For an application with more than one provider, and for tests.
+    #[cfg(feature = "otel")]
+    pub fn otel_tracer(mut self, tracer: opentelemetry::global::BoxedTracer) -> Self {
+        self.spans.otel = Some(Arc::new(tracer));
         self
     }
 
@@ -821,6 +832,7 @@ impl ConfirmLayerBuilder {
                 passkeys: self.passkeys,
                 log: self.log,
                 policy_revision: self.policy_revision,
+                spans: self.spans,
             }),
         })
     }

@@ -143,8 +143,9 @@
 //! - [`guard`]: Host/Origin validation to stack in front; [`scope`]: workspace containment for
 //!   file tools; `rmcp` (feature `rmcp`): the handler-side `Confirmation`; `testing` (feature
 //!   `testing`): a client for both rounds.
-//! - [`observe`]: the `tools/call` span (OpenTelemetry's MCP conventions, its parent from
-//!   `params._meta` with feature `otel`), its decision child and span events; `metrics`
+//! - [`observe`]: the `tools/call` span (OpenTelemetry's MCP conventions; with feature `otel`
+//!   started with OpenTelemetry's API in `observe/otel.rs`, its parent from `params._meta`),
+//!   its decision child and span events; `metrics`
 //!   (feature `metrics`): decisions, refusals, answer times, claims and store failures through
 //!   the `metrics` facade.
 //! - [`defaults`]: every default and bound of the builder.

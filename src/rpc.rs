@@ -136,28 +136,25 @@ where
             }
             Parsed::Intercept(call, Route::Confirm(guarded)) => (call, guarded),
         };
-        let span = crate::observe::call_span(&call);
-        Box::pin(tracing::Instrument::instrument(
-            async move {
-                let principal = config.message_principal(&msg.extensions);
-                match decision::decide(Arc::clone(&config), guarded, call, principal, None).await {
-                    Decision::Reply(reply) => Ok(reply.into()),
-                    Decision::Pass { body, waived } => {
-                        msg.body = body;
-                        msg.extensions.insert(waived);
-                        inner.call(msg).await
-                    }
-                    Decision::Forward(approved) => {
-                        msg.body = approved.body;
-                        msg.extensions.insert(approved.confirmed);
-                        let result = inner.call(msg).await;
-                        // The call is over: the nonce is consumed, whatever the outcome.
-                        drop(approved.guard);
-                        result
-                    }
+        let span = crate::observe::call_span(&config.spans, &call);
+        Box::pin(span.instrument(async move {
+            let principal = config.message_principal(&msg.extensions);
+            match decision::decide(Arc::clone(&config), guarded, call, principal, None).await {
+                Decision::Reply(reply) => Ok(reply.into()),
+                Decision::Pass { body, waived } => {
+                    msg.body = body;
+                    msg.extensions.insert(waived);
+                    inner.call(msg).await
                 }
-            },
-            span,
-        ))
+                Decision::Forward(approved) => {
+                    msg.body = approved.body;
+                    msg.extensions.insert(approved.confirmed);
+                    let result = inner.call(msg).await;
+                    // The call is over: the nonce is consumed, whatever the outcome.
+                    drop(approved.guard);
+                    result
+                }
+            }
+        }))
     }
 }

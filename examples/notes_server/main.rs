@@ -398,35 +398,27 @@ async fn run() -> Result<(), String> {
     Ok(())
 }
 
-/// Logs to stderr (the audit events, not the span events); with `--otel`, spans and their
-/// events to an OpenTelemetry tracer too, their parents taken from the W3C trace context in
+/// Logs the audit events (not the span events); with `--otel`, sends the layer's spans to
+/// an OpenTelemetry tracer provider too, their parents taken from the W3C trace context in
 /// `params._meta`.
 fn tracing_setup(otel: bool) {
-    use tracing_subscriber::Layer;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let logs = tracing_subscriber::fmt::layer().with_filter(
-        tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| "mcp_confirm=info,mcp_confirm::span=off,rmcp=warn".into()),
-    );
-    let spans = otel.then(|| {
-        use opentelemetry::trace::TracerProvider;
+    if otel {
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
         );
         // No exporter: the demo measures and shows the spans, a deployment adds its own
-        // (`opentelemetry-otlp`).
-        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
-        // Busy and idle times are two clock reads per poll, which spans are entered on: off.
-        tracing_opentelemetry::layer()
-            .with_tracer(provider.tracer("notes_server"))
-            .with_tracked_inactivity(false)
-            .with_filter(
-                tracing_subscriber::filter::Targets::new()
-                    .with_target(mcp_confirm::observe::SPAN_TARGET, tracing::Level::INFO),
-            )
-    });
-    tracing_subscriber::registry().with(logs).with(spans).init();
+        // (`opentelemetry-otlp`). The sampler is the SDK's default (parent-based, always on),
+        // or what `OTEL_TRACES_SAMPLER` says.
+        opentelemetry::global::set_tracer_provider(
+            opentelemetry_sdk::trace::SdkTracerProvider::builder().build(),
+        );
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "mcp_confirm=info,mcp_confirm::span=off,rmcp=warn".into()),
+        )
+        .init();
 }
 
 /// Installs the Prometheus recorder, with hour-long buckets for the answer times.

@@ -30,7 +30,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::Value;
-use tracing::Instrument;
 
 use crate::audit::event::{DecisionEvent, Runs, step_refused};
 use crate::completion::CompletionGuard;
@@ -82,16 +81,16 @@ pub(crate) async fn decide(
     declared: Option<Declared>,
 ) -> Decision {
     // The adapter runs this inside the call's span; the decision is its child.
-    let call_span = tracing::Span::current();
-    let span = crate::observe::decision_span(config.policy_revision.as_deref());
-    let decision = decide_in_span(config, guarded, call, principal, declared)
-        .instrument(span)
+    let call_span = crate::observe::current();
+    let span = crate::observe::decision_span(&config.spans, config.policy_revision.as_deref());
+    let decision = span
+        .instrument(decide_in_span(config, guarded, call, principal, declared))
         .await;
     if let Decision::Reply(Reply {
         error: Some(code), ..
     }) = &decision
     {
-        crate::observe::failed(&call_span, *code);
+        call_span.failed(*code);
     }
     decision
 }

@@ -17,6 +17,8 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use crate::observe::CallSpan;
+
 use super::headers;
 use crate::body::{RequestBody, ResponseBody};
 use crate::completion::CompletionGuard;
@@ -43,7 +45,7 @@ pin_project! {
         config: Arc<Config>,
         // A confirmed tool's call: its span, entered while deciding and while the inner
         // service has the call.
-        span: tracing::Span,
+        span: CallSpan,
     }
 }
 
@@ -82,7 +84,7 @@ where
         Self {
             state,
             config,
-            span: tracing::Span::none(),
+            span: CallSpan::none(),
         }
     }
 
@@ -94,7 +96,7 @@ where
                 listing: None,
             },
             config,
-            span: tracing::Span::none(),
+            span: CallSpan::none(),
         }
     }
 
@@ -102,7 +104,7 @@ where
         Self {
             state: State::Replying { reply: Some(reply) },
             config,
-            span: tracing::Span::none(),
+            span: CallSpan::none(),
         }
     }
 }
@@ -222,7 +224,7 @@ where
 /// Decides, synchronously where it can, what a fully buffered POST becomes.
 fn route<S, B>(
     config: &Arc<Config>,
-    span: &mut tracing::Span,
+    span: &mut CallSpan,
     parts: Parts,
     body: Bytes,
     mut inner: S,
@@ -291,7 +293,7 @@ where
             }
         }
         Parsed::Intercept(call, Route::Confirm(guarded)) => {
-            *span = crate::observe::call_span(&call);
+            *span = crate::observe::call_span(&config.spans, &call);
             let principal = config.principal(&parts.extensions);
             let declared = headers::declared(&parts.headers);
             let decision = Box::pin(decision::decide(

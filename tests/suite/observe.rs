@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+use opentelemetry::global::BoxedTracer;
 use opentelemetry::trace::{SpanKind, Status, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::{Value, json};
-use tracing_subscriber::layer::SubscriberExt;
 
 use crate::common::*;
 use mcp_confirm::clock::ManualClock;
@@ -235,14 +235,15 @@ async fn a_store_that_fails_is_counted_under_its_backend_and_a_spent_budget_is_n
     );
 }
 
-/// The spans one test's calls made, read back from an in-memory exporter.
+/// The spans one test's calls made, read back from an in-memory exporter: the layer is given
+/// its own tracer, so no other test's spans are mixed in.
 struct Spans {
     exporter: InMemorySpanExporter,
     provider: SdkTracerProvider,
 }
 
 impl Spans {
-    fn record() -> (Self, tracing::subscriber::DefaultGuard) {
+    fn record() -> Self {
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
         );
@@ -250,22 +251,13 @@ impl Spans {
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(exporter.clone())
             .build();
-        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
-        let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
-        (Self { exporter, provider }, guard)
+        Self { exporter, provider }
     }
 
-    /// Makes sure this thread's subscriber sees the layer's spans: another test's thread may
-    /// have met their callsites first, with no subscriber interested, while this one was being
-    /// set (tracing then caches "never"). A call through the layer meets every callsite; once
-    /// met, a rebuild sees them all. The warm-up's spans are forgotten.
-    async fn warm_up(&self) {
-        let f = fixture();
-        let state = challenge(&f).await;
-        f.accept(&state, json!(2), "note-7").await;
-        tracing::callsite::rebuild_interest_cache();
-        self.provider.force_flush().unwrap();
-        self.exporter.reset();
+    /// The notes fixture, its layer sending its spans here.
+    fn fixture(&self) -> Fixture {
+        let tracer = BoxedTracer::new(Box::new(self.provider.tracer("test")));
+        fixture_with(|builder| builder.otel_tracer(tracer))
     }
 
     fn finished(&self) -> Vec<SpanData> {
@@ -291,9 +283,8 @@ fn traced(mut call: Value) -> Value {
 
 #[tokio::test]
 async fn spans_follow_the_mcp_conventions_take_their_parent_from_meta_and_carry_no_secret() {
-    let (spans, _guard) = Spans::record();
-    spans.warm_up().await;
-    let f = fixture();
+    let spans = Spans::record();
+    let f = spans.fixture();
     let asked = f.alice(&traced(delete_call(json!(1), "Groceries"))).await;
     let state = asked.state();
     f.alice(&traced(accepted(&state, json!(2), "note-7"))).await;
@@ -396,9 +387,8 @@ async fn spans_follow_the_mcp_conventions_take_their_parent_from_meta_and_carry_
 
 #[tokio::test]
 async fn without_a_traceparent_the_call_span_is_a_root() {
-    let (spans, _guard) = Spans::record();
-    spans.warm_up().await;
-    let f = fixture();
+    let spans = Spans::record();
+    let f = spans.fixture();
     f.alice(&delete_call(json!(1), "Groceries")).await;
     let finished = spans.finished();
     let call = finished
@@ -407,6 +397,27 @@ async fn without_a_traceparent_the_call_span_is_a_root() {
         .unwrap();
     assert_eq!(call.parent_span_id, opentelemetry::trace::SpanId::INVALID);
     assert_ne!(call.span_context.trace_id().to_string(), TRACE_ID);
+}
+
+#[tokio::test]
+async fn a_call_the_sampler_drops_exports_nothing_and_still_decides() {
+    let spans = Spans::record();
+    let f = spans.fixture();
+    // The client's trace is not sampled (flags 00): the SDK's parent-based sampler drops the
+    // call's span and so its decision's.
+    let unsampled = |mut call: Value| {
+        call["params"]["_meta"]["traceparent"] = json!(format!("00-{TRACE_ID}-{PARENT_ID}-00"));
+        call
+    };
+    let asked = f
+        .alice(&unsampled(delete_call(json!(1), "Groceries")))
+        .await;
+    let state = asked.state();
+    let done = f
+        .alice(&unsampled(accepted(&state, json!(2), "note-7")))
+        .await;
+    assert_ran(&done);
+    assert_eq!(spans.finished(), Vec::<SpanData>::new());
 }
 
 /// Alice's acceptance of `choice` that also asks for the standing approval offered.

@@ -5,8 +5,13 @@
 //!
 //! Spans and their events never carry a state, a nonce, an argument value, a record's label or a
 //! principal: the audit events (target [`TARGET`](crate::audit::TARGET)) carry what operators
-//! correlate rounds with, and are never attached to a span. Span events are `tracing` events
-//! under [`SPAN_TARGET`]: route that target to your OpenTelemetry layer and out of your logs.
+//! correlate rounds with, and are never attached to a span.
+//!
+//! Two ways out: `tracing` spans and span events under [`SPAN_TARGET`] (for logs; they cost an
+//! atomic load when nothing wants that target), and, with the `otel` feature, the same spans
+//! started with OpenTelemetry's API (`otel.rs`), so the application's sampler decides before
+//! anything is built. Don't also bridge [`SPAN_TARGET`] through `tracing-opentelemetry`: each
+//! span would be exported twice.
 //!
 //! The span names, attributes and events are listed in the README ("Operating it").
 
@@ -118,12 +123,13 @@ fn emit(seen: &Seen<'_>) {
         }
     }
     span_event(seen);
+    #[cfg(feature = "otel")]
+    otel::seen(seen);
     #[cfg(feature = "metrics")]
     crate::metrics::decision(seen.outcome, seen.tool, seen.channel, seen.class);
 }
 
-/// The span event of a decision, named `mcp_confirm.<outcome>` (its message, which is what
-/// `tracing-opentelemetry` names span events by).
+/// The span event of a decision, named `mcp_confirm.<outcome>` (its message).
 fn span_event(seen: &Seen<'_>) {
     tracing::info!(target: SPAN_TARGET,
         message = %format_args!("mcp_confirm.{}", seen.outcome),
@@ -131,10 +137,97 @@ fn span_event(seen: &Seen<'_>) {
         mcp_confirm.refusal_class = seen.class);
 }
 
+/// Where the spans go besides `tracing`: with the `otel` feature, the OpenTelemetry tracer the
+/// application gave the layer, or else the global provider's.
+#[derive(Clone, Default)]
+pub(crate) struct Spans {
+    #[cfg(feature = "otel")]
+    pub(crate) otel: otel::GivenTracer,
+}
+
+/// The spans of one confirmed call: its `tracing` span and (feature `otel`) the OpenTelemetry
+/// context that holds its OpenTelemetry span. Both are entered while the layer works on the
+/// call and while the inner service runs it, so what the handler traces is their child.
+#[derive(Clone)]
+pub(crate) struct CallSpan {
+    span: Span,
+    #[cfg(feature = "otel")]
+    otel: Option<opentelemetry::Context>,
+}
+
+/// A [`CallSpan`] entered; leaves it when dropped.
+pub(crate) struct Entered<'a> {
+    _span: tracing::span::Entered<'a>,
+    #[cfg(feature = "otel")]
+    _otel: Option<opentelemetry::ContextGuard>,
+}
+
+impl CallSpan {
+    /// No span: for what the layer does not decide.
+    pub(crate) fn none() -> Self {
+        Self {
+            span: Span::none(),
+            #[cfg(feature = "otel")]
+            otel: None,
+        }
+    }
+
+    /// Enters both spans on this thread until the guard is dropped.
+    pub(crate) fn enter(&self) -> Entered<'_> {
+        Entered {
+            _span: self.span.enter(),
+            #[cfg(feature = "otel")]
+            _otel: self.otel.clone().map(opentelemetry::Context::attach),
+        }
+    }
+
+    /// `future`, run inside both spans.
+    pub(crate) fn instrument<F: Future>(self, future: F) -> Traced<F> {
+        Traced { span: self, future }
+    }
+
+    /// Marks the call's spans as answered with the JSON-RPC error `code`: `error.type` is the
+    /// code, as the conventions say, and the status an error.
+    pub(crate) fn failed(&self, code: i64) {
+        if !self.span.is_disabled() {
+            self.span
+                .record("error.type", tracing::field::display(code));
+            self.span.record("otel.status_code", "ERROR");
+        }
+        #[cfg(feature = "otel")]
+        if let Some(cx) = &self.otel {
+            otel::failed(cx, code);
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future run inside a [`CallSpan`].
+    pub(crate) struct Traced<F> {
+        span: CallSpan,
+        #[pin]
+        future: F,
+    }
+}
+
+impl<F: Future> Future for Traced<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.project();
+        let _entered = this.span.enter();
+        this.future.poll(cx)
+    }
+}
+
 /// The span of the layer's work on a confirmed tool's call: `tools/call <tool>`, kind server,
 /// with the attributes of OpenTelemetry's MCP conventions (never `mcp.session.id`: 2026-07-28
-/// has no session). With the `otel` feature its parent is the trace context in `params._meta`.
-pub(crate) fn call_span(call: &ToolCall) -> Span {
+/// has no session). With the `otel` feature, its OpenTelemetry span's parent is the trace
+/// context in `params._meta`.
+pub(crate) fn call_span(_spans: &Spans, call: &ToolCall) -> CallSpan {
     let version = call
         .params
         .meta
@@ -152,66 +245,40 @@ pub(crate) fn call_span(call: &ToolCall) -> Span {
         error.type = Empty,
         otel.status_code = Empty,
     );
-    #[cfg(feature = "otel")]
-    otel::adopt_parent(&span, call.params.meta.as_ref());
-    span
+    CallSpan {
+        span,
+        #[cfg(feature = "otel")]
+        otel: Some(otel::call_span(&_spans.otel, call, version)),
+    }
 }
 
 /// The child span of the decision proper: its outcome, channel, refusal class and the
-/// deployment's policy revision.
-pub(crate) fn decision_span(policy: Option<&str>) -> Span {
-    tracing::info_span!(target: SPAN_TARGET, "mcp_confirm.decision",
+/// deployment's policy revision. A child of the call's spans, which are entered.
+pub(crate) fn decision_span(_spans: &Spans, policy: Option<&str>) -> CallSpan {
+    let span = tracing::info_span!(target: SPAN_TARGET, "mcp_confirm.decision",
         mcp_confirm.outcome = Empty,
         mcp_confirm.channel = Empty,
         mcp_confirm.refusal_class = Empty,
         mcp_confirm.policy = policy,
-    )
+    );
+    CallSpan {
+        span,
+        #[cfg(feature = "otel")]
+        otel: Some(otel::decision_span(&_spans.otel, policy)),
+    }
 }
 
-/// Marks the call span of a call the layer answered with a JSON-RPC error: `error.type` is the
-/// error's code, as the conventions say.
-pub(crate) fn failed(span: &Span, code: i64) {
-    if !span.is_disabled() {
-        span.record("error.type", tracing::field::display(code));
-        span.record("otel.status_code", "ERROR");
+/// The call's spans, while the adapter has them entered.
+pub(crate) fn current() -> CallSpan {
+    CallSpan {
+        span: Span::current(),
+        #[cfg(feature = "otel")]
+        otel: Some(opentelemetry::Context::current()),
     }
 }
 
 #[cfg(feature = "otel")]
-mod otel {
-    //! The W3C trace context a client put in `params._meta` (SEP-414), read through the
-    //! application's global propagator.
-
-    use opentelemetry::propagation::Extractor;
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-
-    /// `params._meta` as a carrier: its string members only.
-    struct Meta<'a>(&'a serde_json::Map<String, serde_json::Value>);
-
-    impl Extractor for Meta<'_> {
-        fn get(&self, key: &str) -> Option<&str> {
-            self.0.get(key).and_then(serde_json::Value::as_str)
-        }
-        fn keys(&self) -> Vec<&str> {
-            self.0.keys().map(String::as_str).collect()
-        }
-    }
-
-    /// Makes the trace context in `meta`, if any, the parent of `span`.
-    pub(super) fn adopt_parent(span: &tracing::Span, meta: Option<&serde_json::Value>) {
-        let Some(meta) = meta.and_then(serde_json::Value::as_object) else {
-            return;
-        };
-        if !meta.contains_key("traceparent") || span.is_disabled() {
-            return;
-        }
-        let context = opentelemetry::global::get_text_map_propagator(|propagator| {
-            propagator.extract(&Meta(meta))
-        });
-        // Only a span the OpenTelemetry layer knows can take a parent; others ignore it.
-        let _ = span.set_parent(context);
-    }
-}
+mod otel;
 
 /// A retry's state was refused (`error`): counted by what it comes to.
 pub(crate) fn state_refused(error: &crate::token::StateError) {
