@@ -642,6 +642,13 @@ fn write_loop(
         } else {
             match receiver.recv_timeout(wait) {
                 Ok(command) => {
+                    // A caller held a record while it was not ticking: tick again for a while.
+                    // Looking for held records alone is not enough to keep ticking, as the next
+                    // durable append on a caller's thread usually writes them first, and each
+                    // call's first record would then wake the writer (thousands a second).
+                    if matches!(command, Command::Nudge) {
+                        last_held = Some(Instant::now());
+                    }
                     batch.take(command, &mut flush);
                     if !gather.is_zero() && flush.is_none() {
                         std::thread::sleep(gather);
