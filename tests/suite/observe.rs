@@ -420,6 +420,92 @@ async fn a_call_the_sampler_drops_exports_nothing_and_still_decides() {
     assert_eq!(spans.finished(), Vec::<SpanData>::new());
 }
 
+#[tokio::test]
+async fn what_the_inner_service_traces_while_it_runs_the_call_is_a_child_of_its_span() {
+    use opentelemetry::trace::Tracer as _;
+    let spans = Spans::record();
+    let handler = spans.provider.tracer("handler");
+    // An inner service that traces its work the OpenTelemetry way: its span's parent is the
+    // current context.
+    let inner: Inner = tower::util::BoxCloneSyncService::new(tower::service_fn(
+        move |_request: http::Request<
+            mcp_confirm::body::RequestBody<http_body_util::Full<bytes::Bytes>>,
+        >| {
+            let handler = handler.clone();
+            async move {
+                let _span = handler.start("handler work");
+                let body = json!({"jsonrpc": "2.0", "id": 2,
+                    "result": {"content": [{"type": "text", "text": "done by inner"}]}});
+                Ok(http::Response::new(http_body_util::Full::new(
+                    bytes::Bytes::from(body.to_string()),
+                )))
+            }
+        },
+    ));
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(1_000, clock.clone());
+    let tracer = BoxedTracer::new(Box::new(spans.provider.tracer("test")));
+    let svc = tower::Layer::layer(
+        &base_builder(&notes, &clock, &store)
+            .otel_tracer(tracer)
+            .build(),
+        inner,
+    );
+    let asked = send(
+        &svc,
+        post(&delete_call(json!(1), "Groceries"), Some("alice")),
+    )
+    .await;
+    let done = send(
+        &svc,
+        post(&accepted(&asked.state(), json!(2), "note-7"), Some("alice")),
+    )
+    .await;
+    assert_ran(&done);
+
+    let finished = spans.finished();
+    let work = finished
+        .iter()
+        .find(|s| s.name == "handler work")
+        .unwrap_or_else(|| panic!("no handler span in {finished:#?}"));
+    let call = finished
+        .iter()
+        .find(|s| {
+            s.name == "tools/call notes_delete"
+                && attribute(s, "jsonrpc.request.id").as_deref() == Some("2")
+        })
+        .unwrap();
+    assert_eq!(work.parent_span_id, call.span_context.span_id());
+    assert_eq!(work.span_context.trace_id(), call.span_context.trace_id());
+}
+
+#[tokio::test]
+async fn without_a_tracer_of_its_own_the_layer_uses_the_global_provider_set_after_it_was_built() {
+    // Built before any provider is set: the global one is asked on each call. (The only test
+    // that sets it; other tests' calls may land in it too, so this one looks for its own id.)
+    let f = fixture();
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    f.alice(&delete_call(json!("global-provider"), "Groceries"))
+        .await;
+    provider.force_flush().unwrap();
+    let finished = exporter.get_finished_spans().unwrap();
+    let call = finished
+        .iter()
+        .find(|s| attribute(s, "jsonrpc.request.id").as_deref() == Some("global-provider"))
+        .unwrap_or_else(|| panic!("no call span in {finished:#?}"));
+    assert_eq!(call.name, "tools/call notes_delete");
+    assert_eq!(call.instrumentation_scope.name(), "mcp-confirm");
+    assert_eq!(
+        call.instrumentation_scope.version(),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
+}
+
 /// Alice's acceptance of `choice` that also asks for the standing approval offered.
 fn remembering(state: &str, id: Value, choice: &str) -> Value {
     answered(
