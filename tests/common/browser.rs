@@ -130,6 +130,15 @@ where
     .await
 }
 
+/// The HTML of the page at `url` as `principal` sees it, whatever its status.
+pub async fn page_as<P>(page: &P, url: &str, principal: &str) -> String
+where
+    P: tower::Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = Infallible>
+        + Clone,
+{
+    visit(page, "GET", url, Some(principal), &[], "").await.2
+}
+
 /// A page request as `principal`, roles and all.
 pub async fn visit_as<P>(
     page: &P,

@@ -80,7 +80,7 @@ async fn approved_in_the_browser_the_retry_deletes_exactly_the_chosen_note() {
 async fn declined_in_the_browser_the_retry_is_refused() {
     let (f, page) = browser();
     let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     let (status, body) = decide(
         &page,
         &url,
@@ -115,7 +115,7 @@ async fn only_the_principal_who_asked_may_see_or_decide() {
     );
     // Bob cannot get a token for alice's approval: the page refuses him before showing one,
     // and a token is bound to its principal, so alice's is useless to him.
-    let (_, _, alice_html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let alice_html = page_as(&page, &url, "alice").await;
     let stolen = format!("csrf={}&choice=note-7&decision=approve", csrf(&alice_html));
     assert_eq!(
         decide(&page, &url, "bob", &stolen).await.0,
@@ -133,7 +133,7 @@ async fn only_the_principal_who_asked_may_see_or_decide() {
 async fn forged_and_cross_site_decisions_are_refused() {
     let (f, page) = browser();
     let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     let form = format!("csrf={}&choice=note-7&decision=approve", csrf(&html));
     let form_type = ("content-type", "application/x-www-form-urlencoded");
     for headers in [
@@ -192,7 +192,7 @@ async fn forged_and_cross_site_decisions_are_refused() {
 async fn approving_can_require_typing_the_records_id() {
     let (f, page) = browser_with(ToolPolicy::require_typed_id);
     let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     assert!(html.contains("name=\"typed\""));
     let token = csrf(&html);
     for typed in ["", "note-3", "NOTE-7"] {
@@ -412,7 +412,7 @@ async fn a_state_the_client_declined_is_never_challenged_again() {
         );
     }
     // The page agrees: nothing left to decide.
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     assert!(html.contains("Already answered"), "{html}");
     assert_eq!(f.seen.count(), 0);
 }
@@ -451,7 +451,7 @@ async fn another_deployments_page_neither_shows_nor_decides_an_approval() {
     let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
     let (status, _, html) = visit(&page_b, "GET", &url, Some("alice"), &[], "").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{html}");
-    let (_, _, html_a) = visit(&page_a, "GET", &url, Some("alice"), &[], "").await;
+    let html_a = page_as(&page_a, &url, "alice").await;
     let form = format!("csrf={}&choice=note-7&decision=approve", csrf(&html_a));
     let (status, body) = decide(&page_b, &url, "alice", &form).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");

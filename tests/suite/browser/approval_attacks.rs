@@ -53,7 +53,7 @@ async fn holds_a_declined_browser_state_never_gets_its_page_again() {
         .await;
     assert_eq!(cancelled.error()["code"], -32602, "{}", cancelled.json());
     // Deciding on the page after the client declined decides nothing that runs.
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     if html.contains("name=\"csrf\"") {
         let _ = decide(
             &page,
@@ -74,7 +74,7 @@ async fn holds_a_declined_browser_state_never_gets_its_page_again() {
 async fn holds_a_spent_browser_state_retried_without_an_answer_never_reopens_its_page() {
     let (f, page) = browser();
     let (url, eid, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     let (status, _) = decide(
         &page,
         &url,
@@ -127,7 +127,7 @@ async fn holds_another_deployments_page_neither_shows_nor_decides_an_approval() 
         status != StatusCode::OK && !html_b.contains("note-7"),
         "B showed A's approval: {status} {html_b}"
     );
-    let (_, _, html_a) = visit(&page_a, "GET", &url, Some("alice"), &[], "").await;
+    let html_a = page_as(&page_a, &url, "alice").await;
     let token = csrf(&html_a);
     let (status, body) = decide(
         &page_b,

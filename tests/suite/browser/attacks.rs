@@ -195,7 +195,7 @@ async fn holds_the_origin_check_accepts_the_browsers_origin_for_equivalent_urls(
         let page = layer.approval_page();
         let f = Fixture::new(layer, notes, clock, store);
         let (url, _, _) = elicitation(&f.alice(&destroy_call(json!(1))).await);
-        let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+        let html = page_as(&page, &url, "alice").await;
         let form = format!("csrf={}&choice=note-7&decision=approve", csrf(&html));
         let headers = [
             ("content-type", "application/x-www-form-urlencoded"),
@@ -943,7 +943,7 @@ async fn holds_concurrent_decisions_record_exactly_one() {
             let (svc, page, seen) = on_store(&store);
             let first = send(&svc, post(&destroy_call(json!(1)), Some("alice"))).await;
             let (url, _, state) = elicitation(&first);
-            let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+            let html = page_as(&page, &url, "alice").await;
             let token = csrf(&html);
             let forms = [
                 format!("csrf={token}&choice=note-3&decision=approve"),

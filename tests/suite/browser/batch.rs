@@ -132,7 +132,7 @@ async fn a_batch_approved_whole_runs_each_member_once_on_its_own_retry() {
 async fn a_declined_member_never_runs_and_the_others_do() {
     let (f, page) = batched();
     let calls = three(&f).await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     // Approve the first and the last; the middle one (Taxes) is declined.
     let (status, body) = decide(
         &page,
@@ -160,7 +160,7 @@ async fn a_declined_member_never_runs_and_the_others_do() {
 async fn declined_all_nothing_runs() {
     let (f, page) = batched();
     let calls = three(&f).await;
-    let (_, _, html) = visit(&page, "GET", &calls[2].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[2].0, "alice").await;
     let (status, body) = decide(
         &page,
         &calls[2].0,
@@ -182,7 +182,7 @@ async fn declined_all_nothing_runs() {
 async fn a_member_changed_after_it_was_shown_is_refused_alone() {
     let (f, page) = batched();
     let calls = three(&f).await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     let (status, _) = decide(
         &page,
         &calls[0].0,
@@ -212,7 +212,7 @@ async fn a_member_changed_after_it_was_shown_is_refused_alone() {
 async fn the_decision_binds_the_set_shown_and_nothing_else() {
     let (f, page) = batched();
     let calls = three(&f).await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     // A fourth call arrives after the page was shown.
     let fourth = destroy_call_in(json!(9), PERSONAL, "Groceries");
     let (fourth_url, _, fourth_state) = elicitation(&f.alice(&fourth).await);
@@ -256,7 +256,7 @@ async fn the_decision_binds_the_set_shown_and_nothing_else() {
     let waiting = retry(&f, &fourth, &fourth_state, 40).await;
     assert_eq!(elicitation(&waiting).0, fourth_url);
     // Alone, it is shown alone.
-    let (_, _, alone) = visit(&page, "GET", &fourth_url, Some("alice"), &[], "").await;
+    let alone = page_as(&page, &fourth_url, "alice").await;
     assert!(!alone.contains("name=\"set\""), "{alone}");
     assert_eq!(f.seen.count(), 0);
 }
@@ -265,15 +265,7 @@ async fn the_decision_binds_the_set_shown_and_nothing_else() {
 async fn one_call_can_still_be_decided_alone() {
     let (f, page) = batched();
     let calls = three(&f).await;
-    let (_, _, html) = visit(
-        &page,
-        "GET",
-        &format!("{}?one", calls[1].0),
-        Some("alice"),
-        &[],
-        "",
-    )
-    .await;
+    let html = page_as(&page, &format!("{}?one", calls[1].0), "alice").await;
     assert!(!html.contains("name=\"set\""), "{html}");
     let form = format!("csrf={}&decision=approve", csrf(&html));
     assert_eq!(
@@ -281,7 +273,7 @@ async fn one_call_can_still_be_decided_alone() {
         StatusCode::OK
     );
     // The other two are now a batch of two.
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     assert!(html.contains("Approve 2 requests?"), "{html}");
     let done = retry(&f, &calls[1].2, &calls[1].1, 11).await;
     assert_eq!(done.result()["content"][0]["text"], "done by inner");
@@ -304,8 +296,8 @@ async fn two_instances_deciding_one_set_at_once_keep_one_decision() {
     .build()
     .approval_page();
     let calls = three(&f).await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
-    let (_, _, other_html) = visit(&other, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
+    let other_html = page_as(&other, &calls[0].0, "alice").await;
     assert_eq!(hidden(&html, "set"), hidden(&other_html, "set"));
     let approve = form(&html, "approve_all", &[]);
     let decline = form(&other_html, "decline_all", &[]);
@@ -515,8 +507,8 @@ async fn two_instances_on_a_shared_store_keep_one_decision_of_a_set() {
             let (url, _, state) = elicitation(&send(&svc, post(&call, Some("alice"))).await);
             calls.push((url, state, call));
         }
-        let (_, _, html_a) = visit(&page_a, "GET", &calls[0].0, Some("alice"), &[], "").await;
-        let (_, _, html_b) = visit(&page_b, "GET", &calls[0].0, Some("alice"), &[], "").await;
+        let html_a = page_as(&page_a, &calls[0].0, "alice").await;
+        let html_b = page_as(&page_b, &calls[0].0, "alice").await;
         assert!(
             html_a.contains("Approve 3 requests?"),
             "{backend}: {html_a}"
@@ -605,7 +597,7 @@ async fn the_inbox_lists_a_batch_as_one_row_linking_to_its_list() {
     // The batch's link shows the list of the same three.
     let at = batches.find("href=\"").unwrap() + 6;
     let link = &batches[at..at + batches[at..].find('"').unwrap()];
-    let (_, _, list) = visit(&page, "GET", link, Some("alice"), &[], "").await;
+    let list = page_as(&page, link, "alice").await;
     let mut shown = hidden(&list, "member");
     let mut expected: Vec<String> = calls
         .iter()
@@ -631,7 +623,7 @@ async fn the_log_keeps_the_batch_decision_each_member_and_the_member_refused_alo
     let page = layer.approval_page();
     let f = Fixture::new(layer, notes, clock, store);
     let calls = three(&f).await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     let set = hidden(&html, "set")[0].clone();
     let (status, _) = decide(
         &page,

@@ -286,7 +286,7 @@ async fn a_member_of_another_principal_swapped_into_the_post_is_refused() {
         vec![destroy_call_in(json!(5), TEAM, "Groceries")],
     )
     .await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     let mut members = hidden(&html, "member");
     members[2] = id_of(&bobs[0].0);
     let (status, body) = decide(
@@ -332,7 +332,7 @@ async fn a_member_of_another_audience_on_the_same_store_is_never_batched() {
     let g = Fixture::new(there, notes, clock, store);
     let calls = three(&f).await;
     let others = three(&g).await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     assert!(html.contains("Approve 3 requests?"), "{html}");
     // The other deployment's approval is not this page's to show.
     let (status, _, _) = visit(&page, "GET", &others[0].0, Some("alice"), &[], "").await;
@@ -363,7 +363,7 @@ async fn a_member_of_another_audience_on_the_same_store_is_never_batched() {
 async fn duplicate_member_ids_are_refused_whole() {
     let (f, page, _) = batched();
     let calls = three(&f).await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     let mut members = hidden(&html, "member");
     members.push(members[0].clone());
     let (status, _) = decide(
@@ -409,7 +409,7 @@ async fn twenty_one_members_are_refused_and_twenty_are_decided() {
             .collect(),
     )
     .await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     assert!(html.contains("Approve 20 requests?"), "{html}");
     let members = hidden(&html, "member");
     assert_eq!(members.len(), 20);
@@ -442,17 +442,9 @@ async fn twenty_one_members_are_refused_and_twenty_are_decided() {
 async fn a_token_of_one_set_decides_no_other_set() {
     let (f, page, _) = batched();
     let calls = three(&f).await;
-    let (_, _, three_html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let three_html = page_as(&page, &calls[0].0, "alice").await;
     // The third is declined alone; the page now shows the other two, with a token of that set.
-    let (_, _, one) = visit(
-        &page,
-        "GET",
-        &format!("{}?one", calls[2].0),
-        Some("alice"),
-        &[],
-        "",
-    )
-    .await;
+    let one = page_as(&page, &format!("{}?one", calls[2].0), "alice").await;
     let (status, _) = decide(
         &page,
         &calls[2].0,
@@ -461,7 +453,7 @@ async fn a_token_of_one_set_decides_no_other_set() {
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    let (_, _, two_html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let two_html = page_as(&page, &calls[0].0, "alice").await;
     assert!(two_html.contains("Approve 2 requests?"), "{two_html}");
     let two_set = hidden(&two_html, "set")[0].clone();
     let two_members = hidden(&two_html, "member");
@@ -516,7 +508,7 @@ async fn a_token_of_one_set_decides_no_other_set() {
 async fn replaying_a_batch_post_after_its_calls_ran_changes_nothing() {
     let (f, page, _) = batched();
     let calls = three(&f).await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     let approve = form(&html, "approve_all");
     assert_eq!(
         decide(&page, &calls[0].0, "alice", &approve).await.0,
@@ -548,7 +540,7 @@ async fn replaying_a_batch_post_after_its_calls_ran_changes_nothing() {
 async fn a_member_declined_alone_while_the_batch_decision_is_in_flight_stops_the_batch() {
     let (f, page, _) = batched();
     let calls = three(&f).await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     let mut members = Vec::new();
     for (url, _, _) in &calls {
         let id = ApprovalId::from_hex(&id_of(url)).unwrap();
@@ -570,15 +562,7 @@ async fn a_member_declined_alone_while_the_batch_decision_is_in_flight_stops_the
     assert_eq!(kept.set.to_hex(), hidden(&html, "set")[0]);
     assert!(f.store.record_batch(&kept).await.unwrap());
     // Meanwhile the second is declined on its own page.
-    let (_, _, one) = visit(
-        &page,
-        "GET",
-        &format!("{}?one", calls[1].0),
-        Some("alice"),
-        &[],
-        "",
-    )
-    .await;
+    let one = page_as(&page, &format!("{}?one", calls[1].0), "alice").await;
     assert!(!one.contains("name=\"set\""), "{one}");
     let (status, body) = decide(
         &page,
@@ -604,16 +588,8 @@ async fn a_member_declined_alone_while_the_batch_decision_is_in_flight_stops_the
 async fn a_member_decided_alone_at_the_same_time_as_the_batch_never_leaves_a_partial_run() {
     let (f, page, _) = batched();
     let calls = three(&f).await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
-    let (_, _, one) = visit(
-        &page,
-        "GET",
-        &format!("{}?one", calls[1].0),
-        Some("alice"),
-        &[],
-        "",
-    )
-    .await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
+    let one = page_as(&page, &format!("{}?one", calls[1].0), "alice").await;
     let batch_form = form(&html, "approve_all");
     let decline = format!("csrf={}&decision=decline", csrf(&one));
     let ((batch_status, _), (single_status, _)) = tokio::join!(
@@ -657,7 +633,7 @@ async fn a_member_decided_alone_at_the_same_time_as_the_batch_never_leaves_a_par
 async fn approve_some_ticking_an_id_outside_the_set_approves_nothing_outside_it() {
     let (f, page, _) = batched();
     let calls = three(&f).await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     // A fourth call after the page was shown, and one of bob's.
     let later = calls_as(
         &f,
@@ -717,7 +693,7 @@ async fn approve_some_ticking_an_id_outside_the_set_approves_nothing_outside_it(
 async fn a_member_edited_between_the_page_and_the_post_does_not_run() {
     let (f, page, _) = batched();
     let calls = three(&f).await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     // Taxes (note-20) changes after the page showed it, before the approver clicks.
     f.notes.edit("note-20");
     let (status, _) = decide(&page, &calls[0].0, "alice", &form(&html, "approve_all")).await;
@@ -757,14 +733,14 @@ async fn typed_and_four_eyes_calls_are_never_batched_even_when_named_in_a_post()
         ],
     )
     .await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     assert!(html.contains("Approve 2 requests?"), "{html}");
     assert!(
         !html.contains("notes_shred") && !html.contains("notes_wipe"),
         "{html}"
     );
     // The typed one, shown alone.
-    let (_, _, shred) = visit(&page, "GET", &calls[2].0, Some("alice"), &[], "").await;
+    let shred = page_as(&page, &calls[2].0, "alice").await;
     assert!(!shred.contains("name=\"set\""), "{shred}");
     let (shred_id, wipe_id) = (id_of(&calls[2].0), id_of(&calls[3].0));
     for extra in [&shred_id, &wipe_id] {
@@ -879,7 +855,7 @@ async fn remember_standing_on_a_batch_post_grants_nothing_later() {
         ],
     )
     .await;
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     assert!(html.contains("Approve 2 requests?"), "{html}");
     let body = format!("{}&remember=standing", form(&html, "approve_all"));
     assert_eq!(
@@ -913,7 +889,7 @@ async fn narrowing_fields_on_a_batch_post_never_reach_the_calls() {
         let (url, state) = question(&f.alice(&call).await);
         calls.push((url, state, call));
     }
-    let (_, _, html) = visit(&page, "GET", &calls[0].0, Some("alice"), &[], "").await;
+    let html = page_as(&page, &calls[0].0, "alice").await;
     assert!(html.contains("Approve 2 requests?"), "{html}");
     assert!(!html.contains("narrow-"), "{html}");
     let body = format!(
@@ -1338,7 +1314,7 @@ async fn a_later_approver_who_opens_the_page_after_the_first_approves_that_narro
     let (f, page) = two_approvers();
     let call = bulk_call_with(1, bulk_arguments());
     let (url, state) = question(&f.alice(&call).await);
-    let (_, _, html) = visit(&page, "GET", &url, Some("bob"), &[], "").await;
+    let html = page_as(&page, &url, "bob").await;
     let body = format!(
         "csrf={}&decision=approve&{}",
         csrf(&html),
@@ -1347,7 +1323,7 @@ async fn a_later_approver_who_opens_the_page_after_the_first_approves_that_narro
     let (status, answer) = decide(&page, &url, "bob", &body).await;
     assert_eq!(status, StatusCode::OK, "{answer}");
     // Carol's page, opened now, offers no narrowing; she approves what it offers: bob's.
-    let (_, _, html) = visit(&page, "GET", &url, Some("carol"), &[], "").await;
+    let html = page_as(&page, &url, "carol").await;
     assert!(!html.contains("narrow-"), "{html}");
     let body = format!("csrf={}&decision=approve", csrf(&html));
     let (status, answer) = decide(&page, &url, "carol", &body).await;
@@ -1375,8 +1351,8 @@ async fn a_later_approvers_narrowing_is_never_silently_dropped() {
     let call = bulk_call_with(1, bulk_arguments());
     let (url, state) = question(&f.alice(&call).await);
     // Both open the page while nothing is approved: both are offered the narrowing.
-    let (_, _, bobs) = visit(&page, "GET", &url, Some("bob"), &[], "").await;
-    let (_, _, carols) = visit(&page, "GET", &url, Some("carol"), &[], "").await;
+    let bobs = page_as(&page, &url, "bob").await;
+    let carols = page_as(&page, &url, "carol").await;
     assert!(carols.contains("narrow-ids"), "{carols}");
     // Bob approves all three as asked.
     let body = format!(
@@ -1480,7 +1456,7 @@ async fn an_approver_of_two_callers_cannot_mix_their_calls_in_one_batch() {
     )
     .await;
     // Carol is shown each caller's calls as a batch of their own.
-    let (_, _, html) = visit(&page, "GET", &alices[0].0, Some("carol"), &[], "").await;
+    let html = page_as(&page, &alices[0].0, "carol").await;
     assert!(html.contains("Approve 2 requests?"), "{html}");
     for (url, _, _) in &bobs {
         assert!(!html.contains(&id_of(url)), "{html}");

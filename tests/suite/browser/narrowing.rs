@@ -128,7 +128,7 @@ async fn a_narrowed_approval_runs_exactly_the_narrowed_arguments() {
 async fn an_unchanged_approval_runs_as_asked_and_says_so() {
     let (f, page, _) = bulk();
     let (url, state) = question(&f.alice(&bulk_call(1)).await);
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     // The form as shown: every input at the call's own value.
     let form = format!(
         "csrf={}&decision=approve&narrow-ids={}&narrow-ids={}&narrow-ids={}&narrow-limit=50&narrow-mode=delete",
@@ -155,7 +155,7 @@ async fn an_unchanged_approval_runs_as_asked_and_says_so() {
 async fn edits_that_widen_touch_an_undeclared_argument_or_rename_the_tool_are_refused() {
     let (f, page, _) = bulk();
     let (url, state) = question(&f.alice(&bulk_call(1)).await);
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     let token = csrf(&html);
     for (edit, words) in [
         (
@@ -463,7 +463,7 @@ async fn a_narrowing_decided_on_one_instance_runs_on_another() {
         let (svc_a, page_b) = (a.layer(recording_inner(&seen)), b.approval_page());
         let first = send(&svc_a, post(&bulk_call(1), Some("alice"))).await;
         let (url, state) = question(&first);
-        let (_, _, html) = visit(&page_b, "GET", &url, Some("alice"), &[], "").await;
+        let html = page_as(&page_b, &url, "alice").await;
         let form = format!(
             "csrf={}&decision=approve&narrow-ids={}&narrow-limit=7",
             csrf(&html),

@@ -252,7 +252,7 @@ async fn holds_listed_bidi_and_zero_width_characters_are_dropped_everywhere() {
         .as_str()
         .unwrap()
         .to_owned();
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     for c in ['\u{202E}', '\u{200B}', '\u{2066}', '\u{0007}', '\u{FEFF}'] {
         assert!(!html.contains(c), "U+{:04X} on the page", u32::from(c));
     }

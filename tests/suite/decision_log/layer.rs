@@ -331,7 +331,7 @@ async fn approval_page_decisions_are_recorded_with_what_the_page_showed() {
     let page = layer.approval_page();
     let f = Fixture::new(layer, notes, clock, store);
     let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     let form = format!("csrf={}&choice=note-7&decision=approve", csrf(&html));
     assert_eq!(
         decide(&page, &url, "alice", &form).await.0,
@@ -339,7 +339,7 @@ async fn approval_page_decisions_are_recorded_with_what_the_page_showed() {
     );
     assert_ran(&f.alice(&went_to_page(&state, json!(2))).await);
     let (url, _, _) = elicitation(&f.alice(&destroy_call(json!(3))).await);
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     let form = format!("csrf={}&decision=decline", csrf(&html));
     assert_eq!(
         decide(&page, &url, "alice", &form).await.0,
@@ -392,7 +392,7 @@ async fn each_approvers_decision_is_recorded_with_who_gave_it() {
     let f = Fixture::new(layer, notes, clock, store);
     let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
     for who in ["bob", "carol"] {
-        let (_, _, html) = visit(&page, "GET", &url, Some(who), &[], "").await;
+        let html = page_as(&page, &url, who).await;
         let form = format!("csrf={}&choice=note-7&decision=approve", csrf(&html));
         assert_eq!(
             decide(&page, &url, who, &form).await.0,

@@ -23,7 +23,7 @@ use mcp_confirm::{
 use serde_json::{Value, json};
 
 use crate::backends::on_every_backend;
-use crate::common::browser::{FORM_HEADERS, ORIGIN, csrf, visit};
+use crate::common::browser::{FORM_HEADERS, ORIGIN, csrf, page_as, visit};
 use crate::common::*;
 
 // =============================================================================================
@@ -1278,7 +1278,7 @@ async fn holds_the_standing_page_takes_no_other_method_and_get_changes_nothing()
     let (f, approvals) = deployment(5);
     grant(&f).await;
     let page = approvals.page(PAGE);
-    let (_, _, html) = visit(&page, "GET", PAGE, Some("alice"), &[], "").await;
+    let html = page_as(&page, PAGE, "alice").await;
     let form = format!("csrf={}&revoke=all", csrf(&html));
     for method in [
         "HEAD", "OPTIONS", "PUT", "DELETE", "PATCH", "TRACE", "CONNECT",
@@ -1336,8 +1336,8 @@ async fn holds_a_page_token_or_id_of_one_principal_revokes_nothing_of_another() 
         .await,
     );
     let page = approvals.page(PAGE);
-    let (_, _, alices) = visit(&page, "GET", PAGE, Some("alice"), &[], "").await;
-    let (_, _, bobs) = visit(&page, "GET", PAGE, Some("bob"), &[], "").await;
+    let alices = page_as(&page, PAGE, "alice").await;
+    let bobs = page_as(&page, PAGE, "bob").await;
     let (alice_token, alice_id) = (csrf(&alices), first_id(&alices));
     let (bob_token, bob_id) = (csrf(&bobs), first_id(&bobs));
     let (status, _) = page_post(
@@ -1389,7 +1389,7 @@ async fn holds_cross_origin_posts_revoke_nothing() {
     let (f, approvals) = deployment(5);
     grant(&f).await;
     let page = approvals.page(PAGE);
-    let (_, _, html) = visit(&page, "GET", PAGE, Some("alice"), &[], "").await;
+    let html = page_as(&page, PAGE, "alice").await;
     let form = format!("csrf={}&revoke=all", csrf(&html));
     let ct = ("content-type", "application/x-www-form-urlencoded");
     for headers in [
@@ -1433,7 +1433,7 @@ async fn holds_huge_or_malformed_ids_revoke_nothing() {
     let (f, approvals) = deployment(5);
     grant(&f).await;
     let page = approvals.page(PAGE);
-    let (_, _, html) = visit(&page, "GET", PAGE, Some("alice"), &[], "").await;
+    let html = page_as(&page, PAGE, "alice").await;
     let (token, id) = (csrf(&html), first_id(&html));
     for revoke in [
         "f".repeat(15 * 1024),
@@ -1488,10 +1488,10 @@ async fn holds_the_approval_pages_token_and_the_standing_pages_do_not_cross() {
         .alice(&crate::common::browser::destroy_call(json!(50)))
         .await;
     let (url, _, _) = elicitation(&asked);
-    let (_, _, approval_html) = visit(&approval_page, "GET", &url, Some("alice"), &[], "").await;
+    let approval_html = page_as(&approval_page, &url, "alice").await;
     let approval_token = csrf(&approval_html);
     let standing_page = approvals.page(PAGE);
-    let (_, _, standing_html) = visit(&standing_page, "GET", PAGE, Some("alice"), &[], "").await;
+    let standing_html = page_as(&standing_page, PAGE, "alice").await;
     let standing_token = csrf(&standing_html);
     assert_ne!(approval_token, standing_token);
     let (status, _) = page_post(
@@ -1581,7 +1581,7 @@ async fn holds_revoke_all_on_one_deployments_page_leaves_anothers() {
     notes.edit("note-7");
     grant(&b).await;
     let page = a_approvals.page(PAGE);
-    let (_, _, html) = visit(&page, "GET", PAGE, Some("alice"), &[], "").await;
+    let html = page_as(&page, PAGE, "alice").await;
     let (status, html) = page_post(
         &page,
         "alice",

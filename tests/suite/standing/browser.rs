@@ -43,7 +43,7 @@ async fn the_page_offers_only_this_time_or_the_standing_approval_in_words() {
     // A policy without it shows no such choice.
     let (g, plain) = browser();
     let (url, _) = opened(&g, "Groceries").await;
-    let (_, _, html) = visit(&plain, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&plain, &url, "alice").await;
     assert!(!html.contains("remember"), "{html}");
 }
 
@@ -51,7 +51,7 @@ async fn the_page_offers_only_this_time_or_the_standing_approval_in_words() {
 async fn choosing_it_on_the_page_covers_the_next_call_in_scope_without_the_page() {
     let (f, page) = offering();
     let (url, state) = opened(&f, "Groceries").await;
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     let form = format!(
         "csrf={}&decision=approve&choice=note-7&typed=note-7&remember=standing",
         csrf(&html)
@@ -79,7 +79,7 @@ async fn only_this_time_on_the_page_grants_nothing() {
     let (f, page) = offering();
     for remember in ["&remember=once", ""] {
         let (url, state) = opened(&f, "Groceries").await;
-        let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+        let html = page_as(&page, &url, "alice").await;
         let form = format!(
             "csrf={}&decision=approve&choice=note-7&typed=note-7{remember}",
             csrf(&html)
@@ -95,7 +95,7 @@ async fn only_this_time_on_the_page_grants_nothing() {
 async fn a_standing_choice_the_page_did_not_offer_decides_nothing() {
     let (f, page) = browser();
     let (url, state) = opened(&f, "Groceries").await;
-    let (_, _, html) = visit(&page, "GET", &url, Some("alice"), &[], "").await;
+    let html = page_as(&page, &url, "alice").await;
     let token = csrf(&html);
     for remember in ["standing", "forever", ""] {
         let form =

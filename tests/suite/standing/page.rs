@@ -6,7 +6,7 @@ use http::StatusCode;
 use serde_json::json;
 
 use super::{call, grant, standing_fixture_with_handle};
-use crate::common::browser::{FORM_HEADERS, ORIGIN, csrf, visit};
+use crate::common::browser::{FORM_HEADERS, ORIGIN, csrf, page_as, visit};
 use crate::common::*;
 use mcp_confirm::{Principal, StandingPage};
 
@@ -107,7 +107,7 @@ async fn without_a_principal_the_page_asks_to_sign_in_and_changes_nothing() {
 async fn revoking_one_from_the_page_sends_the_next_call_back_to_the_form() {
     let (events, _guard) = crate::common::audit_events::Events::record();
     let (f, approvals, page) = granted().await;
-    let (_, _, html) = visit(&page, "GET", URL, Some("alice"), &[], "").await;
+    let html = page_as(&page, URL, "alice").await;
     let form = format!("csrf={}&revoke={}", csrf(&html), first_id(&html));
     let (status, html) = revoke_as(&page, "alice", &form).await;
     assert_eq!(status, StatusCode::OK, "{html}");
@@ -145,7 +145,7 @@ async fn revoke_all_ends_every_one_of_hers() {
     bob_grants(&f).await;
     let alice = Principal::new("alice");
     assert_eq!(approvals.list(&alice).await.unwrap().len(), 2);
-    let (_, _, html) = visit(&page, "GET", URL, Some("alice"), &[], "").await;
+    let html = page_as(&page, URL, "alice").await;
     let (status, html) =
         revoke_as(&page, "alice", &format!("csrf={}&revoke=all", csrf(&html))).await;
     assert_eq!(status, StatusCode::OK);
@@ -160,9 +160,9 @@ async fn a_post_without_her_token_or_from_elsewhere_revokes_nothing() {
     let (f, approvals, page) = granted().await;
     bob_grants(&f).await;
     let alice = Principal::new("alice");
-    let (_, _, html) = visit(&page, "GET", URL, Some("alice"), &[], "").await;
+    let html = page_as(&page, URL, "alice").await;
     let (token, id) = (csrf(&html), first_id(&html));
-    let (_, _, bobs) = visit(&page, "GET", URL, Some("bob"), &[], "").await;
+    let bobs = page_as(&page, URL, "bob").await;
     let bob_token = csrf(&bobs);
     let denied = [
         // No token, a wrong one, bob's token on alice's session.
@@ -224,9 +224,9 @@ async fn a_post_without_her_token_or_from_elsewhere_revokes_nothing() {
 async fn her_id_on_another_session_revokes_nothing_and_reads_like_an_unknown_id() {
     let (f, approvals, page) = granted().await;
     bob_grants(&f).await;
-    let (_, _, html) = visit(&page, "GET", URL, Some("alice"), &[], "").await;
+    let html = page_as(&page, URL, "alice").await;
     let id = first_id(&html);
-    let (_, _, bobs) = visit(&page, "GET", URL, Some("bob"), &[], "").await;
+    let bobs = page_as(&page, URL, "bob").await;
     let bob_token = csrf(&bobs);
     let (status, theirs) = revoke_as(&page, "bob", &format!("csrf={bob_token}&revoke={id}")).await;
     assert_eq!(status, StatusCode::OK);
@@ -252,7 +252,7 @@ async fn her_id_on_another_session_revokes_nothing_and_reads_like_an_unknown_id(
 async fn what_has_ended_is_not_listed() {
     let (f, approvals, page) = granted().await;
     f.clock.advance(std::time::Duration::from_secs(601));
-    let (_, _, html) = visit(&page, "GET", URL, Some("alice"), &[], "").await;
+    let html = page_as(&page, URL, "alice").await;
     assert!(html.contains("id=\"none\""), "{html}");
     assert!(
         approvals
