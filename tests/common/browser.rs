@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use mcp_confirm::approval::InboxPage;
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{
@@ -62,6 +63,33 @@ pub fn browser_with(policy: impl FnOnce(ToolPolicy) -> ToolPolicy) -> (Fixture, 
         .build();
     let page = layer.approval_page();
     (Fixture::new(layer, notes, clock, store), page)
+}
+
+/// The fixture, its page and inbox, from a builder on a fresh memory store and manual clock.
+pub fn with_layer(
+    build: impl FnOnce(ConfirmLayerBuilder, &Notes) -> ConfirmLayerBuilder,
+) -> (Fixture, ApprovalPage, InboxPage) {
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = build(
+        base(KeyRing::single("k1", KEY).unwrap(), &clock, &store),
+        &notes,
+    )
+    .build();
+    let (page, inbox) = (layer.approval_page(), layer.inbox_page());
+    (Fixture::new(layer, notes, clock, store), page, inbox)
+}
+
+/// Every value of hidden field `name` in the page.
+pub fn hidden(html: &str, name: &str) -> Vec<String> {
+    let needle = format!("name=\"{name}\" value=\"");
+    html.match_indices(&needle)
+        .map(|(at, _)| {
+            let rest = &html[at + needle.len()..];
+            rest[..rest.find('"').unwrap()].to_owned()
+        })
+        .collect()
 }
 
 pub fn url_meta() -> Value {

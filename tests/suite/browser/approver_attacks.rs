@@ -24,8 +24,7 @@ use mcp_confirm::notify::signature::DEFAULT_TOLERANCE;
 use mcp_confirm::notify::{self, ApprovalNotice, Notifier, Payload, WebhookError, WebhookSecret};
 use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{
-    ApprovalPage, ApproverQuery, ConfirmLayer, ConfirmLayerBuilder, KeyRing, PolicyError,
-    Principal, ToolPolicy,
+    ApprovalPage, ApproverQuery, ConfirmLayer, KeyRing, PolicyError, Principal, ToolPolicy,
 };
 use serde_json::{Value, json};
 use tower::Layer;
@@ -58,22 +57,6 @@ impl Heard {
     fn all(&self) -> Vec<ApprovalNotice> {
         self.0.lock().unwrap().clone()
     }
-}
-
-/// The fixture, its page and inbox, from a builder on a fresh memory store and manual clock.
-fn with_layer(
-    build: impl FnOnce(ConfirmLayerBuilder, &Notes) -> ConfirmLayerBuilder,
-) -> (Fixture, ApprovalPage, InboxPage) {
-    let notes = Notes::seeded();
-    let clock = ManualClock::new(now());
-    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let layer = build(
-        base(KeyRing::single("k1", KEY).unwrap(), &clock, &store),
-        &notes,
-    )
-    .build();
-    let (page, inbox) = (layer.approval_page(), layer.inbox_page());
-    (Fixture::new(layer, notes, clock, store), page, inbox)
 }
 
 fn approved_by(rule: Approvers) -> (Fixture, ApprovalPage, InboxPage) {

@@ -28,21 +28,6 @@ fn approved_by(rule: Approvers) -> (Fixture, ApprovalPage, InboxPage) {
     })
 }
 
-fn with_layer(
-    build: impl FnOnce(mcp_confirm::ConfirmLayerBuilder, &Notes) -> mcp_confirm::ConfirmLayerBuilder,
-) -> (Fixture, ApprovalPage, InboxPage) {
-    let notes = Notes::seeded();
-    let clock = mcp_confirm::clock::ManualClock::new(now());
-    let store = mcp_confirm::store::MemoryReplayStore::with_clock(10_000, clock.clone());
-    let layer = build(
-        base(KeyRing::single("k1", KEY).unwrap(), &clock, &store),
-        &notes,
-    )
-    .build();
-    let (page, inbox) = (layer.approval_page(), layer.inbox_page());
-    (Fixture::new(layer, notes, clock, store), page, inbox)
-}
-
 /// GETs `url` as `who`: (status, html).
 async fn open(page: &ApprovalPage, url: &str, who: &Principal) -> (StatusCode, String) {
     let (status, _, html) = visit_as(page, "GET", url, Some(who.clone()), &[], "").await;

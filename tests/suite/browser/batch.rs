@@ -34,17 +34,6 @@ async fn three(f: &Fixture) -> Vec<(String, String, Value)> {
     calls
 }
 
-/// Every value of hidden field `name` in the page.
-fn hidden(html: &str, name: &str) -> Vec<String> {
-    let needle = format!("name=\"{name}\" value=\"");
-    html.match_indices(&needle)
-        .map(|(at, _)| {
-            let rest = &html[at + needle.len()..];
-            rest[..rest.find('"').unwrap()].to_owned()
-        })
-        .collect()
-}
-
 /// The batch form: `decision`, the rows of the calls whose page URLs are `ticked` ticked,
 /// note-7 for the row with a choice.
 fn form(html: &str, decision: &str, ticked: &[&str]) -> String {

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::narrowing::{bulk_policy, question};
 use crate::common::browser::*;
 use crate::common::*;
 use http::StatusCode;
@@ -14,27 +15,11 @@ use mcp_confirm::approval::{
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::narrow::Narrowing;
 use mcp_confirm::store::MemoryReplayStore;
-use mcp_confirm::{ApprovalPage, ConfirmLayer, ConfirmLayerBuilder, KeyRing, ToolPolicy};
+use mcp_confirm::{ApprovalPage, ConfirmLayer, KeyRing, ToolPolicy};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
-
-/// A fixture, page and inbox from `build` over a fresh memory store and manual clock.
-fn with_layer(
-    build: impl FnOnce(ConfirmLayerBuilder, &Notes) -> ConfirmLayerBuilder,
-) -> (Fixture, ApprovalPage, InboxPage) {
-    let notes = Notes::seeded();
-    let clock = ManualClock::new(now());
-    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let layer = build(
-        base(KeyRing::single("k1", KEY).unwrap(), &clock, &store),
-        &notes,
-    )
-    .build();
-    let (page, inbox) = (layer.approval_page(), layer.inbox_page());
-    (Fixture::new(layer, notes, clock, store), page, inbox)
-}
 
 /// `notes_destroy` batchable in group `notes`.
 fn batched() -> (Fixture, ApprovalPage, InboxPage) {
@@ -71,17 +56,6 @@ async fn three(f: &Fixture) -> Vec<(String, String, Value)> {
         ],
     )
     .await
-}
-
-/// Every value of hidden field `name` in the page.
-fn hidden(html: &str, name: &str) -> Vec<String> {
-    let needle = format!("name=\"{name}\" value=\"");
-    html.match_indices(&needle)
-        .map(|(at, _)| {
-            let rest = &html[at + needle.len()..];
-            rest[..rest.find('"').unwrap()].to_owned()
-        })
-        .collect()
 }
 
 /// The batch form as the page built it: `decision`, every row ticked, note-7 where a row has a
@@ -133,22 +107,6 @@ async fn all_wait(f: &Fixture, calls: &[(String, String, Value)], first_id: i64)
 
 // --- Narrowing fixtures ---
 
-/// `notes_bulk_delete(ids, limit, dry_run, mode)`, confirm-only, approved in the browser, its
-/// ids, limit, dry_run and mode narrowable.
-fn bulk_policy() -> ToolPolicy {
-    ToolPolicy::confirm_only()
-        .message("Delete these notes?")
-        .input_key("bulk_approval")
-        .approve_in_browser()
-        .narrowable("ids", Narrowing::Subset)
-        .narrowable("limit", Narrowing::AtMost)
-        .narrowable("dry_run", Narrowing::TurnOn)
-        .narrowable(
-            "mode",
-            Narrowing::OneOf(vec!["archive".into(), "delete".into(), "shred".into()]),
-        )
-}
-
 fn bulk_with(policy: impl FnOnce(ToolPolicy) -> ToolPolicy) -> (Fixture, ApprovalPage) {
     let (f, page, _) = with_layer(|b, _| b.tool("notes_bulk_delete", policy(bulk_policy())));
     (f, page)
@@ -166,17 +124,6 @@ fn bulk_arguments() -> Value {
 fn bulk_call_with(id: i64, arguments: Value) -> Value {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
         "_meta": url_meta(), "name":"notes_bulk_delete", "arguments": arguments}})
-}
-
-/// The URL and state of a bulk call's question.
-fn question(answer: &Answer) -> (String, String) {
-    let result = answer.result();
-    assert_eq!(result["resultType"], "input_required", "{}", answer.json());
-    let params = &result["inputRequests"]["bulk_approval"]["params"];
-    (
-        params["url"].as_str().unwrap().to_owned(),
-        result["requestState"].as_str().unwrap().to_owned(),
-    )
 }
 
 /// Alice's retry of bulk `call` on `state` with JSON-RPC id `id`.

@@ -22,7 +22,18 @@ fn bulk() -> (Fixture, ApprovalPage, KeptLog) {
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let log = KeptLog::default();
-    let policy = ToolPolicy::confirm_only()
+    let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
+        .tool("notes_bulk_delete", bulk_policy())
+        .audit_log(log.clone())
+        .build();
+    let page = layer.approval_page();
+    (Fixture::new(layer, notes, clock, store), page, log)
+}
+
+/// `notes_bulk_delete(ids, limit, dry_run, mode)`, confirm-only, approved in the browser, its
+/// ids, limit, dry_run and mode narrowable.
+pub(super) fn bulk_policy() -> ToolPolicy {
+    ToolPolicy::confirm_only()
         .message("Delete these notes?")
         .input_key("bulk_approval")
         .approve_in_browser()
@@ -32,13 +43,7 @@ fn bulk() -> (Fixture, ApprovalPage, KeptLog) {
         .narrowable(
             "mode",
             Narrowing::OneOf(vec!["archive".into(), "delete".into(), "shred".into()]),
-        );
-    let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
-        .tool("notes_bulk_delete", policy)
-        .audit_log(log.clone())
-        .build();
-    let page = layer.approval_page();
-    (Fixture::new(layer, notes, clock, store), page, log)
+        )
 }
 
 fn bulk_call(id: i64) -> Value {
@@ -48,8 +53,8 @@ fn bulk_call(id: i64) -> Value {
                      "limit": 50, "dry_run": false, "mode": "delete"}}})
 }
 
-/// The URL and state of the call's question.
-fn question(answer: &Answer) -> (String, String) {
+/// The URL and state of a bulk call's question.
+pub(super) fn question(answer: &Answer) -> (String, String) {
     let result = answer.result();
     assert_eq!(result["resultType"], "input_required", "{}", answer.json());
     let params = &result["inputRequests"]["bulk_approval"]["params"];
