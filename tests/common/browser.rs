@@ -81,6 +81,19 @@ pub fn with_layer(
     (Fixture::new(layer, notes, clock, store), page, inbox)
 }
 
+/// A layer with `policy` on `tool` and the approval page, built: for what the build refuses.
+pub fn try_build_tool(
+    tool: &str,
+    policy: ToolPolicy,
+) -> Result<ConfirmLayer, mcp_confirm::ConfigError> {
+    ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
+        .without_tool_list_unchecked()
+        .audience("https://notes.example/mcp")
+        .approval_url(BASE)
+        .tool(tool, policy)
+        .try_build()
+}
+
 /// Every value of hidden field `name` in the page.
 pub fn hidden(html: &str, name: &str) -> Vec<String> {
     let needle = format!("name=\"{name}\" value=\"");

@@ -954,15 +954,7 @@ fn holds_verify_does_not_panic_on_a_huge_timestamp() {
 #[test]
 fn holds_standing_with_approvers_and_recheck_without_others_are_refused() {
     let notes = Notes::seeded();
-    let build = |policy: ToolPolicy| {
-        ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-            .without_tool_list_unchecked()
-            .audience("https://notes.example/mcp")
-            .approval_url(BASE)
-            .tool("notes_destroy", policy)
-            .try_build()
-            .map(|_| ())
-    };
+    let build = |policy: ToolPolicy| try_build_tool("notes_destroy", policy).map(|_| ());
     let scope = |l: &mcp_confirm::Lookup| l.arguments["workspaceUri"].as_str().map(str::to_owned);
     let before = destroy_policy(&notes)
         .standing(Duration::from_secs(60), 3, scope)

@@ -402,14 +402,7 @@ async fn a_crash_between_the_decision_and_its_members_is_healed_by_a_members_ret
 #[test]
 fn a_batch_group_the_approval_page_cannot_honour_is_refused_at_build() {
     let notes = Notes::seeded();
-    let build = |policy: ToolPolicy| {
-        ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-            .without_tool_list_unchecked()
-            .audience("https://notes.example/mcp")
-            .approval_url(BASE)
-            .tool("notes_destroy", policy)
-            .try_build()
-    };
+    let build = |policy: ToolPolicy| try_build_tool("notes_destroy", policy);
     for (policy, words) in [
         (
             delete_policy(&notes).batch_group("notes"),

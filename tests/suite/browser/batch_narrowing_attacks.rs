@@ -15,7 +15,7 @@ use mcp_confirm::approval::{
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::narrow::Narrowing;
 use mcp_confirm::store::MemoryReplayStore;
-use mcp_confirm::{ApprovalPage, ConfirmLayer, KeyRing, ToolPolicy};
+use mcp_confirm::{ApprovalPage, KeyRing, ToolPolicy};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
@@ -1224,15 +1224,7 @@ async fn a_narrowing_is_never_a_standing_approval() {
 #[tokio::test]
 async fn narrowable_and_select_into_on_one_argument_is_refused_in_either_order() {
     let notes = Notes::seeded();
-    let build = |policy: ToolPolicy| {
-        ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-            .without_tool_list_unchecked()
-            .audience("https://notes.example/mcp")
-            .approval_url(BASE)
-            .tool("notes_destroy", policy)
-            .try_build()
-            .map(|_| ())
-    };
+    let build = |policy: ToolPolicy| try_build_tool("notes_destroy", policy).map(|_| ());
     for how in [Narrowing::Subset, Narrowing::AtMost, Narrowing::TurnOn] {
         // destroy_policy selects into `note_id` already; narrowable after it, and before a
         // select_into given again.

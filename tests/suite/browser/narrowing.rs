@@ -244,14 +244,7 @@ async fn a_recorded_narrowing_that_widens_runs_nothing() {
 
 #[test]
 fn narrowing_the_page_cannot_offer_is_refused_at_build() {
-    let build = |policy: ToolPolicy| {
-        mcp_confirm::ConfirmLayer::builder(KeyRing::random())
-            .without_tool_list_unchecked()
-            .audience("https://notes.example/mcp")
-            .approval_url(BASE)
-            .tool("notes_bulk_delete", policy)
-            .try_build()
-    };
+    let build = |policy: ToolPolicy| try_build_tool("notes_bulk_delete", policy);
     let notes = Notes::seeded();
     for (policy, words) in [
         (
