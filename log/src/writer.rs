@@ -197,6 +197,8 @@ struct Shared {
     /// The writer wakes every [`HOLD`] to write held records: a caller holding the first one
     /// need not wake it.
     ticking: AtomicBool,
+    /// Rounds of the writer loop so far (each a wake-up: they must stay few when idle or down).
+    rounds: AtomicU64,
 }
 
 /// The sink and what the writer thread and the callers appending on their own threads share
@@ -290,6 +292,7 @@ impl AuditLog {
             unwritten: AtomicU64::new(0),
             writer_holds: AtomicBool::new(false),
             ticking: AtomicBool::new(false),
+            rounds: AtomicU64::new(0),
         });
         let options = Arc::new(options);
         let thread = {
@@ -621,14 +624,17 @@ fn write_loop(
             ticking = true;
             shared.ticking.store(true, Ordering::SeqCst);
         }
-        let mut wait = oldest_unsigned.map_or(options.every, |at| {
-            options.every.saturating_sub(at.elapsed())
-        });
+        shared.rounds.fetch_add(1, Ordering::Relaxed);
+        let mut wait = match &health {
+            // Nothing is signed while down: the next probe is what to wake for, not an overdue
+            // checkpoint (waiting for that one would be no wait at all: a busy loop).
+            Health::Down { retry_at, .. } => retry_at.saturating_duration_since(Instant::now()),
+            Health::Up => oldest_unsigned.map_or(options.every, |at| {
+                options.every.saturating_sub(at.elapsed())
+            }),
+        };
         if ticking {
             wait = wait.min(HOLD);
-        }
-        if let Health::Down { retry_at, .. } = &health {
-            wait = wait.min(retry_at.saturating_duration_since(Instant::now()));
         }
         let mut flush = None;
         let mut timed_out = false;
@@ -1138,6 +1144,36 @@ mod tests {
             std::thread::current().id(),
             "the writer probes"
         );
+    }
+
+    #[test]
+    fn a_log_down_past_its_checkpoint_time_waits_for_its_next_probe() {
+        let written = Events::default();
+        let failing = Arc::new(AtomicBool::new(false));
+        let sink = Kept {
+            written: Arc::clone(&written),
+            failing: Arc::clone(&failing),
+            writes: Arc::new(AtomicU64::new(0)),
+        };
+        let key = LogKey::from_seed("test.example/log", [7; 32]).unwrap();
+        let options = LogOptions {
+            every: Duration::from_millis(20),
+            ..LogOptions::default()
+        };
+        let log = AuditLog::new(sink, key.verifier(), options).unwrap();
+        // A record awaits its checkpoint, then the log goes down and stays down past the time
+        // that checkpoint was due.
+        let _ = log.append_durable(Record::new("accepted")).unwrap();
+        failing.store(true, Ordering::SeqCst);
+        assert!(log.append_durable(Record::new("accepted")).is_err());
+        let before = log.shared.rounds.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(400));
+        let rounds = log.shared.rounds.load(Ordering::SeqCst) - before;
+        // Probes back off from 10 ms, and the writer ticks every 10 ms for a while after a
+        // wake-up: a few dozen rounds at most. A writer that waited for the overdue
+        // checkpoint instead would spin: millions.
+        assert!(rounds < 200, "{rounds} rounds in 400 ms while down");
+        assert!(!log.is_healthy());
     }
 
     /// Polls `future` on this thread until it is ready (the writer thread answers it).
