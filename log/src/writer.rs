@@ -1163,7 +1163,7 @@ mod tests {
         let log = AuditLog::new(sink, key.verifier(), options).unwrap();
         // A record awaits its checkpoint, then the log goes down and stays down past the time
         // that checkpoint was due.
-        let _ = log.append_durable(Record::new("accepted")).unwrap();
+        block_on(log.append_durable(Record::new("accepted")).unwrap()).unwrap();
         failing.store(true, Ordering::SeqCst);
         assert!(log.append_durable(Record::new("accepted")).is_err());
         let before = log.shared.rounds.load(Ordering::SeqCst);
