@@ -129,12 +129,13 @@ sixteen_bytes!(
 /// Lower-case hex: every id and digest this crate writes as text.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
+    let mut digits = Vec::with_capacity(bytes.len() * 2);
     for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
+        digits.push(DIGITS[usize::from(b >> 4)]);
+        digits.push(DIGITS[usize::from(b & 0xf)]);
     }
-    s
+    // ASCII digits: always UTF-8.
+    String::from_utf8(digits).unwrap_or_default()
 }
 
 /// Exactly `N` bytes as [`hex`] writes them (`2 * N` lower-case digits); `None` for anything

@@ -371,6 +371,47 @@ fn a_records_file_replaced_while_running_stops_the_writer() {
     assert!(matches!(log.recover(), Err(LogError::Damaged(_))));
 }
 
+/// The same with the default syncing, where the syncer looks at the path at every sync rather
+/// than every append: an append within a sync's reach of the replacement may still go to the
+/// file it replaced (the writer's own, now under another name), and then the log stops: no
+/// checkpoint, no further append, no recovery.
+#[test]
+fn a_records_file_replaced_under_the_syncer_stops_the_writer_within_a_sync() {
+    let dir = fresh_dir("insider-replaced-synced");
+    let mut log = FileLog::open(&dir, key(), Fsync::EveryBatch).unwrap();
+    for i in 0..3 {
+        log.append(&mut [decision(i)]).unwrap();
+    }
+    log.checkpoint().unwrap();
+    let copy = dir.join("copy");
+    fs::copy(dir.join(RECORDS), &copy).unwrap();
+    fs::rename(&copy, dir.join(RECORDS)).unwrap();
+    let mut stopped = None;
+    for i in 3..1_000 {
+        match log.append(&mut [decision(i)]) {
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            Err(e) => {
+                stopped = Some((i, e));
+                break;
+            }
+        }
+    }
+    let (at, error) = stopped.expect("the replaced records file was never noticed");
+    assert!(
+        matches!(error, LogError::Damaged(ref why) if why.contains("replaced")),
+        "{error}"
+    );
+    // Noticed at the first sync after the replacement: a few appends at most (one sync every
+    // 10 ms at most, an append every 5 ms here; slack for a loaded machine).
+    assert!(at < 200, "noticed only at append {at}");
+    assert!(matches!(
+        log.append(&mut [decision(at)]),
+        Err(LogError::Damaged(_))
+    ));
+    assert!(matches!(log.checkpoint(), Err(LogError::Damaged(_))));
+    assert!(matches!(log.recover(), Err(LogError::Damaged(_))));
+}
+
 /// The directory itself is locked: removing a lock file does not let a second writer in.
 #[test]
 fn a_second_writer_stays_out_whatever_is_deleted() {
