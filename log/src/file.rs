@@ -515,6 +515,8 @@ impl Syncer {
                         }
                     };
                     last_sync = Some(std::time::Instant::now());
+                    let synced = records.sync_data();
+                    // Synced first: what was written is the writer's own, wherever the file is.
                     let at_path = fs::symlink_metadata(&path).map(|m| identity(&m));
                     if at_path.ok() != Some(written_to) {
                         // Not recorded in the view: the next append or checkpoint stops.
@@ -523,7 +525,7 @@ impl Syncer {
                         }
                         continue;
                     }
-                    match records.sync_data() {
+                    match synced {
                         Ok(()) => {
                             if let Ok(mut file) = view.lock() {
                                 let _ = file.write(&pending.view(), &origin, &tags, false, false);

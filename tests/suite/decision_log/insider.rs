@@ -350,12 +350,11 @@ fn adopting_a_tagged_log_whose_view_was_removed_is_refused() {
     refused(&dir, FileOptions::default(), "view");
 }
 
-/// The records file renamed over while the log runs: the next append and the next checkpoint
-/// refuse, and the log stays down.
-#[test]
-fn a_records_file_replaced_while_running_stops_the_writer() {
-    let dir = fresh_dir("insider-replaced");
-    let mut log = FileLog::open(&dir, key(), Fsync::Never).unwrap();
+/// A running log of three records, signed, whose records file an insider then renamed over
+/// with a copy of itself.
+fn replaced_while_running(name: &str, fsync: Fsync) -> FileLog {
+    let dir = fresh_dir(name);
+    let mut log = FileLog::open(&dir, key(), fsync).unwrap();
     for i in 0..3 {
         log.append(&mut [decision(i)]).unwrap();
     }
@@ -363,6 +362,14 @@ fn a_records_file_replaced_while_running_stops_the_writer() {
     let copy = dir.join("copy");
     fs::copy(dir.join(RECORDS), &copy).unwrap();
     fs::rename(&copy, dir.join(RECORDS)).unwrap();
+    log
+}
+
+/// The records file renamed over while the log runs: the next append and the next checkpoint
+/// refuse, and the log stays down.
+#[test]
+fn a_records_file_replaced_while_running_stops_the_writer() {
+    let mut log = replaced_while_running("insider-replaced", Fsync::Never);
     assert!(matches!(
         log.append(&mut [decision(3)]),
         Err(LogError::Damaged(_))
@@ -377,15 +384,7 @@ fn a_records_file_replaced_while_running_stops_the_writer() {
 /// checkpoint, no further append, no recovery.
 #[test]
 fn a_records_file_replaced_under_the_syncer_stops_the_writer_within_a_sync() {
-    let dir = fresh_dir("insider-replaced-synced");
-    let mut log = FileLog::open(&dir, key(), Fsync::EveryBatch).unwrap();
-    for i in 0..3 {
-        log.append(&mut [decision(i)]).unwrap();
-    }
-    log.checkpoint().unwrap();
-    let copy = dir.join("copy");
-    fs::copy(dir.join(RECORDS), &copy).unwrap();
-    fs::rename(&copy, dir.join(RECORDS)).unwrap();
+    let mut log = replaced_while_running("insider-replaced-synced", Fsync::EveryBatch);
     let mut stopped = None;
     for i in 3..1_000 {
         match log.append(&mut [decision(i)]) {
