@@ -273,8 +273,7 @@ impl FileLog {
 
     /// The records file at its path must still be the one this log writes.
     fn check_identity(&mut self) -> Result<(), LogError> {
-        let at_path = fs::symlink_metadata(self.dir.join(RECORDS)).map(|m| identity(&m));
-        if at_path.ok() != Some(self.identity) {
+        if !still_at(&self.dir.join(RECORDS), self.identity) {
             return Err(self.damage(REPLACED));
         }
         Ok(())
@@ -517,8 +516,7 @@ impl Syncer {
                     last_sync = Some(std::time::Instant::now());
                     let synced = records.sync_data();
                     // Synced first: what was written is the writer's own, wherever the file is.
-                    let at_path = fs::symlink_metadata(&path).map(|m| identity(&m));
-                    if at_path.ok() != Some(written_to) {
+                    if !still_at(&path, written_to) {
                         // Not recorded in the view: the next append or checkpoint stops.
                         if let Ok(mut state) = lock.lock() {
                             state.failed = Some(SyncFailed::Replaced);
@@ -872,6 +870,12 @@ fn read_line(reader: &mut impl io::BufRead, line: &mut Vec<u8>) -> Result<(u64, 
 fn identity(metadata: &fs::Metadata) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt as _;
     (metadata.dev(), metadata.ino())
+}
+
+/// Whether the file at `path` (not following a link) is still the one of `written_to`
+/// ([`identity`]): not when it was renamed over, moved or removed.
+fn still_at(path: &Path, written_to: (u64, u64)) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| identity(&m) == written_to)
 }
 
 /// Everything in the log in `dir` that its writer did not write or that is missing from what it
