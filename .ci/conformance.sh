@@ -20,7 +20,7 @@ case $out in /*) ;; *) out=$repo/$out ;; esac
 baseline=$repo/.ci/conformance-baseline.yml
 
 echo "== build the fixture"
-cargo build -p mcp-confirm-tools --bin conformance_server
+bash .ci/build-bins.sh
 server_bin=$target_dir/debug/conformance_server
 
 echo "== start it on a free port"

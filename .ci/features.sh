@@ -2,9 +2,11 @@
 # The builds users get. The crate's own dev-dependency turns every feature on for its tests, so
 # `cargo test` never sees a default build; this script checks, in a copy of the package without
 # that dev-dependency (and without the tests, examples and benches that need it), that the library
-# builds and its unit tests pass with no features and with each feature alone, and that the docs
+# builds with no features and its unit tests pass with no features and with each feature alone
+# (which compiles every item under that feature), and that the docs
 # build as docs.rs builds them (nightly, `--cfg docsrs`) when a nightly toolchain is installed.
 set -euo pipefail
+SECONDS=0 # each line below says how long the script has run so far
 cd "$(dirname "$0")/.."
 root=$(pwd)
 work=$root/target/ci-features
@@ -30,9 +32,21 @@ PY
 # at another path gets its own artifacts, and leaves the main ones alone).
 export CARGO_TARGET_DIR=$root/target
 cd "$work/pkg"
+# A unit-test build compiles every item of the library (with its tests): the library has no
+# `cfg(not(test))` code, which the check below keeps so. So each feature alone is compiled once,
+# as its unit tests, and only the build with no features (what `default = []` gives users) is
+# also built as users build it.
+if grep -rn --include='*.rs' 'cfg(not(test))\|not(test)' src; then
+  echo "the library has code compiled only outside tests: build each feature alone with cargo build too" >&2
+  exit 1
+fi
 for features in "" fs redis redis-cluster postgres rmcp macros testing test-support webhooks pages passkeys metrics otel; do
-  echo "== --no-default-features ${features:+--features $features}: build, unit tests"
-  cargo build -q --lib --no-default-features ${features:+--features "$features"}
+  if [[ -z $features ]]; then
+    echo "== [+$SECONDS s] --no-default-features: build, unit tests"
+    cargo build -q --lib --no-default-features
+  else
+    echo "== [+$SECONDS s] --no-default-features --features $features: unit tests"
+  fi
   # The scanner's long adversarial runs are the same whatever the features: once, in the first.
   skip=()
   [[ -n $features ]] && skip=(-- --skip message::adversarial --skip message::tests::generated)
@@ -41,16 +55,17 @@ for features in "" fs redis redis-cluster postgres rmcp macros testing test-supp
   grep -E "^test result" "$work/test.log"
 done
 cd "$root"
-# The decision log's crate, with no feature and each alone.
+# The decision log's crate and its verifier, with no feature and each alone: checked (type-checked,
+# no code generated: its tests and programs are built with every feature by the test run).
 for features in "" postgres metrics; do
-  echo "== mcp-confirm-log ${features:+--features $features}: build"
-  cargo build -q -p mcp-confirm-log ${features:+--features "$features"}
+  echo "== [+$SECONDS s] mcp-confirm-log ${features:+--features $features}: check"
+  cargo check -q -p mcp-confirm-log --lib --bins ${features:+--features "$features"}
 done
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
-  echo "== docs as docs.rs builds them (nightly, --cfg docsrs, all features)"
+  echo "== [+$SECONDS s] docs as docs.rs builds them (nightly, --cfg docsrs, all features)"
   RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo +nightly doc -q --no-deps --all-features \
     --target-dir "$work/doc"
 else
-  echo "== no nightly toolchain: the docs.rs configuration (--cfg docsrs) is not checked; the stable docs step covers the rest"
+  echo "== [+$SECONDS s] no nightly toolchain: the docs.rs configuration (--cfg docsrs) is not checked; the stable docs step covers the rest"
 fi
-echo "== feature builds passed"
+echo "== [+$SECONDS s] feature builds passed"

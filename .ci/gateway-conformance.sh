@@ -25,9 +25,8 @@
 # gateway sees what the suite sent) and streams answers back unbuffered.
 #
 # Reuses Node 22 and the suite in <target>/ci-node (.ci/ci-node.sh) and the binaries the other
-# steps build: the two cargo commands below are .ci/conformance.sh's and .ci/gateway.sh's own, so
-# after those steps they build nothing (one command for both packages would unify their features
-# into a third build of the library). Results and logs go to <target>/gateway-conformance
+# steps build (.ci/build-bins.sh, every step's one build command: after the first, it builds
+# nothing). Results and logs go to <target>/gateway-conformance
 # (override with GATEWAY_CONFORMANCE_OUT). Needs cargo, npm, curl and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,8 +39,7 @@ case $out in /*) ;; *) out=$repo/$out ;; esac
 baseline=$repo/.ci/conformance-baseline.yml
 
 echo "== build the fixture and the gateway (built already by the earlier steps)"
-cargo build -p mcp-confirm-tools --bin conformance_server
-cargo build -q -p mcp-confirm-gateway
+bash .ci/build-bins.sh
 fixture_bin=$target_dir/debug/conformance_server
 gateway_bin=$target_dir/debug/mcp-confirm-gateway
 

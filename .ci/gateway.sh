@@ -19,7 +19,7 @@ wait_port() { for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$
 [ -d tools/peer-ts/node_modules ] || npm ci --prefix tools/peer-ts --no-audit --no-fund >/dev/null
 bash .ci/install-clients.sh
 clients="$root/target/ci-clients"
-cargo build -q -p mcp-confirm-gateway
+bash .ci/build-bins.sh
 gateway_bin="$root/target/debug/mcp-confirm-gateway"
 
 ts_port=$(free_port)

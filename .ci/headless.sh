@@ -78,7 +78,7 @@ echo "node $("$node" --version), playwright-core $(installed_version playwright-
 
 if [[ ${headless_no_notes_server:-} != 1 ]]; then
   echo "== build the notes server"
-  cargo build -q --example notes_server
+  bash .ci/build-bins.sh
   server_bin=$target_dir/debug/examples/notes_server
   lap
   echo "built ($took)"

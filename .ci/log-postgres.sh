@@ -5,8 +5,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 pg=${POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
-cargo build -q --example notes_server --example notes_client
-cargo build -q -p mcp-confirm-log --features postgres --bin mcp-confirm-audit
+bash .ci/build-bins.sh
 work=$(mktemp -d)
 table="ci_decisions_$$_$RANDOM"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -11,7 +11,7 @@ root=$(pwd)
 work="$root/target/ci-clients"
 bash .ci/install-clients.sh
 
-cargo build -q --example notes_server
+bash .ci/build-bins.sh
 server_bin="$root/target/debug/examples/notes_server"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

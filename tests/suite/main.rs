@@ -1,6 +1,7 @@
-//! The test suite of mcp-confirm, one binary organised by behaviour. (`allocations`,
-//! `compile_fail` and `fuzz_fallback` are binaries of their own: a global allocator, trybuild,
-//! proptest; `zz_backend_skips` runs last and reports skipped backend tests.)
+//! The test suite of mcp-confirm, one binary organised by behaviour. (`allocations` and
+//! `fuzz_fallback` are binaries of their own: a global allocator, proptest; `zz_backend_skips`
+//! runs last and reports skipped backend tests. The compile-time checks are the
+//! `compile-tests` crate's.)
 //!
 //! The demo's notes server is the `mcp-confirm-demo` library; `common`, `backends` and
 //! `notes_http` are the shared support.

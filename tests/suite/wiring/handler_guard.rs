@@ -329,7 +329,7 @@ struct NoteArgs {
 
 /// A pick-one tool whose resolver offers the caller's own notes only, written into `note_id`,
 /// The attack below needs a `when` on it: the attribute refuses that at compile time
-/// (`tests/ui/when_with_select_into.rs`), so the attack builds the same policy in code.
+/// (`compile-tests/tests/ui/when_with_select_into.rs`), so the attack builds the same policy in code.
 #[derive(Clone)]
 struct Notes {
     notes: NoteMap,

@@ -4,8 +4,8 @@
 //! outer one already settled, with its own reason, and the log says how to fix the wiring.
 //!
 //! (The other two: authentication placed inside the layer, and `approved_by(any_of = [])`, are
-//! compile errors that name the fix: `tests/ui/auth_inside_the_layer.rs` and
-//! `tests/ui/approved_by_no_one.rs`.)
+//! compile errors that name the fix: `compile-tests/tests/ui/auth_inside_the_layer.rs`
+//! and `compile-tests/tests/ui/approved_by_no_one.rs`.)
 
 use std::convert::Infallible;
 use std::sync::Arc;
