@@ -14,8 +14,9 @@
 #
 # Installs what it needs itself through .ci/headless.sh (Debian's chromium; Node, the Inspector and
 # playwright-core under <target>/ci-inspector, shared with the other browser steps) and
-# tools/peer-ts's npm packages; builds the gateway with .ci/build-bins.sh, every step's one build
-# command (after the first step, nothing to build). Screenshots (gateway-inspector-form.png,
+# tools/peer-ts's npm packages (.ci/install-clients.sh); builds the gateway with
+# .ci/build-bins.sh, every step's one build command (after the first step, nothing to build).
+# Screenshots (gateway-inspector-form.png,
 # gateway-inspector-done.png, gateway-inspector-failure.png on failure), the MCP traffic the UI
 # saw and every process's log go to <target>/browser, named gateway-inspector-*. Needs cargo, npm,
 # curl and python3.
@@ -53,7 +54,7 @@ die() {
 wait_port() { for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$1/" && return 0; sleep 0.1; done; return 1; }
 
 echo "== the TypeScript SDK's packages and the gateway (built already by .ci/gateway.sh)"
-[[ -d tools/peer-ts/node_modules ]] || npm ci --prefix tools/peer-ts --no-audit --no-fund >/dev/null
+bash .ci/install-clients.sh
 bash .ci/build-bins.sh
 gateway_bin=$target_dir/debug/mcp-confirm-gateway
 lap

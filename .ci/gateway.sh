@@ -16,7 +16,6 @@ die() { echo "gateway: $*" >&2; for f in "$work"/*.log; do echo "--- $f"; cat "$
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$1/" && return 0; sleep 0.1; done; return 1; }
 
-[ -d tools/peer-ts/node_modules ] || npm ci --prefix tools/peer-ts --no-audit --no-fund >/dev/null
 bash .ci/install-clients.sh
 clients="$root/target/ci-clients"
 bash .ci/build-bins.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Started in the background by .ci/run before its first build: fetches and installs what the
-# later steps need from the network (Debian's chromium and jq; Node 22 with the conformance suite;
-# Node 22 with the MCP Inspector and playwright-core; the official TypeScript and Python clients;
+# later steps need from the network (Debian's chromium; Node 22 with the conformance suite; Node
+# 22 with the MCP Inspector and playwright-core; the official TypeScript and Python clients and
 # tools/peer-ts's packages) while the Rust builds keep both cores busy. Each install is the one
 # the step itself runs, with the step's own pinned versions, only earlier: every step checks again
 # and installs whatever is missing itself, so a failure here costs time, never a check, and its
@@ -27,20 +27,12 @@ fetch() {
   fi
 }
 
-# One apt-get at a time (dpkg takes a lock): chromium as .ci/headless.sh installs it, then jq.
-# (`bash -c`: `set -e` holds there, where a subshell tested by `||` would ignore it.)
-apt_packages() {
-  bash -c 'set -euo pipefail; headless_no_notes_server=1; source .ci/headless.sh' || return 1
-  command -v jq >/dev/null || apt-get install -y -q jq ||
-    { apt-get update -q && apt-get install -y -q jq; }
-}
+# The two installers written to be sourced run in a shell of their own (`bash -c`: `set -e`
+# holds there, where a subshell tested by `||` would ignore it).
+browser() { bash -c 'set -euo pipefail; headless_no_notes_server=1; source .ci/headless.sh'; }
 conformance_node() { repo=$repo bash -c 'set -euo pipefail; source .ci/ci-node.sh'; }
-peer_ts() {
-  [[ -d tools/peer-ts/node_modules ]] || npm ci --prefix tools/peer-ts --no-audit --no-fund
-}
 
-fetch browser-and-jq apt_packages &
+fetch browser browser &
 fetch conformance-suite conformance_node &
 fetch clients bash .ci/install-clients.sh &
-fetch peer-ts peer_ts &
 wait
