@@ -4,10 +4,13 @@
 //! synced, per [`Fsync`]); everything else never waits. A sink whose append is only a write into
 //! the page cache ([`LogSink::appends_inline`]: the file sink, unless it syncs before answering)
 //! is written on the caller's thread when it is free and nothing queued is still unwritten: no
-//! hand-off to the writer thread and back, which is most of what a record cost a busy server. A full queue or a failed write makes the log *down*, and the
-//! layer then follows its [`WhenDown`] policy. The log is up again only once a write and its
-//! sync succeeded (the writer probes with a `log_resumed` record, backing off while the sink
-//! stays down), never merely because the sink could be reopened.
+//! hand-off to the writer thread and back, which is most of what a record cost a busy server.
+//! There a durable record waits one turn of its caller's executor before it is written, so that
+//! the calls ready on the same thread add theirs: one write for several decisions, each
+//! answered only once that write is done. A full queue or a failed write makes the log *down*,
+//! and the layer then follows its [`WhenDown`] policy. The log is up again only once a write
+//! and its sync succeeded (the writer probes with a `log_resumed` record, backing off while the
+//! sink stays down), never merely because the sink could be reopened.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -157,6 +160,8 @@ enum Written {
     Now(Option<Result<u64, ()>>),
     /// Handed to the writer thread.
     Later(oneshot::Receiver<Result<u64, ()>>),
+    /// Held on callers' side for one turn of the executor, then written by whoever comes first.
+    Deferred(Deferred),
 }
 
 impl std::future::Future for Durable {
@@ -171,11 +176,118 @@ impl std::future::Future for Durable {
             Written::Later(written) => std::pin::Pin::new(written)
                 .poll(cx)
                 .map(|answer| answer.map_err(|_| ())),
+            Written::Deferred(deferred) => deferred.poll(cx).map(Ok),
         };
         answer.map(|answer| match answer {
             Ok(Ok(seq)) => Ok(seq),
             Ok(Err(())) | Err(()) => Err(LogError::Unavailable),
         })
+    }
+}
+
+/// A durable record held on callers' side: the future yields once, so that the other calls
+/// ready on its thread may add theirs, and then writes everything held in one write, unless
+/// another such future (or the writer thread) did first. Under load that write, not the
+/// record, is what the log costs a decision.
+struct Deferred {
+    answer: oneshot::Receiver<Result<u64, ()>>,
+    /// Until it is done: a runtime's own yield runs it again only once the thread has nothing
+    /// else ready (on Tokio, after its I/O was polled too), so the most calls join it.
+    yielding: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+    yielded: bool,
+    appender: Appender,
+}
+
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deferred")
+            .field("yielded", &self.yielded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Deferred {
+    fn poll(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<u64, ()>> {
+        use std::task::Poll;
+        fn answered(
+            answer: &mut oneshot::Receiver<Result<u64, ()>>,
+            cx: &mut std::task::Context<'_>,
+        ) -> Poll<Result<u64, ()>> {
+            std::pin::Pin::new(answer)
+                .poll(cx)
+                .map(|answer| answer.unwrap_or(Err(())))
+        }
+        if let Poll::Ready(answer) = answered(&mut self.answer, cx) {
+            return Poll::Ready(answer);
+        }
+        if !self.yielded {
+            let yielding = self
+                .yielding
+                .get_or_insert_with(|| Box::pin(tokio::task::yield_now()));
+            if yielding.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.yielded = true;
+            self.yielding = None;
+        }
+        if self.appender.shared.writer_holds.load(Ordering::SeqCst) {
+            // The writer thread writes what is held before anything else it does.
+            self.appender.nudge();
+        } else {
+            let mut core = lock(&self.appender.core);
+            let _ = self.appender.write_held(&mut core);
+        }
+        answered(&mut self.answer, cx)
+    }
+}
+
+/// What a caller's thread needs to write what is held.
+struct Appender {
+    core: Arc<Mutex<Core>>,
+    shared: Arc<Shared>,
+    every_records: u64,
+    sender: Option<SyncSender<Command>>,
+    writer: std::thread::Thread,
+}
+
+impl Appender {
+    /// Wakes the writer thread to look again.
+    fn nudge(&self) {
+        if let Some(sender) = &self.sender {
+            let _ = sender.try_send(Command::Nudge);
+        }
+        self.writer.unpark();
+    }
+
+    /// Writes everything held, in one write, and answers whoever waits on it. `Ok`: the first
+    /// record's number; `Err`: the log is down now.
+    fn write_held(&self, core: &mut Core) -> Result<u64, ()> {
+        let mut held = std::mem::take(&mut core.held);
+        let count = held.records.len() as u64;
+        if count == 0 {
+            core.held = held;
+            return Ok(core.log.size());
+        }
+        let answer = match core.log.append(&mut held.records) {
+            Ok(first) => {
+                core.appended(count);
+                if core.since_checkpoint >= self.every_records {
+                    self.nudge();
+                }
+                Ok(first)
+            }
+            Err(e) => {
+                // Down before anyone hears of it; the writer thread probes it back up.
+                self.shared.healthy.store(false, Ordering::Release);
+                self.shared.dropped.fetch_add(count, Ordering::Relaxed);
+                log_down(core.log.backend(), &e, "cannot be written");
+                self.nudge();
+                Err(())
+            }
+        };
+        held.answer(answer);
+        core.held = held;
+        answer
     }
 }
 
@@ -210,8 +322,9 @@ struct Core {
     oldest_unsigned: Option<Instant>,
     /// Records that let nothing run, appended on callers' threads but not yet written: they go
     /// out with the next record that does let something run (one write for both), or within
-    /// [`HOLD`] from the writer thread. In order, before anything queued after them.
-    held: Vec<Record>,
+    /// [`HOLD`] from the writer thread. In order, before anything queued after them. Durable
+    /// records are held too, for one turn of their caller's executor ([`Deferred`]).
+    held: Batch,
 }
 
 impl Core {
@@ -281,7 +394,7 @@ impl AuditLog {
             log: Box::new(sink),
             since_checkpoint: 0,
             oldest_unsigned: None,
-            held: Vec::new(),
+            held: Batch::default(),
         }));
         let (sender, receiver) = mpsc::sync_channel(options.queue.max(1));
         let shared = Arc::new(Shared {
@@ -344,28 +457,41 @@ impl AuditLog {
     /// [`LogError::Unavailable`] if the log is down or its queue full: the record is not kept.
     pub fn append(&self, record: Record) -> Result<(), LogError> {
         match self.append_inline(record, false) {
-            Ok(written) => written.map(|_| ()),
+            Ok(Inline::Written(written)) => written.map(|_| ()),
+            Ok(Inline::Held | Inline::Waiting(_)) => Ok(()),
             Err(record) => self.enqueue(record, None),
         }
     }
 
-    /// Queues `record` and answers a future that resolves once it is written and synced (per
-    /// [`LogOptions::fsync`]): what a decision that lets a call run waits for. The writer
-    /// groups what is queued into one write and one sync, so waiting costs latency, not
-    /// throughput.
+    /// Appends `record` and answers a future that resolves once it is written and synced (per
+    /// [`LogOptions::fsync`]): what a decision that lets a call run waits for. Records waited
+    /// on together go out in one write (and one sync), so waiting costs latency, not
+    /// throughput: on a sink written on callers' threads the future lets the other calls ready
+    /// on its thread go first, once, and then writes what they held with its own.
     ///
     /// # Errors
-    /// [`LogError::Unavailable`] if the log is down or its queue full, or if the write fails:
-    /// at once when the record was written on this thread ([`LogSink::appends_inline`]), from
-    /// the future when the writer thread writes it.
+    /// [`LogError::Unavailable`] if the log is down or its queue full, at once; a write that
+    /// fails resolves the future to it.
     pub fn append_durable(&self, record: Record) -> Result<Durable, LogError> {
         let record = match self.append_inline(record, true) {
-            Ok(written) => {
+            Ok(Inline::Written(written)) => {
                 let seq = written?;
                 return Ok(Durable {
                     written: Written::Now(Some(Ok(seq))),
                 });
             }
+            Ok(Inline::Waiting(answer)) => {
+                return Ok(Durable {
+                    written: Written::Deferred(Deferred {
+                        answer,
+                        yielding: None,
+                        yielded: false,
+                        appender: self.appender(),
+                    }),
+                });
+            }
+            // Not for a durable record: it is always waited on.
+            Ok(Inline::Held) => return Err(LogError::Unavailable),
             Err(record) => record,
         };
         let (ack, written) = oneshot::channel();
@@ -373,6 +499,17 @@ impl AuditLog {
         Ok(Durable {
             written: Written::Later(written),
         })
+    }
+
+    /// What a caller's thread needs to write what is held.
+    fn appender(&self) -> Appender {
+        Appender {
+            core: Arc::clone(&self.core),
+            shared: Arc::clone(&self.shared),
+            every_records: self.options.every_records,
+            sender: self.sender.clone(),
+            writer: self.writer.clone(),
+        }
     }
 
     /// What this instance sets on every record it makes.
@@ -383,16 +520,12 @@ impl AuditLog {
         }
     }
 
-    /// Appends `record` on this thread if the sink allows it, the log is up, the writer thread
-    /// is not holding it (it may be signing or recovering; other callers hold it for one write
-    /// each, and are waited for), and nothing queued is still unwritten. A record no one waits
-    /// on (`durable` false) is held for the next write; a durable one is written with whatever
-    /// is held, in one write. `Err`: it was not appended, queue it.
-    fn append_inline(
-        &self,
-        mut record: Record,
-        durable: bool,
-    ) -> Result<Result<u64, LogError>, Box<Record>> {
+    /// Holds `record` on callers' side if the sink allows it, the log is up, the writer thread
+    /// is not holding the sink (it may be signing or recovering; other callers hold it for one
+    /// write each, and are waited for), and nothing queued is still unwritten. Past
+    /// [`HOLD_MAX`] held records, they are written at once, on this thread, in one write.
+    /// `Err`: it was not appended, queue it.
+    fn append_inline(&self, mut record: Record, durable: bool) -> Result<Inline, Box<Record>> {
         if self.sender.is_none()
             || !self.is_healthy()
             || self.shared.unwritten.load(Ordering::SeqCst) != 0
@@ -412,41 +545,32 @@ impl AuditLog {
             return Err(Box::new(record));
         }
         self.stamp(&mut record);
-        if !durable && core.held.len() < HOLD_MAX {
-            let first = core.held.is_empty();
-            core.held.push(record);
+        if core.held.records.len() < HOLD_MAX {
+            let first = core.held.records.is_empty();
+            let (ack, answer) = if durable {
+                let (ack, answer) = oneshot::channel();
+                (Some(ack), Some(answer))
+            } else {
+                (None, None)
+            };
+            core.held.hold(record, ack);
             // Read after the push, under the lock: a writer that stopped ticking before this
-            // found nothing held, so it is woken here; one still ticking writes it in time.
+            // found nothing held, so it is woken here; one still ticking writes it in time
+            // (should whoever waits on it go away first).
             if first && !self.shared.ticking.load(Ordering::SeqCst) {
                 drop(core);
                 self.nudge();
             }
-            return Ok(Ok(0));
+            return Ok(answer.map_or(Inline::Held, Inline::Waiting));
         }
-        let mut records = std::mem::take(&mut core.held);
-        records.push(record);
-        let count = records.len() as u64;
-        let written = core.log.append(&mut records);
-        records.clear();
-        core.held = records;
-        match written {
-            Ok(first) => {
-                core.appended(count);
-                if core.since_checkpoint >= self.options.every_records {
-                    self.nudge();
-                }
-                Ok(Ok(first + count - 1))
-            }
-            Err(e) => {
-                // Down before anyone hears of it; the writer thread probes it back up.
-                self.shared.healthy.store(false, Ordering::Release);
-                self.shared.dropped.fetch_add(count, Ordering::Relaxed);
-                log_down(core.log.backend(), &e, "cannot be written");
-                drop(core);
-                self.nudge();
-                Ok(Err(LogError::Unavailable))
-            }
-        }
+        core.held.hold(record, None);
+        let count = core.held.records.len() as u64;
+        let written = self.appender().write_held(&mut core);
+        Ok(Inline::Written(
+            written
+                .map(|first| first + count - 1)
+                .map_err(|()| LogError::Unavailable),
+        ))
     }
 
     /// Wakes the writer thread to look again.
@@ -506,6 +630,16 @@ impl AuditLog {
     }
 }
 
+/// Where [`AuditLog::append_inline`] left a record.
+enum Inline {
+    /// Held, no one waits on it.
+    Held,
+    /// Held; the answer comes once it is written.
+    Waiting(oneshot::Receiver<Result<u64, ()>>),
+    /// Written at once, with everything held: its number, or the failure.
+    Written(Result<u64, LogError>),
+}
+
 impl Drop for AuditLog {
     fn drop(&mut self) {
         // The last handle: closing the queue makes the writer sign a final checkpoint and stop.
@@ -555,6 +689,11 @@ struct Batch {
 }
 
 impl Batch {
+    fn hold(&mut self, record: Record, ack: Option<Ack>) {
+        self.records.push(record);
+        self.acks.push(ack);
+    }
+
     fn take(&mut self, command: Command, flush: &mut Option<FlushReply>) {
         match command {
             Command::Append(record, ack) => {
@@ -617,7 +756,7 @@ fn write_loop(
         shared.ticking.store(ticking, Ordering::SeqCst);
         let (oldest_unsigned, holding) = {
             let core = lock(core);
-            (core.oldest_unsigned, !core.held.is_empty())
+            (core.oldest_unsigned, !core.held.records.is_empty())
         };
         if holding {
             last_held = Some(Instant::now());
@@ -699,8 +838,8 @@ fn write_loop(
         {
             // Down: what was queued or held is refused (the layer refused what it let wait on
             // it), and the sink is probed when its backoff allows, with a record of the outage.
-            let held = core.held.len() as u64;
-            core.held.clear();
+            let held = core.held.records.len() as u64;
+            core.held.answer(Err(()));
             *refused += taken + held;
             shared.dropped.fetch_add(taken + held, Ordering::Relaxed);
             batch.answer(Err(()));
@@ -735,12 +874,10 @@ fn write_loop(
         }
         // What callers hold goes first: it was made before anything queued (callers queue only
         // while something queued is unwritten, and hold only while nothing is).
-        let held = core.held.len();
-        if held > 0 {
-            batch.records.splice(0..0, core.held.drain(..));
-            batch
-                .acks
-                .splice(0..0, std::iter::repeat_with(|| None).take(held));
+        if !core.held.records.is_empty() {
+            let held = &mut core.held;
+            batch.records.splice(0..0, held.records.drain(..));
+            batch.acks.splice(0..0, held.acks.drain(..));
         }
         if !batch.records.is_empty() {
             let count = batch.records.len() as u64;
@@ -934,11 +1071,16 @@ mod tests {
         failing: Arc<AtomicBool>,
         /// Calls of `append`, successful or not.
         writes: Arc<AtomicU64>,
+        /// How many records each call of `append` was given, if kept.
+        sizes: Option<Arc<Mutex<Vec<usize>>>>,
     }
 
     impl LogSink for Kept {
         fn append(&mut self, records: &mut [Record]) -> Result<u64, LogError> {
             self.writes.fetch_add(1, Ordering::SeqCst);
+            if let Some(sizes) = &self.sizes {
+                sizes.lock().unwrap().push(records.len());
+            }
             if self.failing.load(Ordering::SeqCst) {
                 return Err(std::io::Error::other("no space left on device").into());
             }
@@ -979,6 +1121,7 @@ mod tests {
             written: Arc::clone(&written),
             failing: Arc::clone(&failing),
             writes: Arc::clone(&writes),
+            sizes: None,
         };
         let key = LogKey::from_seed("test.example/log", [7; 32]).unwrap();
         let log = AuditLog::new(sink, key.verifier(), LogOptions::default()).unwrap();
@@ -992,6 +1135,15 @@ mod tests {
             .iter()
             .map(|w| w.0.clone())
             .collect()
+    }
+
+    /// Keeps the writer thread out of the test's way: once it has started (and is waiting for
+    /// its first checkpoint, seconds away), holding a record does not wake it.
+    fn quiet(log: &AuditLog) {
+        while log.shared.rounds.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        log.shared.ticking.store(true, Ordering::SeqCst);
     }
 
     /// Waits (at most 5 s) until `written` holds `count` records.
@@ -1008,13 +1160,122 @@ mod tests {
     #[test]
     fn a_record_no_one_waits_on_goes_out_with_the_next_durable_one_in_one_write() {
         let (log, written, _, writes) = kept_counting();
+        quiet(&log);
         log.append(Record::new("challenged")).unwrap();
         log.append(Record::new("declined")).unwrap();
         let durable = log.append_durable(Record::new("accepted")).unwrap();
         // The durable record's own number, after the two held before it.
-        assert!(matches!(durable.written, Written::Now(Some(Ok(2)))));
+        assert_eq!(block_on(durable).unwrap(), 2);
         assert_eq!(writes.load(Ordering::SeqCst), 1);
         assert_eq!(events(&written), ["challenged", "declined", "accepted"]);
+    }
+
+    #[test]
+    fn a_durable_record_is_answered_only_once_written() {
+        let (log, written, _, writes) = kept_counting();
+        quiet(&log);
+        let mut durable = log.append_durable(Record::new("accepted")).unwrap();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // The first poll lets the calls ready on this thread go first: nothing written yet,
+        // and no answer.
+        assert!(std::pin::Pin::new(&mut durable).poll(&mut cx).is_pending());
+        assert!(events(&written).is_empty());
+        assert_eq!(writes.load(Ordering::SeqCst), 0);
+        // The next writes it, on this thread, and answers.
+        let answer = std::pin::Pin::new(&mut durable).poll(&mut cx);
+        assert!(matches!(answer, std::task::Poll::Ready(Ok(0))));
+        assert_eq!(
+            written.lock().unwrap().clone(),
+            [("accepted".into(), std::thread::current().id())]
+        );
+    }
+
+    #[test]
+    fn durable_records_made_in_one_turn_go_out_in_one_write_each_with_its_number() {
+        let (log, written, _, writes) = kept_counting();
+        quiet(&log);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let numbers = runtime.block_on(async {
+            let calls: Vec<_> = (0..5)
+                .map(|i| {
+                    let log = log.clone();
+                    tokio::spawn(async move {
+                        log.append(Record::new("challenged")).unwrap();
+                        let seq = log
+                            .append_durable(Record::new("accepted"))
+                            .unwrap()
+                            .await
+                            .unwrap();
+                        (i, seq)
+                    })
+                })
+                .collect();
+            let mut numbers = Vec::new();
+            for call in calls {
+                numbers.push(call.await.unwrap());
+            }
+            numbers
+        });
+        // Five calls, ten records, one write, in the order they were made.
+        assert_eq!(writes.load(Ordering::SeqCst), 1);
+        assert_eq!(numbers, [(0, 1), (1, 3), (2, 5), (3, 7), (4, 9)]);
+        assert_eq!(events(&written), ["challenged", "accepted"].repeat(5));
+    }
+
+    #[test]
+    fn a_failed_write_refuses_every_call_that_waited_on_it() {
+        let written = Events::default();
+        let failing = Arc::new(AtomicBool::new(true));
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let sink = Kept {
+            written: Arc::clone(&written),
+            failing: Arc::clone(&failing),
+            writes: Arc::new(AtomicU64::new(0)),
+            sizes: Some(Arc::clone(&sizes)),
+        };
+        let key = LogKey::from_seed("test.example/log", [7; 32]).unwrap();
+        let log = AuditLog::new(sink, key.verifier(), LogOptions::default()).unwrap();
+        quiet(&log);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let answers = runtime.block_on(async {
+            let calls: Vec<_> = (0..4)
+                .map(|_| {
+                    let log = log.clone();
+                    tokio::spawn(async move {
+                        log.append_durable(Record::new("accepted")).unwrap().await
+                    })
+                })
+                .collect();
+            let mut answers = Vec::new();
+            for call in calls {
+                answers.push(call.await.unwrap());
+            }
+            answers
+        });
+        // One write tried for all four (the writer's probes after it are one record each), and
+        // no call told to go on.
+        assert_eq!(sizes.lock().unwrap()[0], 4);
+        assert!(
+            answers
+                .iter()
+                .all(|a| matches!(a, Err(LogError::Unavailable))),
+            "{answers:?}"
+        );
+        assert_eq!(log.dropped(), 4);
+        assert!(!log.is_healthy());
+        assert!(events(&written).is_empty());
+    }
+
+    #[test]
+    fn a_durable_record_whose_caller_went_away_is_written_all_the_same() {
+        let (log, written, _, _) = kept_counting();
+        drop(log.append_durable(Record::new("accepted")).unwrap());
+        wait_for(&written, 1);
+        assert_eq!(events(&written), ["accepted"]);
     }
 
     #[test]
@@ -1057,10 +1318,8 @@ mod tests {
         let (log, written, failing, _) = kept_counting();
         log.append(Record::new("challenged")).unwrap();
         failing.store(true, Ordering::SeqCst);
-        assert!(matches!(
-            log.append_durable(Record::new("accepted")),
-            Err(LogError::Unavailable)
-        ));
+        let durable = log.append_durable(Record::new("accepted")).unwrap();
+        assert!(matches!(block_on(durable), Err(LogError::Unavailable)));
         assert_eq!(log.dropped(), 2);
         assert!(events(&written).is_empty());
     }
@@ -1070,7 +1329,7 @@ mod tests {
         let (log, written, _, writes) = kept_counting();
         let mut core = lock(&log.core);
         for _ in 0..HOLD_MAX {
-            core.held.push(Record::new("challenged"));
+            core.held.hold(Record::new("challenged"), None);
         }
         drop(core);
         log.append(Record::new("declined")).unwrap();
@@ -1081,11 +1340,12 @@ mod tests {
     }
 
     #[test]
-    fn a_free_log_is_written_on_the_callers_thread_and_answers_at_once() {
+    fn a_free_log_is_written_on_the_callers_thread() {
         let (log, written, _) = kept();
+        quiet(&log);
         log.append(Record::new("challenged")).unwrap();
         let durable = log.append_durable(Record::new("accepted")).unwrap();
-        assert!(matches!(durable.written, Written::Now(Some(Ok(1)))));
+        assert_eq!(block_on(durable).unwrap(), 1);
         let here = std::thread::current().id();
         let written = written.lock().unwrap().clone();
         assert_eq!(
@@ -1119,10 +1379,8 @@ mod tests {
     fn a_failed_write_on_the_callers_thread_takes_the_log_down_until_a_write_succeeds() {
         let (log, written, failing) = kept();
         failing.store(true, Ordering::SeqCst);
-        assert!(matches!(
-            log.append_durable(Record::new("accepted")),
-            Err(LogError::Unavailable)
-        ));
+        let durable = log.append_durable(Record::new("accepted")).unwrap();
+        assert!(matches!(block_on(durable), Err(LogError::Unavailable)));
         assert!(!log.is_healthy());
         // Down: refused at once, on every path, and nothing is written.
         assert!(log.append(Record::new("challenged")).is_err());
@@ -1154,6 +1412,7 @@ mod tests {
             written: Arc::clone(&written),
             failing: Arc::clone(&failing),
             writes: Arc::new(AtomicU64::new(0)),
+            sizes: None,
         };
         let key = LogKey::from_seed("test.example/log", [7; 32]).unwrap();
         let options = LogOptions {
@@ -1165,7 +1424,8 @@ mod tests {
         // that checkpoint was due.
         block_on(log.append_durable(Record::new("accepted")).unwrap()).unwrap();
         failing.store(true, Ordering::SeqCst);
-        assert!(log.append_durable(Record::new("accepted")).is_err());
+        let durable = log.append_durable(Record::new("accepted")).unwrap();
+        assert!(block_on(durable).is_err());
         let before = log.shared.rounds.load(Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(400));
         let rounds = log.shared.rounds.load(Ordering::SeqCst) - before;

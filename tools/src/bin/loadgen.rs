@@ -1669,7 +1669,10 @@ impl Drop for Server {
         }
         if let Some(dir) = &self.log_dir {
             let _ = std::fs::remove_dir_all(dir);
+            // The demo keeps the signer's view and the witness beside the log's directory.
             let _ = std::fs::remove_file(dir.with_extension("key"));
+            let _ = std::fs::remove_file(dir.with_extension("view"));
+            let _ = std::fs::remove_dir_all(dir.with_extension("witness"));
         }
     }
 }
