@@ -636,3 +636,85 @@ async fn durable_answers_after_the_write(inline: bool) {
         Err(LogError::Unavailable)
     ));
 }
+
+/// Many confirmed calls at once on two worker threads, the file sink writing the records of one
+/// executor turn together: each call reaches the inner service only once its own `accepted`
+/// record is in the records file, and every one of them is there, once, after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_each_run_only_once_their_own_record_is_in_the_file() {
+    const CALLS: u64 = 24;
+    let dir = fresh_dir("concurrent");
+    let options = LogOptions {
+        instance: "test-1".into(),
+        ..LogOptions::default()
+    };
+    let sink = FileLog::open(&dir, key(), Fsync::EveryBatch).unwrap();
+    let log = AuditLog::new(sink, key().verifier(), options).unwrap();
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = base_builder(&notes, &clock, &store)
+        .audit_log(log.clone())
+        .build();
+    // In front of the recording inner service: is the call's own record in the file yet?
+    let seen = Recorder::default();
+    let recording = recording_inner(&seen);
+    let records = dir.join(mcp_confirm_log::file::RECORDS);
+    let unrecorded = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let checking = {
+        let unrecorded = Arc::clone(&unrecorded);
+        move |request: http::Request<mcp_confirm::body::RequestBody<_>>| {
+            if let Some(confirmed) = request.extensions().get::<mcp_confirm::Confirmed>() {
+                let nonce = format!("\"nonce\":\"{}\"", &confirmed.nonce.to_hex()[..8]);
+                let file = std::fs::read_to_string(&records).unwrap_or_default();
+                if !file
+                    .lines()
+                    .any(|line| line.contains("\"event\":\"accepted\"") && line.contains(&nonce))
+                {
+                    unrecorded.lock().unwrap().push(nonce);
+                }
+            }
+            tower::ServiceExt::oneshot(recording.clone(), request)
+        }
+    };
+    let f = Arc::new(Fixture {
+        svc: tower::Layer::layer(
+            &layer,
+            tower::util::BoxCloneSyncService::new(tower::service_fn(checking)),
+        ),
+        seen,
+        notes,
+        clock,
+        store,
+    });
+    let mut states = Vec::new();
+    for n in 0..CALLS {
+        states.push(f.alice(&delete_call(json!(n), "Groceries")).await.state());
+    }
+    let calls: Vec<_> = states
+        .into_iter()
+        .zip(CALLS..)
+        .map(|(state, id)| {
+            let f = Arc::clone(&f);
+            tokio::spawn(async move { f.accept(&state, json!(id), "note-7").await })
+        })
+        .collect();
+    for call in calls {
+        assert_ran(&call.await.unwrap());
+    }
+    assert_eq!(f.seen.count(), CALLS as usize);
+    let unrecorded = unrecorded.lock().unwrap().clone();
+    assert!(
+        unrecorded.is_empty(),
+        "ran before their record was written: {unrecorded:?}"
+    );
+    log.flush().unwrap();
+    let verified = verify(&dir, &key().verifier(), &[]).unwrap();
+    assert!(verified.is_sound(), "{:?}", verified.findings);
+    let accepted = verified
+        .records
+        .iter()
+        .filter(|r| r.event == "accepted")
+        .count();
+    assert_eq!(accepted, CALLS as usize);
+}
