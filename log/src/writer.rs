@@ -230,10 +230,9 @@ impl Deferred {
             self.yielded = true;
             self.yielding = None;
         }
-        if self.appender.shared.writer_holds.load(Ordering::SeqCst) {
-            // The writer thread writes what is held before anything else it does.
-            self.appender.nudge();
-        } else {
+        // The writer thread holding the sink (or about to) took it after this record was held,
+        // so its round writes the record, or refuses it, and answers: nothing to do but wait.
+        if !self.appender.shared.writer_holds.load(Ordering::SeqCst) {
             let mut core = lock(&self.appender.core);
             let _ = self.appender.write_held(&mut core);
         }
@@ -241,22 +240,22 @@ impl Deferred {
     }
 }
 
-/// What a caller's thread needs to write what is held.
+/// What a caller's thread needs to write what is held. It does not keep the queue open: the
+/// last [`AuditLog`] dropped closes it, and the writer then writes what is held and stops,
+/// whatever futures still wait.
 struct Appender {
     core: Arc<Mutex<Core>>,
     shared: Arc<Shared>,
     every_records: u64,
-    sender: Option<SyncSender<Command>>,
-    writer: std::thread::Thread,
+    sender: std::sync::Weak<SyncSender<Command>>,
 }
 
 impl Appender {
-    /// Wakes the writer thread to look again.
+    /// Wakes the writer thread to look again (a checkpoint is due, or the log went down).
     fn nudge(&self) {
-        if let Some(sender) = &self.sender {
+        if let Some(sender) = self.sender.upgrade() {
             let _ = sender.try_send(Command::Nudge);
         }
-        self.writer.unpark();
     }
 
     /// Writes everything held, in one write, and answers whoever waits on it. `Ok`: the first
@@ -340,7 +339,8 @@ impl Core {
 /// [`ConfirmLayerBuilder::audit_log`]: mcp_confirm::ConfirmLayerBuilder::audit_log
 #[derive(Clone)]
 pub struct AuditLog {
-    sender: Option<SyncSender<Command>>,
+    /// Shared by the clones; the last one dropped closes the queue.
+    sender: Option<Arc<SyncSender<Command>>>,
     shared: Arc<Shared>,
     options: Arc<LogOptions>,
     verifier: VerifierKey,
@@ -416,7 +416,7 @@ impl AuditLog {
                 .spawn(move || write_loop(&core, &receiver, &shared, &options))?
         };
         Ok(Self {
-            sender: Some(sender),
+            sender: Some(Arc::new(sender)),
             shared,
             options,
             verifier,
@@ -507,8 +507,10 @@ impl AuditLog {
             core: Arc::clone(&self.core),
             shared: Arc::clone(&self.shared),
             every_records: self.options.every_records,
-            sender: self.sender.clone(),
-            writer: self.writer.clone(),
+            sender: self
+                .sender
+                .as_ref()
+                .map_or_else(std::sync::Weak::new, Arc::downgrade),
         }
     }
 
@@ -1268,6 +1270,56 @@ mod tests {
         assert_eq!(log.dropped(), 4);
         assert!(!log.is_healthy());
         assert!(events(&written).is_empty());
+    }
+
+    /// Runs `work` on a thread of its own and answers whether it finished within 10 s (a hang
+    /// detector: nothing here should take more than milliseconds).
+    fn finishes(work: impl FnOnce() + Send + 'static) -> bool {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            work();
+            let _ = done.send(());
+        });
+        finished.recv_timeout(Duration::from_secs(10)).is_ok()
+    }
+
+    #[test]
+    fn dropping_the_last_handle_does_not_wait_for_a_durable_append_still_pending() {
+        let (log, written, _, _) = kept_counting();
+        quiet(&log);
+        let durable = log.append_durable(Record::new("accepted")).unwrap();
+        // The last handle goes while the append has not even been polled: the writer writes
+        // what is held, signs and stops; the append then hears it was written.
+        assert!(finishes(move || drop(log)), "dropping the last handle hung");
+        assert_eq!(events(&written), ["accepted"]);
+        assert_eq!(block_on(durable).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_server_that_drops_its_log_while_a_call_on_its_thread_waits_stops() {
+        let (log, written, _, _) = kept_counting();
+        quiet(&log);
+        let stopped = finishes(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let (stop, stopping) = tokio::sync::oneshot::channel::<()>();
+                let durable = log.append_durable(Record::new("accepted")).unwrap();
+                let server = tokio::spawn(async move {
+                    let _ = stopping.await;
+                    drop(log);
+                });
+                let call = tokio::spawn(async move {
+                    let _ = stop.send(());
+                    durable.await
+                });
+                server.await.unwrap();
+                assert_eq!(call.await.unwrap().unwrap(), 0);
+            });
+        });
+        assert!(stopped, "the runtime hung");
+        assert_eq!(events(&written), ["accepted"]);
     }
 
     #[test]
