@@ -1196,29 +1196,17 @@ mod tests {
     fn durable_records_made_in_one_turn_go_out_in_one_write_each_with_its_number() {
         let (log, written, _, writes) = kept_counting();
         quiet(&log);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let numbers = runtime.block_on(async {
-            let calls: Vec<_> = (0..5)
-                .map(|i| {
-                    let log = log.clone();
-                    tokio::spawn(async move {
-                        log.append(Record::new("challenged")).unwrap();
-                        let seq = log
-                            .append_durable(Record::new("accepted"))
-                            .unwrap()
-                            .await
-                            .unwrap();
-                        (i, seq)
-                    })
-                })
-                .collect();
-            let mut numbers = Vec::new();
-            for call in calls {
-                numbers.push(call.await.unwrap());
+        let numbers = on_one_thread(5, |i| {
+            let log = log.clone();
+            async move {
+                log.append(Record::new("challenged")).unwrap();
+                let seq = log
+                    .append_durable(Record::new("accepted"))
+                    .unwrap()
+                    .await
+                    .unwrap();
+                (i, seq)
             }
-            numbers
         });
         // Five calls, ten records, one write, in the order they were made.
         assert_eq!(writes.load(Ordering::SeqCst), 1);
@@ -1240,23 +1228,9 @@ mod tests {
         let key = LogKey::from_seed("test.example/log", [7; 32]).unwrap();
         let log = AuditLog::new(sink, key.verifier(), LogOptions::default()).unwrap();
         quiet(&log);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let answers = runtime.block_on(async {
-            let calls: Vec<_> = (0..4)
-                .map(|_| {
-                    let log = log.clone();
-                    tokio::spawn(async move {
-                        log.append_durable(Record::new("accepted")).unwrap().await
-                    })
-                })
-                .collect();
-            let mut answers = Vec::new();
-            for call in calls {
-                answers.push(call.await.unwrap());
-            }
-            answers
+        let answers = on_one_thread(4, |_| {
+            let log = log.clone();
+            async move { log.append_durable(Record::new("accepted")).unwrap().await }
         });
         // One write tried for all four (the writer's probes after it are one record each), and
         // no call told to go on.
@@ -1270,6 +1244,26 @@ mod tests {
         assert_eq!(log.dropped(), 4);
         assert!(!log.is_healthy());
         assert!(events(&written).is_empty());
+    }
+
+    /// Runs the `calls` tasks `call` makes on one current-thread runtime, all spawned before
+    /// any runs, and answers what each returned, in order.
+    fn on_one_thread<T, F>(calls: usize, call: impl Fn(usize) -> F) -> Vec<T>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = T> + Send + 'static,
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let tasks: Vec<_> = (0..calls).map(|i| tokio::spawn(call(i))).collect();
+            let mut answers = Vec::new();
+            for task in tasks {
+                answers.push(task.await.unwrap());
+            }
+            answers
+        })
     }
 
     /// Runs `work` on a thread of its own and answers whether it finished within 10 s (a hang

@@ -112,6 +112,24 @@ fn logged_on(
     }
 }
 
+/// The test layer, on its own notes, clock and replay store, writing its decisions to `log`.
+fn layer_logging_to(
+    log: &AuditLog,
+) -> (
+    mcp_confirm::ConfirmLayer,
+    Notes,
+    ManualClock,
+    MemoryReplayStore,
+) {
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = base_builder(&notes, &clock, &store)
+        .audit_log(log.clone())
+        .build();
+    (layer, notes, clock, store)
+}
+
 fn records(l: &Logged) -> Vec<Record> {
     l.log.flush().unwrap();
     verify(&l.dir, &key().verifier(), &[]).unwrap().records
@@ -532,12 +550,7 @@ async fn no_call_runs_when_writes_fail(inline: bool) {
         ..LogOptions::default()
     };
     let log = AuditLog::new(sink, key().verifier(), options).unwrap();
-    let notes = Notes::seeded();
-    let clock = ManualClock::new(now());
-    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let layer = base_builder(&notes, &clock, &store)
-        .audit_log(log.clone())
-        .build();
+    let (layer, notes, clock, store) = layer_logging_to(&log);
     let f = Fixture::new(layer, notes, clock, store);
     let mut states = Vec::new();
     for n in 0..4u64 {
@@ -650,12 +663,7 @@ async fn concurrent_calls_each_run_only_once_their_own_record_is_in_the_file() {
     };
     let sink = FileLog::open(&dir, key(), Fsync::EveryBatch).unwrap();
     let log = AuditLog::new(sink, key().verifier(), options).unwrap();
-    let notes = Notes::seeded();
-    let clock = ManualClock::new(now());
-    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
-    let layer = base_builder(&notes, &clock, &store)
-        .audit_log(log.clone())
-        .build();
+    let (layer, notes, clock, store) = layer_logging_to(&log);
     // In front of the recording inner service: is the call's own record in the file yet?
     let seen = Recorder::default();
     let recording = recording_inner(&seen);
