@@ -191,17 +191,16 @@ impl std::future::Future for Durable {
 /// record, is what the log costs a decision.
 struct Deferred {
     answer: oneshot::Receiver<Result<u64, ()>>,
-    /// Until it is done: a runtime's own yield runs it again only once the thread has nothing
-    /// else ready (on Tokio, after its I/O was polled too), so the most calls join it.
+    /// The yield, until it is done: a runtime's own runs it again only once the thread has
+    /// nothing else ready (on Tokio, after its I/O was polled too), so the most calls join it.
     yielding: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
-    yielded: bool,
     appender: Appender,
 }
 
 impl std::fmt::Debug for Deferred {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Deferred")
-            .field("yielded", &self.yielded)
+            .field("yielded", &self.yielding.is_none())
             .finish_non_exhaustive()
     }
 }
@@ -220,14 +219,10 @@ impl Deferred {
         if let Poll::Ready(answer) = answered(&mut self.answer, cx) {
             return Poll::Ready(answer);
         }
-        if !self.yielded {
-            let yielding = self
-                .yielding
-                .get_or_insert_with(|| Box::pin(tokio::task::yield_now()));
+        if let Some(yielding) = &mut self.yielding {
             if yielding.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            self.yielded = true;
             self.yielding = None;
         }
         // The writer thread holding the sink (or about to) took it after this record was held,
@@ -484,8 +479,7 @@ impl AuditLog {
                 return Ok(Durable {
                     written: Written::Deferred(Deferred {
                         answer,
-                        yielding: None,
-                        yielded: false,
+                        yielding: Some(Box::pin(tokio::task::yield_now())),
                         appender: self.appender(),
                     }),
                 });
