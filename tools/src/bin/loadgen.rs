@@ -401,9 +401,12 @@ fn run() -> Result<(), String> {
                 println!(
                     "two-round confirmation with the decision log (file sink): {b:.0} flows/s \
                      against {a:.0} without ({:.1}% of it, {:+.1}%, medians); run by run {:.1}% \
-                     to {:.1}%; server CPU {:.0} against {:.0} µs/flow (medians)",
+                     (median of {} pairs, {:.1}% to {:.1}%); server CPU {:.0} against {:.0} \
+                     µs/flow (medians)",
                     b / a * 100.0,
                     (b / a - 1.0) * 100.0,
+                    paired[paired.len() / 2],
+                    paired.len(),
                     paired[0],
                     paired[paired.len() - 1],
                     median(&on, cpu),
