@@ -256,13 +256,11 @@ impl Appender {
     /// Writes everything held, in one write, and answers whoever waits on it. `Ok`: the first
     /// record's number; `Err`: the log is down now.
     fn write_held(&self, core: &mut Core) -> Result<u64, ()> {
-        let mut held = std::mem::take(&mut core.held);
-        let count = held.records.len() as u64;
+        let count = core.held.records.len() as u64;
         if count == 0 {
-            core.held = held;
             return Ok(core.log.size());
         }
-        let answer = match core.log.append(&mut held.records) {
+        let answer = match core.log.append(&mut core.held.records) {
             Ok(first) => {
                 core.appended(count);
                 if core.since_checkpoint >= self.every_records {
@@ -279,8 +277,7 @@ impl Appender {
                 Err(())
             }
         };
-        held.answer(answer);
-        core.held = held;
+        core.held.answer(answer);
         answer
     }
 }
@@ -1065,18 +1062,13 @@ mod tests {
     struct Kept {
         written: Arc<Mutex<Vec<(String, std::thread::ThreadId)>>>,
         failing: Arc<AtomicBool>,
-        /// Calls of `append`, successful or not.
-        writes: Arc<AtomicU64>,
-        /// How many records each call of `append` was given, if kept.
-        sizes: Option<Arc<Mutex<Vec<usize>>>>,
+        /// How many records each call of `append` was given, successful or not.
+        writes: Writes,
     }
 
     impl LogSink for Kept {
         fn append(&mut self, records: &mut [Record]) -> Result<u64, LogError> {
-            self.writes.fetch_add(1, Ordering::SeqCst);
-            if let Some(sizes) = &self.sizes {
-                sizes.lock().unwrap().push(records.len());
-            }
+            self.writes.lock().unwrap().push(records.len());
             if self.failing.load(Ordering::SeqCst) {
                 return Err(std::io::Error::other("no space left on device").into());
             }
@@ -1103,25 +1095,34 @@ mod tests {
     }
 
     type Events = Arc<Mutex<Vec<(String, std::thread::ThreadId)>>>;
+    type Writes = Arc<Mutex<Vec<usize>>>;
 
     fn kept() -> (AuditLog, Events, Arc<AtomicBool>) {
         let (log, written, failing, _) = kept_counting();
         (log, written, failing)
     }
 
-    fn kept_counting() -> (AuditLog, Events, Arc<AtomicBool>, Arc<AtomicU64>) {
+    fn kept_counting() -> (AuditLog, Events, Arc<AtomicBool>, Writes) {
+        kept_with(LogOptions::default())
+    }
+
+    fn kept_with(options: LogOptions) -> (AuditLog, Events, Arc<AtomicBool>, Writes) {
         let written = Events::default();
         let failing = Arc::new(AtomicBool::new(false));
-        let writes = Arc::new(AtomicU64::new(0));
+        let writes = Writes::default();
         let sink = Kept {
             written: Arc::clone(&written),
             failing: Arc::clone(&failing),
             writes: Arc::clone(&writes),
-            sizes: None,
         };
         let key = LogKey::from_seed("test.example/log", [7; 32]).unwrap();
-        let log = AuditLog::new(sink, key.verifier(), LogOptions::default()).unwrap();
+        let log = AuditLog::new(sink, key.verifier(), options).unwrap();
         (log, written, failing, writes)
+    }
+
+    /// How many times the sink was written to.
+    fn count(writes: &Writes) -> usize {
+        writes.lock().unwrap().len()
     }
 
     fn events(written: &Events) -> Vec<String> {
@@ -1162,7 +1163,7 @@ mod tests {
         let durable = log.append_durable(Record::new("accepted")).unwrap();
         // The durable record's own number, after the two held before it.
         assert_eq!(block_on(durable).unwrap(), 2);
-        assert_eq!(writes.load(Ordering::SeqCst), 1);
+        assert_eq!(count(&writes), 1);
         assert_eq!(events(&written), ["challenged", "declined", "accepted"]);
     }
 
@@ -1176,7 +1177,7 @@ mod tests {
         // and no answer.
         assert!(std::pin::Pin::new(&mut durable).poll(&mut cx).is_pending());
         assert!(events(&written).is_empty());
-        assert_eq!(writes.load(Ordering::SeqCst), 0);
+        assert_eq!(count(&writes), 0);
         // The next writes it, on this thread, and answers.
         let answer = std::pin::Pin::new(&mut durable).poll(&mut cx);
         assert!(matches!(answer, std::task::Poll::Ready(Ok(0))));
@@ -1203,24 +1204,15 @@ mod tests {
             }
         });
         // Five calls, ten records, one write, in the order they were made.
-        assert_eq!(writes.load(Ordering::SeqCst), 1);
+        assert_eq!(count(&writes), 1);
         assert_eq!(numbers, [(0, 1), (1, 3), (2, 5), (3, 7), (4, 9)]);
         assert_eq!(events(&written), ["challenged", "accepted"].repeat(5));
     }
 
     #[test]
     fn a_failed_write_refuses_every_call_that_waited_on_it() {
-        let written = Events::default();
-        let failing = Arc::new(AtomicBool::new(true));
-        let sizes = Arc::new(Mutex::new(Vec::new()));
-        let sink = Kept {
-            written: Arc::clone(&written),
-            failing: Arc::clone(&failing),
-            writes: Arc::new(AtomicU64::new(0)),
-            sizes: Some(Arc::clone(&sizes)),
-        };
-        let key = LogKey::from_seed("test.example/log", [7; 32]).unwrap();
-        let log = AuditLog::new(sink, key.verifier(), LogOptions::default()).unwrap();
+        let (log, written, failing, writes) = kept_counting();
+        failing.store(true, Ordering::SeqCst);
         quiet(&log);
         let answers = on_one_thread(4, |_| {
             let log = log.clone();
@@ -1228,7 +1220,7 @@ mod tests {
         });
         // One write tried for all four (the writer's probes after it are one record each), and
         // no call told to go on.
-        assert_eq!(sizes.lock().unwrap()[0], 4);
+        assert_eq!(writes.lock().unwrap()[0], 4);
         assert!(
             answers
                 .iter()
@@ -1376,7 +1368,7 @@ mod tests {
         // The one past the limit goes out with every held one, at once (the writer, not
         // ticking, would not look for seconds).
         wait_for(&written, HOLD_MAX + 1);
-        assert_eq!(writes.load(Ordering::SeqCst), 1);
+        assert_eq!(count(&writes), 1);
     }
 
     #[test]
@@ -1446,20 +1438,10 @@ mod tests {
 
     #[test]
     fn a_log_down_past_its_checkpoint_time_waits_for_its_next_probe() {
-        let written = Events::default();
-        let failing = Arc::new(AtomicBool::new(false));
-        let sink = Kept {
-            written: Arc::clone(&written),
-            failing: Arc::clone(&failing),
-            writes: Arc::new(AtomicU64::new(0)),
-            sizes: None,
-        };
-        let key = LogKey::from_seed("test.example/log", [7; 32]).unwrap();
-        let options = LogOptions {
+        let (log, _, failing, _) = kept_with(LogOptions {
             every: Duration::from_millis(20),
             ..LogOptions::default()
-        };
-        let log = AuditLog::new(sink, key.verifier(), options).unwrap();
+        });
         // A record awaits its checkpoint, then the log goes down and stays down past the time
         // that checkpoint was due.
         block_on(log.append_durable(Record::new("accepted")).unwrap()).unwrap();

@@ -250,9 +250,21 @@ impl Fixture {
         clock: ManualClock,
         store: MemoryReplayStore,
     ) -> Self {
+        Self::with_inner(layer, recording_inner, notes, clock, store)
+    }
+
+    /// The fixture around `layer` over the inner service `inner` makes, given the recorder the
+    /// fixture's `seen` reads.
+    pub fn with_inner(
+        layer: ConfirmLayer,
+        inner: impl FnOnce(&Recorder) -> Inner,
+        notes: Notes,
+        clock: ManualClock,
+        store: MemoryReplayStore,
+    ) -> Self {
         let seen = Recorder::default();
         Fixture {
-            svc: layer.layer(recording_inner(&seen)),
+            svc: layer.layer(inner(&seen)),
             seen,
             notes,
             clock,

@@ -665,13 +665,12 @@ async fn concurrent_calls_each_run_only_once_their_own_record_is_in_the_file() {
     let log = AuditLog::new(sink, key().verifier(), options).unwrap();
     let (layer, notes, clock, store) = layer_logging_to(&log);
     // In front of the recording inner service: is the call's own record in the file yet?
-    let seen = Recorder::default();
-    let recording = recording_inner(&seen);
     let records = dir.join(mcp_confirm_log::file::RECORDS);
     let unrecorded = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let checking = {
+    let checking = |seen: &Recorder| {
+        let recording = recording_inner(seen);
         let unrecorded = Arc::clone(&unrecorded);
-        move |request: http::Request<mcp_confirm::body::RequestBody<_>>| {
+        let checking = move |request: http::Request<mcp_confirm::body::RequestBody<_>>| {
             if let Some(confirmed) = request.extensions().get::<mcp_confirm::Confirmed>() {
                 let nonce = format!("\"nonce\":\"{}\"", &confirmed.nonce.to_hex()[..8]);
                 let file = std::fs::read_to_string(&records).unwrap_or_default();
@@ -683,18 +682,10 @@ async fn concurrent_calls_each_run_only_once_their_own_record_is_in_the_file() {
                 }
             }
             tower::ServiceExt::oneshot(recording.clone(), request)
-        }
+        };
+        tower::util::BoxCloneSyncService::new(tower::service_fn(checking))
     };
-    let f = Arc::new(Fixture {
-        svc: tower::Layer::layer(
-            &layer,
-            tower::util::BoxCloneSyncService::new(tower::service_fn(checking)),
-        ),
-        seen,
-        notes,
-        clock,
-        store,
-    });
+    let f = Arc::new(Fixture::with_inner(layer, checking, notes, clock, store));
     let mut states = Vec::new();
     for n in 0..CALLS {
         states.push(f.alice(&delete_call(json!(n), "Groceries")).await.state());

@@ -23,7 +23,6 @@ use mcp_confirm::{
     Revalidation, StandingApprovals, ToolPolicy,
 };
 use serde_json::{Value, json};
-use tower::Layer;
 
 use super::{accept_remembering, call, workspace};
 use crate::backends::on_every_backend;
@@ -169,14 +168,13 @@ impl Race {
             .standing_store(standing)
             .tool("notes_delete", self.policy())
             .build();
-        let seen = Recorder::default();
-        Fixture {
-            svc: layer.layer(self.inner(&seen)),
-            seen,
-            notes: self.notes.clone(),
-            clock: ManualClock::new(now()),
-            store: MemoryReplayStore::new(),
-        }
+        Fixture::with_inner(
+            layer,
+            |seen| self.inner(seen),
+            self.notes.clone(),
+            ManualClock::new(now()),
+            MemoryReplayStore::new(),
+        )
     }
 }
 

@@ -284,13 +284,10 @@ fn run() -> Result<(), String> {
                 let (cpu_b, cpu_l) = (median(&bare, cpu), median(&layered, cpu));
                 println!(
                     "notes_list with ConfirmLayer: {l:.0} ops/s against {b:.0} without ({:+.1}%, \
-                     medians); run by run {:+.1}% (median of {} pairs, {:+.1}% to {:+.1}%); \
-                     server CPU {cpu_l:.1} against {cpu_b:.1} µs/op ({:+.1}%, medians)",
+                     medians); run by run {}; server CPU {cpu_l:.1} against {cpu_b:.1} µs/op \
+                     ({:+.1}%, medians)",
                     (l / b - 1.0) * 100.0,
-                    paired[paired.len() / 2],
-                    paired.len(),
-                    paired[0],
-                    paired[paired.len() - 1],
+                    run_by_run(&paired, true),
                     (cpu_l / cpu_b - 1.0) * 100.0,
                 );
             }
@@ -400,15 +397,11 @@ fn run() -> Result<(), String> {
                 let cpu = |r: &Report| r.per_op_us(r.server_cpu);
                 println!(
                     "two-round confirmation with the decision log (file sink): {b:.0} flows/s \
-                     against {a:.0} without ({:.1}% of it, {:+.1}%, medians); run by run {:.1}% \
-                     (median of {} pairs, {:.1}% to {:.1}%); server CPU {:.0} against {:.0} \
-                     µs/flow (medians)",
+                     against {a:.0} without ({:.1}% of it, {:+.1}%, medians); run by run {}; \
+                     server CPU {:.0} against {:.0} µs/flow (medians)",
                     b / a * 100.0,
                     (b / a - 1.0) * 100.0,
-                    paired[paired.len() / 2],
-                    paired.len(),
-                    paired[0],
-                    paired[paired.len() - 1],
+                    run_by_run(&paired, false),
                     median(&on, cpu),
                     median(&off, cpu),
                 );
@@ -430,14 +423,10 @@ fn run() -> Result<(), String> {
                 println!(
                     "two-round confirmation with metrics and spans (--otel): {b:.0} flows/s \
                      against {a:.0} without (--no-metrics) ({:.1}% of it, {:+.1}%, medians); run \
-                     by run {:.1}% (median of {} pairs, {:.1}% to {:.1}%); server CPU {:.1} \
-                     against {:.1} µs/flow (medians)",
+                     by run {}; server CPU {:.1} against {:.1} µs/flow (medians)",
                     b / a * 100.0,
                     (b / a - 1.0) * 100.0,
-                    paired[paired.len() / 2],
-                    paired.len(),
-                    paired[0],
-                    paired[paired.len() - 1],
+                    run_by_run(&paired, false),
                     median(&on, cpu),
                     median(&off, cpu),
                 );
@@ -697,6 +686,25 @@ fn paired(a: &[Report], b: &[Report], ratio: impl Fn(&Report, &Report) -> f64) -
     let mut paired: Vec<f64> = a.iter().zip(b).map(|(a, b)| ratio(a, b)).collect();
     paired.sort_by(f64::total_cmp);
     paired
+}
+
+/// Sorted paired ratios (percent) as the summaries print them: their median, how many pairs,
+/// and their range; `signed` for differences (`+3.1%`), not shares.
+fn run_by_run(paired: &[f64], signed: bool) -> String {
+    let percent = |v: f64| {
+        if signed {
+            format!("{v:+.1}%")
+        } else {
+            format!("{v:.1}%")
+        }
+    };
+    format!(
+        "{} (median of {} pairs, {} to {})",
+        percent(paired[paired.len() / 2]),
+        paired.len(),
+        percent(paired[0]),
+        percent(paired[paired.len() - 1]),
+    )
 }
 
 /// The median of `measure` over the runs.
