@@ -24,6 +24,7 @@ mod browser;
 mod challenge;
 mod claim;
 mod queued;
+pub(crate) mod retired;
 mod standing;
 
 use std::sync::Arc;
@@ -52,6 +53,9 @@ pub(crate) enum Decision {
     Pass { body: Bytes, waived: Waived },
     /// Forward this confirmed call.
     Forward(Box<Approved>),
+    /// Not the layer's to decide (a tool it does not confirm, whose retry carries no state of
+    /// the layer's): forward `body` as received, with `waived` if the tool is exempt.
+    Untouched { body: Bytes, waived: Option<Waived> },
 }
 
 /// A confirmed call, ready for the inner service.
@@ -120,7 +124,7 @@ async fn decide_in_span(
     // to fail open). Should the log go down between the check before the claim and here, the
     // claimed confirmation is spent and nothing runs.
     let recorded = match &decision {
-        Decision::Reply(_) => Ok(()),
+        Decision::Reply(_) | Decision::Untouched { .. } => Ok(()),
         Decision::Pass { waived, .. } => {
             config
                 .report_decisive(DecisionEvent::Waived {

@@ -14,7 +14,7 @@ use super::StateError;
 use super::candidates::Candidates;
 use super::claims::{Claims, Phase, StandingTerms, digest16};
 use super::codec;
-use super::keyring::KeyRing;
+use super::keyring::{KeyRing, RingKey};
 use crate::clock::{Clock, unix_secs};
 use crate::kernel::{Nonce, PrincipalKey};
 
@@ -131,6 +131,49 @@ impl Sealer {
         request: impl FnOnce() -> RequestDigests,
     ) -> Result<Claims, StateError> {
         let (claims, key) = codec::open(&self.keys, token)?;
+        self.check(claims, key, tool, subject, epoch, || Some(request()))
+    }
+
+    /// A state this deployment sealed (its MAC verifies under the ring), with the key that
+    /// sealed it; `None` for anything else, which may well be another server's state.
+    pub(crate) fn open_own<'s>(&'s self, token: &str) -> Option<(Claims, &'s RingKey)> {
+        if !token.starts_with(codec::PREFIX) {
+            return None;
+        }
+        codec::open(&self.keys, token).ok()
+    }
+
+    /// Checks a state of ours that was issued for a tool the layer no longer confirms: every
+    /// binding of [`Sealer::verify`] but the arguments' digest, which depends on a policy that
+    /// is gone. Such a state never lets anything run, so its arguments decide nothing.
+    pub(crate) fn check_retired(
+        &self,
+        claims: Claims,
+        key: &RingKey,
+        tool: &ToolBinding,
+        subject: &str,
+        epoch: [u8; 16],
+        request_id: [u8; 16],
+    ) -> Result<Claims, StateError> {
+        self.check(claims, key, tool, subject, epoch, || None)
+            .and_then(|claims| match same(&claims.request_id, &request_id) {
+                true => Err(StateError::SameRequestId),
+                false => Ok(claims),
+            })
+    }
+
+    /// Every binding of an opened state, in the order [`Sealer::verify`] gives; `request` is
+    /// asked for the request's digests only once the cheaper checks passed (`None`: the
+    /// arguments and the request id are checked by the caller, or not at all).
+    fn check(
+        &self,
+        claims: Claims,
+        key: &RingKey,
+        tool: &ToolBinding,
+        subject: &str,
+        epoch: [u8; 16],
+        request: impl FnOnce() -> Option<RequestDigests>,
+    ) -> Result<Claims, StateError> {
         let now = unix_secs(self.clock.now());
         let skew = self.skew.as_secs();
         if now >= claims.expires_at.saturating_add(skew) {
@@ -142,7 +185,6 @@ impl Sealer {
         {
             return Err(StateError::BadLifetime);
         }
-        let same = |a: &[u8], b: &[u8]| bool::from(a.ct_eq(b));
         if !same(&claims.audience, &tool.audience) {
             return Err(StateError::Audience);
         }
@@ -156,7 +198,9 @@ impl Sealer {
             return Err(StateError::Tool);
         }
         let request = request();
-        if !same(&claims.arguments, &request.arguments) {
+        if let Some(request) = &request
+            && !same(&claims.arguments, &request.arguments)
+        {
             return Err(StateError::Arguments);
         }
         if claims.phase != Phase::Confirm {
@@ -165,7 +209,9 @@ impl Sealer {
         if !same(&claims.input_key, &tool.input_key) {
             return Err(StateError::InputKey);
         }
-        if same(&claims.request_id, &request.request_id) {
+        if let Some(request) = &request
+            && same(&claims.request_id, &request.request_id)
+        {
             return Err(StateError::SameRequestId);
         }
         if !same(&claims.epoch, &epoch) {
@@ -184,6 +230,11 @@ impl Sealer {
         let skew = self.skew.as_secs();
         UNIX_EPOCH + Duration::from_secs(claims.expires_at.saturating_add(skew.saturating_mul(2)))
     }
+}
+
+/// Two digests compared in constant time.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    bool::from(a.ct_eq(b))
 }
 
 impl fmt::Debug for Sealer {
