@@ -190,11 +190,16 @@ fn legacy_era<'d>(
         return None;
     };
     let is_date = version.len() == 10
-        && version
-            .bytes()
-            .enumerate()
-            .all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
-    let older = supported_versions.iter().all(|v| version.as_str() < v.as_str());
+        && version.bytes().enumerate().all(|(i, b)| {
+            if i == 4 || i == 7 {
+                b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        });
+    let older = supported_versions
+        .iter()
+        .all(|v| version.as_str() < v.as_str());
     let meta_version = call
         .params
         .meta

@@ -805,13 +805,20 @@ async fn an_answer_to_a_form_of_a_tool_allowed_since_never_reaches_the_upstream(
     }
     assert_eq!(
         outcomes,
-        [json!("declined"), json!("cancelled"), json!("policy_changed")]
+        [
+            json!("declined"),
+            json!("cancelled"),
+            json!("policy_changed")
+        ]
     );
     assert!(f.seen.calls().is_empty(), "an answer reached the upstream");
     // Called again, the tool is the new policy's: it runs.
     let ran = f
         .alice(&call(30, "notes_delete", json!({"title": "Groceries"})))
         .await;
-    assert_eq!(ran["result"]["content"][0]["text"], "notes_delete ran", "{ran}");
+    assert_eq!(
+        ran["result"]["content"][0]["text"], "notes_delete ran",
+        "{ran}"
+    );
     assert_eq!(f.seen.calls().len(), 1);
 }

@@ -346,7 +346,10 @@ async fn a_legacy_client_is_told_what_it_lacks() {
             assert_eq!(error["data"]["requested"], version);
             assert!(
                 error["message"].as_str().unwrap().contains("2026-07-28")
-                    && error["message"].as_str().unwrap().contains("form elicitation"),
+                    && error["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("form elicitation"),
                 "{error}"
             );
         }
