@@ -208,7 +208,7 @@ pub mod store;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod token;
-mod tools;
+pub mod tools;
 
 /// Internals the project's own benchmarks and tests measure directly. Not part of the API:
 /// compiled only with the `bench` feature, no stability.
