@@ -267,7 +267,22 @@ async fn try_decide(
     }
     let (claims, token) = match &call.params.request_state {
         None => (None, ""),
-        Some(Value::String(token)) => (Some(attempt.verify(token)?), token.as_str()),
+        Some(Value::String(token)) => match attempt.verify(token) {
+            Ok(claims) => (Some(claims), token.as_str()),
+            // Sound in every binding but the rule it was asked under: the tool's channel or
+            // approvers changed while the form was open (a reload, a rolling deploy). A state
+            // is judged by the rule it was issued under, which is gone, so the question is
+            // asked again under the rule in force; the old state stays unspent.
+            Err(StateError::InputKey) => {
+                step_refused(
+                    &call.tool,
+                    Some(principal),
+                    "a state issued under another rule for this tool: asked again",
+                );
+                (None, "")
+            }
+            Err(e) => return Err(Refused::state(e)),
+        },
         Some(_) => return Err(Refused::state(StateError::Format)),
     };
     // Whatever an earlier request declared, this one must be able to show (or answer) the form.
@@ -347,7 +362,7 @@ impl Attempt<'_> {
     }
 
     /// Checks a retry's state against this request and principal.
-    pub(super) fn verify(&self, token: &str) -> Result<Claims, Refused> {
+    pub(super) fn verify(&self, token: &str) -> Result<Claims, StateError> {
         self.config
             .sealer
             .verify(
@@ -357,10 +372,7 @@ impl Attempt<'_> {
                 token,
                 || self.guarded.request_digests(self.call),
             )
-            .map_err(|e| {
-                crate::observe::state_refused(&e);
-                Refused::state(e)
-            })
+            .inspect_err(crate::observe::state_refused)
     }
 
     /// The `input_required` answer asking `ask`, with the state `token`.

@@ -145,13 +145,20 @@ async fn judge(
     }
 }
 
-/// The key of `inputResponses` the state's question was asked under, if the client answered it.
+/// The key of `inputResponses` the state's question was asked under, if the client answered it:
+/// the key whose digest the state binds, or else the only key answered (a question asked on the
+/// approval page binds its rule with its key, which the policy that is gone knew). Nothing runs
+/// on what is read here, so the key need not be proven.
 fn answered_key<'c>(call: &'c ToolCall, claims: &Claims) -> Option<&'c str> {
     let responses = call.input_responses()?.as_object()?;
-    responses
+    let bound = responses
         .keys()
-        .find(|key| digest16("input-key", key.as_bytes()) == claims.input_key)
-        .map(String::as_str)
+        .find(|key| digest16("input-key", key.as_bytes()) == claims.input_key);
+    match (bound, responses.len()) {
+        (Some(key), _) => Some(key.as_str()),
+        (None, 1) => responses.keys().next().map(String::as_str),
+        (None, _) => None,
+    }
 }
 
 /// Whether `inputResponses` holds an answer under a key one of the layer's policies asks with.

@@ -249,3 +249,61 @@ async fn over_messages_a_decline_runs_nothing_either() {
         "a retry reached the server"
     );
 }
+
+/// A relaxed rule never judges a stricter rule's state (#52, 10e). The tool was approved on the
+/// page (an approver's decision, maybe four eyes); a reload or a rolling deploy now asks the
+/// caller's own form. The client answers the old state with the form's `accept`: it is asked
+/// again under the rule in force, nothing runs on the old state; answered anew, it runs once.
+#[tokio::test]
+async fn a_state_asked_on_the_page_is_asked_again_under_a_relaxed_form() {
+    use crate::common::browser;
+    let notes = Notes::seeded();
+    let clock = ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let keys = || KeyRing::single("k1", KEY).unwrap();
+    let strict = browser::base(keys(), &clock, &store)
+        .tool(
+            "notes_destroy",
+            browser::destroy_policy(&notes).approved_by(mcp_confirm::Approvers::any_of(["bob"])),
+        )
+        .build();
+    let relaxed = browser::base(keys(), &clock, &store)
+        .tool(
+            "notes_destroy",
+            delete_policy(&notes).input_key("destroy_approval"),
+        )
+        .build();
+    let v1 = Fixture::new(strict, notes.clone(), clock.clone(), store.clone());
+    let v2 = Fixture::new(relaxed, notes.clone(), clock.clone(), store.clone());
+    let asked = v1.alice(&browser::destroy_call(json!(1))).await;
+    let (_, _, state) = browser::elicitation(&asked);
+    // The client now shows forms too, and answers the old state as the relaxed form asks.
+    let mut call = browser::with_answer(
+        browser::destroy_call(json!(2)),
+        &state,
+        json!({"action": "accept", "content": {"note_id": "note-3", "confirm": true}}),
+    );
+    call["params"]["_meta"] = meta();
+    let answer = v2.alice(&call).await;
+    assert_asks(&answer);
+    assert_ne!(
+        answer.state(),
+        state,
+        "asked anew, with a state of the rule in force"
+    );
+    assert_eq!(
+        v2.seen.count(),
+        0,
+        "the old state ran under the relaxed rule"
+    );
+    // The new question, answered, runs once.
+    let fresh = answer.state();
+    let mut call = browser::with_answer(
+        browser::destroy_call(json!(3)),
+        &fresh,
+        json!({"action": "accept", "content": {"note_id": "note-3", "confirm": true}}),
+    );
+    call["params"]["_meta"] = meta();
+    assert_ran(&v2.alice(&call).await);
+    assert_eq!(v2.seen.count(), 1);
+}
