@@ -45,6 +45,20 @@ fn declared(config: &Config, approval: &Approval) -> Option<(Declared, Map<Strin
     }
 }
 
+/// Whether form field `name` may repeat in a post deciding `approval`: the checkboxes of an
+/// argument the tool, as configured now, declares narrowable to a subset.
+pub(super) fn is_list(config: &Config, approval: &Approval, name: &str) -> bool {
+    let Some(argument) = name.strip_prefix("narrow-") else {
+        return false;
+    };
+    config.tools.get(&approval.tool).is_some_and(|tool| {
+        tool.policy
+            .narrowing
+            .iter()
+            .any(|(declared, how)| declared == argument && *how == Narrowing::Subset)
+    })
+}
+
 /// Whether a post carries any narrowing field.
 fn posted(body: &[u8]) -> bool {
     form_urlencoded::parse(body).any(|(name, _)| name.starts_with("narrow-"))
@@ -217,10 +231,10 @@ fn read(
             // Off (absent) or exactly "true": anything else is no answer this page asked for.
             (Narrowing::TurnOn, []) => Value::Bool(false),
             (Narrowing::TurnOn, [on]) if on == "true" => Value::Bool(true),
-            (Narrowing::AtMost, [text, ..]) => {
+            (Narrowing::AtMost, [text]) => {
                 serde_json::from_str(text.trim()).map_err(|_| NOT_NARROWER)?
             }
-            (Narrowing::OneOf(_), [text, ..]) => Value::String(text.clone()),
+            (Narrowing::OneOf(_), [text]) => Value::String(text.clone()),
             (Narrowing::AtMost | Narrowing::OneOf(_), []) => continue,
             _ => return Err(NOT_NARROWER),
         };
