@@ -497,6 +497,11 @@ impl Route {
                     }
                 };
             }
+            if built.catalog.duplicates.iter().any(|d| d == tool) {
+                tracing::info!(route = %self.path, tool, revision = %built.catalog.revision,
+                    "a call of a tool the upstream lists twice was refused");
+                return rpc_error(StatusCode::OK, -32602, refusal::DENIED, id);
+            }
             if let Some(judged) = built.catalog.judge(tool)
                 && judged.verdict == Verdict::Deny
             {
@@ -615,8 +620,10 @@ fn build_layer(
         None => policy,
     };
     // Every decision-log record made under this build names the revision it was made under.
+    // Only what the gateway serves: a name listed twice is refused on its own, and must not
+    // take the rest of the list down with it.
     let mut builder = base()
-        .tool_list(&catalog.tools)
+        .tool_list(catalog.served())
         .policy_revision(catalog.revision.clone());
     for (name, judged) in &catalog.judged {
         match &judged.verdict {
