@@ -605,6 +605,20 @@ impl GatewayConfig {
         (hosts, origins)
     }
 
+    /// The files it names that are read only when it is loaded (relative to its directory, as
+    /// written): the tokens file, a JWKS file. A change to one is a change to the
+    /// configuration, so [`Gateway::watch`](crate::server::Gateway::watch) reloads on it too.
+    pub fn files_read_on_load(&self) -> Vec<PathBuf> {
+        match &self.auth {
+            Auth::StaticTokens { file } => vec![file.clone()],
+            Auth::Oauth {
+                jwks: Some(Jwks::File(file)),
+                ..
+            } => vec![file.clone()],
+            Auth::Oauth { .. } => Vec::new(),
+        }
+    }
+
     /// The audience confirmations are bound to.
     pub fn audience(&self) -> String {
         self.audience

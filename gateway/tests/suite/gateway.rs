@@ -660,6 +660,60 @@ async fn a_changed_file_is_reloaded_and_a_bad_one_refused() {
 }
 
 #[tokio::test]
+async fn a_token_removed_from_the_tokens_file_stops_working_without_touching_the_configuration() {
+    // #52, finding 7a: the tokens file was read only with the configuration, so a token removed
+    // from it kept working until the configuration file itself changed.
+    let (url, seen) = upstream().await;
+    let f = gateway_for(&url, seen, "").await;
+    let (gateway, path) = f.gateway.clone().unwrap();
+    let dir = path.parent().unwrap().to_path_buf();
+    let tokens = dir.join("tokens");
+    let bob = "bob-token-0123456789";
+    std::fs::write(&tokens, format!("alice {ALICE}\nbob {bob}\n")).unwrap();
+    gateway
+        .reload(&GatewayConfig::load(&path).unwrap(), &dir)
+        .unwrap();
+    let config_before = std::fs::read(&path).unwrap();
+    gateway.watch(path.clone(), dir);
+    let list = call(1, "notes_list", json!({}));
+    assert_eq!(f.post(Some(bob), &list).await.0, 200);
+    // Bob's line goes; the configuration file is not touched.
+    std::fs::write(&tokens, format!("alice {ALICE}\n")).unwrap();
+    let status_within = |token: &'static str, want: u16| {
+        let f = &f;
+        let list = list.clone();
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let status = f.post(Some(token), &list).await.0;
+                if status == want || std::time::Instant::now() > deadline {
+                    return status;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(
+        status_within(bob, 401).await,
+        401,
+        "bob's token still works"
+    );
+    assert_eq!(
+        f.post(Some(ALICE), &list).await.0,
+        200,
+        "alice's still does"
+    );
+    // The last token removed: no one, rather than the file refused and every token kept.
+    std::fs::write(&tokens, "# no one\n").unwrap();
+    assert_eq!(
+        status_within(ALICE, 401).await,
+        401,
+        "alice's token still works"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), config_before);
+}
+
+#[tokio::test]
 async fn a_name_the_upstream_lists_twice_is_refused_and_the_others_served() {
     // #52, finding 7c: one name listed twice made the whole list unenforceable, and every tool
     // of the route was refused. Here `notes_purge` is listed read-only, then again without
