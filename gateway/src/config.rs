@@ -544,6 +544,9 @@ pub enum ConfigError {
     /// A secret it refers to cannot be read.
     #[error("a secret cannot be read: {0}")]
     Secret(String),
+    /// The store it names cannot be made ready (its tables created).
+    #[error("the store cannot be made ready: {0}")]
+    Store(String),
 }
 
 impl GatewayConfig {

@@ -424,10 +424,53 @@ fn open_store(store: &Store, base: &Path) -> Result<StoreHandle, ConfigError> {
             mcp_confirm::store::RedisStore::open(&url.read(base)?)
                 .map_err(|e| ConfigError::Invalid(format!("store (redis): {e}")))?,
         )),
-        Store::Postgres { url } => StoreHandle::Postgres(
-            mcp_confirm::store::PostgresStore::connect(&url.read(base)?)
-                .map_err(|e| ConfigError::Invalid(format!("store (postgres): {e}")))?,
-        ),
+        Store::Postgres { url } => {
+            let url = zeroize::Zeroizing::new(url.read(base)?);
+            let store = mcp_confirm::store::PostgresStore::connect(&url)
+                .map_err(|e| ConfigError::Invalid(format!("store (postgres): {e}")))?;
+            create_tables(&url)?;
+            StoreHandle::Postgres(store)
+        }
+    })
+}
+
+/// How long creating the PostgreSQL store's tables may take (the store's own calls get
+/// 500 ms; DDL beside other instances starting may wait for their locks).
+pub const CREATE_TABLES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Creates the PostgreSQL store's tables if they are missing, as the library does
+/// (`PostgresStore::migrate`): when they are all there, it only reads the catalog. Without
+/// them every confirmation would be refused with `503`. Runs on a thread of its own with its
+/// own runtime and connection, as the decision log creates its table: the gateway is built
+/// from synchronous code that may itself run on a runtime.
+fn create_tables(url: &str) -> Result<(), ConfigError> {
+    let failed = |why: String| ConfigError::Store(format!("postgres: creating its tables: {why}"));
+    // The database's own words ("permission denied for schema …") are a source of a source.
+    let chain = |e: &dyn std::error::Error| {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(e) = source {
+            text = format!("{text}: {e}");
+            source = e.source();
+        }
+        text
+    };
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| failed(e.to_string()))?;
+                runtime.block_on(async {
+                    let store = mcp_confirm::store::PostgresStore::connect(url)
+                        .map_err(|e| failed(chain(&e)))?
+                        .timeout(CREATE_TABLES_TIMEOUT);
+                    store.migrate().await.map_err(|e| failed(chain(&e)))
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err(failed("the thread creating them failed".into())))
     })
 }
 
