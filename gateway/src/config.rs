@@ -493,7 +493,8 @@ pub struct Lookup {
     /// allowed by the operator; anything else denies the confirmed tool).
     pub tool: String,
     /// The read tool's arguments taken from the call's: `name = "/pointer"` (RFC 6901 into the
-    /// call's arguments; a value the call lacks is left out).
+    /// call's arguments). A call that lacks one (or leaves it empty) is refused: the lookup
+    /// would run unfiltered and offer every record. Never the `select_into` argument.
     #[serde(default)]
     pub arguments: BTreeMap<String, String>,
     /// The read tool's arguments that are always the same (`limit = 20`).
@@ -865,6 +866,20 @@ impl Lookup {
         }
         if self.select_into.is_empty() {
             return Err("select_into names no argument".into());
+        }
+        // The layer takes the choice out of the call before it looks the records up again:
+        // an argument read from there would be missing then, and the confirmed call refused.
+        let chosen = format!(
+            "/{}",
+            self.select_into.replace('~', "~0").replace('/', "~1")
+        );
+        for (name, p) in &self.arguments {
+            if *p == chosen || p.starts_with(&format!("{chosen}/")) {
+                return Err(format!(
+                    "arguments.{name} reads {p:?}, the argument the choice is written into \
+                     (select_into): the records are looked up again without it"
+                ));
+            }
         }
         Ok(())
     }

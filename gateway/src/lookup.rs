@@ -3,10 +3,12 @@
 //!
 //! It is the route's [`Resolver`](mcp_confirm::Resolver): the layer runs it on the first call (the form's candidates)
 //! and again right before the confirmed call is forwarded (revalidation: a record that is gone,
-//! or whose version differs from the one shown, is refused and nothing is forwarded). The
-//! upstream's answer is data, never trusted: records without a usable id refuse the call, labels
-//! are cleaned by the layer like every label, and a record's version is, unless the operator
-//! names one, a digest of the whole record as returned, so any change the read tool shows counts.
+//! or whose version differs from the one shown, is refused and nothing is forwarded). A call
+//! that lacks an argument the lookup reads is refused before anything runs: the read tool,
+//! called without its filter, would find every record. The upstream's answer is data, never
+//! trusted: records without a usable id refuse the call, labels are cleaned by
+//! the layer like every label, and a record's version is, unless the operator names one, a
+//! digest of the whole record as returned, so any change the read tool shows counts.
 
 use std::sync::Arc;
 
@@ -28,6 +30,63 @@ tokio::task_local! {
 /// The most records a lookup may return (more is an upstream that lies or a query too wide;
 /// the form offers at most 16 anyway).
 pub const MAX_RECORDS: usize = 256;
+
+/// Why a lookup found no candidates. The call is refused and nothing is shown; the reason goes
+/// to the log only (on the wire, the gateway's or the layer's one answer for the class).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LookupError {
+    /// The call lacks an argument the lookup reads: run without it, the lookup would find
+    /// every record, and the form would offer them all.
+    #[error(
+        "the call has no value at {pointer:?} for the lookup's argument {argument:?}: \
+         the lookup would run unfiltered"
+    )]
+    MissingArgument {
+        /// The read tool's argument.
+        argument: String,
+        /// Where in the call's arguments it is read.
+        pointer: String,
+    },
+    /// The read tool cannot be called.
+    #[error("the lookup {tool}: {reason}")]
+    Unreachable {
+        /// The read tool.
+        tool: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The read tool answered an error.
+    #[error("the lookup {tool} answered an error")]
+    AnsweredError {
+        /// The read tool.
+        tool: String,
+    },
+    /// More than [`MAX_RECORDS`].
+    #[error("the lookup {tool} returned {count} records (at most {MAX_RECORDS})")]
+    TooManyRecords {
+        /// The read tool.
+        tool: String,
+        /// How many.
+        count: usize,
+    },
+    /// A record without a usable id.
+    #[error("the lookup {tool} returned a record without a string or integer id at {pointer:?}")]
+    NoId {
+        /// The read tool.
+        tool: String,
+        /// The id's pointer.
+        pointer: String,
+    },
+    /// A record without the version the operator names.
+    #[error("the lookup {tool} returned a record without a version at {pointer:?}")]
+    NoVersion {
+        /// The read tool.
+        tool: String,
+        /// The version's pointer.
+        pointer: String,
+    },
+}
 
 /// One tool's lookup, ready to run.
 #[derive(Clone)]
@@ -67,10 +126,11 @@ impl RecordLookup {
     /// The candidates for `asked`.
     ///
     /// # Errors
-    /// [`PolicyError`] when the read tool cannot be called, answers an error, or returns
-    /// records the gateway cannot use: the call is refused, nothing shown.
+    /// [`PolicyError`] (a [`LookupError`] inside) when the call lacks an argument the lookup
+    /// reads, or the read tool cannot be called, answers an error, or returns records the
+    /// gateway cannot use: the call is refused, nothing shown.
     pub async fn candidates(&self, asked: Asked) -> Result<Vec<Candidate>, PolicyError> {
-        let arguments = self.arguments(&asked.arguments);
+        let arguments = self.arguments(&asked.arguments).map_err(PolicyError::new)?;
         let caller = CALLER.try_with(HeaderMap::clone).ok();
         let result = self
             .upstream
@@ -81,18 +141,32 @@ impl RecordLookup {
                 caller.as_ref(),
             )
             .await
-            .map_err(|e| PolicyError::new(format!("the lookup {}: {e}", self.spec.tool)))?;
+            .map_err(|e| {
+                PolicyError::new(LookupError::Unreachable {
+                    tool: self.spec.tool.clone(),
+                    reason: e.to_string(),
+                })
+            })?;
         if result.get("isError").and_then(Value::as_bool) == Some(true) {
-            return Err(PolicyError::new(format!(
-                "the lookup {} answered an error",
-                self.spec.tool
-            )));
+            return Err(PolicyError::new(LookupError::AnsweredError {
+                tool: self.spec.tool.clone(),
+            }));
         }
-        self.read(&result)
+        self.read(&result).map_err(PolicyError::new)
     }
 
-    /// The read tool's arguments: the fixed ones, then those taken from the call's.
-    fn arguments(&self, call: &Value) -> Value {
+    /// Whether `call` (a call's arguments) has every argument the lookup reads: a call without
+    /// one is refused before anything is asked.
+    ///
+    /// # Errors
+    /// [`LookupError::MissingArgument`] for the first one missing.
+    pub fn check_call(&self, call: &Value) -> Result<(), LookupError> {
+        self.arguments(call).map(drop)
+    }
+
+    /// The read tool's arguments: the fixed ones, then those taken from the call's, each of
+    /// which must be there and name something (not `null`, nor empty).
+    fn arguments(&self, call: &Value) -> Result<Value, LookupError> {
         let mut arguments: Map<String, Value> = self
             .spec
             .fixed_arguments
@@ -100,23 +174,31 @@ impl RecordLookup {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         for (name, pointer) in &self.spec.arguments {
-            if let Some(value) = call.pointer(pointer) {
-                arguments.insert(name.clone(), value.clone());
+            match call.pointer(pointer) {
+                Some(value) if !names_nothing(value) => {
+                    arguments.insert(name.clone(), value.clone());
+                }
+                _ => {
+                    return Err(LookupError::MissingArgument {
+                        argument: name.clone(),
+                        pointer: pointer.clone(),
+                    });
+                }
             }
         }
-        Value::Object(arguments)
+        Ok(Value::Object(arguments))
     }
 
     /// The candidates in a read tool's `result`.
-    fn read(&self, result: &Value) -> Result<Vec<Candidate>, PolicyError> {
+    fn read(&self, result: &Value) -> Result<Vec<Candidate>, LookupError> {
+        let tool = || self.spec.tool.clone();
         let document = with_structured_content(result);
         let records = self.records.query(&document).all();
         if records.len() > MAX_RECORDS {
-            return Err(PolicyError::new(format!(
-                "the lookup {} returned {} records (at most {MAX_RECORDS})",
-                self.spec.tool,
-                records.len()
-            )));
+            return Err(LookupError::TooManyRecords {
+                tool: tool(),
+                count: records.len(),
+            });
         }
         let mut candidates = Vec::with_capacity(records.len());
         for record in records {
@@ -124,11 +206,24 @@ impl RecordLookup {
                 Some(Value::String(id)) => id.clone(),
                 Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
                 _ => {
-                    return Err(PolicyError::new(format!(
-                        "the lookup {} returned a record without a string or integer id at {:?}",
-                        self.spec.tool, self.spec.id
-                    )));
+                    return Err(LookupError::NoId {
+                        tool: tool(),
+                        pointer: self.spec.id.clone(),
+                    });
                 }
+            };
+            let version = match &self.spec.version {
+                Some(pointer) => match record.pointer(pointer) {
+                    Some(Value::String(v)) => v.clone(),
+                    Some(v @ Value::Number(_)) => v.to_string(),
+                    _ => {
+                        return Err(LookupError::NoVersion {
+                            tool: tool(),
+                            pointer: pointer.clone(),
+                        });
+                    }
+                },
+                None => digest(record),
             };
             let label = self
                 .spec
@@ -140,19 +235,6 @@ impl RecordLookup {
                     Value::Number(n) => Some(n.to_string()),
                     _ => None,
                 });
-            let version = match &self.spec.version {
-                Some(pointer) => match record.pointer(pointer) {
-                    Some(Value::String(v)) => v.clone(),
-                    Some(v @ Value::Number(_)) => v.to_string(),
-                    _ => {
-                        return Err(PolicyError::new(format!(
-                            "the lookup {} returned a record without a version at {pointer:?}",
-                            self.spec.tool
-                        )));
-                    }
-                },
-                None => digest(record),
-            };
             let candidate = match label {
                 Some(label) => Candidate::labelled(id, label),
                 None => Candidate::new(id),
@@ -160,6 +242,18 @@ impl RecordLookup {
             candidates.push(candidate.with_version(version));
         }
         Ok(candidates)
+    }
+}
+
+/// Whether an argument's `value` names nothing a read tool could filter by: `null`, a blank
+/// string, an empty list or object (many read tools take each of these as "everything").
+fn names_nothing(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::String(s) => s.trim().is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+        Value::Bool(_) | Value::Number(_) => false,
     }
 }
 
@@ -222,35 +316,61 @@ mod tests {
         .unwrap()
     }
 
+    fn notes(notes: Value) -> Value {
+        json!({"structuredContent": {"notes": notes}})
+    }
+
     #[test]
     fn arguments_come_from_the_call_and_the_fixed_ones() {
         let l = lookup(None);
         assert_eq!(
-            l.arguments(&json!({"title": "Groceries", "other": 1})),
+            l.arguments(&json!({"title": "Groceries", "other": 1}))
+                .unwrap(),
             json!({"query": "Groceries", "limit": 20})
         );
-        assert_eq!(l.arguments(&json!({})), json!({"limit": 20}));
+    }
+
+    #[test]
+    fn a_call_without_an_argument_the_lookup_reads_is_refused() {
+        // Run without its filter, the read tool would return every record (#52, finding 3).
+        let l = lookup(None);
+        for call in [
+            json!({}),
+            json!({"id": "c-4"}),
+            json!({"title": null}),
+            json!({"title": "  "}),
+            json!({"title": []}),
+            json!({"title": {}}),
+            json!("not an object"),
+        ] {
+            let refused = l.check_call(&call).unwrap_err();
+            assert!(
+                matches!(&refused, LookupError::MissingArgument { argument, pointer }
+                    if argument == "query" && pointer == "/title"),
+                "{call}: {refused}"
+            );
+        }
+        l.check_call(&json!({"title": 0})).unwrap();
+        l.check_call(&json!({"title": false})).unwrap();
     }
 
     #[test]
     fn records_become_candidates_with_versions() {
         let l = lookup(None);
-        let result = json!({"structuredContent": {"notes": [
+        let result = notes(json!([
             {"id": "n1", "title": "Groceries", "body": "milk"},
-            {"id": 7, "title": "Groceries", "body": "eggs"}]}});
+            {"id": 7, "title": "Groceries", "body": "eggs"}]));
         let found = l.read(&result).unwrap();
         assert_eq!(found.len(), 2);
         assert_eq!(found[0].id(), "n1");
         assert_eq!(found[0].label(), Some("Groceries"));
         assert_eq!(found[1].id(), "7");
         // The default version changes with anything in the record.
-        let changed = json!({"structuredContent": {"notes": [
-            {"id": "n1", "title": "Groceries", "body": "MILK"}]}});
+        let changed = notes(json!([{"id": "n1", "title": "Groceries", "body": "MILK"}]));
         let again = l.read(&changed).unwrap();
         assert_ne!(found[0].version(), again[0].version());
         // The same record, its keys in another order: the same version.
-        let reordered = json!({"structuredContent": {"notes": [
-            {"body": "milk", "title": "Groceries", "id": "n1"}]}});
+        let reordered = notes(json!([{"body": "milk", "title": "Groceries", "id": "n1"}]));
         assert_eq!(found[0].version(), l.read(&reordered).unwrap()[0].version());
     }
 
@@ -266,22 +386,18 @@ mod tests {
     #[test]
     fn records_the_gateway_cannot_use_refuse_the_call() {
         let l = lookup(Some("/v"));
-        for notes in [
+        for records in [
             json!([{"title": "no id", "v": 1}]),
             json!([{"id": {"nested": 1}, "v": 1}]),
             json!([{"id": 1.5, "v": 1}]),
             json!([{"id": "n1"}]),
         ] {
-            let result = json!({"structuredContent": {"notes": notes}});
-            assert!(l.read(&result).is_err(), "{notes}");
+            assert!(l.read(&notes(records.clone())).is_err(), "{records}");
         }
         let many: Vec<Value> = (0..=MAX_RECORDS)
             .map(|n| json!({"id": n, "v": 1}))
             .collect();
-        assert!(
-            l.read(&json!({"structuredContent": {"notes": many}}))
-                .is_err()
-        );
+        assert!(l.read(&notes(json!(many))).is_err());
         // Nothing matched: no candidates (the layer answers that nothing matched).
         assert!(
             l.read(&json!({"structuredContent": {}}))

@@ -27,7 +27,7 @@ use crate::policy::Verdict;
 use crate::relay::{self, Relay, RelayContext, Sealer};
 use crate::upstream::Upstream;
 
-use crate::answer::{GatewayBody, json_answer, plain, rpc_error};
+use crate::answer::{GatewayBody, json_answer, plain, rpc_error, rpc_refusal};
 
 /// The most a request body may hold (bytes).
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -111,6 +111,12 @@ mod refusal {
         "The upstream server's tools cannot be listed; no call is forwarded.";
     pub const BAD_REQUEST: &str = "The request cannot be read.";
     pub const TOO_LARGE: &str = "The request is too large.";
+    /// A pick-one tool's call without an argument its lookup reads: the records it acts on
+    /// cannot be found, and a lookup without its filter would offer every record.
+    pub const UNNAMED_RECORD: &str =
+        "The call does not name the records it acts on; nothing was run.";
+    /// `data.reason` of [`UNNAMED_RECORD`].
+    pub const UNNAMED_RECORD_REASON: &str = "lookup_argument_missing";
 }
 
 impl Route {
@@ -508,6 +514,28 @@ impl Route {
                 tracing::info!(route = %self.path, tool, revision = %built.catalog.revision,
                     "a call of a tool the operator denies was refused");
                 return rpc_error(StatusCode::OK, -32602, refusal::DENIED, id);
+            }
+            // A lookup runs only with the arguments it filters by: without one, it would find
+            // every record and the form would offer them all.
+            if let Some(judged) = built.catalog.judge(tool)
+                && matches!(judged.verdict, Verdict::PickOne { .. })
+                && let Some(lookup) = self.lookups.get(tool)
+            {
+                let arguments = message
+                    .as_ref()
+                    .and_then(|m| m.pointer("/params/arguments"))
+                    .unwrap_or(&Value::Null);
+                if let Err(why) = lookup.check_call(arguments) {
+                    tracing::info!(route = %self.path, tool, reason = %why,
+                        "a call its lookup cannot filter was refused");
+                    return rpc_refusal(
+                        StatusCode::OK,
+                        -32602,
+                        refusal::UNNAMED_RECORD,
+                        refusal::UNNAMED_RECORD_REASON,
+                        id,
+                    );
+                }
             }
             // Which policy revision the layer decides this call under (the list and the
             // operator's entries it was built from).

@@ -76,13 +76,14 @@ async fn serve_upstream(
                 .push((name.clone(), arguments.clone(), user));
             match name.as_str() {
                 "notes_search" => {
-                    let query = arguments["query"].as_str().unwrap_or("");
+                    // Without a query, every note: as many read tools answer.
+                    let query = arguments.get("query").and_then(Value::as_str);
                     let notes: Vec<Value> = up
                         .notes
                         .lock()
                         .unwrap()
                         .iter()
-                        .filter(|n| n["title"] == query)
+                        .filter(|n| query.is_none_or(|q| n["title"] == q))
                         .cloned()
                         .collect();
                     let notes = up.lie.lock().unwrap().clone().unwrap_or(json!(notes));
@@ -186,6 +187,43 @@ fn offered(asked: &Value) -> Vec<String> {
         .iter()
         .map(|o| o.get("const").unwrap_or(o).as_str().unwrap().to_owned())
         .collect()
+}
+
+#[tokio::test]
+async fn a_call_without_what_its_lookup_reads_is_refused_before_anything_runs() {
+    // #52, finding 3: `notes_delete {"id": "n3"}` with a lookup that reads the title: the
+    // lookup ran without its query, the upstream returned every note, and the form offered
+    // them all (a client taking the first option deleted n1).
+    let f = fixture(LOOKUP).await;
+    for (n, arguments) in [
+        json!({"id": "n3"}),
+        json!({}),
+        json!({"title": null, "id": "n3"}),
+        json!({"title": "", "id": "n3"}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let refused = f.post(&call(n as i64, arguments.clone()), &[]).await;
+        assert_eq!(refused["error"]["code"], -32602, "{arguments}: {refused}");
+        assert_eq!(
+            refused["error"]["message"],
+            "The call does not name the records it acts on; nothing was run."
+        );
+        assert_eq!(
+            refused["error"]["data"]["reason"],
+            "lookup_argument_missing"
+        );
+    }
+    assert!(
+        f.up.calls.lock().unwrap().is_empty(),
+        "nothing ran upstream"
+    );
+    // Named, it is asked as before.
+    let asked = f
+        .post(&call(9, json!({"title": "Taxes", "id": "n3"})), &[])
+        .await;
+    assert_eq!(offered(&asked), ["n4"]);
 }
 
 #[tokio::test]
@@ -350,6 +388,14 @@ fn lookups_a_hurried_operator_writes_are_refused() {
         (
             LOOKUP.replace("select_into = \"id\"", "select_into = \"\""),
             "select_into",
+        ),
+        // Looked up again without the choice, the lookup would lack its argument.
+        (
+            LOOKUP.replace(
+                "arguments = { query = \"/title\" }",
+                "arguments = { query = \"/title\", id = \"/id\" }",
+            ),
+            "the argument the choice is written into",
         ),
     ] {
         let error = GatewayConfig::from_toml(&format!("{base}{lookup}"))
