@@ -507,9 +507,13 @@ pub struct Lookup {
     pub records: String,
     /// Each record's id (RFC 6901 within the record, e.g. `/id`): a string or an integer.
     pub id: String,
-    /// Each record's label, shown in the form (default: the id).
+    /// What the form shows of each record after its id (RFC 6901 within the record): one
+    /// pointer (`"/title"`) or several (`["/title", "/owner"]`), each value cleaned and capped.
+    /// The id always comes first (`t-1 · Login page`), so records with the same title read
+    /// differently; records that would still read the same refuse the call (default: the id
+    /// alone).
     #[serde(default)]
-    pub label: Option<String>,
+    pub label: Option<Label>,
     /// Each record's version (default: a digest of the whole record as the read tool returned
     /// it, so any change it shows is a change).
     #[serde(default)]
@@ -517,6 +521,26 @@ pub struct Lookup {
     /// The argument of the confirmed call the chosen id is written into, replacing what the
     /// caller sent there.
     pub select_into: String,
+}
+
+/// Where a lookup's labels come from: one JSON Pointer, or several, shown in order.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Label {
+    /// One pointer (`label = "/title"`).
+    One(String),
+    /// Several (`label = ["/title", "/owner"]`).
+    Many(Vec<String>),
+}
+
+impl Label {
+    /// Its pointers, in order.
+    pub fn pointers(&self) -> &[String] {
+        match self {
+            Self::One(pointer) => std::slice::from_ref(pointer),
+            Self::Many(pointers) => pointers,
+        }
+    }
 }
 
 /// What the operator says a tool's calls get. When an upstream's annotations say otherwise,
@@ -856,7 +880,12 @@ impl Lookup {
         };
         pointer("id", &self.id)?;
         if let Some(label) = &self.label {
-            pointer("label", label)?;
+            if label.pointers().is_empty() {
+                return Err("label names no pointer: leave it out to show the id alone".into());
+            }
+            for p in label.pointers() {
+                pointer("label", p)?;
+            }
         }
         if let Some(version) = &self.version {
             pointer("version", version)?;

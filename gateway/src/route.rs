@@ -672,6 +672,8 @@ fn build_layer(
                             async move { lookup.candidates(asked).await }
                         })
                         .select_into(select)
+                        // The cap the gateway built and checked its labels under.
+                        .max_label_chars(crate::lookup::LABEL_CHARS)
                         .input_key(relay::OWN_KEY);
                         if let Some(message) = message {
                             policy = policy.message(message.clone());
