@@ -287,7 +287,13 @@ impl GuardedTool {
         structured: bool,
     ) -> Self {
         Self {
-            binding: ToolBinding::new(audience, TOOLS_CALL, name, &policy.input_key),
+            binding: ToolBinding::with_rule(
+                audience,
+                TOOLS_CALL,
+                name,
+                &policy.input_key,
+                policy.rule().as_deref(),
+            ),
             policy,
             param_header,
             structured,

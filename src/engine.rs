@@ -127,6 +127,12 @@ pub(crate) fn check_protocol(
     call: &ToolCall,
     declared: Option<&Declared>,
 ) -> Result<(), Refused> {
+    if let Some(version) = legacy_era(supported_versions, call, declared) {
+        return Err(Refused::new(
+            RpcError::legacy_client(supported_versions, version),
+            format!("a {version} (earlier era) request of a confirmed tool"),
+        ));
+    }
     if let Some(d) = declared
         && (!d.method.is(TOOLS_CALL) || !d.name.is(&call.tool))
     {
@@ -170,6 +176,37 @@ pub(crate) fn check_protocol(
             "arguments is not an object",
         ))
     }
+}
+
+/// The version a request of an earlier protocol era speaks, if it is one: over HTTP it declares
+/// an unsupported version older than every supported one in `MCP-Protocol-Version`, and its
+/// body carries no `_meta` version (a 2025 request never does).
+fn legacy_era<'d>(
+    supported_versions: &[String],
+    call: &ToolCall,
+    declared: Option<&'d Declared>,
+) -> Option<&'d str> {
+    let Field::Value(version) = &declared?.protocol_version else {
+        return None;
+    };
+    let is_date = version.len() == 10
+        && version.bytes().enumerate().all(|(i, b)| {
+            if i == 4 || i == 7 {
+                b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        });
+    let older = supported_versions
+        .iter()
+        .all(|v| version.as_str() < v.as_str());
+    let meta_version = call
+        .params
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.get(META_PROTOCOL_VERSION))
+        .is_some();
+    (is_date && older && !meta_version).then_some(version.as_str())
 }
 
 /// Whether this request itself declares form elicitation. Earlier requests never count.

@@ -52,8 +52,16 @@ fn narrow_property(argument: &str, how: &Narrowing, value: Option<&Value>) -> Op
         (Narrowing::Subset, Some(Value::Array(items)))
             if !items.is_empty() && items.iter().all(Value::is_string) =>
         {
+            // An enum lists each value once (strict validators refuse repeats); the call's own
+            // list, repeats and all, stays the default.
+            let mut choices: Vec<&Value> = Vec::with_capacity(items.len());
+            for item in items {
+                if !choices.contains(&item) {
+                    choices.push(item);
+                }
+            }
             serde_json::json!({"type": "array", "title": title, "minItems": 1,
-                "items": {"type": "string", "enum": items}, "default": items})
+                "items": {"type": "string", "enum": choices}, "default": items})
         }
         (Narrowing::AtMost, Some(Value::Number(n))) if n.as_f64().is_some_and(|f| f >= 0.0) => {
             let kind = if n.is_f64() { "number" } else { "integer" };
@@ -305,6 +313,10 @@ pub(crate) fn argument_lines(arguments: Option<&Value>) -> Vec<String> {
     lines
 }
 
+/// Fields of an answer that would name a tool: refused whole unless the form itself showed
+/// them (a policy may call its choice field `name`).
+const TOOL_FIELDS: [&str; 2] = ["tool", "name"];
+
 /// What the client answered for our key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Answer {
@@ -379,6 +391,17 @@ fn read_content(
     signed: &[Shown],
     content: &serde_json::Map<String, Value>,
 ) -> Answer {
+    // An answer edits at most the declared arguments, never the tool: a field that would name
+    // one (and that the form did not show) makes the whole answer invalid, as on the page.
+    let shown = |field: &str| {
+        field == policy.confirm_field || (policy.resolver.is_some() && field == policy.choice_field)
+    };
+    if TOOL_FIELDS
+        .iter()
+        .any(|field| content.contains_key(*field) && !shown(field))
+    {
+        return Answer::Invalid("a field naming a tool");
+    }
     let confirm = match content.get(&policy.confirm_field) {
         None => return Answer::AskAgain("the confirm field is missing"),
         Some(Value::Bool(confirm)) => *confirm,
@@ -454,6 +477,61 @@ mod tests {
 
     fn read(policy: &ToolPolicy, v: Value) -> Answer {
         read_answer(policy, &signed(), Some(&v))
+    }
+
+    /// An answer that names a tool is refused whole, as the approval page refuses it; a
+    /// form that shows a field of that name reads it as its own.
+    #[test]
+    fn an_answer_naming_a_tool_is_refused_whole() {
+        let policy = pick();
+        for field in ["tool", "name"] {
+            let mut content = json!({"note_id": "note-7", "confirm": true});
+            content[field] = json!("notes_purge_all");
+            assert_eq!(
+                read(
+                    &policy,
+                    json!({"delete_choice": {"action": "accept", "content": content}})
+                ),
+                Answer::Invalid("a field naming a tool"),
+                "{field}"
+            );
+        }
+        let named = pick().choice_field("name");
+        assert_eq!(
+            read(
+                &named,
+                json!({"delete_choice": {"action": "accept",
+                    "content": {"name": "note-7", "confirm": true}}})
+            ),
+            Answer::Accept {
+                chosen: Some("note-7".into()),
+                standing: false,
+                narrowed: None
+            }
+        );
+        // A confirm-only form never shows a choice: `name` is not its field.
+        let plain = ToolPolicy::confirm_only();
+        assert_eq!(
+            read_answer(
+                &plain,
+                &[],
+                Some(&json!({"confirmation": {"action": "accept",
+                    "content": {"confirm": true, "name": "x"}}}))
+            ),
+            Answer::Invalid("a field naming a tool")
+        );
+    }
+
+    /// A list argument with repeated values is offered with each value once (a strict JSON
+    /// Schema validator refuses an enum with repeats); its default is the call's own list.
+    #[test]
+    fn a_subset_lists_each_value_once() {
+        let policy = ToolPolicy::confirm_only().narrowable("ids", Narrowing::Subset);
+        let call = json!({"ids": ["f001", "f001", "f002"]});
+        let s = serde_json::to_value(schema(&policy, &[], None, Some(&call))).unwrap();
+        let ids = &s["properties"]["narrow_ids"];
+        assert_eq!(ids["items"]["enum"], json!(["f001", "f002"]));
+        assert_eq!(ids["default"], json!(["f001", "f001", "f002"]));
     }
 
     #[test]

@@ -801,12 +801,24 @@ impl ConfirmLayerBuilder {
             let guarded = GuardedTool::new(&audience, &name, policy, header, structured);
             tools.insert(name, Arc::new(guarded));
         }
+        let structured_tools = listed.as_ref().map(|listed| {
+            listed
+                .iter()
+                .filter(|(_, info)| info.structured)
+                .map(|(name, _)| name.clone())
+                .collect()
+        });
         let known_tools = listed.map(|listed| listed.into_keys().collect());
         let marks = tools
             .iter()
             .map(|(name, tool)| (name.clone(), listing::mark_of(&tool.policy)))
             .collect();
-        let listing = ToolListing::new(marks, self.exempt.into_iter().collect(), known_tools);
+        let listing = ToolListing::new(
+            marks,
+            self.exempt.into_iter().collect(),
+            known_tools,
+            structured_tools,
+        );
         Ok(ConfirmLayer {
             config: Arc::new(Config {
                 audience: audience.clone(),

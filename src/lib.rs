@@ -208,7 +208,7 @@ pub mod store;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod token;
-mod tools;
+pub mod tools;
 
 /// Internals the project's own benchmarks and tests measure directly. Not part of the API:
 /// compiled only with the `bench` feature, no stability.
@@ -330,12 +330,27 @@ pub mod __fuzz {
                 let id: Value = serde_json::from_str(&call.id).expect("the id is JSON");
                 assert_eq!(value["id"], id);
             }
+            Parsed::Retry(call) => {
+                let value: Value = serde_json::from_slice(bytes).expect("a retry's body is JSON");
+                assert_eq!(value["method"], "tools/call");
+                assert_ne!(call.tool, "notes_delete");
+                assert!(call.is_retry(), "a retry without a retry's members");
+            }
             Parsed::Forward | Parsed::Listing { .. } => {
                 if let Ok(value) = serde_json::from_slice::<Value>(bytes) {
                     assert!(
                         !(value["method"] == "tools/call"
                             && value["params"]["name"] == "notes_delete"),
                         "a guarded call was forwarded unconfirmed"
+                    );
+                    // A retry of any tool is looked at before it goes on: a state of the
+                    // layer's must never reach the inner service unread.
+                    assert!(
+                        !(value["method"] == "tools/call"
+                            && value["params"]["name"].is_string()
+                            && (value["params"].get("requestState").is_some()
+                                || value["params"].get("inputResponses").is_some())),
+                        "a retry was forwarded unread"
                     );
                 }
             }

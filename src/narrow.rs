@@ -37,6 +37,23 @@ impl Narrowing {
             Self::OneOf(_) => "this or a narrower value",
         }
     }
+
+    /// Whether the call's own value of an argument (`None`: not sent) can be narrowed as
+    /// declared: a list with an element, a number not below zero, a boolean (or no value, for
+    /// a flag the call did not set), a string of the declared order. Anything else (a `"true"`
+    /// or a `"50"` sent as a string, `null`, a list for a `OneOf`) cannot: every channel shows
+    /// it as it was sent and approves it as asked, and [`narrow`] refuses any edit of it.
+    pub(crate) fn can_narrow(&self, value: Option<&Value>) -> bool {
+        match (self, value) {
+            (Self::Subset, Some(Value::Array(items))) => !items.is_empty(),
+            (Self::AtMost, Some(Value::Number(n))) => {
+                n.as_u64().is_some() || n.as_f64().is_some_and(|f| f >= 0.0)
+            }
+            (Self::TurnOn, None | Some(Value::Bool(_))) => true,
+            (Self::OneOf(order), Some(Value::String(now))) => order.contains(now),
+            _ => false,
+        }
+    }
 }
 
 /// Why an edit was refused; nothing of it applies.
@@ -119,84 +136,72 @@ fn check(
     before: Option<&Value>,
     after: &Value,
 ) -> Result<(), NarrowError> {
-    let wider = || NarrowError::Wider(name.to_owned());
-    let not = || NarrowError::NotNarrowable(name.to_owned());
-    match how {
-        Narrowing::Subset => {
-            let (Some(Value::Array(before)), Value::Array(after)) = (before, after) else {
-                return Err(if matches!(before, Some(Value::Array(_))) {
-                    wider()
-                } else {
-                    not()
-                });
-            };
-            if after.is_empty() {
-                return Err(wider());
-            }
-            // Each element kept at most as often as the call had it.
-            let mut left: Vec<&Value> = before.iter().collect();
-            for element in after {
-                let Some(at) = left.iter().position(|v| *v == element) else {
-                    return Err(wider());
-                };
-                left.swap_remove(at);
-            }
-            Ok(())
-        }
-        Narrowing::AtMost => {
-            let Some(Value::Number(before)) = before else {
-                return Err(not());
-            };
-            let Value::Number(after) = after else {
-                return Err(wider());
-            };
-            // Whole numbers stay whole, and are compared exactly (as f64, 2^62 + 511 would pass
-            // for 2^62); a fraction is never "less" of a whole limit.
-            let whole = |n: &serde_json::Number| {
-                n.as_i64()
-                    .map(i128::from)
-                    .or_else(|| n.as_u64().map(i128::from))
-            };
-            match (whole(before), whole(after)) {
-                (Some(b), _) if b < 0 => Err(not()),
-                (Some(b), Some(a)) if (0..=b).contains(&a) => Ok(()),
-                (Some(_), _) => Err(wider()),
-                (None, after_whole) => {
-                    // A fractional limit: compared as f64, with a whole edit only where f64 holds
-                    // it exactly.
-                    let (Some(b), Some(a)) = (before.as_f64(), after.as_f64()) else {
-                        return Err(wider());
-                    };
-                    let exact = after_whole.is_none_or(|w| a as i128 == w);
-                    if b < 0.0 {
-                        Err(not())
-                    } else if exact && (0.0..=b).contains(&a) {
-                        Ok(())
-                    } else {
-                        Err(wider())
-                    }
-                }
+    // The one place that says what can be narrowed: the page and the form show an input only
+    // where this holds, and approve the rest as asked.
+    if !how.can_narrow(before) {
+        return Err(NarrowError::NotNarrowable(name.to_owned()));
+    }
+    let narrower = match (how, before) {
+        (Narrowing::Subset, Some(Value::Array(before))) => subset(before, after),
+        (Narrowing::AtMost, Some(Value::Number(before))) => at_most(before, after),
+        (Narrowing::TurnOn, _) => *after == Value::Bool(true),
+        (Narrowing::OneOf(order), Some(Value::String(before))) => {
+            let at = |v: &str| order.iter().position(|o| o == v);
+            match (at(before), after) {
+                (Some(was), Value::String(after)) => at(after).is_some_and(|is| is <= was),
+                _ => false,
             }
         }
-        Narrowing::TurnOn => match (before, after) {
-            (None | Some(Value::Bool(false)), Value::Bool(true)) => Ok(()),
-            (None | Some(Value::Bool(_)), _) => Err(wider()),
-            _ => Err(not()),
-        },
-        Narrowing::OneOf(order) => {
-            let Some(Value::String(before)) = before else {
-                return Err(not());
+        _ => false,
+    };
+    if narrower {
+        Ok(())
+    } else {
+        Err(NarrowError::Wider(name.to_owned()))
+    }
+}
+
+/// Whether `after` keeps some of `before`'s elements, at least one, each at most as often as
+/// the call had it.
+fn subset(before: &[Value], after: &Value) -> bool {
+    let Value::Array(after) = after else {
+        return false;
+    };
+    if after.is_empty() {
+        return false;
+    }
+    let mut left: Vec<&Value> = before.iter().collect();
+    for element in after {
+        let Some(at) = left.iter().position(|v| *v == element) else {
+            return false;
+        };
+        left.swap_remove(at);
+    }
+    true
+}
+
+/// Whether `after` is a number from zero to `before` (which is not below zero).
+fn at_most(before: &serde_json::Number, after: &Value) -> bool {
+    let Value::Number(after) = after else {
+        return false;
+    };
+    // Whole numbers stay whole, and are compared exactly (as f64, 2^62 + 511 would pass for
+    // 2^62); a fraction is never "less" of a whole limit.
+    let whole = |n: &serde_json::Number| {
+        n.as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))
+    };
+    match (whole(before), whole(after)) {
+        (Some(b), Some(a)) => (0..=b).contains(&a),
+        (Some(_), None) => false,
+        (None, after_whole) => {
+            // A fractional limit: compared as f64, with a whole edit only where f64 holds it
+            // exactly.
+            let (Some(b), Some(a)) = (before.as_f64(), after.as_f64()) else {
+                return false;
             };
-            let Some(was) = order.iter().position(|v| v == before) else {
-                return Err(not());
-            };
-            let Value::String(after) = after else {
-                return Err(wider());
-            };
-            match order.iter().position(|v| v == after) {
-                Some(is) if is <= was => Ok(()),
-                _ => Err(wider()),
-            }
+            after_whole.is_none_or(|w| a as i128 == w) && (0.0..=b).contains(&a)
         }
     }
 }
@@ -347,6 +352,11 @@ mod tests {
                             narrower(how, original.get(key), value),
                             "{key}: {:?} -> {value}", original.get(key)
                         );
+                        // Only a value the page and the form offer to narrow is ever changed.
+                        prop_assert!(
+                            how.can_narrow(original.get(key)),
+                            "{key}: {:?} cannot be narrowed", original.get(key)
+                        );
                     }
                     for key in original.keys() {
                         prop_assert!(out.contains_key(key), "{key} dropped");
@@ -386,6 +396,98 @@ mod tests {
             ),
             Ok(Some(_))
         ));
+    }
+
+    #[test]
+    fn a_value_of_another_kind_cannot_be_narrowed_and_any_edit_of_it_is_refused() {
+        // What models send: booleans and numbers as strings, a list for an enum, null, nothing.
+        let cases = [
+            (
+                "dry_run",
+                vec![
+                    json!("true"),
+                    json!("false"),
+                    json!(1),
+                    json!(null),
+                    json!([true]),
+                ],
+            ),
+            (
+                "limit",
+                vec![
+                    json!("50"),
+                    json!(null),
+                    json!(-5),
+                    json!(-0.5),
+                    json!([50]),
+                    json!(true),
+                ],
+            ),
+            (
+                "ids",
+                vec![
+                    json!("a"),
+                    json!([]),
+                    json!(null),
+                    json!({"a": 1}),
+                    json!(3),
+                ],
+            ),
+            (
+                "mode",
+                vec![
+                    json!(["delete"]),
+                    json!(null),
+                    json!("other"),
+                    json!(2),
+                    json!(true),
+                ],
+            ),
+        ];
+        for (name, values) in cases {
+            let how = &declared().into_iter().find(|(n, _)| n == name).unwrap().1;
+            // Not sent: a flag may still be turned on; anything else cannot be narrowed.
+            assert_eq!(how.can_narrow(None), name == "dry_run", "{name} not sent");
+            for value in values {
+                assert!(!how.can_narrow(Some(&value)), "{name}: {value}");
+                let mut asked = call();
+                asked.insert(name.into(), value.clone());
+                // As asked: no edit. Anything else, even what would narrow the right kind:
+                // refused as not narrowable.
+                assert_eq!(
+                    narrow(&declared(), &asked, &edit(json!({ name: value }))),
+                    Ok(None)
+                );
+                for other in [
+                    json!(true),
+                    json!(0),
+                    json!(["a"]),
+                    json!("dry_run"),
+                    json!(false),
+                ] {
+                    if other != value {
+                        assert_eq!(
+                            narrow(&declared(), &asked, &edit(json!({ name: other }))),
+                            Err(NarrowError::NotNarrowable(name.into())),
+                            "{name}: {value} -> {other}"
+                        );
+                    }
+                }
+            }
+        }
+        // The right kinds can.
+        for (name, value) in [
+            ("dry_run", json!(false)),
+            ("dry_run", json!(true)),
+            ("limit", json!(0)),
+            ("limit", json!(2.5)),
+            ("limit", json!(u64::MAX)),
+            ("ids", json!([1])),
+            ("mode", json!("dry_run")),
+        ] {
+            let how = &declared().into_iter().find(|(n, _)| n == name).unwrap().1;
+            assert!(how.can_narrow(Some(&value)), "{name}: {value}");
+        }
     }
 
     #[test]

@@ -456,6 +456,29 @@ struct Given {
     confirm_title: bool,
 }
 
+impl ToolPolicy {
+    /// The rule an answer to this tool's question is judged by, canonical, where it is not the
+    /// plain form answered by the caller: the channel and who approves. A state binds it, so a
+    /// state issued under a stricter rule (the approval page, four eyes, a passkey) is asked
+    /// again, never settled, under a relaxed one.
+    pub(crate) fn rule(&self) -> Option<String> {
+        match self.channel {
+            Channel::Form if self.approvers == Approvers::caller() => None,
+            Channel::Form => Some(format!("form;{}", canonical_approvers(&self.approvers))),
+            Channel::Browser { typed_id } => Some(format!(
+                "browser;typed_id={typed_id};{}",
+                canonical_approvers(&self.approvers)
+            )),
+        }
+    }
+}
+
+/// The approvers' rule as JSON (its fields in declaration order: the same text on every
+/// instance of a build).
+fn canonical_approvers(approvers: &Approvers) -> String {
+    serde_json::to_string(approvers).unwrap_or_else(|_| format!("{approvers:?}"))
+}
+
 impl fmt::Debug for ToolPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolPolicy")

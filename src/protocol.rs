@@ -157,6 +157,20 @@ impl RpcError {
         .with_data(json!({ "supported": supported, "requested": requested }))
     }
 
+    /// A request of an earlier protocol era (2025-06-18, 2025-11-25: a session, no `_meta`
+    /// per request, no form in a result) of a tool the layer confirms: it says what the client
+    /// lacks, not that its headers are wrong.
+    pub(crate) fn legacy_client(supported: &[String], requested: &str) -> Self {
+        Self::new(
+            code::UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version: confirming this tool needs an MCP 2026-07-28 client \
+             that declares form elicitation",
+            StatusCode::BAD_REQUEST,
+        )
+        .with_data(json!({ "supported": supported, "requested": requested,
+            "reason": "legacy_protocol" }))
+    }
+
     pub(crate) fn missing_form_elicitation() -> Self {
         Self::new(
             code::MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -410,6 +424,9 @@ pub(crate) enum Outcome {
     Cancelled,
     /// The live re-check refused the confirmed call.
     Revoked,
+    /// An acceptance arrived after the tool stopped needing a confirmation: nothing ran, the
+    /// client calls again under the policy as it is now.
+    PolicyChanged,
 }
 
 impl Outcome {
@@ -420,6 +437,7 @@ impl Outcome {
             Outcome::Declined => "declined",
             Outcome::Cancelled => "cancelled",
             Outcome::Revoked => "revoked",
+            Outcome::PolicyChanged => "policy_changed",
         }
     }
 
@@ -429,7 +447,10 @@ impl Outcome {
     /// Python SDK's refuse a plain one).
     fn is_error(self, structured: bool) -> bool {
         match self {
-            Outcome::NoCandidates | Outcome::TooManyCandidates | Outcome::Revoked => true,
+            Outcome::NoCandidates
+            | Outcome::TooManyCandidates
+            | Outcome::Revoked
+            | Outcome::PolicyChanged => true,
             Outcome::Declined | Outcome::Cancelled => structured,
         }
     }

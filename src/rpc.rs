@@ -120,6 +120,12 @@ where
                 let reply = decision::stacked(&call);
                 return Box::pin(std::future::ready(Ok(reply.into())));
             }
+            Parsed::Intercept(call, Route::Exempt) if call.is_retry() => {
+                let principal = config.message_principal(&msg.extensions);
+                let waived = decision::exempt(&call, principal.as_ref());
+                let decision = decision::retired::decide(config, call, principal, Some(waived));
+                return Box::pin(settle(Box::pin(decision), msg, inner));
+            }
             Parsed::Intercept(call, Route::Exempt) => {
                 let principal = config.message_principal(&msg.extensions);
                 msg.extensions
@@ -134,27 +140,52 @@ where
                 let reply = decision::unlisted(&call);
                 return Box::pin(std::future::ready(Ok(reply.into())));
             }
+            Parsed::Retry(call) => {
+                let principal = config.message_principal(&msg.extensions);
+                let decision = decision::retired::decide(config, call, principal, None);
+                return Box::pin(settle(Box::pin(decision), msg, inner));
+            }
             Parsed::Intercept(call, Route::Confirm(guarded)) => (call, guarded),
         };
         let span = crate::observe::call_span(&config.spans, &call);
         Box::pin(span.instrument(async move {
             let principal = config.message_principal(&msg.extensions);
-            match decision::decide(Arc::clone(&config), guarded, call, principal, None).await {
-                Decision::Reply(reply) => Ok(reply.into()),
-                Decision::Pass { body, waived } => {
-                    msg.body = body;
-                    msg.extensions.insert(waived);
-                    inner.call(msg).await
-                }
-                Decision::Forward(approved) => {
-                    msg.body = approved.body;
-                    msg.extensions.insert(approved.confirmed);
-                    let result = inner.call(msg).await;
-                    // The call is over: the nonce is consumed, whatever the outcome.
-                    drop(approved.guard);
-                    result
-                }
-            }
+            let decision = decision::decide(Arc::clone(&config), guarded, call, principal, None);
+            settle(Box::pin(decision), msg, inner).await
         }))
+    }
+}
+
+/// Carries out `decision` for `msg`: the layer's reply, or the inner service's.
+async fn settle<S>(
+    decision: BoxFuture<'static, Decision>,
+    mut msg: JsonRpcMessage,
+    mut inner: S,
+) -> Result<JsonRpcReply, S::Error>
+where
+    S: Service<JsonRpcMessage, Response = JsonRpcReply>,
+{
+    match decision.await {
+        Decision::Reply(reply) => Ok(reply.into()),
+        Decision::Pass { body, waived } => {
+            msg.body = body;
+            msg.extensions.insert(waived);
+            inner.call(msg).await
+        }
+        Decision::Untouched { body, waived } => {
+            msg.body = body;
+            if let Some(waived) = waived {
+                msg.extensions.insert(waived);
+            }
+            inner.call(msg).await
+        }
+        Decision::Forward(approved) => {
+            msg.body = approved.body;
+            msg.extensions.insert(approved.confirmed);
+            let result = inner.call(msg).await;
+            // The call is over: the nonce is consumed, whatever the outcome.
+            drop(approved.guard);
+            result
+        }
     }
 }

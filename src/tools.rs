@@ -2,6 +2,8 @@
 //! `confirm_destructive` can confirm them), and which argument travels in which `Mcp-Param-*`
 //! header (the tool's `x-mcp-header` schema annotations).
 //!
+//! [`is_destructive`] is public: one rule for every component that judges tool lists.
+//!
 //! The list is read from the JSON a `tools/list` answers with, so it comes from rmcp's
 //! `ToolRouter::list_all()` (serialized) as easily as from a server in another framework.
 
@@ -107,9 +109,12 @@ pub(crate) fn read(list: &Value) -> Result<HashMap<String, ToolInfo>, ToolListEr
     Ok(out)
 }
 
-/// Whether annotations (a tool's `annotations` member, if any) make a tool destructive; malformed
-/// annotations do (fail closed), unlike [`read`], which refuses them.
-pub(crate) fn is_destructive(annotations: Option<&Value>) -> bool {
+/// Whether a tool's `annotations` member (if any) makes it destructive, by the spec's rule:
+/// `readOnlyHint: true` never is; otherwise it is unless `destructiveHint: false`, so a tool that
+/// says nothing may be destructive. Malformed annotations (a hint that is not a boolean, annotations
+/// that are not an object) count as destructive: fail closed. The rule the layer applies to the
+/// tool list (`confirm_destructive`, `tools/list` marks) and the gateway to its upstreams'.
+pub fn is_destructive(annotations: Option<&Value>) -> bool {
     destructive("", annotations).unwrap_or(true)
 }
 

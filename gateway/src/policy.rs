@@ -44,6 +44,9 @@ pub enum Reason {
     Destructive,
     /// No annotations say: the spec's default is that it may be destructive.
     Unannotated,
+    /// Annotations that are not an object, or a hint that is not a boolean: counted
+    /// destructive (fail closed), as the core counts them.
+    Malformed,
     /// The operator gave it a lookup through a tool the gateway does not pass as it comes (a
     /// lookup runs unconfirmed, so it must be a read tool): denied until that is fixed.
     UnsafeLookup,
@@ -58,6 +61,9 @@ impl std::fmt::Display for Reason {
             Self::Destructive => "the upstream says destructiveHint: true",
             Self::Unannotated => {
                 "the upstream says neither readOnlyHint nor destructiveHint (the spec: it may be destructive)"
+            }
+            Self::Malformed => {
+                "the upstream's annotations are malformed (a hint that is not a boolean): counted destructive"
             }
             Self::UnsafeLookup => {
                 "its lookup tool is missing or is confirmed or denied here, and a lookup runs unconfirmed: denied"
@@ -94,28 +100,34 @@ pub fn decide(definition: &Value, entries: &BTreeMap<String, ToolEntry>) -> (Ver
         };
         return (verdict, Reason::Operator);
     }
+    // The core's rule decides (the layer reads the same list by it); the hints only say why.
     let annotations = definition.get("annotations");
-    let hint = |key: &str| {
-        annotations
-            .and_then(|a| a.get(key))
-            .and_then(Value::as_bool)
-    };
-    match (hint("readOnlyHint"), hint("destructiveHint")) {
-        (Some(true), _) => (Verdict::Pass, Reason::ReadOnly),
-        (_, Some(false)) => (Verdict::Pass, Reason::NotDestructive),
-        (_, Some(true)) => (Verdict::Confirm { message: None }, Reason::Destructive),
-        _ => (Verdict::Confirm { message: None }, Reason::Unannotated),
+    let hint = |key: &str| annotations.and_then(|a| a.get(key));
+    let says = |key: &str, value: bool| hint(key) == Some(&Value::Bool(value));
+    if !mcp_confirm::tools::is_destructive(annotations) {
+        let reason = match says("readOnlyHint", true) {
+            true => Reason::ReadOnly,
+            false => Reason::NotDestructive,
+        };
+        return (Verdict::Pass, reason);
     }
+    let malformed = annotations.is_some_and(|a| !a.is_object() && !a.is_null())
+        || ["readOnlyHint", "destructiveHint"]
+            .iter()
+            .any(|key| hint(key).is_some_and(|v| !v.is_boolean() && !v.is_null()));
+    let reason = match (malformed, says("destructiveHint", true)) {
+        (true, _) => Reason::Malformed,
+        (false, true) => Reason::Destructive,
+        (false, false) => Reason::Unannotated,
+    };
+    (Verdict::Confirm { message: None }, reason)
 }
 
 /// Whether the core's layer, reading `definition` in a tool list, counts it destructive (the
 /// spec's rule, which `decide` follows when the operator says nothing): such a tool that the
 /// operator allows is exempted, not left unconfigured.
 pub fn destructive_by_spec(definition: &Value) -> bool {
-    matches!(
-        decide(definition, &BTreeMap::new()).0,
-        Verdict::Confirm { .. }
-    )
+    mcp_confirm::tools::is_destructive(definition.get("annotations"))
 }
 
 #[cfg(test)]
@@ -176,11 +188,22 @@ mod tests {
                 Verdict::Confirm { message: None },
                 Reason::Unannotated,
             ),
-            // A hint of the wrong type says nothing.
+            // A hint of the wrong type is malformed: destructive, as the core counts it
+            // (#52, 8: one rule), even beside a read-only hint.
             (
                 json!({"name": "a", "annotations": {"readOnlyHint": "true"}}),
                 Verdict::Confirm { message: None },
-                Reason::Unannotated,
+                Reason::Malformed,
+            ),
+            (
+                json!({"name": "a", "annotations": {"readOnlyHint": true, "destructiveHint": 0}}),
+                Verdict::Confirm { message: None },
+                Reason::Malformed,
+            ),
+            (
+                json!({"name": "a", "annotations": "read-only"}),
+                Verdict::Confirm { message: None },
+                Reason::Malformed,
             ),
         ];
         for (definition, verdict, reason) in cases {

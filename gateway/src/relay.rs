@@ -23,18 +23,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use bytes::{Bytes, BytesMut};
-use hmac::{KeyInit, Mac};
 use http::{Request, Response, header};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full, Limited};
 use mcp_confirm::Principal;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use zeroize::Zeroizing;
 
 use crate::answer::{GatewayBody, json_answer};
 use crate::upstream::{BoxError, Upstream};
@@ -44,9 +39,6 @@ pub const NAMESPACE: &str = "mcp-confirm-gateway/";
 
 /// The key the gateway's own form is asked and answered under.
 pub const OWN_KEY: &str = "mcp-confirm-gateway/confirmation";
-
-/// How a continuation starts: the gateway's, not the core's (`mcpc1.`) nor the upstream's.
-pub const PREFIX: &str = "mcpgw1.";
 
 /// How long the client has to answer the upstream's question.
 pub const CONTINUATION_TTL: Duration = Duration::from_secs(600);
@@ -96,10 +88,11 @@ pub struct Continuation {
     pub ep: Option<String>,
 }
 
-/// Seals and opens continuations with a key derived from the gateway's own.
+/// Seals and opens continuations in the core's token format, under the route's key ring: a
+/// continuation sealed before a rotation opens while the ring still holds its key.
 #[derive(Clone)]
 pub struct Sealer {
-    key: Arc<Zeroizing<[u8; 32]>>,
+    keys: mcp_confirm::KeyRing,
 }
 
 impl std::fmt::Debug for Sealer {
@@ -108,61 +101,49 @@ impl std::fmt::Debug for Sealer {
     }
 }
 
-type HmacSha256 = hmac::Hmac<Sha256>;
+/// The domain continuations are sealed for: no other sealed value of the ring opens as one.
+const DOMAIN: &str = "mcp-confirm-gateway/continuation/v2";
 
 impl Sealer {
-    /// A sealer keyed from `secret` (the gateway's key), separated from every other use of it.
-    pub fn new(secret: &[u8]) -> Self {
-        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(secret)
-            .expect("HMAC takes a key of any length");
-        mac.update(b"mcp-confirm-gateway/continuation/v1");
-        let key: [u8; 32] = mac.finalize().into_bytes().into();
-        Self {
-            key: Arc::new(Zeroizing::new(key)),
-        }
+    /// A sealer under `keys` (the gateway's ring: the first key seals, every key opens).
+    pub fn new(keys: mcp_confirm::KeyRing) -> Self {
+        Self { keys }
     }
 
-    fn mac(&self) -> HmacSha256 {
-        <HmacSha256 as KeyInit>::new_from_slice(self.key.as_ref().as_slice())
-            .expect("HMAC takes a key of any length")
+    /// The continuation as a `requestState`; `None` if it is too large to seal.
+    pub fn seal(&self, continuation: &Continuation) -> Option<String> {
+        let payload = serde_json::to_vec(continuation).ok()?;
+        self.keys.seal_value(DOMAIN, &payload).ok()
     }
 
-    /// The continuation as a `requestState`.
-    pub fn seal(&self, continuation: &Continuation) -> String {
-        let payload = serde_json::to_vec(continuation).unwrap_or_default();
-        let mut mac = self.mac();
-        mac.update(PREFIX.as_bytes());
-        mac.update(&payload);
-        let tag = mac.finalize().into_bytes();
-        format!("{PREFIX}{}.{}", B64.encode(&payload), B64.encode(tag))
+    /// Whether `state` has a continuation's shape (the core's sealed-value format): such a
+    /// state is the route's to open, never the layer's nor the upstream's.
+    pub fn is_continuation(&self, state: &str) -> bool {
+        self.keys.is_sealed_value(state)
     }
 
-    /// The continuation a `requestState` holds, if this gateway sealed it (the tag compared in
-    /// constant time). Its binding, expiry and nonce are the caller's to check.
+    /// The continuation a `requestState` holds, if this gateway's ring sealed it (the tag
+    /// compared in constant time). Its binding, expiry and nonce are the caller's to check.
     ///
     /// # Errors
     /// Why not, for the log.
     pub fn open(&self, state: &str) -> Result<Continuation, &'static str> {
-        let rest = state.strip_prefix(PREFIX).ok_or("not a continuation")?;
-        let (payload, tag) = rest.split_once('.').ok_or("no tag")?;
-        let payload = B64.decode(payload).map_err(|_| "bad payload encoding")?;
-        let tag = B64.decode(tag).map_err(|_| "bad tag encoding")?;
-        let mut mac = self.mac();
-        mac.update(PREFIX.as_bytes());
-        mac.update(&payload);
-        mac.verify_slice(&tag).map_err(|_| "bad tag")?;
+        let payload = self.keys.open_value(DOMAIN, state).map_err(|e| match e {
+            mcp_confirm::token::SealError::UnknownKey => "sealed under a key no longer held",
+            mcp_confirm::token::SealError::BadTag => "bad tag",
+            _ => "not a continuation",
+        })?;
         serde_json::from_slice(&payload).map_err(|_| "bad payload")
     }
 }
 
-/// SHA-256 (hex) of `arguments` without `select_into`, canonical: what a continuation binds.
+/// The core's digest (hex) of `arguments` without `select_into`: what a continuation binds,
+/// computed as a `requestState` binds them.
 pub fn arguments_digest(arguments: &Value, select_into: Option<&str>) -> String {
-    let mut arguments = arguments.clone();
-    if let (Some(field), Some(map)) = (select_into, arguments.as_object_mut()) {
-        map.remove(field);
-    }
-    let hash = Sha256::digest(crate::catalog::canonical(&arguments).as_bytes());
-    mcp_confirm::__private::hex(&hash)
+    mcp_confirm::__private::hex(&mcp_confirm::token::arguments_digest(
+        Some(arguments),
+        select_into,
+    ))
 }
 
 /// What the relay needs from the route: who it is, and its replay store's epoch.
@@ -322,8 +303,13 @@ impl Rewriter {
             exp,
             ep: self.context.epoch.clone(),
         };
+        let sealed = self
+            .context
+            .sealer
+            .seal(&continuation)
+            .ok_or("the continuation is too large to seal")?;
         let mut message = message.clone();
-        message["result"]["requestState"] = json!(self.context.sealer.seal(&continuation));
+        message["result"]["requestState"] = json!(sealed);
         Ok(message)
     }
 }
@@ -540,29 +526,38 @@ mod tests {
         }
     }
 
+    fn ring(keys: &[(&str, u8)]) -> mcp_confirm::KeyRing {
+        use sha2::Digest;
+        mcp_confirm::KeyRing::new(
+            keys.iter()
+                .map(|(id, seed)| (*id, sha2::Sha256::digest([*seed]))),
+        )
+        .unwrap()
+    }
+
     #[test]
-    fn a_sealed_continuation_opens_only_unchanged_and_under_its_key() {
-        let sealer = Sealer::new(b"0123456789abcdef0123456789abcdef");
-        let sealed = sealer.seal(&continuation());
-        assert!(sealed.starts_with(PREFIX));
+    fn a_sealed_continuation_opens_only_unchanged_and_under_its_ring() {
+        let sealer = Sealer::new(ring(&[("k1", 1)]));
+        let sealed = sealer.seal(&continuation()).unwrap();
+        assert!(sealed.starts_with(mcp_confirm::token::PREFIX));
+        assert!(sealer.is_continuation(&sealed));
         let opened = sealer.open(&sealed).unwrap();
         assert_eq!(opened.bound, bound());
         assert_eq!(opened.up.as_deref(), Some("upstream-state"));
-        // Another key.
-        assert!(
-            Sealer::new(b"another key, also 32 bytes long!")
+        // Another key under the same id, or no such key.
+        assert!(Sealer::new(ring(&[("k1", 2)])).open(&sealed).is_err());
+        assert!(Sealer::new(ring(&[("k2", 1)])).open(&sealed).is_err());
+        // After a rotation to [k2, k1], the continuation sealed by k1 still opens (#52, 8).
+        assert_eq!(
+            Sealer::new(ring(&[("k2", 2), ("k1", 1)]))
                 .open(&sealed)
-                .is_err()
+                .unwrap()
+                .bound,
+            bound()
         );
-        // Any byte changed.
-        let (payload, tag) = sealed[PREFIX.len()..].split_once('.').unwrap();
-        let mut bytes = B64.decode(payload).unwrap();
-        let flip = bytes.len() / 2;
-        bytes[flip] ^= 1;
-        let forged = format!("{PREFIX}{}.{tag}", B64.encode(&bytes));
-        assert!(sealer.open(&forged).is_err());
-        for junk in ["", PREFIX, "mcpgw1.a", "mcpgw1.a.b", "mcpc1.x"] {
+        for junk in ["", "mcpgw1.a.b", "mcpc1.x", "up-1"] {
             assert!(sealer.open(junk).is_err(), "{junk:?}");
+            assert!(!sealer.is_continuation(junk), "{junk:?}");
         }
     }
 
@@ -589,7 +584,7 @@ mod tests {
             id: json!(7),
             bound: Some(bound()),
             context: Arc::new(RelayContext {
-                sealer: Sealer::new(&[1; 32]),
+                sealer: Sealer::new(ring(&[("k1", 1)])),
                 audience: "http://gw/notes/mcp".into(),
                 epoch: None,
                 definitions: Arc::default(),

@@ -583,7 +583,7 @@ impl Route {
             && message
                 .pointer("/params/requestState")
                 .and_then(Value::as_str)
-                .is_some_and(|state| state.starts_with(relay::PREFIX))
+                .is_some_and(|state| self.shared.sealer.is_continuation(state))
         {
             return self.continue_call(&built, parts, message).await;
         }

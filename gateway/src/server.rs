@@ -46,7 +46,7 @@ struct Inner {
     /// anew would forget which confirmations were claimed.
     store: StoreHandle,
     /// The random key made when the file names none, kept across reloads for the same reason.
-    random_keys: Option<(KeyRing, Sealer)>,
+    random_keys: Option<KeyRing>,
     /// Who a browser visitor of the pages is, when the gateway serves them.
     visitors: Option<Visitors>,
     /// The `Host` and `Origin` check every request passes first.
@@ -481,57 +481,42 @@ impl Inner {
         previous: Option<&Inner>,
     ) -> Result<Self, ConfigError> {
         let mut random_keys = None;
-        let (keys, sealer) = match &config.key {
+        let keys = match &config.key {
             None if !config.keys.is_empty() => {
                 let mut ring = Vec::new();
-                let mut first = None;
                 for named in &config.keys {
                     let hex = zeroize::Zeroizing::new(named.value.read(base)?);
                     let bytes = decode_hex(&hex).ok_or_else(|| {
                         ConfigError::Invalid(format!("keys.{}: not hex", named.id))
                     })?;
-                    first.get_or_insert_with(|| Sealer::new(hex.as_bytes()));
                     ring.push((named.id.clone(), zeroize::Zeroizing::new(bytes)));
                 }
-                let keys = KeyRing::new(ring.iter().map(|(id, b)| (id.clone(), b.as_slice())))
-                    .map_err(|e| ConfigError::Invalid(format!("keys: {e}")))?;
-                let sealer =
-                    first.ok_or_else(|| ConfigError::Invalid("`keys` names no key".into()))?;
-                (keys, sealer)
+                KeyRing::new(ring.iter().map(|(id, b)| (id.clone(), b.as_slice())))
+                    .map_err(|e| ConfigError::Invalid(format!("keys: {e}")))?
             }
             Some(secret) => {
                 let hex = zeroize::Zeroizing::new(secret.read(base)?);
-                let keys = KeyRing::single_hex("k1", &hex)
-                    .map_err(|e| ConfigError::Invalid(format!("key ({secret}): {e}")))?;
-                (keys, Sealer::new(hex.as_bytes()))
+                KeyRing::single_hex("k1", &hex)
+                    .map_err(|e| ConfigError::Invalid(format!("key ({secret}): {e}")))?
             }
             None => {
-                let pair = match previous.and_then(|p| p.random_keys.clone()) {
-                    Some(pair) => pair,
+                let keys = match previous.and_then(|p| p.random_keys.clone()) {
+                    Some(keys) => keys,
                     None => {
                         tracing::warn!(
                             "no `key` in the configuration: a random one was made; confirmations \
                              asked before a restart are refused after it, and no other gateway \
                              can share them"
                         );
-                        let random = zeroize::Zeroizing::new(format!(
-                            "{}{}",
-                            mcp_confirm::__private::hex(
-                                mcp_confirm::store::Nonce::random().as_bytes()
-                            ),
-                            mcp_confirm::__private::hex(
-                                mcp_confirm::store::Nonce::random().as_bytes()
-                            )
-                        ));
-                        let keys = KeyRing::single_hex("k1", &random)
-                            .map_err(|e| ConfigError::Invalid(format!("random key: {e}")))?;
-                        (keys, Sealer::new(random.as_bytes()))
+                        KeyRing::random()
                     }
                 };
-                random_keys = Some(pair.clone());
-                pair
+                random_keys = Some(keys.clone());
+                keys
             }
         };
+        // Continuations are sealed under the same ring, rotation honoured.
+        let sealer = Sealer::new(keys.clone());
         let store = match previous {
             Some(previous) if previous.config.store == config.store => previous.store.clone(),
             _ => open_store(&config.store, base)?,

@@ -169,9 +169,11 @@ impl FileLog {
         let scan = scan(&dir, &view_path, &key, &must_extend, Some(&mut witnessing))?;
         if let Some(problem) = scan.problems.first() {
             return Err(LogError::Damaged(format!(
-                "{problem} (run `mcp-confirm-audit inspect --dir {}` to see everything that differs; \
+                "{problem} (run `mcp-confirm-audit inspect --dir {} --key '{}' --secret-file \
+                 <the file holding this log's signing seed>` to see everything that differs; \
                  the log is not written again)",
-                dir.display()
+                dir.display(),
+                key.verifier()
             )));
         }
         let Scan {

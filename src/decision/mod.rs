@@ -24,6 +24,7 @@ mod browser;
 mod challenge;
 mod claim;
 mod queued;
+pub(crate) mod retired;
 mod standing;
 
 use std::sync::Arc;
@@ -52,6 +53,9 @@ pub(crate) enum Decision {
     Pass { body: Bytes, waived: Waived },
     /// Forward this confirmed call.
     Forward(Box<Approved>),
+    /// Not the layer's to decide (a tool it does not confirm, whose retry carries no state of
+    /// the layer's): forward `body` as received, with `waived` if the tool is exempt.
+    Untouched { body: Bytes, waived: Option<Waived> },
 }
 
 /// A confirmed call, ready for the inner service.
@@ -120,7 +124,7 @@ async fn decide_in_span(
     // to fail open). Should the log go down between the check before the claim and here, the
     // claimed confirmation is spent and nothing runs.
     let recorded = match &decision {
-        Decision::Reply(_) => Ok(()),
+        Decision::Reply(_) | Decision::Untouched { .. } => Ok(()),
         Decision::Pass { waived, .. } => {
             config
                 .report_decisive(DecisionEvent::Waived {
@@ -263,7 +267,22 @@ async fn try_decide(
     }
     let (claims, token) = match &call.params.request_state {
         None => (None, ""),
-        Some(Value::String(token)) => (Some(attempt.verify(token)?), token.as_str()),
+        Some(Value::String(token)) => match attempt.verify(token) {
+            Ok(claims) => (Some(claims), token.as_str()),
+            // Sound in every binding but the rule it was asked under: the tool's channel or
+            // approvers changed while the form was open (a reload, a rolling deploy). A state
+            // is judged by the rule it was issued under, which is gone, so the question is
+            // asked again under the rule in force; the old state stays unspent.
+            Err(StateError::InputKey) => {
+                step_refused(
+                    &call.tool,
+                    Some(principal),
+                    "a state issued under another rule for this tool: asked again",
+                );
+                (None, "")
+            }
+            Err(e) => return Err(Refused::state(e)),
+        },
         Some(_) => return Err(Refused::state(StateError::Format)),
     };
     // Whatever an earlier request declared, this one must be able to show (or answer) the form.
@@ -343,7 +362,7 @@ impl Attempt<'_> {
     }
 
     /// Checks a retry's state against this request and principal.
-    pub(super) fn verify(&self, token: &str) -> Result<Claims, Refused> {
+    pub(super) fn verify(&self, token: &str) -> Result<Claims, StateError> {
         self.config
             .sealer
             .verify(
@@ -353,10 +372,7 @@ impl Attempt<'_> {
                 token,
                 || self.guarded.request_digests(self.call),
             )
-            .map_err(|e| {
-                crate::observe::state_refused(&e);
-                Refused::state(e)
-            })
+            .inspect_err(crate::observe::state_refused)
     }
 
     /// The `input_required` answer asking `ask`, with the state `token`.

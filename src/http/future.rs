@@ -169,6 +169,18 @@ where
                                 listing: None,
                             }
                         }
+                        Decision::Untouched { body, waived } => {
+                            let mut parts = parts;
+                            if let Some(waived) = waived {
+                                parts.extensions.insert(waived);
+                            }
+                            let request = Request::from_parts(parts, RequestBody::buffered(body));
+                            State::Inner {
+                                future: inner.call(request),
+                                guard: None,
+                                listing: None,
+                            }
+                        }
                         Decision::Forward(approved) => {
                             let mut parts = parts;
                             parts.headers.remove(TRANSFER_ENCODING);
@@ -253,6 +265,35 @@ where
         Parsed::Intercept(call, _) if decision::settled_outside(&parts.extensions) => {
             State::Replying {
                 reply: Some(decision::stacked(&call)),
+            }
+        }
+        // A retry of a tool the layer does not confirm: on to the inner service only if what
+        // it carries is not the layer's own (an old state must not run under a new policy).
+        Parsed::Intercept(call, Route::Exempt) if call.is_retry() => {
+            let principal = config.principal(&parts.extensions);
+            let waived = decision::exempt(&call, principal.as_ref());
+            State::Deciding {
+                decision: Box::pin(decision::retired::decide(
+                    Arc::clone(config),
+                    call,
+                    principal,
+                    Some(waived),
+                )),
+                parts: Some(parts),
+                inner: Some(inner),
+            }
+        }
+        Parsed::Retry(call) => {
+            let principal = config.principal(&parts.extensions);
+            State::Deciding {
+                decision: Box::pin(decision::retired::decide(
+                    Arc::clone(config),
+                    call,
+                    principal,
+                    None,
+                )),
+                parts: Some(parts),
+                inner: Some(inner),
             }
         }
         Parsed::Intercept(call, Route::Exempt) => {

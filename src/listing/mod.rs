@@ -46,6 +46,8 @@ pub(crate) struct ToolListing {
     /// [`without_tool_list_unchecked`](crate::ConfirmLayerBuilder::without_tool_list_unchecked). A call of any other
     /// name is refused ([`Unconfirmed::Unlisted`]).
     known: Option<HashSet<String>>,
+    /// The tools of that list that declare an `outputSchema`; `None` without a list.
+    structured: Option<HashSet<String>>,
     /// Tools an answer showed as destructive (or declared with `#[confirm]`) that the layer has
     /// neither a policy nor an exemption for: their calls are refused from then on.
     undeclared: Undeclared,
@@ -67,11 +69,13 @@ impl ToolListing {
         marks: HashMap<String, Value>,
         exempt: HashSet<String>,
         known: Option<HashSet<String>>,
+        structured: Option<HashSet<String>>,
     ) -> Self {
         Self {
             marks,
             exempt,
             known,
+            structured,
             undeclared: Undeclared::default(),
         }
     }
@@ -91,6 +95,15 @@ impl ToolListing {
             return Some(Unconfirmed::Unlisted);
         }
         None
+    }
+
+    /// Whether the layer's own result for a call of `name` must be an error result: the tool
+    /// declares an `outputSchema` (its results must carry structured content the layer cannot
+    /// make up), or the layer was built without the list and cannot tell.
+    pub(crate) fn structured(&self, name: &str) -> bool {
+        self.structured
+            .as_ref()
+            .is_none_or(|structured| structured.contains(name))
     }
 
     /// What an answer shows of one tool: records it when it needs a confirmation the layer was

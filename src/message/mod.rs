@@ -68,6 +68,9 @@ pub(crate) enum Parsed<G> {
     Listing { id: String },
     /// A `tools/call` of a tool the layer confirms, with what the lookup found for it.
     Intercept(ToolCall, G),
+    /// A `tools/call` of a tool the layer does not confirm that carries what a retry carries
+    /// (`requestState`, `inputResponses`): it goes on as received unless they are the layer's.
+    Retry(ToolCall),
     /// Answer with this error; never forward. `id` is the raw request id, `None` for a notification.
     Reject { id: Option<String>, error: RpcError },
 }
@@ -100,6 +103,11 @@ impl ToolCall {
             .arguments
             .as_ref()
             .is_none_or(|m| self.body.get(m.span.start) == Some(&b'{'))
+    }
+
+    /// Whether the call carries what a retry carries: a `requestState` or `inputResponses`.
+    pub(crate) fn is_retry(&self) -> bool {
+        self.params.request_state.is_some() || self.params.input_responses.is_some()
     }
 
     /// `params.inputResponses`, built on first use (after the state verified).
@@ -207,27 +215,30 @@ pub(crate) fn classify<G>(body: &Bytes, guarded: impl Fn(&str) -> Option<G>) -> 
             ..
         }) => return invalid(id),
     };
-    let Some(found) = guarded(&name) else {
+    let found = guarded(&name);
+    if found.is_none() && members.request_state.is_none() && members.input_responses.is_none() {
         return Parsed::Forward;
-    };
+    }
     let Some(id) = id else {
-        // A notification cannot be confirmed (there is nothing to answer) and must not run.
+        // A notification cannot be confirmed (there is nothing to answer) and must not run; nor
+        // may one carry a retry's members past the layer unread.
         return Parsed::Reject {
             id: None,
             error: RpcError::invalid_request(),
         };
     };
-    match call_params(body, members) {
-        Some(params) => Parsed::Intercept(
-            ToolCall {
-                id: id.to_owned(),
-                tool: name.into_owned(),
-                params,
-                body: body.clone(),
-            },
-            found,
-        ),
-        None => invalid(Some(id)),
+    let Some(params) = call_params(body, members) else {
+        return invalid(Some(id));
+    };
+    let call = ToolCall {
+        id: id.to_owned(),
+        tool: name.into_owned(),
+        params,
+        body: body.clone(),
+    };
+    match found {
+        Some(found) => Parsed::Intercept(call, found),
+        None => Parsed::Retry(call),
     }
 }
 
@@ -409,6 +420,45 @@ mod tests {
             classify(&Bytes::copy_from_slice(escaped_method.as_bytes()), guarded),
             Parsed::Intercept(..)
         ));
+    }
+
+    /// A call of a tool the layer does not confirm goes on untouched, unless it carries what a
+    /// retry carries: then the layer looks at it first (a state of its own must not reach the
+    /// inner service under a policy that changed while the form was open).
+    #[test]
+    fn retries_of_tools_the_layer_does_not_confirm_are_looked_at() {
+        let other = DELETE.replace("notes_delete", "notes_list");
+        let classify_with = |params: &str| {
+            let body = other.replace(
+                r#""arguments":{"title":"x"}"#,
+                &format!(r#""arguments":{{"title":"x"}}{params}"#),
+            );
+            classify(&Bytes::from(body), guarded)
+        };
+        assert!(matches!(classify_with(""), Parsed::Forward));
+        for params in [
+            r#","requestState":"mcpc1.abc""#,
+            r#","requestState":null"#,
+            r#","inputResponses":{"k":{"action":"decline"}}"#,
+        ] {
+            assert!(
+                matches!(classify_with(params), Parsed::Retry(ref c) if c.tool == "notes_list" && c.is_retry()),
+                "{params}"
+            );
+        }
+        // Members of nested objects are not a retry's.
+        assert!(matches!(
+            classify_with(r#","x":{"requestState":"mcpc1.abc"}"#),
+            Parsed::Forward
+        ));
+        // A notification carrying them is refused, not forwarded.
+        let notification = other
+            .replace(r#""id":1,"#, "")
+            .replace(r#""arguments""#, r#""requestState":"s","arguments""#);
+        assert_eq!(
+            reject_code(notification.as_bytes()),
+            (None, code::INVALID_REQUEST)
+        );
     }
 
     /// The members an intercepted call reads later are read as serde_json reads them, under any

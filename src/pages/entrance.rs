@@ -8,7 +8,7 @@ use http_body_util::Full;
 use maud::html;
 
 use super::anti_forgery::same_origin;
-use super::form::read_form;
+use super::form::{read_form, repeated_refused, repeats};
 use super::skeleton::{notice, page};
 use super::visitor::Visitor;
 use crate::audit::event::DecisionEvent;
@@ -29,6 +29,9 @@ pub(crate) struct Entrance<'a> {
     /// The page's channel name in the audit log, and its name in a refusal ("the passkey page").
     pub(crate) channel: &'static str,
     pub(crate) name: &'static str,
+    /// The fields the page's forms carry as lists (checkboxes of one name): any other field a
+    /// post repeats refuses it whole ([`no_lists`](super::form::no_lists): none).
+    pub(crate) lists: fn(&str) -> bool,
 }
 
 /// A request that came in: to show the page, or a form post (its body read, its token not yet
@@ -68,7 +71,8 @@ impl Entrance<'_> {
     }
 
     /// The whole preamble: [`admit`](Self::admit), then for a post, its own origin and a form
-    /// body of at most [`MAX_FORM_BYTES`](super::form::MAX_FORM_BYTES).
+    /// body of at most [`MAX_FORM_BYTES`](super::form::MAX_FORM_BYTES) that repeats no field
+    /// but the page's [`lists`](Self::lists).
     pub(crate) async fn enter<B>(&self, request: Request<B>) -> Result<Entry, Response<Full<Bytes>>>
     where
         B: Body,
@@ -93,6 +97,9 @@ impl Entrance<'_> {
         }
         let (parts, body) = request.into_parts();
         let body = read_form(&parts.headers, body).await?;
+        if repeats(&body, self.lists) {
+            return Err(repeated_refused(self.channel, &visitor.principal));
+        }
         Ok(Entry::Post(visitor, body))
     }
 }

@@ -23,7 +23,7 @@ pub(crate) mod visitor;
 
 pub(crate) use anti_forgery::{FormPurpose, FormTokens, form_refused};
 pub(crate) use entrance::{Entrance, Entry};
-pub(crate) use form::{form_value, form_values};
+pub(crate) use form::{form_value, form_values, no_lists, repeated_refused, repeats};
 #[cfg(feature = "passkeys")]
 pub(crate) use skeleton::page_with_script;
 pub(crate) use skeleton::{http_date, notice, page};

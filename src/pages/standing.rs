@@ -106,6 +106,7 @@ impl StandingPage {
             sign_in_title: "Sign in to see your standing approvals",
             channel: CHANNEL,
             name: "the standing-approvals page",
+            lists: crate::pages::no_lists,
         };
         match entrance.enter(request).await {
             Ok(Entry::Show(visitor)) => self.show(&visitor, None).await,

@@ -18,6 +18,7 @@ const MAC_KEY_INFO: &[u8] = b"mcp-confirm/requestState/v1/mac";
 const PRINCIPAL_KEY_INFO: &[u8] = b"mcp-confirm/requestState/v1/principal";
 const FORM_KEY_INFO: &[u8] = b"mcp-confirm/pages/v2/anti-forgery";
 const SEAL_KEY_INFO: &[u8] = b"mcp-confirm/pages/v1/sealed-values";
+const VALUE_KEY_INFO: &[u8] = b"mcp-confirm/sealed-values/v1";
 
 pub(crate) type HmacSha256 = hmac::Hmac<Sha256>;
 
@@ -82,6 +83,8 @@ pub(crate) struct RingKey {
     form: HmacSha256,
     /// Tags the pages' own sealed values (a passkey ceremony's state).
     seal: HmacSha256,
+    /// Tags the values others seal with the ring ([`KeyRing::seal_value`]).
+    value: HmacSha256,
 }
 
 /// Whether a secret is obviously not from a random source: fewer than 16 distinct byte values
@@ -265,12 +268,15 @@ impl RingKey {
         let _ = hk.expand(FORM_KEY_INFO, &mut form[..]);
         let mut seal = Zeroizing::new([0u8; 32]);
         let _ = hk.expand(SEAL_KEY_INFO, &mut seal[..]);
+        let mut value = Zeroizing::new([0u8; 32]);
+        let _ = hk.expand(VALUE_KEY_INFO, &mut value[..]);
         Self {
             id,
             mac: keyed(&mac[..]),
             principal: keyed(&principal[..]),
             form: keyed(&form[..]),
             seal: keyed(&seal[..]),
+            value: keyed(&value[..]),
         }
     }
 
@@ -311,6 +317,26 @@ impl RingKey {
         mac.update(domain);
         mac.update(data);
         mac.finalize().into_bytes().into()
+    }
+
+    /// A sealed value's tag over `data` for `domain` (length-prefixed, so no domain is the
+    /// prefix of another's input).
+    pub(crate) fn value_tag(&self, domain: &str, data: &[u8]) -> [u8; 32] {
+        let mut mac = self.value.clone();
+        mac.update(
+            &u64::try_from(domain.len())
+                .unwrap_or(u64::MAX)
+                .to_be_bytes(),
+        );
+        mac.update(domain.as_bytes());
+        mac.update(data);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Whether `tag` is [`value_tag`](Self::value_tag) of `data`, compared in constant time at
+    /// full length.
+    pub(crate) fn value_tag_matches(&self, domain: &str, data: &[u8], tag: &[u8]) -> bool {
+        tag.len() == 32 && bool::from(self.value_tag(domain, data)[..].ct_eq(tag))
     }
 
     /// A tag over `data` under the anti-forgery key (its own, apart from the sealing key).

@@ -10,17 +10,28 @@
 //! codec.rs       "mcpc1." base64url(version ‖ key id ‖ claims ‖ HMAC-SHA256 tag)
 //! keyring.rs     the signing and verifying keys, derived per purpose, zeroized
 //! sealer.rs      issue a challenge's state; check a retry's state against the request
+//! sealed.rs      values of others sealed in the same format (KeyRing::seal_value)
 //! ```
 
 pub(crate) mod candidates;
 pub(crate) mod claims;
 pub(crate) mod codec;
 pub(crate) mod keyring;
+pub(crate) mod sealed;
 pub(crate) mod sealer;
 
 pub use candidates::{MAX_CANDIDATE_ID_LEN, MAX_CANDIDATES, MAX_VERSION_LEN};
 pub use codec::{MAX_TOKEN_LEN, PREFIX};
 pub use keyring::{MAX_KEY_ID_LEN, MIN_SECRET_LEN};
+pub use sealed::{MAX_SEALED_LEN, SealError};
+
+/// The digest of a tool call's `arguments` that a `requestState` binds, independent of key
+/// order and whitespace (absent arguments digest like `{}`), without the top-level argument
+/// `without` (the one a pick-one choice is written into). For a component beside the layer
+/// that binds a call as the layer does (the gateway's continuations).
+pub fn arguments_digest(arguments: Option<&serde_json::Value>, without: Option<&str>) -> [u8; 32] {
+    claims::arguments_digest(arguments, without)
+}
 
 /// Why a `requestState` was refused.
 ///

@@ -14,7 +14,7 @@ use super::StateError;
 use super::candidates::Candidates;
 use super::claims::{Claims, Phase, StandingTerms, digest16};
 use super::codec;
-use super::keyring::KeyRing;
+use super::keyring::{KeyRing, RingKey};
 use crate::clock::{Clock, unix_secs};
 use crate::kernel::{Nonce, PrincipalKey};
 
@@ -30,11 +30,30 @@ pub(crate) struct ToolBinding {
 
 impl ToolBinding {
     pub(crate) fn new(audience: &str, method: &str, tool: &str, input_key: &str) -> Self {
+        Self::with_rule(audience, method, tool, input_key, None)
+    }
+
+    /// The binding of a tool whose answer is judged by `rule` (the approval channel and who
+    /// approves, canonical), folded into the input key's digest: a state issued under one rule
+    /// does not verify under another, so a relaxed rule never judges a stricter one's state.
+    /// `None` is the plain form answered by the caller (the digest is the key's alone, as
+    /// before rules were bound).
+    pub(crate) fn with_rule(
+        audience: &str,
+        method: &str,
+        tool: &str,
+        input_key: &str,
+        rule: Option<&str>,
+    ) -> Self {
+        let input_key = match rule {
+            None => digest16("input-key", input_key.as_bytes()),
+            Some(rule) => digest16("input-key", format!("{input_key}\0{rule}").as_bytes()),
+        };
         Self {
             audience: digest16("audience", audience.as_bytes()),
             method: digest16("method", method.as_bytes()),
             tool: digest16("tool", tool.as_bytes()),
-            input_key: digest16("input-key", input_key.as_bytes()),
+            input_key,
         }
     }
 }
@@ -131,6 +150,55 @@ impl Sealer {
         request: impl FnOnce() -> RequestDigests,
     ) -> Result<Claims, StateError> {
         let (claims, key) = codec::open(&self.keys, token)?;
+        self.check(claims, key, tool, subject, epoch, Checks::All(request))
+    }
+
+    /// A state this deployment sealed (its MAC verifies under the ring), with the key that
+    /// sealed it; `None` for anything else, which may well be another server's state.
+    pub(crate) fn open_own<'s>(&'s self, token: &str) -> Option<(Claims, &'s RingKey)> {
+        if !token.starts_with(codec::PREFIX) {
+            return None;
+        }
+        codec::open(&self.keys, token).ok()
+    }
+
+    /// Checks a state of ours that was issued for a tool the layer no longer confirms: every
+    /// binding of [`Sealer::verify`] but the arguments' digest, which depends on a policy that
+    /// is gone. Such a state never lets anything run, so its arguments decide nothing.
+    pub(crate) fn check_retired(
+        &self,
+        claims: Claims,
+        key: &RingKey,
+        tool: &ToolBinding,
+        subject: &str,
+        epoch: [u8; 16],
+        request_id: [u8; 16],
+    ) -> Result<Claims, StateError> {
+        self.check(
+            claims,
+            key,
+            tool,
+            subject,
+            epoch,
+            Checks::<fn() -> RequestDigests>::Retired,
+        )
+        .and_then(|claims| match same(&claims.request_id, &request_id) {
+            true => Err(StateError::SameRequestId),
+            false => Ok(claims),
+        })
+    }
+
+    /// Every binding of an opened state, in the order [`Sealer::verify`] gives, but what
+    /// `checks` leaves to the caller.
+    fn check<R: FnOnce() -> RequestDigests>(
+        &self,
+        claims: Claims,
+        key: &RingKey,
+        tool: &ToolBinding,
+        subject: &str,
+        epoch: [u8; 16],
+        checks: Checks<R>,
+    ) -> Result<Claims, StateError> {
         let now = unix_secs(self.clock.now());
         let skew = self.skew.as_secs();
         if now >= claims.expires_at.saturating_add(skew) {
@@ -142,7 +210,6 @@ impl Sealer {
         {
             return Err(StateError::BadLifetime);
         }
-        let same = |a: &[u8], b: &[u8]| bool::from(a.ct_eq(b));
         if !same(&claims.audience, &tool.audience) {
             return Err(StateError::Audience);
         }
@@ -155,17 +222,24 @@ impl Sealer {
         if !same(&claims.tool, &tool.tool) {
             return Err(StateError::Tool);
         }
-        let request = request();
-        if !same(&claims.arguments, &request.arguments) {
+        let request = match checks {
+            Checks::All(request) => Some(request()),
+            Checks::Retired => None,
+        };
+        if let Some(request) = &request
+            && !same(&claims.arguments, &request.arguments)
+        {
             return Err(StateError::Arguments);
         }
         if claims.phase != Phase::Confirm {
             return Err(StateError::Phase);
         }
-        if !same(&claims.input_key, &tool.input_key) {
+        if request.is_some() && !same(&claims.input_key, &tool.input_key) {
             return Err(StateError::InputKey);
         }
-        if same(&claims.request_id, &request.request_id) {
+        if let Some(request) = &request
+            && same(&claims.request_id, &request.request_id)
+        {
             return Err(StateError::SameRequestId);
         }
         if !same(&claims.epoch, &epoch) {
@@ -184,6 +258,22 @@ impl Sealer {
         let skew = self.skew.as_secs();
         UNIX_EPOCH + Duration::from_secs(claims.expires_at.saturating_add(skew.saturating_mul(2)))
     }
+}
+
+/// What [`Sealer::check`] checks beyond the state's lifetime, audience, principal, method, tool,
+/// phase and epoch.
+enum Checks<R> {
+    /// Everything: the request's digests (asked for once the cheaper checks passed) and the
+    /// input key with its rule.
+    All(R),
+    /// A state of a tool no longer confirmed: its arguments' digest and its rule depend on a
+    /// policy that is gone (nothing runs on it); the request id is checked by the caller.
+    Retired,
+}
+
+/// Two digests compared in constant time.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    bool::from(a.ct_eq(b))
 }
 
 impl fmt::Debug for Sealer {

@@ -868,3 +868,60 @@ mod reqwest_like {
         }
     }
 }
+
+/// The operator allows a tool while its form is open (#52, 1). The client's retry carries the
+/// gateway's state and the user's answer to an upstream that ignores both and runs whatever
+/// reaches it: a decline or a cancel must still run nothing, and an acceptance asks to call
+/// again (the new policy then lets the call through). The gateway's keys never reach it.
+#[tokio::test]
+async fn an_answer_to_a_form_of_a_tool_allowed_since_never_reaches_the_upstream() {
+    let (url, seen) = upstream().await;
+    let f = gateway_for(&url, seen, "").await;
+    let (gateway, path) = f.gateway.clone().unwrap();
+    let dir = path.parent().unwrap().to_path_buf();
+    let responses = [
+        json!({"action": "decline"}),
+        json!({"action": "cancel"}),
+        accept(),
+    ];
+    let mut open = Vec::new();
+    for (i, _) in responses.iter().enumerate() {
+        let first = call(10 + i as i64, "notes_delete", json!({"title": "Groceries"}));
+        let (key, state) = asked(&f.alice(&first).await);
+        open.push((first, key, state));
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        format!("{text}\n[route.tools.notes_delete]\npolicy = \"allow\"\n"),
+    )
+    .unwrap();
+    gateway
+        .reload(&GatewayConfig::load(&path).unwrap(), &dir)
+        .unwrap();
+    let mut outcomes = Vec::new();
+    for (i, ((first, key, state), response)) in open.into_iter().zip(responses).enumerate() {
+        let answered = f
+            .alice(&answer(first, 20 + i as i64, &key, &state, response))
+            .await;
+        outcomes.push(answered["result"]["_meta"]["io.github.mcp-confirm/outcome"].clone());
+    }
+    assert_eq!(
+        outcomes,
+        [
+            json!("declined"),
+            json!("cancelled"),
+            json!("policy_changed")
+        ]
+    );
+    assert!(f.seen.calls().is_empty(), "an answer reached the upstream");
+    // Called again, the tool is the new policy's: it runs.
+    let ran = f
+        .alice(&call(30, "notes_delete", json!({"title": "Groceries"})))
+        .await;
+    assert_eq!(
+        ran["result"]["content"][0]["text"], "notes_delete ran",
+        "{ran}"
+    );
+    assert_eq!(f.seen.calls().len(), 1);
+}

@@ -11,6 +11,8 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::routing::post;
+use mcp_confirm_gateway::config::GatewayConfig;
+use mcp_confirm_gateway::server::Gateway;
 use serde_json::{Value, json};
 
 /// Every `tools/call` params the upstream received, and which of them ran.
@@ -87,6 +89,11 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_keyed("").await.0
+}
+
+/// The fixture with `top` (keys) at the top of its file; the gateway and its file, to reload.
+async fn fixture_keyed(top: &str) -> (Fixture, Gateway, std::path::PathBuf) {
     let up = Upstream::default();
     let upstream = common::serve_upstream(
         Router::new()
@@ -95,21 +102,27 @@ async fn fixture() -> Fixture {
     )
     .await;
     let dir = common::temp_dir("relay");
+    std::fs::write(dir.join("k1"), KEY_1).unwrap();
+    std::fs::write(dir.join("k2"), KEY_2).unwrap();
     let text = format!(
-        "listen = \"127.0.0.1:0\"\n{STATIC_TOKENS}\n\
+        "listen = \"127.0.0.1:0\"\n{top}\n{STATIC_TOKENS}\n\
          [[route]]\npath = \"/notes/mcp\"\nupstream = \"{upstream}\"\n\
          [[route]]\npath = \"/other/mcp\"\nupstream = \"{upstream}\"\n"
     );
     let gateway = common::build(&dir, &text).unwrap();
     let (listener, addr) = common::bind().await;
     common::serve(&gateway, listener);
-    Fixture {
+    let fixture = Fixture {
         url: format!("http://{addr}/notes/mcp"),
         other_route: format!("http://{addr}/other/mcp"),
         up,
         client: common::client(),
-    }
+    };
+    (fixture, gateway, dir)
 }
+
+const KEY_1: &str = "9f2c4e81a7d35b06c8e1f49a2b7d60e3514c8a9f0e2d7b36a18c5f4e9d02b7a6";
+const KEY_2: &str = "31d8a6f0c2e94b7d58a1e3f6092c7b4d8e5a1f3c6b0d9e2a74c18f5b3e6d0a92";
 
 impl Fixture {
     async fn post_to(&self, url: &str, token: &str, body: &Value, sse: bool) -> Value {
@@ -184,7 +197,9 @@ async fn the_upstreams_question_is_relayed_and_its_answer_runs_the_confirmed_cal
         );
         assert!(relayed["result"]["inputRequests"]["sure"].is_object());
         let state = relayed["result"]["requestState"].as_str().unwrap();
-        assert!(state.starts_with("mcpgw1."), "{state}");
+        // The core's token format (a sealed value under the gateway's ring), not a format of
+        // the gateway's own (#52, 8).
+        assert!(state.starts_with("mcpc1."), "{state}");
         assert!(f.up.ran.lock().unwrap().is_empty());
         // The client answers it (and leaves the gateway's old answer in, as a sloppy client
         // might): not asked to confirm again; the upstream gets its state and its answer only.
@@ -261,10 +276,11 @@ async fn a_continuation_authorizes_exactly_its_call_and_nothing_else() {
     assert!(invalid(&other_route), "{other_route}");
     // Tampered: the upstream state inside changed.
     let text = state.as_str().unwrap();
-    let (payload, tag) = text["mcpgw1.".len()..].split_once('.').unwrap();
-    let mut forged_payload = payload.to_owned();
-    forged_payload.replace_range(10..11, if &payload[10..11] == "A" { "B" } else { "A" });
-    let forged = json!(format!("mcpgw1.{forged_payload}.{tag}"));
+    let body = &text["mcpc1.".len()..];
+    let mut forged_body = body.to_owned();
+    let at = body.len() / 2;
+    forged_body.replace_range(at..at + 1, if &body[at..at + 1] == "A" { "B" } else { "A" });
+    let forged = json!(format!("mcpc1.{forged_body}"));
     assert!(invalid(
         &f.post(&retry(&first, 9, &forged, answer_sure())).await
     ));
@@ -322,4 +338,51 @@ async fn a_confirmed_calls_large_answer_passes_whole() {
         Some(9 * 1024 * 1024)
     );
     assert_eq!(f.up.ran.lock().unwrap().len(), 1);
+}
+
+/// A key rotation while an upstream question is open (#52, 8): the continuation was sealed
+/// under the ring's first key; with `[k2, k1]` in force it still opens, and runs the call once.
+/// (Continuations were keyed from the first key only, so a rotation broke every open one.)
+/// Once `k1` is gone, it is refused like any state.
+#[tokio::test]
+async fn a_rotation_keeps_open_continuations_until_their_key_is_removed() {
+    let one = r#"keys = [{ id = "k1", value = { file = "k1" } }]"#;
+    let both = r#"keys = [{ id = "k2", value = { file = "k2" } }, { id = "k1", value = { file = "k1" } }]"#;
+    let only_new = r#"keys = [{ id = "k2", value = { file = "k2" } }]"#;
+    let (f, gateway, dir) = fixture_keyed(one).await;
+    let reload = |top: &str| {
+        let path = dir.join("gateway.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (_, rest) = text.split_once("\n").unwrap();
+        let (_, rest) = rest.split_once("\n").unwrap();
+        std::fs::write(&path, format!("listen = \"127.0.0.1:0\"\n{top}\n{rest}")).unwrap();
+        gateway
+            .reload(&GatewayConfig::load(&path).unwrap(), &dir)
+            .unwrap();
+    };
+    let first = call(1, "notes_delete", json!({"title": "Groceries"}));
+    let relayed = f.confirmed(&first, false).await;
+    let second = call(5, "notes_delete", json!({"title": "Standup"}));
+    let relayed_too = f.confirmed(&second, false).await;
+    reload(both);
+    let done = f
+        .post(&retry(
+            &first,
+            3,
+            &relayed["result"]["requestState"],
+            answer_sure(),
+        ))
+        .await;
+    assert_eq!(done["result"]["content"][0]["text"], "deleted", "{done}");
+    reload(only_new);
+    let refused = f
+        .post(&retry(
+            &second,
+            6,
+            &relayed_too["result"]["requestState"],
+            answer_sure(),
+        ))
+        .await;
+    assert!(refused.get("error").is_some(), "{refused}");
+    assert_eq!(*f.up.ran.lock().unwrap(), [json!({"title": "Groceries"})]);
 }

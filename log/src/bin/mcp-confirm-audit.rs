@@ -16,7 +16,7 @@
 //! `verify` says "sound" only relative to a checkpoint kept elsewhere (`--seen`, or the newest a
 //! `--witness` directory holds): against itself alone a log can be consistent and still be an
 //! older copy, or another log signed with the same key. Without one it says what it could not
-//! rule out and exits 3.
+//! rule out and exits 3; so it does when records no checkpoint signs follow the newest one.
 //!
 //! `inspect` is for the operator whose server refused to open its log: with the signing seed
 //! (`--secret-file`, 64 hex digits) it also checks every record's tag and the signer's view, and
@@ -28,7 +28,8 @@
 //!
 //! `VKEY` is the log's verifier key text (`<name>+<id>+<key>`), as the server prints it. Exit
 //! status: 0 when everything holds, 1 when a fault was found (each is printed), 2 on a usage or
-//! read error, 3 when `verify` found no fault but had no checkpoint from elsewhere to anchor it.
+//! read error, 3 when `verify` found no fault but could not vouch for everything: no checkpoint
+//! from elsewhere to anchor it, or records newer than the newest checkpoint that none signs.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,7 +69,9 @@ struct Args {
     view: Option<PathBuf>,
 }
 
-/// What `run` found: everything holds, a fault, or no fault but nothing to anchor it.
+/// What `run` found: everything holds, a fault, or no fault but something not vouched for
+/// (nothing to anchor it, or records no checkpoint signs).
+#[derive(Debug, PartialEq, Eq)]
 enum Outcome {
     Holds,
     Fault,
@@ -202,6 +205,20 @@ fn verify_log(args: &Args) -> Result<Outcome, String> {
             STANDARD.encode(c.root)
         )
     });
+    let (verdict, outcome) = verdict(&verified);
+    println!(
+        "{} records, {} checkpoints signed by {}; {latest}; {verdict}",
+        verified.records.len(),
+        verified.checkpoints.len(),
+        key.name(),
+    );
+    Ok(outcome)
+}
+
+/// What `verify` concludes, and its exit status: records that no checkpoint signs are vouched
+/// for by nothing, so a log that has any is not "everything holds" (exit 3, as an unanchored
+/// one), even where each checkpoint verifies.
+fn verdict(verified: &mcp_confirm_log::Verified) -> (String, Outcome) {
     let (verdict, outcome) = match (verified.is_sound(), verified.anchored) {
         (false, _) => ("NOT sound".to_owned(), Outcome::Fault),
         (true, Some(size)) => (
@@ -224,20 +241,15 @@ fn verify_log(args: &Args) -> Result<Outcome, String> {
             _ => 0,
         })
         .sum();
-    let verdict = if unsigned > 0 && verified.is_sound() {
-        format!(
-            "{verdict}; {unsigned} newer records are signed by no checkpoint and vouched for by nothing"
-        )
-    } else {
-        verdict
-    };
-    println!(
-        "{} records, {} checkpoints signed by {}; {latest}; {verdict}",
-        verified.records.len(),
-        verified.checkpoints.len(),
-        key.name(),
-    );
-    Ok(outcome)
+    if unsigned > 0 && verified.is_sound() {
+        let verdict = format!(
+            "{verdict}; {unsigned} newer records are signed by no checkpoint and vouched for by \
+             nothing (the writer signs them at its next checkpoint; a log its writer no longer \
+             signs needs `inspect`)"
+        );
+        return (verdict, Outcome::Unanchored);
+    }
+    (verdict, outcome)
 }
 
 /// The signing key, from `--secret-file` (64 hex digits) under the name `--key` gives.
@@ -543,4 +555,39 @@ fn pull(args: &Args) -> Result<bool, String> {
         dir.display()
     );
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verified(findings: Vec<Finding>, anchored: Option<u64>) -> mcp_confirm_log::Verified {
+        mcp_confirm_log::Verified {
+            records: Vec::new(),
+            leaves: Vec::new(),
+            checkpoints: Vec::new(),
+            findings,
+            anchored,
+        }
+    }
+
+    /// `verify` exited 0 while it printed records no checkpoint signed (#52, 10c).
+    #[test]
+    fn records_no_checkpoint_signs_are_not_everything_holding() {
+        assert_eq!(verdict(&verified(vec![], Some(5))).1, Outcome::Holds);
+        let (text, outcome) = verdict(&verified(
+            vec![Finding::Unsigned { from: 5, to: 7 }],
+            Some(5),
+        ));
+        assert_eq!(outcome, Outcome::Unanchored);
+        assert!(
+            text.contains("2 newer records are signed by no checkpoint"),
+            "{text}"
+        );
+        assert_eq!(
+            verdict(&verified(vec![Finding::Unsigned { from: 5, to: 7 }], None)).1,
+            Outcome::Unanchored
+        );
+        assert_eq!(verdict(&verified(vec![], None)).1, Outcome::Unanchored);
+    }
 }

@@ -106,6 +106,8 @@ impl InboxPage {
             sign_in_title: "Sign in to see your approvals",
             channel: "inbox",
             name: "the inbox",
+            // It takes no posts.
+            lists: crate::pages::no_lists,
         };
         // It only reads: `GET` alone, and nothing of a body is taken.
         let visitor = match entrance.admit(&request) {

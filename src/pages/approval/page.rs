@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::kernel::BoxFuture;
 use crate::pages::{
     DEFAULT_BATCH_WINDOW, DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor,
-    form_refused, form_value,
+    form_refused, form_value, repeated_refused, repeats,
 };
 use crate::principal::Principal;
 use crate::store::approval::{Approval, ApprovalId, Decided, Decider, Decision};
@@ -47,6 +47,13 @@ pub(super) enum Access {
     Decide { caller: bool },
     /// Only see how far it got: the caller, where others decide.
     Watch,
+}
+
+/// The fields of the approval page's forms that are lists: a batch's rows (`member`,
+/// `approve`) and a narrowing's checkboxes (`narrow-…`; which of those may repeat is the tool's
+/// declaration, checked once the approval is read). Every other field comes once.
+fn lists(name: &str) -> bool {
+    matches!(name, "member" | "approve") || name.starts_with("narrow-")
 }
 
 /// The answer to a caller who tries to decide their own request where others must.
@@ -144,6 +151,7 @@ impl ApprovalPage {
             sign_in_title: html::SIGN_IN_TITLE,
             channel: "approval_page",
             name: "the approval page",
+            lists,
         };
         // `?one`: this approval alone, even where it could be decided in a batch.
         let one = request
@@ -385,6 +393,12 @@ impl ApprovalPage {
             }
             Err(refusal) => return refusal,
         };
+        // One approval decides no batch rows, and only a list the tool declares repeats.
+        if repeats(body, |name| {
+            narrowing::is_list(&self.config, &approval, name)
+        }) {
+            return repeated_refused("approval_page", principal);
+        }
         if self.answered_by_client(&approval).await {
             step_refused(
                 &approval.tool,

@@ -234,6 +234,7 @@ impl PasskeyPage {
             sign_in_title: "Sign in to manage your passkeys",
             channel: "passkey_page",
             name: "the passkey page",
+            lists: crate::pages::no_lists,
         };
         let (visitor, body) = match entrance.enter(request).await {
             Ok(Entry::Show(visitor)) => return self.show(&visitor, None).await,

@@ -461,13 +461,16 @@ async fn holds_forged_decisions_are_refused() {
         approve(&forged),
         approve(&other_token),
         approve(&token.to_uppercase()[..63]),
-        format!("csrf={forged}&csrf={token}&choice=note-7&decision=approve"),
         format!("csrf={token}x&choice=note-7&decision=approve"),
         format!("csrf%00={token}&choice=note-7&decision=approve"),
     ] {
         let (status, body) = decide(&page, &url, "alice", &form).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{form}: {body}");
     }
+    // A token posted twice, a forged one beside it: the form is refused before either is read.
+    let twice = format!("csrf={forged}&csrf={token}&choice=note-7&decision=approve");
+    let (status, body) = decide(&page, &url, "alice", &twice).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{twice}: {body}");
     let form = approve(&token);
     let form_type = ("content-type", "application/x-www-form-urlencoded");
     for headers in [
@@ -547,8 +550,8 @@ async fn holds_forged_decisions_are_refused() {
 }
 
 /// Choices the page did not offer: a note of the same user in the other workspace, a note that
-/// exists but was not a candidate, the typed id of another candidate, the first of two `choice`
-/// fields differing from the typed one, an empty choice. With `require_typed_id`, only the
+/// exists but was not a candidate, the typed id of another candidate, two `choice` fields (one
+/// of them the typed one: refused whole), an empty choice. With `require_typed_id`, only the
 /// chosen id typed exactly approves. Checked by mutation: without `Approval::decide`'s
 /// offered-choice check the page approves `note-20` and this test fails.
 #[tokio::test]
@@ -559,7 +562,6 @@ async fn holds_only_an_offered_choice_typed_exactly_is_approved() {
         "choice=note-20&typed=note-20",
         "choice=note-30&typed=note-30",
         "choice=note-3&typed=note-7",
-        "choice=note-3&choice=note-7&typed=note-7",
         "choice=&typed=",
         "typed=note-7",
         "choice=note-7",
@@ -572,7 +574,14 @@ async fn holds_only_an_offered_choice_typed_exactly_is_approved() {
         assert_eq!(status, StatusCode::OK, "{tail}");
         assert!(!body.contains("Approved."), "{tail} was approved: {body}");
     }
-    for tail in ["decision=maybe", "decision=", "decision=Approve", ""] {
+    for tail in [
+        "decision=maybe",
+        "decision=",
+        "decision=Approve",
+        "",
+        // Two choices, the second the one typed: neither is read.
+        "decision=approve&choice=note-3&choice=note-7&typed=note-7",
+    ] {
         let (status, _) = decide(&page, &url, "alice", &format!("csrf={token}&{tail}")).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{tail}");
     }

@@ -10,4 +10,5 @@ mod batch_narrowing_attacks;
 mod form_tokens;
 mod narrowing;
 mod passkeys;
+pub(crate) mod repeated_fields;
 mod webhooks;

@@ -196,6 +196,150 @@ async fn edits_that_widen_touch_an_undeclared_argument_or_rename_the_tool_are_re
     assert_eq!(f.seen.count(), 0);
 }
 
+/// The call's arguments as the page's inputs post them left as shown, for every narrowable
+/// argument but `skip` (`bulk_call`'s values).
+fn as_shown_but(skip: &str) -> String {
+    let mut form = String::new();
+    for (name, value) in [
+        ("ids", "\"note-3\""),
+        ("ids", "\"note-7\""),
+        ("ids", "\"note-14\""),
+        ("limit", "50"),
+        ("mode", "delete"),
+    ] {
+        if name != skip {
+            form.push_str(&format!("&narrow-{name}={}", enc(value)));
+        }
+    }
+    form
+}
+
+/// Retries `call` on `state` (went to the page), with JSON-RPC id `id`.
+async fn retry_of(f: &Fixture, call: &Value, state: &str, id: i64) -> Answer {
+    let mut call = call.clone();
+    call["id"] = json!(id);
+    call["params"]["requestState"] = json!(state);
+    call["params"]["inputResponses"] = json!({"bulk_approval": {"action": "accept"}});
+    f.alice(&call).await
+}
+
+/// A narrowable argument whose value is not of its kind (what models send: a flag or a number
+/// as a string, a list for an enum, null, nothing) is shown as it was sent, escaped, with no
+/// input; the form as shown approves the call as asked, and it runs as sent. An edit of it is
+/// refused on the page, and a recorded one on the retry.
+#[tokio::test]
+async fn a_value_that_cannot_be_narrowed_is_shown_as_sent_and_approved_as_asked() {
+    let (f, page, _) = bulk();
+    let cases = [
+        ("dry_run", Some(json!("true")), json!(true)),
+        ("dry_run", Some(json!("<b>yes</b>")), json!(true)),
+        ("dry_run", Some(json!(null)), json!(true)),
+        ("dry_run", Some(json!(1)), json!(true)),
+        ("limit", Some(json!("50")), json!(1)),
+        ("limit", Some(json!(null)), json!(1)),
+        ("limit", Some(json!(-5)), json!(0)),
+        ("limit", None, json!(1)),
+        ("ids", Some(json!("note-3")), json!(["note-3"])),
+        ("ids", Some(json!([])), json!(["note-3"])),
+        ("ids", None, json!(["note-3"])),
+        ("mode", Some(json!(["delete"])), json!("archive")),
+        ("mode", Some(json!("erase")), json!("archive")),
+        ("mode", Some(json!(null)), json!("archive")),
+        ("mode", None, json!("archive")),
+    ];
+    let escape = |text: &str| {
+        text.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    for (i, (name, value, narrower)) in cases.into_iter().enumerate() {
+        let what = format!("{name}: {value:?}");
+        let id = 100 * i as i64;
+        let mut call = bulk_call(id);
+        let arguments = call["params"]["arguments"].as_object_mut().unwrap();
+        match &value {
+            Some(value) => arguments.insert(name.to_owned(), value.clone()),
+            None => arguments.remove(name),
+        };
+        let asked = call["params"]["arguments"].clone();
+        let (url, state) = question(&f.alice(&call).await);
+        let html = page_as(&page, &url, "alice").await;
+        let sent = match &value {
+            Some(value) => format!(
+                "<code id=\"narrow-{name}-sent\">{}</code>",
+                escape(&value.to_string())
+            ),
+            None => format!("<em id=\"narrow-{name}-sent\">not sent</em>"),
+        };
+        assert!(html.contains(&sent), "{what}: {sent} not in {html}");
+        assert!(html.contains("cannot be narrowed"), "{what}: {html}");
+        assert!(
+            !html.contains(&format!("name=\"narrow-{name}\"")),
+            "{what}: {html}"
+        );
+        assert!(!html.contains("<b>yes"), "{what}: {html}");
+        // Ticking a box it does not have (or any edit of it): refused, nothing approved.
+        let token = csrf(&html);
+        let edit = format!(
+            "csrf={token}&decision=approve{}&narrow-{name}={}",
+            as_shown_but(name),
+            enc(&narrower.to_string())
+        );
+        let (status, body) = decide(&page, &url, "alice", &edit).await;
+        assert_eq!(status, StatusCode::OK, "{what}: {body}");
+        assert!(
+            body.contains("cannot be narrowed is approved as sent"),
+            "{what}: {body}"
+        );
+        let (waiting, _) = question(&retry_of(&f, &call, &state, id + 1).await);
+        assert_eq!(waiting, url, "{what}");
+        // The form as shown: approved as asked, and it runs as sent.
+        let form = format!("csrf={token}&decision=approve{}", as_shown_but(name));
+        let (status, body) = decide(&page, &url, "alice", &form).await;
+        assert_eq!(status, StatusCode::OK, "{what}: {body}");
+        assert!(body.contains("Approved"), "{what}: {body}");
+        let done = retry_of(&f, &call, &state, id + 2).await;
+        assert_eq!(
+            done.result()["content"][0]["text"],
+            "done by inner",
+            "{what}: {}",
+            done.json()
+        );
+        let seen = f.seen.last();
+        assert_eq!(seen.json()["params"]["arguments"], asked, "{what}");
+        assert!(!seen.confirmed.unwrap().narrowed, "{what}");
+        // The retry agrees with the page: a narrowing of it recorded anyway runs nothing.
+        use mcp_confirm::approval::{ApprovalId, ApprovalStore, Decider, Decision};
+        let (url, state) = question(
+            &f.alice(&{
+                let mut c = call.clone();
+                c["id"] = json!(id + 3);
+                c
+            })
+            .await,
+        );
+        let approval = ApprovalId::from_hex(url.rsplit('/').next().unwrap()).unwrap();
+        f.store
+            .decide(
+                approval,
+                Decider::new("alice", Vec::<String>::new(), true),
+                Decision::Approved {
+                    chosen: String::new(),
+                    standing: false,
+                    narrowed: Some(json!({ name: narrower }).to_string()),
+                },
+            )
+            .await
+            .unwrap();
+        let refused = retry_of(&f, &call, &state, id + 4).await;
+        assert_eq!(outcome(&refused), "revoked", "{what}: {}", refused.json());
+        // A fresh budget of pending confirmations for the next case.
+        f.clock.advance(std::time::Duration::from_secs(400));
+    }
+    assert_eq!(f.seen.count(), 15);
+}
+
 #[tokio::test]
 async fn a_recorded_narrowing_that_widens_runs_nothing() {
     // Someone with write access to the approval store (or a page of another release) records a

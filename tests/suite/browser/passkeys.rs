@@ -413,6 +413,88 @@ async fn a_removed_passkey_verifies_nothing_even_mid_ceremony() {
     assert_eq!(s.f.seen.count(), 0);
 }
 
+/// A repeated field on the passkey page, or in the approval page's passkey step, is refused
+/// whole (#52, 5): nothing removed, registered, verified or recorded.
+#[tokio::test]
+async fn a_repeated_field_on_the_passkey_page_or_step_changes_nothing() {
+    use super::repeated_fields::assert_repeated;
+    let s = setup(Approvers::anyone_but_caller().with_passkey());
+    let bob = Principal::new("bob");
+    let mut key = authenticator();
+    let (_, listed) = register(&s.keys_page, &bob, &mut key).await;
+    let (id, token) = (hidden(&listed, "id"), hidden(&listed, "csrf"));
+    for fields in [
+        [
+            ("csrf", &*token),
+            ("action", "remove"),
+            ("id", &id),
+            ("id", &id),
+        ],
+        [
+            ("csrf", &token),
+            ("action", "remove"),
+            ("action", "remove"),
+            ("id", &id),
+        ],
+        [
+            ("csrf", &token),
+            ("csrf", &token),
+            ("action", "remove"),
+            ("id", &id),
+        ],
+        [
+            ("csrf", &token),
+            ("action", "register"),
+            ("action", "remove"),
+            ("id", &id),
+        ],
+    ] {
+        let body = form(&fields);
+        let (status, html) = post(&s.keys_page, KEYS_URL, &bob, body.clone()).await;
+        assert_repeated(status, &html, &body);
+    }
+    let (_, _, still) = visit_as(&s.keys_page, "GET", KEYS_URL, Some(bob.clone()), &[], "").await;
+    assert!(still.contains("laptop"), "{still}");
+    // The passkey step: the fields it carries and the assertion, each once.
+    let (url, _, state) = elicitation(&s.f.alice(&destroy_call(json!(1))).await);
+    let step = passkey_step(&s.page, &url, &bob, "note-7").await;
+    let response = assertion(&mut key, &step).await;
+    let (ceremony, token, choice) = (
+        hidden(&step, "ceremony"),
+        hidden(&step, "csrf"),
+        hidden(&step, "choice"),
+    );
+    let once = [
+        ("csrf", token.as_str()),
+        ("decision", "approve"),
+        ("choice", &choice),
+        ("ceremony", &ceremony),
+        ("response", &response),
+    ];
+    for twice in [
+        ("response", response.as_str()),
+        ("ceremony", &ceremony),
+        ("decision", "decline"),
+        ("choice", "note-3"),
+        ("csrf", &token),
+    ] {
+        let mut fields = once.to_vec();
+        fields.push(twice);
+        let body = form(&fields);
+        let (status, html) = post(&s.page, &url, &bob, body.clone()).await;
+        assert_repeated(status, &html, &body);
+    }
+    assert_eq!(
+        pending(&s.f, &state, 2).await.result()["resultType"],
+        "input_required"
+    );
+    // The same assertion with each field once: verified and recorded.
+    let (status, body) = answer_step(&s.page, &url, &bob, &step, &ceremony, &response).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("Approved"), "{body}");
+    assert_ran(&pending(&s.f, &state, 3).await);
+}
+
 #[tokio::test]
 async fn the_passkey_page_keeps_each_principal_to_their_own() {
     let s = setup(Approvers::anyone_but_caller().with_passkey());

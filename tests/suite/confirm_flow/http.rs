@@ -321,6 +321,42 @@ async fn a_version_header_that_disagrees_with_meta_is_32020() {
     assert_eq!(send(&f.svc, req).await.error()["code"], -32020);
 }
 
+/// A 2025-era client (a session from `initialize`, no `_meta` in the request) calling a
+/// confirmed tool is told what it lacks, not that its headers are wrong (#52, 9): with or
+/// without the 2026 `Mcp-Method`/`Mcp-Name` headers, it gets `-32022` naming 2026-07-28.
+#[tokio::test]
+async fn a_legacy_client_is_told_what_it_lacks() {
+    let f = fixture();
+    let mut call = delete_call(json!(1), "Groceries");
+    call["params"].as_object_mut().unwrap().remove("_meta");
+    for version in ["2025-11-25", "2025-06-18"] {
+        for keep_2026_headers in [false, true] {
+            let mut req = with_header(&call, "mcp-protocol-version", version);
+            req.headers_mut()
+                .insert("mcp-session-id", http::HeaderValue::from_static("s-1"));
+            if !keep_2026_headers {
+                req.headers_mut().remove("mcp-method");
+                req.headers_mut().remove("mcp-name");
+            }
+            let answer = send(&f.svc, req).await;
+            assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+            let error = answer.error();
+            assert_eq!(error["code"], -32022, "{error}");
+            assert_eq!(error["data"]["reason"], "legacy_protocol");
+            assert_eq!(error["data"]["requested"], version);
+            assert!(
+                error["message"].as_str().unwrap().contains("2026-07-28")
+                    && error["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("form elicitation"),
+                "{error}"
+            );
+        }
+    }
+    assert_eq!(f.seen.count(), 0);
+}
+
 fn with_caps(caps: Value) -> Value {
     let mut call = delete_call(json!(1), "Groceries");
     call["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = caps;

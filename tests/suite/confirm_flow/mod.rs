@@ -3,5 +3,6 @@
 
 mod http;
 mod inner_services;
+mod policy_change;
 mod protocol_attacks;
 mod rpc;

@@ -59,6 +59,17 @@ fn a_record_appended_while_the_server_is_stopped_is_a_stop_not_a_signature() {
     all.push(forged.to_line());
     write_lines(&dir, &all);
     refused(&dir, FileOptions::default(), "record 6 carries no tag");
+    // The stop says how to look, in a command that runs as written: `inspect` needs the
+    // verifier key and the seed (#52, 10d).
+    let verifier = key().verifier().to_string();
+    refused(
+        &dir,
+        FileOptions::default(),
+        &format!(
+            "inspect --dir {} --key '{verifier}' --secret-file",
+            dir.display()
+        ),
+    );
     // With a made-up tag it is no better.
     forged.tag = Some("00112233445566778899aabbccddeeff".into());
     all.pop();

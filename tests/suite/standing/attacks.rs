@@ -1365,8 +1365,8 @@ async fn holds_a_page_token_or_id_of_one_principal_revokes_nothing_of_another() 
     .await;
     assert_eq!(status, StatusCode::OK);
     assert!(html.contains("Nothing to revoke."), "{html}");
-    // The first `revoke` counts: an id of alice's first, then `all`, revokes nothing of bob's
-    // beyond what the first names.
+    // Two `revoke`s (an id of alice's, then `all`): neither counts, the post is refused whole
+    // and revokes nothing (#52, 5).
     let (status, html) = page_post(
         &page,
         "bob",
@@ -1374,8 +1374,8 @@ async fn holds_a_page_token_or_id_of_one_principal_revokes_nothing_of_another() 
         format!("csrf={bob_token}&revoke={alice_id}&revoke=all"),
     )
     .await;
-    assert_eq!(status, StatusCode::OK);
-    assert!(html.contains("Nothing to revoke."), "{html}");
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(html.contains("The form repeats a field."), "{html}");
     assert_eq!(approvals.list(&alice()).await.unwrap().len(), 1);
     assert_eq!(
         approvals.list(&Principal::new("bob")).await.unwrap().len(),

@@ -262,3 +262,29 @@ async fn what_has_ended_is_not_listed() {
             .is_empty()
     );
 }
+
+/// A repeated field revokes nothing (#52, 5): `revoke=<id>&revoke=all` is no choice between
+/// them, and the page refuses it whole.
+#[tokio::test]
+async fn a_repeated_field_revokes_nothing() {
+    use crate::browser::repeated_fields::assert_repeated;
+    let (_, approvals, page) = granted().await;
+    let html = page_as(&page, URL, "alice").await;
+    let (token, id) = (csrf(&html), first_id(&html));
+    for form in [
+        format!("csrf={token}&revoke={id}&revoke=all"),
+        format!("csrf={token}&revoke=all&revoke={id}"),
+        format!("csrf={token}&revoke=all&revoke=all"),
+        format!("csrf={token}&csrf={token}&revoke=all"),
+    ] {
+        let (status, body) = revoke_as(&page, "alice", &form).await;
+        assert_repeated(status, &body, &form);
+    }
+    let alice = Principal::new("alice");
+    assert_eq!(approvals.list(&alice).await.unwrap().len(), 1);
+    // Each field once: revoked.
+    let form = format!("csrf={token}&revoke={id}");
+    let (status, body) = revoke_as(&page, "alice", &form).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(approvals.list(&alice).await.unwrap().is_empty());
+}
