@@ -24,6 +24,22 @@ pub fn rpc_error(
     )
 }
 
+/// As [`rpc_error`], with `data.reason`: the failure's class, for clients to tell refusals
+/// apart (never the real reason, which goes to the log).
+pub fn rpc_refusal(
+    status: StatusCode,
+    code: i64,
+    message: &'static str,
+    reason: &'static str,
+    id: Option<Value>,
+) -> Response<GatewayBody> {
+    json_answer(
+        status,
+        &json!({"jsonrpc": "2.0", "id": id.unwrap_or(Value::Null),
+            "error": {"code": code, "message": message, "data": {"reason": reason}}}),
+    )
+}
+
 /// A JSON answer of the gateway's own.
 pub fn json_answer(status: StatusCode, body: &Value) -> Response<GatewayBody> {
     let mut response = Response::new(

@@ -116,9 +116,26 @@ impl StaticTokens {
     /// [`ConfigError::Secret`] if it cannot be read, [`ConfigError::Invalid`] for a line that
     /// is not a pair, a token listed twice, or a file with no token.
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::Secret(format!("the tokens file {}: {e}", path.display())))?;
-        Self::parse(&text)
+        Self::parse(&Self::text(path)?)
+    }
+
+    /// As [`read`](Self::read), but a file that lists no token is taken, and lets no one in:
+    /// how a reload revokes the last token (refusing the file would keep the tokens in force).
+    ///
+    /// # Errors
+    /// As [`read`](Self::read), but for an empty file.
+    pub fn read_allowing_none(path: &Path) -> Result<Self, ConfigError> {
+        Self::parse_lines(&Self::text(path)?).map(|by_token| Self { by_token })
+    }
+
+    /// Whether it lets no one in.
+    pub fn is_empty(&self) -> bool {
+        self.by_token.is_empty()
+    }
+
+    fn text(path: &Path) -> Result<String, ConfigError> {
+        std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Secret(format!("the tokens file {}: {e}", path.display())))
     }
 
     /// Parses the tokens file's text.
@@ -126,6 +143,17 @@ impl StaticTokens {
     /// # Errors
     /// As [`read`](Self::read).
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let by_token = Self::parse_lines(text)?;
+        if by_token.is_empty() {
+            return Err(ConfigError::Invalid(
+                "the tokens file lists no token".into(),
+            ));
+        }
+        Ok(Self { by_token })
+    }
+
+    /// Each token and the subject it names; none for a file of comments.
+    fn parse_lines(text: &str) -> Result<HashMap<String, String>, ConfigError> {
         let mut by_token = HashMap::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
@@ -156,12 +184,7 @@ impl StaticTokens {
                 )));
             }
         }
-        if by_token.is_empty() {
-            return Err(ConfigError::Invalid(
-                "the tokens file lists no token".into(),
-            ));
-        }
-        Ok(Self { by_token })
+        Ok(by_token)
     }
 
     /// The principal a request's `Authorization: Bearer` token names, if it names one.

@@ -30,8 +30,8 @@ pub struct Judged {
 pub struct Catalog {
     /// The definitions, as listed.
     pub tools: Vec<Value>,
-    /// Each name's judgement. A name listed twice is judged by its first definition and the
-    /// second is refused (see [`duplicates`](Self::duplicates)).
+    /// Each name's judgement. A name listed twice has none (see
+    /// [`duplicates`](Self::duplicates)).
     pub judged: BTreeMap<String, Judged>,
     /// Names listed more than once: never forwarded, since which definition a client saw is
     /// not known.
@@ -58,7 +58,9 @@ impl Catalog {
             let hash: [u8; 32] = Sha256::digest(canonical(tool).as_bytes()).into();
             whole.update(hash);
             if judged.contains_key(name) {
-                duplicates.push(name.to_owned());
+                if !duplicates.iter().any(|d| d == name) {
+                    duplicates.push(name.to_owned());
+                }
                 continue;
             }
             let (verdict, reason) = policy::decide(tool, entries);
@@ -95,6 +97,10 @@ impl Catalog {
                 j.reason = Reason::UnsafeLookup;
             }
         }
+        // A name listed twice has no judgement: which definition a client saw is not known.
+        for name in &duplicates {
+            judged.remove(name);
+        }
         for (name, entry) in entries {
             whole.update((name.len() as u64).to_be_bytes());
             whole.update(name.as_bytes());
@@ -117,6 +123,20 @@ impl Catalog {
     /// Whether it should be listed again.
     pub fn stale(&self) -> bool {
         Instant::now() >= self.expires
+    }
+
+    /// The definitions the gateway serves, for the layer's tool list: each named tool listed
+    /// once. A name listed twice is left out (the gateway refuses its calls), so one bad entry
+    /// of the upstream's list does not stop the layer from being built for the others.
+    pub fn served(&self) -> Vec<&Value> {
+        self.tools
+            .iter()
+            .filter(|tool| {
+                tool.get("name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|name| !self.duplicates.iter().any(|d| d == name))
+            })
+            .collect()
     }
 
     /// The judgement of `name`; `None` when the list does not have it (or has it twice).
@@ -193,17 +213,29 @@ mod tests {
     }
 
     #[test]
-    fn a_name_listed_twice_is_never_judged() {
+    fn a_name_listed_twice_is_never_judged_nor_given_to_the_layer() {
         let c = Catalog::new(
             vec![
                 json!({"name": "wipe", "annotations": {"readOnlyHint": true}}),
+                json!({"name": "keep", "annotations": {"readOnlyHint": true}}),
+                json!({"name": "wipe"}),
                 json!({"name": "wipe"}),
             ],
             &BTreeMap::new(),
             Duration::from_secs(60),
         );
         assert!(c.judge("wipe").is_none());
+        assert!(!c.judged.contains_key("wipe"));
         assert!(c.judge("other").is_none());
+        assert_eq!(c.duplicates, ["wipe"]);
+        // The layer gets the rest of the list: one bad entry does not take it down.
+        let served: Vec<&str> = c
+            .served()
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert_eq!(served, ["keep"]);
+        assert_eq!(c.judge("keep").unwrap().verdict, Verdict::Pass);
     }
 
     #[test]

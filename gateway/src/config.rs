@@ -493,7 +493,8 @@ pub struct Lookup {
     /// allowed by the operator; anything else denies the confirmed tool).
     pub tool: String,
     /// The read tool's arguments taken from the call's: `name = "/pointer"` (RFC 6901 into the
-    /// call's arguments; a value the call lacks is left out).
+    /// call's arguments). A call that lacks one (or leaves it empty) is refused: the lookup
+    /// would run unfiltered and offer every record. Never the `select_into` argument.
     #[serde(default)]
     pub arguments: BTreeMap<String, String>,
     /// The read tool's arguments that are always the same (`limit = 20`).
@@ -506,9 +507,13 @@ pub struct Lookup {
     pub records: String,
     /// Each record's id (RFC 6901 within the record, e.g. `/id`): a string or an integer.
     pub id: String,
-    /// Each record's label, shown in the form (default: the id).
+    /// What the form shows of each record after its id (RFC 6901 within the record): one
+    /// pointer (`"/title"`) or several (`["/title", "/owner"]`), each value cleaned and capped.
+    /// The id always comes first (`t-1 · Login page`), so records with the same title read
+    /// differently; records that would still read the same refuse the call (default: the id
+    /// alone).
     #[serde(default)]
-    pub label: Option<String>,
+    pub label: Option<Label>,
     /// Each record's version (default: a digest of the whole record as the read tool returned
     /// it, so any change it shows is a change).
     #[serde(default)]
@@ -516,6 +521,26 @@ pub struct Lookup {
     /// The argument of the confirmed call the chosen id is written into, replacing what the
     /// caller sent there.
     pub select_into: String,
+}
+
+/// Where a lookup's labels come from: one JSON Pointer, or several, shown in order.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Label {
+    /// One pointer (`label = "/title"`).
+    One(String),
+    /// Several (`label = ["/title", "/owner"]`).
+    Many(Vec<String>),
+}
+
+impl Label {
+    /// Its pointers, in order.
+    pub fn pointers(&self) -> &[String] {
+        match self {
+            Self::One(pointer) => std::slice::from_ref(pointer),
+            Self::Many(pointers) => pointers,
+        }
+    }
 }
 
 /// What the operator says a tool's calls get. When an upstream's annotations say otherwise,
@@ -544,6 +569,9 @@ pub enum ConfigError {
     /// A secret it refers to cannot be read.
     #[error("a secret cannot be read: {0}")]
     Secret(String),
+    /// The store it names cannot be made ready (its tables created).
+    #[error("the store cannot be made ready: {0}")]
+    Store(String),
 }
 
 impl GatewayConfig {
@@ -603,6 +631,20 @@ impl GatewayConfig {
             }
         }
         (hosts, origins)
+    }
+
+    /// The files it names that are read only when it is loaded (relative to its directory, as
+    /// written): the tokens file, a JWKS file. A change to one is a change to the
+    /// configuration, so [`Gateway::watch`](crate::server::Gateway::watch) reloads on it too.
+    pub fn files_read_on_load(&self) -> Vec<PathBuf> {
+        match &self.auth {
+            Auth::StaticTokens { file } => vec![file.clone()],
+            Auth::Oauth {
+                jwks: Some(Jwks::File(file)),
+                ..
+            } => vec![file.clone()],
+            Auth::Oauth { .. } => Vec::new(),
+        }
     }
 
     /// The audience confirmations are bound to.
@@ -838,7 +880,12 @@ impl Lookup {
         };
         pointer("id", &self.id)?;
         if let Some(label) = &self.label {
-            pointer("label", label)?;
+            if label.pointers().is_empty() {
+                return Err("label names no pointer: leave it out to show the id alone".into());
+            }
+            for p in label.pointers() {
+                pointer("label", p)?;
+            }
         }
         if let Some(version) = &self.version {
             pointer("version", version)?;
@@ -848,6 +895,20 @@ impl Lookup {
         }
         if self.select_into.is_empty() {
             return Err("select_into names no argument".into());
+        }
+        // The layer takes the choice out of the call before it looks the records up again:
+        // an argument read from there would be missing then, and the confirmed call refused.
+        let chosen = format!(
+            "/{}",
+            self.select_into.replace('~', "~0").replace('/', "~1")
+        );
+        for (name, p) in &self.arguments {
+            if *p == chosen || p.starts_with(&format!("{chosen}/")) {
+                return Err(format!(
+                    "arguments.{name} reads {p:?}, the argument the choice is written into \
+                     (select_into): the records are looked up again without it"
+                ));
+            }
         }
         Ok(())
     }

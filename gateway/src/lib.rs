@@ -39,10 +39,10 @@
 //! needs), `config` (figment's providers are smaller and typed), `jsonwebtoken` 12 (its `rsa`
 //! cannot be unified with the core's passkey dependencies; 11 verifies the same tokens), an
 //! OpenID Connect client for browser sign-in (a sign-in proxy in front does it, and the gateway
-//! trusts it only with a shared secret), and `notify` for watching the file: the file is read and
-//! hashed once a second instead, which also sees a file replaced through a symlink (how
-//! Kubernetes updates a mounted ConfigMap, which inotify watches on the old file miss) and costs
-//! nothing measurable.
+//! trusts it only with a shared secret), and `notify` for watching the file: the file (and the
+//! tokens or JWKS file it names) is read and hashed once a second instead, which also sees a file
+//! replaced through a symlink (how Kubernetes updates a mounted ConfigMap or Secret, which
+//! inotify watches on the old file miss) and costs nothing measurable.
 
 #![deny(missing_docs, unsafe_code)]
 

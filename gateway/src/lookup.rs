@@ -3,11 +3,15 @@
 //!
 //! It is the route's [`Resolver`](mcp_confirm::Resolver): the layer runs it on the first call (the form's candidates)
 //! and again right before the confirmed call is forwarded (revalidation: a record that is gone,
-//! or whose version differs from the one shown, is refused and nothing is forwarded). The
-//! upstream's answer is data, never trusted: records without a usable id refuse the call, labels
-//! are cleaned by the layer like every label, and a record's version is, unless the operator
-//! names one, a digest of the whole record as returned, so any change the read tool shows counts.
+//! or whose version differs from the one shown, is refused and nothing is forwarded). A call
+//! that lacks an argument the lookup reads is refused before anything runs: the read tool,
+//! called without its filter, would find every record. The upstream's answer is data, never
+//! trusted: records without a usable id refuse the call; each option reads its id first, then
+//! the operator's labelled values, cleaned and capped, and options that would still read the
+//! same refuse the call; and a record's version is, unless the operator names one, a digest of
+//! the whole record as returned, so any change the read tool shows counts.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use http::HeaderMap;
@@ -28,6 +32,91 @@ tokio::task_local! {
 /// The most records a lookup may return (more is an upstream that lies or a query too wide;
 /// the form offers at most 16 anyway).
 pub const MAX_RECORDS: usize = 256;
+
+/// The longest label, in characters: the layer is given the same cap
+/// ([`ToolPolicy::max_label_chars`](mcp_confirm::ToolPolicy::max_label_chars)), so it never
+/// cuts a label the gateway checked for look-alikes.
+pub const LABEL_CHARS: usize = 80;
+
+/// The most characters of one record's value in a label: a title can say anything, and the
+/// id in front must stay in view.
+pub const LABEL_VALUE_CHARS: usize = 40;
+
+/// Between the parts of a label.
+pub const LABEL_SEPARATOR: &str = " · ";
+
+/// Why a lookup found no candidates. The call is refused and nothing is shown; the reason goes
+/// to the log only (on the wire, the gateway's or the layer's one answer for the class).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LookupError {
+    /// The call lacks an argument the lookup reads: run without it, the lookup would find
+    /// every record, and the form would offer them all.
+    #[error(
+        "the call has no value at {pointer:?} for the lookup's argument {argument:?}: \
+         the lookup would run unfiltered"
+    )]
+    MissingArgument {
+        /// The read tool's argument.
+        argument: String,
+        /// Where in the call's arguments it is read.
+        pointer: String,
+    },
+    /// The read tool cannot be called.
+    #[error("the lookup {tool}: {reason}")]
+    Unreachable {
+        /// The read tool.
+        tool: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The read tool answered an error.
+    #[error("the lookup {tool} answered an error")]
+    AnsweredError {
+        /// The read tool.
+        tool: String,
+    },
+    /// More than [`MAX_RECORDS`].
+    #[error("the lookup {tool} returned {count} records (at most {MAX_RECORDS})")]
+    TooManyRecords {
+        /// The read tool.
+        tool: String,
+        /// How many.
+        count: usize,
+    },
+    /// A record without a usable id.
+    #[error("the lookup {tool} returned a record without a string or integer id at {pointer:?}")]
+    NoId {
+        /// The read tool.
+        tool: String,
+        /// The id's pointer.
+        pointer: String,
+    },
+    /// A record without the version the operator names.
+    #[error("the lookup {tool} returned a record without a version at {pointer:?}")]
+    NoVersion {
+        /// The read tool.
+        tool: String,
+        /// The version's pointer.
+        pointer: String,
+    },
+    /// Two different records under one id: which one a choice means is not known.
+    #[error("the lookup {tool} returned two different records with the id {id:?}")]
+    DuplicateId {
+        /// The read tool.
+        tool: String,
+        /// The id.
+        id: String,
+    },
+    /// Two records whose options read the same: the user could not tell them apart.
+    #[error("the lookup {tool} returned two records that read the same in the form: {label:?}")]
+    SameLabel {
+        /// The read tool.
+        tool: String,
+        /// What both would show.
+        label: String,
+    },
+}
 
 /// One tool's lookup, ready to run.
 #[derive(Clone)]
@@ -67,10 +156,11 @@ impl RecordLookup {
     /// The candidates for `asked`.
     ///
     /// # Errors
-    /// [`PolicyError`] when the read tool cannot be called, answers an error, or returns
-    /// records the gateway cannot use: the call is refused, nothing shown.
+    /// [`PolicyError`] (a [`LookupError`] inside) when the call lacks an argument the lookup
+    /// reads, or the read tool cannot be called, answers an error, or returns records the
+    /// gateway cannot use: the call is refused, nothing shown.
     pub async fn candidates(&self, asked: Asked) -> Result<Vec<Candidate>, PolicyError> {
-        let arguments = self.arguments(&asked.arguments);
+        let arguments = self.arguments(&asked.arguments).map_err(PolicyError::new)?;
         let caller = CALLER.try_with(HeaderMap::clone).ok();
         let result = self
             .upstream
@@ -81,18 +171,32 @@ impl RecordLookup {
                 caller.as_ref(),
             )
             .await
-            .map_err(|e| PolicyError::new(format!("the lookup {}: {e}", self.spec.tool)))?;
+            .map_err(|e| {
+                PolicyError::new(LookupError::Unreachable {
+                    tool: self.spec.tool.clone(),
+                    reason: e.to_string(),
+                })
+            })?;
         if result.get("isError").and_then(Value::as_bool) == Some(true) {
-            return Err(PolicyError::new(format!(
-                "the lookup {} answered an error",
-                self.spec.tool
-            )));
+            return Err(PolicyError::new(LookupError::AnsweredError {
+                tool: self.spec.tool.clone(),
+            }));
         }
-        self.read(&result)
+        self.read(&result).map_err(PolicyError::new)
     }
 
-    /// The read tool's arguments: the fixed ones, then those taken from the call's.
-    fn arguments(&self, call: &Value) -> Value {
+    /// Whether `call` (a call's arguments) has every argument the lookup reads: a call without
+    /// one is refused before anything is asked.
+    ///
+    /// # Errors
+    /// [`LookupError::MissingArgument`] for the first one missing.
+    pub fn check_call(&self, call: &Value) -> Result<(), LookupError> {
+        self.arguments(call).map(drop)
+    }
+
+    /// The read tool's arguments: the fixed ones, then those taken from the call's, each of
+    /// which must be there and name something (not `null`, nor empty).
+    fn arguments(&self, call: &Value) -> Result<Value, LookupError> {
         let mut arguments: Map<String, Value> = self
             .spec
             .fixed_arguments
@@ -100,67 +204,163 @@ impl RecordLookup {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         for (name, pointer) in &self.spec.arguments {
-            if let Some(value) = call.pointer(pointer) {
-                arguments.insert(name.clone(), value.clone());
+            match call.pointer(pointer) {
+                Some(value) if !names_nothing(value) => {
+                    arguments.insert(name.clone(), value.clone());
+                }
+                _ => {
+                    return Err(LookupError::MissingArgument {
+                        argument: name.clone(),
+                        pointer: pointer.clone(),
+                    });
+                }
             }
         }
-        Value::Object(arguments)
+        Ok(Value::Object(arguments))
     }
 
-    /// The candidates in a read tool's `result`.
-    fn read(&self, result: &Value) -> Result<Vec<Candidate>, PolicyError> {
+    /// The candidates in a read tool's `result`: one per id (a record listed twice, the same
+    /// each time, counts once), each labelled with its id first.
+    fn read(&self, result: &Value) -> Result<Vec<Candidate>, LookupError> {
+        let tool = || self.spec.tool.clone();
         let document = with_structured_content(result);
         let records = self.records.query(&document).all();
         if records.len() > MAX_RECORDS {
-            return Err(PolicyError::new(format!(
-                "the lookup {} returned {} records (at most {MAX_RECORDS})",
-                self.spec.tool,
-                records.len()
-            )));
+            return Err(LookupError::TooManyRecords {
+                tool: tool(),
+                count: records.len(),
+            });
         }
-        let mut candidates = Vec::with_capacity(records.len());
+        let mut candidates: Vec<Candidate> = Vec::with_capacity(records.len());
         for record in records {
             let id = match record.pointer(&self.spec.id) {
                 Some(Value::String(id)) => id.clone(),
                 Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
                 _ => {
-                    return Err(PolicyError::new(format!(
-                        "the lookup {} returned a record without a string or integer id at {:?}",
-                        self.spec.tool, self.spec.id
-                    )));
+                    return Err(LookupError::NoId {
+                        tool: tool(),
+                        pointer: self.spec.id.clone(),
+                    });
                 }
             };
-            let label = self
-                .spec
-                .label
-                .as_deref()
-                .and_then(|p| record.pointer(p))
-                .and_then(|v| match v {
-                    Value::String(s) => Some(s.clone()),
-                    Value::Number(n) => Some(n.to_string()),
-                    _ => None,
-                });
             let version = match &self.spec.version {
                 Some(pointer) => match record.pointer(pointer) {
                     Some(Value::String(v)) => v.clone(),
                     Some(v @ Value::Number(_)) => v.to_string(),
                     _ => {
-                        return Err(PolicyError::new(format!(
-                            "the lookup {} returned a record without a version at {pointer:?}",
-                            self.spec.tool
-                        )));
+                        return Err(LookupError::NoVersion {
+                            tool: tool(),
+                            pointer: pointer.clone(),
+                        });
                     }
                 },
                 None => digest(record),
             };
-            let candidate = match label {
-                Some(label) => Candidate::labelled(id, label),
-                None => Candidate::new(id),
-            };
-            candidates.push(candidate.with_version(version));
+            let candidate =
+                Candidate::labelled(id.clone(), self.label(&id, record)).with_version(version);
+            match candidates.iter().find(|c| c.id() == id) {
+                Some(earlier) if *earlier == candidate => {}
+                Some(_) => return Err(LookupError::DuplicateId { tool: tool(), id }),
+                None => candidates.push(candidate),
+            }
+        }
+        // More than the form can offer is the layer's to answer ("narrow the request").
+        if candidates.len() <= mcp_confirm::token::MAX_CANDIDATES {
+            let mut seen = HashSet::with_capacity(candidates.len());
+            for candidate in &candidates {
+                let label = candidate.label().unwrap_or_default();
+                if !seen.insert(label) {
+                    return Err(LookupError::SameLabel {
+                        tool: tool(),
+                        label: label.to_owned(),
+                    });
+                }
+            }
         }
         Ok(candidates)
     }
+
+    /// What the form shows of `record`: its id, then each labelled value that names something,
+    /// each cleaned and capped, the whole capped at [`LABEL_CHARS`].
+    fn label(&self, id: &str, record: &Value) -> String {
+        let mut parts = vec![plain(id, LABEL_CHARS)];
+        let pointers = self.spec.label.iter().flat_map(|l| l.pointers());
+        for value in pointers.filter_map(|p| record.pointer(p)) {
+            let text = match value {
+                Value::String(s) => plain(s, LABEL_VALUE_CHARS),
+                Value::Number(n) => plain(&n.to_string(), LABEL_VALUE_CHARS),
+                _ => continue,
+            };
+            if !text.is_empty() {
+                parts.push(text);
+            }
+        }
+        plain(&parts.join(LABEL_SEPARATOR), LABEL_CHARS)
+    }
+}
+
+/// Whether an argument's `value` names nothing a read tool could filter by: `null`, a blank
+/// string, an empty list or object (many read tools take each of these as "everything").
+fn names_nothing(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::String(s) => s.trim().is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+        Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+/// `text` as one line of plain text of at most `max_chars` characters, as the layer reduces
+/// every label (whitespace runs become one space; control and invisible characters go; a cut
+/// text ends in `…`). The layer gets labels already plain, so the labels compared here for
+/// look-alikes are the ones the form shows.
+fn plain(text: &str, max_chars: usize) -> String {
+    let visible: String = text
+        .chars()
+        .filter_map(|c| {
+            if c.is_whitespace() {
+                Some(' ')
+            } else {
+                (!invisible(c)).then_some(c)
+            }
+        })
+        .collect();
+    let collapsed = visible.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.chars().count() <= max_chars {
+        return collapsed;
+    }
+    let mut out: String = collapsed
+        .chars()
+        .take(max_chars.saturating_sub(1))
+        .collect();
+    out.truncate(out.trim_end().len());
+    out.push('…');
+    out
+}
+
+/// The characters the layer drops from labels (controls, and format or other
+/// default-ignorable characters: bidirectional overrides, zero-width characters, fillers,
+/// variation selectors, tags). The core keeps its list private; a test checks that the form
+/// shows exactly the labels the gateway built.
+fn invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}'
+            | '\u{17B5}' | '\u{3164}' | '\u{FEFF}' | '\u{FFA0}' | '\u{06DD}' | '\u{070F}'
+            | '\u{08E2}' | '\u{110BD}' | '\u{110CD}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FFF0}'..='\u{FFFB}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}')
 }
 
 /// `result` as the paths see it: a result without `structuredContent` whose one text block
@@ -203,9 +403,10 @@ fn digest(record: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Label;
     use serde_json::json;
 
-    fn lookup(version: Option<&str>) -> RecordLookup {
+    fn lookup_with(version: Option<&str>, label: Option<Label>) -> RecordLookup {
         RecordLookup::new(
             Upstream::new("http://127.0.0.1:9/mcp".parse().unwrap(), None),
             Lookup {
@@ -214,7 +415,7 @@ mod tests {
                 fixed_arguments: [("limit".to_owned(), json!(20))].into(),
                 records: "$.structuredContent.notes[*]".into(),
                 id: "/id".into(),
-                label: Some("/title".into()),
+                label,
                 version: version.map(str::to_owned),
                 select_into: "id".into(),
             },
@@ -222,36 +423,192 @@ mod tests {
         .unwrap()
     }
 
+    fn lookup(version: Option<&str>) -> RecordLookup {
+        lookup_with(version, Some(Label::One("/title".into())))
+    }
+
+    fn notes(notes: Value) -> Value {
+        json!({"structuredContent": {"notes": notes}})
+    }
+
+    fn labels(found: &[Candidate]) -> Vec<&str> {
+        found.iter().map(|c| c.label().unwrap()).collect()
+    }
+
     #[test]
     fn arguments_come_from_the_call_and_the_fixed_ones() {
         let l = lookup(None);
         assert_eq!(
-            l.arguments(&json!({"title": "Groceries", "other": 1})),
+            l.arguments(&json!({"title": "Groceries", "other": 1}))
+                .unwrap(),
             json!({"query": "Groceries", "limit": 20})
         );
-        assert_eq!(l.arguments(&json!({})), json!({"limit": 20}));
+    }
+
+    #[test]
+    fn a_call_without_an_argument_the_lookup_reads_is_refused() {
+        // Run without its filter, the read tool would return every record (#52, finding 3).
+        let l = lookup(None);
+        for call in [
+            json!({}),
+            json!({"id": "c-4"}),
+            json!({"title": null}),
+            json!({"title": "  "}),
+            json!({"title": []}),
+            json!({"title": {}}),
+            json!("not an object"),
+        ] {
+            let refused = l.check_call(&call).unwrap_err();
+            assert!(
+                matches!(&refused, LookupError::MissingArgument { argument, pointer }
+                    if argument == "query" && pointer == "/title"),
+                "{call}: {refused}"
+            );
+        }
+        l.check_call(&json!({"title": 0})).unwrap();
+        l.check_call(&json!({"title": false})).unwrap();
     }
 
     #[test]
     fn records_become_candidates_with_versions() {
         let l = lookup(None);
-        let result = json!({"structuredContent": {"notes": [
+        let result = notes(json!([
             {"id": "n1", "title": "Groceries", "body": "milk"},
-            {"id": 7, "title": "Groceries", "body": "eggs"}]}});
+            {"id": 7, "title": "Groceries", "body": "eggs"}]));
         let found = l.read(&result).unwrap();
         assert_eq!(found.len(), 2);
         assert_eq!(found[0].id(), "n1");
-        assert_eq!(found[0].label(), Some("Groceries"));
         assert_eq!(found[1].id(), "7");
         // The default version changes with anything in the record.
-        let changed = json!({"structuredContent": {"notes": [
-            {"id": "n1", "title": "Groceries", "body": "MILK"}]}});
+        let changed = notes(json!([{"id": "n1", "title": "Groceries", "body": "MILK"}]));
         let again = l.read(&changed).unwrap();
         assert_ne!(found[0].version(), again[0].version());
         // The same record, its keys in another order: the same version.
-        let reordered = json!({"structuredContent": {"notes": [
-            {"body": "milk", "title": "Groceries", "id": "n1"}]}});
+        let reordered = notes(json!([{"body": "milk", "title": "Groceries", "id": "n1"}]));
         assert_eq!(found[0].version(), l.read(&reordered).unwrap()[0].version());
+    }
+
+    #[test]
+    fn each_option_reads_its_id_first() {
+        // Three records titled alike read apart (#52, finding 2).
+        let l = lookup(None);
+        let found = l
+            .read(&notes(json!([
+                {"id": "t-1", "title": "Login page"},
+                {"id": "t-2", "title": "Login page"},
+                {"id": "t-3", "title": "Login page"}])))
+            .unwrap();
+        assert_eq!(
+            labels(&found),
+            ["t-1 · Login page", "t-2 · Login page", "t-3 · Login page"]
+        );
+        // Without a label: the id alone; a value that is missing or not text is left out.
+        let bare = lookup_with(None, None);
+        let record = json!([{"id": "t-1", "title": "Login page"}]);
+        assert_eq!(labels(&bare.read(&notes(record)).unwrap()), ["t-1"]);
+        let l = lookup_with(
+            None,
+            Some(Label::Many(vec![
+                "/title".into(),
+                "/owner".into(),
+                "/size".into(),
+            ])),
+        );
+        let found = l
+            .read(&notes(json!([
+                {"id": "t-1", "title": "Login page", "owner": "alice", "size": 3},
+                {"id": "t-2", "title": "Login page", "owner": {"name": "bob"}},
+                {"id": "t-3", "owner": "carol"}])))
+            .unwrap();
+        assert_eq!(
+            labels(&found),
+            [
+                "t-1 · Login page · alice · 3",
+                "t-2 · Login page",
+                "t-3 · carol"
+            ]
+        );
+    }
+
+    #[test]
+    fn label_values_are_cleaned_and_capped() {
+        let l = lookup_with(
+            None,
+            Some(Label::Many(vec!["/title".into(), "/owner".into()])),
+        );
+        let long = "x".repeat(100);
+        let found = l
+            .read(&notes(json!([
+                {"id": "t-1", "title": "Log\u{202E}in\u{200B}  page\n", "owner": long},
+                {"id": "t-2", "title": "\u{2066}\u{2069}", "owner": "bob"}])))
+            .unwrap();
+        let first = found[0].label().unwrap();
+        assert!(first.starts_with("t-1 · Login page · xxx"), "{first}");
+        assert!(first.ends_with('…'), "{first}");
+        assert_eq!(
+            first.chars().count(),
+            "t-1 · Login page · ".chars().count() + LABEL_VALUE_CHARS
+        );
+        // A value with nothing visible is left out.
+        assert_eq!(found[1].label(), Some("t-2 · bob"));
+        // The whole label fits the layer's cap, whatever the values.
+        let many = lookup_with(
+            None,
+            Some(Label::Many(vec!["/a".into(), "/b".into(), "/c".into()])),
+        );
+        let found = many
+            .read(&notes(
+                json!([{"id": "t-1", "a": long, "b": long, "c": long}]),
+            ))
+            .unwrap();
+        assert_eq!(found[0].label().unwrap().chars().count(), LABEL_CHARS);
+    }
+
+    #[test]
+    fn options_that_would_still_read_the_same_refuse_the_call() {
+        let l = lookup(None);
+        let long = "x".repeat(LABEL_CHARS);
+        for records in [
+            // Ids that differ past the cap.
+            json!([{"id": format!("{long}1")}, {"id": format!("{long}2")}]),
+            // Ids that differ in spacing only (the form collapses it).
+            json!([{"id": "t 1", "title": "A"}, {"id": "t  1", "title": "A"}]),
+            // A separator inside an id or a title.
+            json!([{"id": "t-1 · A", "title": "B"}, {"id": "t-1", "title": "A · B"}]),
+        ] {
+            let refused = l.read(&notes(records.clone())).unwrap_err();
+            assert!(
+                matches!(refused, LookupError::SameLabel { .. }),
+                "{records}: {refused}"
+            );
+        }
+        // More than the form offers: the layer's to answer, not a look-alike.
+        let many: Vec<Value> = (0..=mcp_confirm::token::MAX_CANDIDATES)
+            .map(|n| json!({"id": format!("{long}{n}"), "title": "A"}))
+            .collect();
+        assert_eq!(l.read(&notes(json!(many))).unwrap().len(), many.len());
+    }
+
+    #[test]
+    fn a_record_listed_twice_counts_once_and_two_under_one_id_refuse_the_call() {
+        let l = lookup(None);
+        let found = l
+            .read(&notes(json!([
+                {"id": "f001", "title": "A"},
+                {"id": "f001", "title": "A"},
+                {"id": "f002", "title": "B"}])))
+            .unwrap();
+        let ids: Vec<&str> = found.iter().map(Candidate::id).collect();
+        assert_eq!(ids, ["f001", "f002"]);
+        let refused = l
+            .read(&notes(json!([
+                {"id": "f001", "title": "A"},
+                {"id": "f001", "title": "A", "body": "other"}])))
+            .unwrap_err();
+        assert!(
+            matches!(refused, LookupError::DuplicateId { .. }),
+            "{refused}"
+        );
     }
 
     #[test]
@@ -266,22 +623,18 @@ mod tests {
     #[test]
     fn records_the_gateway_cannot_use_refuse_the_call() {
         let l = lookup(Some("/v"));
-        for notes in [
+        for records in [
             json!([{"title": "no id", "v": 1}]),
             json!([{"id": {"nested": 1}, "v": 1}]),
             json!([{"id": 1.5, "v": 1}]),
             json!([{"id": "n1"}]),
         ] {
-            let result = json!({"structuredContent": {"notes": notes}});
-            assert!(l.read(&result).is_err(), "{notes}");
+            assert!(l.read(&notes(records.clone())).is_err(), "{records}");
         }
         let many: Vec<Value> = (0..=MAX_RECORDS)
             .map(|n| json!({"id": n, "v": 1}))
             .collect();
-        assert!(
-            l.read(&json!({"structuredContent": {"notes": many}}))
-                .is_err()
-        );
+        assert!(l.read(&notes(json!(many))).is_err());
         // Nothing matched: no candidates (the layer answers that nothing matched).
         assert!(
             l.read(&json!({"structuredContent": {}}))

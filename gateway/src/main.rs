@@ -42,11 +42,15 @@ fn load(path: Option<&Path>) -> Result<(GatewayConfig, PathBuf), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal: a file or a log collector gets plain lines,
+        // not escape codes in every field.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
     match cli.command {

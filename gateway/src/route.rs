@@ -27,7 +27,7 @@ use crate::policy::Verdict;
 use crate::relay::{self, Relay, RelayContext, Sealer};
 use crate::upstream::Upstream;
 
-use crate::answer::{GatewayBody, json_answer, plain, rpc_error};
+use crate::answer::{GatewayBody, json_answer, plain, rpc_error, rpc_refusal};
 
 /// The most a request body may hold (bytes).
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -111,6 +111,12 @@ mod refusal {
         "The upstream server's tools cannot be listed; no call is forwarded.";
     pub const BAD_REQUEST: &str = "The request cannot be read.";
     pub const TOO_LARGE: &str = "The request is too large.";
+    /// A pick-one tool's call without an argument its lookup reads: the records it acts on
+    /// cannot be found, and a lookup without its filter would offer every record.
+    pub const UNNAMED_RECORD: &str =
+        "The call does not name the records it acts on; nothing was run.";
+    /// `data.reason` of [`UNNAMED_RECORD`].
+    pub const UNNAMED_RECORD_REASON: &str = "lookup_argument_missing";
 }
 
 impl Route {
@@ -497,12 +503,39 @@ impl Route {
                     }
                 };
             }
+            if built.catalog.duplicates.iter().any(|d| d == tool) {
+                tracing::info!(route = %self.path, tool, revision = %built.catalog.revision,
+                    "a call of a tool the upstream lists twice was refused");
+                return rpc_error(StatusCode::OK, -32602, refusal::DENIED, id);
+            }
             if let Some(judged) = built.catalog.judge(tool)
                 && judged.verdict == Verdict::Deny
             {
                 tracing::info!(route = %self.path, tool, revision = %built.catalog.revision,
                     "a call of a tool the operator denies was refused");
                 return rpc_error(StatusCode::OK, -32602, refusal::DENIED, id);
+            }
+            // A lookup runs only with the arguments it filters by: without one, it would find
+            // every record and the form would offer them all.
+            if let Some(judged) = built.catalog.judge(tool)
+                && matches!(judged.verdict, Verdict::PickOne { .. })
+                && let Some(lookup) = self.lookups.get(tool)
+            {
+                let arguments = message
+                    .as_ref()
+                    .and_then(|m| m.pointer("/params/arguments"))
+                    .unwrap_or(&Value::Null);
+                if let Err(why) = lookup.check_call(arguments) {
+                    tracing::info!(route = %self.path, tool, reason = %why,
+                        "a call its lookup cannot filter was refused");
+                    return rpc_refusal(
+                        StatusCode::OK,
+                        -32602,
+                        refusal::UNNAMED_RECORD,
+                        refusal::UNNAMED_RECORD_REASON,
+                        id,
+                    );
+                }
             }
             // Which policy revision the layer decides this call under (the list and the
             // operator's entries it was built from).
@@ -615,8 +648,10 @@ fn build_layer(
         None => policy,
     };
     // Every decision-log record made under this build names the revision it was made under.
+    // Only what the gateway serves: a name listed twice is refused on its own, and must not
+    // take the rest of the list down with it.
     let mut builder = base()
-        .tool_list(&catalog.tools)
+        .tool_list(catalog.served())
         .policy_revision(catalog.revision.clone());
     for (name, judged) in &catalog.judged {
         match &judged.verdict {
@@ -637,6 +672,8 @@ fn build_layer(
                             async move { lookup.candidates(asked).await }
                         })
                         .select_into(select)
+                        // The cap the gateway built and checked its labels under.
+                        .max_label_chars(crate::lookup::LABEL_CHARS)
                         .input_key(relay::OWN_KEY);
                         if let Some(message) = message {
                             policy = policy.message(message.clone());

@@ -26,7 +26,8 @@ pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1
 /// route's path.
 pub const METADATA_PREFIX: &str = "/.well-known/oauth-protected-resource";
 
-/// How often the file is looked at for a change.
+/// How often the file (and the files it names that are read only when it is loaded: the
+/// tokens file, a JWKS file) is looked at for a change.
 pub const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A gateway ready to serve. Clones share one state, which [`reload`](Self::reload) replaces
@@ -86,16 +87,18 @@ impl Gateway {
         Ok(())
     }
 
-    /// Reloads the file at `path` whenever its contents change (read every [`WATCH_EVERY`]; a
-    /// file replaced through a symlink, as Kubernetes does with a ConfigMap, counts). A file
-    /// that does not validate is refused and said at error level; the one in force stays.
+    /// Reloads the file at `path` whenever its contents change, or those of a file it names
+    /// that is read only when it is loaded (the tokens file, a JWKS file: a token removed from
+    /// it stops working without the file being touched). Read every [`WATCH_EVERY`]; a file
+    /// replaced through a symlink, as Kubernetes does with a ConfigMap or a Secret, counts. A
+    /// file that does not validate is refused and said at error level; the one in force stays.
     pub fn watch(&self, path: PathBuf, base: PathBuf) -> tokio::task::JoinHandle<()> {
         let gateway = self.clone();
         tokio::spawn(async move {
-            let mut seen = contents_digest(&path);
+            let mut seen = gateway.watched_digest(&path, &base);
             loop {
                 tokio::time::sleep(WATCH_EVERY).await;
-                let now = contents_digest(&path);
+                let now = gateway.watched_digest(&path, &base);
                 if now == seen {
                     continue;
                 }
@@ -108,6 +111,24 @@ impl Gateway {
                 }
             }
         })
+    }
+
+    /// A digest of the file at `path` and of the files the configuration in force names that
+    /// are read only when it is loaded.
+    fn watched_digest(&self, path: &Path, base: &Path) -> [u8; 32] {
+        use sha2::Digest;
+        let named = self.inner.load().config.files_read_on_load();
+        let mut whole = sha2::Sha256::new();
+        for file in std::iter::once(path.to_path_buf()).chain(named.iter().map(|f| base.join(f))) {
+            match contents_digest(&file) {
+                Some(digest) => {
+                    whole.update([1]);
+                    whole.update(digest);
+                }
+                None => whole.update([0]),
+            }
+        }
+        whole.finalize().into()
     }
 
     /// Its routes, as configured now.
@@ -403,10 +424,53 @@ fn open_store(store: &Store, base: &Path) -> Result<StoreHandle, ConfigError> {
             mcp_confirm::store::RedisStore::open(&url.read(base)?)
                 .map_err(|e| ConfigError::Invalid(format!("store (redis): {e}")))?,
         )),
-        Store::Postgres { url } => StoreHandle::Postgres(
-            mcp_confirm::store::PostgresStore::connect(&url.read(base)?)
-                .map_err(|e| ConfigError::Invalid(format!("store (postgres): {e}")))?,
-        ),
+        Store::Postgres { url } => {
+            let url = zeroize::Zeroizing::new(url.read(base)?);
+            let store = mcp_confirm::store::PostgresStore::connect(&url)
+                .map_err(|e| ConfigError::Invalid(format!("store (postgres): {e}")))?;
+            create_tables(&url)?;
+            StoreHandle::Postgres(store)
+        }
+    })
+}
+
+/// How long creating the PostgreSQL store's tables may take (the store's own calls get
+/// 500 ms; DDL beside other instances starting may wait for their locks).
+pub const CREATE_TABLES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Creates the PostgreSQL store's tables if they are missing, as the library does
+/// (`PostgresStore::migrate`): when they are all there, it only reads the catalog. Without
+/// them every confirmation would be refused with `503`. Runs on a thread of its own with its
+/// own runtime and connection, as the decision log creates its table: the gateway is built
+/// from synchronous code that may itself run on a runtime.
+fn create_tables(url: &str) -> Result<(), ConfigError> {
+    let failed = |why: String| ConfigError::Store(format!("postgres: creating its tables: {why}"));
+    // The database's own words ("permission denied for schema …") are a source of a source.
+    let chain = |e: &dyn std::error::Error| {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(e) = source {
+            text = format!("{text}: {e}");
+            source = e.source();
+        }
+        text
+    };
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| failed(e.to_string()))?;
+                runtime.block_on(async {
+                    let store = mcp_confirm::store::PostgresStore::connect(url)
+                        .map_err(|e| failed(chain(&e)))?
+                        .timeout(CREATE_TABLES_TIMEOUT);
+                    store.migrate().await.map_err(|e| failed(chain(&e)))
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err(failed("the thread creating them failed".into())))
     })
 }
 
@@ -487,7 +551,18 @@ impl Inner {
                 tracing::warn!(
                     "callers are authenticated by static tokens: for a first try, not for production"
                 );
-                Authenticator::Static(StaticTokens::read(&base.join(file))?)
+                let path = base.join(file);
+                // On a reload, a file emptied of tokens revokes the last one: refused, it
+                // would keep every token of the file in force working.
+                let tokens = match previous {
+                    Some(_) => StaticTokens::read_allowing_none(&path)?,
+                    None => StaticTokens::read(&path)?,
+                };
+                if tokens.is_empty() {
+                    tracing::warn!(file = %path.display(),
+                        "the tokens file lists no token: every request is refused");
+                }
+                Authenticator::Static(tokens)
             }
             Auth::Oauth {
                 issuer,

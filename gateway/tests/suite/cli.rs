@@ -119,6 +119,36 @@ fn check_says_which_upstream_cannot_be_listed() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("its tools/call requests are refused"));
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn logs_to_a_pipe_carry_no_colour_codes() {
+    // #52, finding 7d: the log lines had ANSI colour codes in them with stderr a pipe or a
+    // file, as a log collector sees it. NO_COLOR is left unset: the terminal alone decides.
+    let url = upstream().await;
+    let dir = config_dir(
+        "colour",
+        &format!(
+            "[auth]\nkind = \"static_tokens\"\nfile = \"tokens\"\n\n[[route]]\n\
+             path = \"/notes/mcp\"\nupstream = \"{url}\"\n"
+        ),
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        gateway()
+            .args(["check", "--config"])
+            .arg(dir.join("gateway.toml"))
+            .env_remove("NO_COLOR")
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success());
+    let logged = String::from_utf8_lossy(&out.stderr);
+    // The build's warning about static tokens is there, as plain text.
+    assert!(logged.contains("static tokens"), "{logged}");
+    assert!(!logged.contains('\u{1b}'), "{logged:?}");
+}
+
 #[test]
 fn schema_is_a_json_schema_of_the_file() {
     let out = gateway().arg("schema").output().unwrap();

@@ -178,9 +178,29 @@ pub fn redis_url() -> String {
 
 /// Whether Redis answers; CI requires it (`MCP_CONFIRM_REQUIRE_BACKENDS`).
 pub fn redis_up() -> bool {
-    let url = redis_url();
+    backend_up("Redis", &redis_url(), "redis://")
+}
+
+/// The environment variable naming the PostgreSQL the tests share (not under the gateway's
+/// prefix either).
+const POSTGRES_URL_ENV: &str = "MCP_CONFIRM_TEST_POSTGRES_URL";
+const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// The PostgreSQL the tests share: `MCP_CONFIRM_TEST_POSTGRES_URL`, else the local one.
+pub fn postgres_url() -> String {
+    std::env::var(POSTGRES_URL_ENV).unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
+}
+
+/// Whether PostgreSQL answers; CI requires it (`MCP_CONFIRM_REQUIRE_BACKENDS`).
+pub fn postgres_up() -> bool {
+    backend_up("PostgreSQL", &postgres_url(), "postgres://")
+}
+
+/// Whether the backend at `url` takes a connection; a skip said loudly, or a failure where
+/// backends are required.
+fn backend_up(name: &str, url: &str, scheme: &str) -> bool {
     let addr = url
-        .trim_start_matches("redis://")
+        .trim_start_matches(scheme)
         .split(['/', '?'])
         .next()
         .unwrap_or_default()
@@ -192,9 +212,9 @@ pub fn redis_up() -> bool {
     if !up {
         assert!(
             std::env::var_os("MCP_CONFIRM_REQUIRE_BACKENDS").is_none(),
-            "Redis is required and not reachable at {addr}"
+            "{name} is required and not reachable at {addr}"
         );
-        eprintln!("SKIPPED: no Redis at {addr}");
+        eprintln!("SKIPPED: no {name} at {addr}");
     }
     up
 }

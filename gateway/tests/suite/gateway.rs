@@ -660,6 +660,109 @@ async fn a_changed_file_is_reloaded_and_a_bad_one_refused() {
 }
 
 #[tokio::test]
+async fn a_token_removed_from_the_tokens_file_stops_working_without_touching_the_configuration() {
+    // #52, finding 7a: the tokens file was read only with the configuration, so a token removed
+    // from it kept working until the configuration file itself changed.
+    let (url, seen) = upstream().await;
+    let f = gateway_for(&url, seen, "").await;
+    let (gateway, path) = f.gateway.clone().unwrap();
+    let dir = path.parent().unwrap().to_path_buf();
+    let tokens = dir.join("tokens");
+    let bob = "bob-token-0123456789";
+    std::fs::write(&tokens, format!("alice {ALICE}\nbob {bob}\n")).unwrap();
+    gateway
+        .reload(&GatewayConfig::load(&path).unwrap(), &dir)
+        .unwrap();
+    let config_before = std::fs::read(&path).unwrap();
+    gateway.watch(path.clone(), dir);
+    let list = call(1, "notes_list", json!({}));
+    assert_eq!(f.post(Some(bob), &list).await.0, 200);
+    // Bob's line goes; the configuration file is not touched.
+    std::fs::write(&tokens, format!("alice {ALICE}\n")).unwrap();
+    let status_within = |token: &'static str, want: u16| {
+        let f = &f;
+        let list = list.clone();
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let status = f.post(Some(token), &list).await.0;
+                if status == want || std::time::Instant::now() > deadline {
+                    return status;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(
+        status_within(bob, 401).await,
+        401,
+        "bob's token still works"
+    );
+    assert_eq!(
+        f.post(Some(ALICE), &list).await.0,
+        200,
+        "alice's still does"
+    );
+    // The last token removed: no one, rather than the file refused and every token kept.
+    std::fs::write(&tokens, "# no one\n").unwrap();
+    assert_eq!(
+        status_within(ALICE, 401).await,
+        401,
+        "alice's token still works"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), config_before);
+}
+
+#[tokio::test]
+async fn a_name_the_upstream_lists_twice_is_refused_and_the_others_served() {
+    // #52, finding 7c: one name listed twice made the whole list unenforceable, and every tool
+    // of the route was refused. Here `notes_purge` is listed read-only, then again without
+    // annotations: which one a client saw is not known, so it is refused, and only it.
+    let seen = Seen::default();
+    let app = Router::new()
+        .route(
+            "/mcp",
+            post(
+                |State(seen): State<Seen>, headers: HeaderMap, body: axum::Json<Value>| async move {
+                    if body.0["method"] == "tools/list" {
+                        let mut tools = tools();
+                        tools.as_array_mut().unwrap().push(
+                            json!({"name": "notes_purge", "inputSchema": {"type": "object"}}),
+                        );
+                        return axum::Json(json!({"jsonrpc": "2.0", "id": body.0["id"],
+                            "result": {"resultType": "complete", "tools": tools,
+                                "ttlMs": 60_000}}));
+                    }
+                    upstream_answer(seen, headers, body.0)
+                },
+            ),
+        )
+        .with_state(seen.clone());
+    let url = crate::common::serve_upstream(app).await;
+    let f = gateway_for(&url, seen, "").await;
+    let refused = f.alice(&call(1, "notes_purge", json!({}))).await;
+    assert_eq!(
+        refused["error"]["message"], "This tool is not available through this gateway.",
+        "{refused}"
+    );
+    // The others: a read-only one passes, a destructive one is confirmed, then runs.
+    let listed = f.alice(&call(2, "notes_list", json!({}))).await;
+    assert_eq!(
+        listed["result"]["content"][0]["text"], "notes_list ran",
+        "{listed}"
+    );
+    let first = call(3, "notes_delete", json!({"title": "Groceries"}));
+    let (key, state) = asked(&f.alice(&first).await);
+    let ran = f.alice(&answer(first, 4, &key, &state, accept())).await;
+    assert_eq!(
+        ran["result"]["content"][0]["text"], "notes_delete ran",
+        "{ran}"
+    );
+    let tools: Vec<String> = f.seen.calls().into_iter().map(|c| c.0).collect();
+    assert_eq!(tools, ["notes_list", "notes_delete"]);
+}
+
+#[tokio::test]
 async fn two_gateways_sharing_redis_run_a_confirmation_once() {
     if !redis_up() {
         return;

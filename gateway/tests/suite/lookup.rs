@@ -76,13 +76,14 @@ async fn serve_upstream(
                 .push((name.clone(), arguments.clone(), user));
             match name.as_str() {
                 "notes_search" => {
-                    let query = arguments["query"].as_str().unwrap_or("");
+                    // Without a query, every note: as many read tools answer.
+                    let query = arguments.get("query").and_then(Value::as_str);
                     let notes: Vec<Value> = up
                         .notes
                         .lock()
                         .unwrap()
                         .iter()
-                        .filter(|n| n["title"] == query)
+                        .filter(|n| query.is_none_or(|q| n["title"] == q))
                         .cloned()
                         .collect();
                     let notes = up.lie.lock().unwrap().clone().unwrap_or(json!(notes));
@@ -186,6 +187,138 @@ fn offered(asked: &Value) -> Vec<String> {
         .iter()
         .map(|o| o.get("const").unwrap_or(o).as_str().unwrap().to_owned())
         .collect()
+}
+
+/// The titles the form shows its options under.
+fn titles(asked: &Value) -> Vec<String> {
+    let request = asked["result"]["inputRequests"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no form in {asked}"))
+        .values()
+        .next()
+        .unwrap();
+    request["params"]["requestedSchema"]["properties"]["choice"]["oneOf"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no titled choice in {request}"))
+        .iter()
+        .map(|o| o["title"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn options_titled_alike_read_apart_with_their_ids_first() {
+    // #52, finding 2: three notes titled "Groceries" were offered as "Groceries" three times,
+    // their ids only in `const`, which clients do not show.
+    let f = fixture(LOOKUP).await;
+    let asked = f.post(&call(1, json!({"title": "Groceries"})), &[]).await;
+    assert_eq!(
+        titles(&asked),
+        ["n1 · Groceries", "n2 · Groceries", "n3 · Groceries"]
+    );
+    // Several pointers, each value after the id, in order.
+    let f = fixture(&LOOKUP.replace("label = \"/title\"", "label = [\"/title\", \"/body\"]")).await;
+    let first = call(1, json!({"title": "Groceries"}));
+    let asked = f.post(&first, &[]).await;
+    assert_eq!(
+        titles(&asked),
+        [
+            "n1 · Groceries · milk",
+            "n2 · Groceries · eggs",
+            "n3 · Groceries · bread"
+        ]
+    );
+    // The choice is still the id, and it still runs only what was picked.
+    let done = f
+        .post(
+            &answer(&first, 2, &asked, json!({"choice": "n2", "confirm": true})),
+            &[],
+        )
+        .await;
+    assert_eq!(done["result"]["content"][0]["text"], "deleted n2", "{done}");
+}
+
+#[tokio::test]
+async fn options_that_would_still_read_the_same_refuse_the_call() {
+    // An id that spells another option's id and title: the user could not tell them apart,
+    // so nothing is shown and nothing runs. Likewise when the only difference is a character
+    // the form drops (the gateway drops the same ones before it compares).
+    for hidden in [
+        "",
+        "\u{202E}",
+        "\u{200B}",
+        "\u{2066}",
+        "\u{3164}",
+        "\u{00AD}",
+        "\u{FE0F}",
+        "\u{FEFF}",
+        "\u{E0041}",
+        "\u{0007}",
+    ] {
+        let f = fixture(LOOKUP).await;
+        *f.up.lie.lock().unwrap() = Some(json!([
+            {"id": "n1", "title": format!("Groceries{hidden}")},
+            {"id": "n1 · Groceries", "title": ""}]));
+        let refused = f.post(&call(1, json!({"title": "Groceries"})), &[]).await;
+        assert!(refused.get("error").is_some(), "{hidden:?}: {refused}");
+        assert!(f.up.ran("notes_delete").is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_record_listed_twice_is_offered_once() {
+    // The same record twice: one option (a form whose choices repeat a value is one strict
+    // schema validators reject). Two different records under one id: refused.
+    let f = fixture(LOOKUP).await;
+    *f.up.lie.lock().unwrap() = Some(json!([
+        {"id": "f001", "title": "Groceries"},
+        {"id": "f001", "title": "Groceries"},
+        {"id": "f002", "title": "Groceries"}]));
+    let asked = f.post(&call(1, json!({"title": "Groceries"})), &[]).await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    assert_eq!(offered(&asked), ["f001", "f002"], "{asked}");
+    *f.up.lie.lock().unwrap() = Some(json!([
+        {"id": "f001", "title": "Groceries"},
+        {"id": "f001", "title": "Groceries", "body": "another record"}]));
+    let refused = f.post(&call(2, json!({"title": "Groceries"})), &[]).await;
+    assert!(refused.get("error").is_some(), "{refused}");
+    assert!(f.up.ran("notes_delete").is_empty());
+}
+
+#[tokio::test]
+async fn a_call_without_what_its_lookup_reads_is_refused_before_anything_runs() {
+    // #52, finding 3: `notes_delete {"id": "n3"}` with a lookup that reads the title: the
+    // lookup ran without its query, the upstream returned every note, and the form offered
+    // them all (a client taking the first option deleted n1).
+    let f = fixture(LOOKUP).await;
+    for (n, arguments) in [
+        json!({"id": "n3"}),
+        json!({}),
+        json!({"title": null, "id": "n3"}),
+        json!({"title": "", "id": "n3"}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let refused = f.post(&call(n as i64, arguments.clone()), &[]).await;
+        assert_eq!(refused["error"]["code"], -32602, "{arguments}: {refused}");
+        assert_eq!(
+            refused["error"]["message"],
+            "The call does not name the records it acts on; nothing was run."
+        );
+        assert_eq!(
+            refused["error"]["data"]["reason"],
+            "lookup_argument_missing"
+        );
+    }
+    assert!(
+        f.up.calls.lock().unwrap().is_empty(),
+        "nothing ran upstream"
+    );
+    // Named, it is asked as before.
+    let asked = f
+        .post(&call(9, json!({"title": "Taxes", "id": "n3"})), &[])
+        .await;
+    assert_eq!(offered(&asked), ["n4"]);
 }
 
 #[tokio::test]
@@ -350,6 +483,22 @@ fn lookups_a_hurried_operator_writes_are_refused() {
         (
             LOOKUP.replace("select_into = \"id\"", "select_into = \"\""),
             "select_into",
+        ),
+        // Looked up again without the choice, the lookup would lack its argument.
+        (
+            LOOKUP.replace(
+                "arguments = { query = \"/title\" }",
+                "arguments = { query = \"/title\", id = \"/id\" }",
+            ),
+            "the argument the choice is written into",
+        ),
+        (
+            LOOKUP.replace("label = \"/title\"", "label = []"),
+            "label names no pointer",
+        ),
+        (
+            LOOKUP.replace("label = \"/title\"", "label = [\"/title\", \"owner\"]"),
+            "JSON Pointer",
         ),
     ] {
         let error = GatewayConfig::from_toml(&format!("{base}{lookup}"))

@@ -9,5 +9,6 @@ mod metrics;
 mod oauth;
 mod options;
 mod pages;
+mod postgres;
 mod relay;
 mod two_gateways;

@@ -553,6 +553,57 @@ async fn a_key_file_needs_no_issuer_online() {
     assert_eq!(status, 200, "{body}");
 }
 
+#[tokio::test]
+async fn a_key_removed_from_the_key_file_stops_verifying_without_touching_the_configuration() {
+    // #52, finding 7a, for a JWKS file: read only with the configuration, a key removed from it
+    // kept verifying tokens until the configuration file itself changed.
+    let dir = common::temp_dir("oauth-jwks-watch");
+    let jwks = dir.join("jwks.json");
+    let both = json!({"keys": [jwk_ed("k1", K1_X), jwk_ed("k2", K2_X)]});
+    std::fs::write(&jwks, both.to_string()).unwrap();
+    let (upstream_url, seen) = upstream().await;
+    let (listener, addr) = common::bind().await;
+    let text = format!(
+        r#"
+        listen = "{addr}"
+        audience = "http://{addr}"
+        [auth]
+        kind = "oauth"
+        issuer = "http://127.0.0.1:9"
+        jwks = {{ file = "jwks.json" }}
+        [[route]]
+        path = "/notes/mcp"
+        upstream = "{upstream_url}"
+        "#
+    );
+    let gateway = common::build(&dir, &text).unwrap();
+    common::serve(&gateway, listener);
+    gateway.watch(dir.join("gateway.toml"), dir.clone());
+    let f = Fixture {
+        origin: format!("http://{addr}"),
+        issuer: Issuer {
+            url: Arc::new(Mutex::new("http://127.0.0.1:9".into())),
+            keys: Arc::default(),
+            fetches: Arc::default(),
+            claims_issuer: Arc::default(),
+        },
+        seen,
+        client: common::client(),
+    };
+    let k2 = token(&f, Algorithm::EdDSA, Some("k2"), K2_PEM, json!({}));
+    assert_eq!(f.call_as("/notes/mcp", Some(&k2)).await.0, 200);
+    // k2 leaves the key file; the configuration file is not touched.
+    std::fs::write(&jwks, json!({"keys": [jwk_ed("k1", K1_X)]}).to_string()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut status = 200;
+    while status != 401 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        status = f.call_as("/notes/mcp", Some(&k2)).await.0;
+    }
+    assert_eq!(status, 401, "a token of the removed key still verifies");
+    assert_eq!(f.call_as("/notes/mcp", Some(&good(&f))).await.0, 200);
+}
+
 #[test]
 fn oauth_files_a_hurried_operator_writes_are_refused() {
     let base = r#"
