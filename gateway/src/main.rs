@@ -83,7 +83,9 @@ async fn main() -> ExitCode {
 /// Prints each route's tools and verdicts; `false` if an upstream cannot be listed.
 async fn check(path: Option<&Path>) -> Result<bool, String> {
     let (config, base) = load(path)?;
-    let gateway = Gateway::build(&config, &base).map_err(|e| e.to_string())?;
+    // Reads only: a running gateway may hold the decision log, and a stopped one's must not be
+    // opened (and signed) by a check.
+    let gateway = Gateway::check(&config, &base).map_err(|e| e.to_string())?;
     println!(
         "{}: valid; audience {}",
         path.map(Path::display)
@@ -91,6 +93,11 @@ async fn check(path: Option<&Path>) -> Result<bool, String> {
             .unwrap_or_default(),
         config.audience()
     );
+    if let Some(log) = &config.decision_log {
+        let verifier =
+            mcp_confirm_gateway::server::log_verifier_key(log, &base).map_err(|e| e.to_string())?;
+        println!("decision log: verifier key {verifier} (mcp-confirm-audit --key)");
+    }
     let mut all_listed = true;
     for route in gateway.routes() {
         match route.catalog().await {
@@ -158,8 +165,37 @@ async fn run(path: Option<&Path>) -> Result<(), String> {
         tracing::info!("route http://{addr}{}", route.path());
     }
     tracing::info!("mcp-confirm-gateway listening on http://{addr}");
-    tokio::select! {
+    let served = tokio::select! {
         served = gateway.serve(listener) => served.map_err(|e| e.to_string()),
-        _ = tokio::signal::ctrl_c() => Ok(()),
+        () = shutdown() => Ok(()),
+    };
+    // The decision log's writer signs what it holds in a last checkpoint as it closes: when the
+    // last reference goes, with the runtime's tasks (the file watcher) as `main` returns.
+    served
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM (systemd, `docker stop`, Kubernetes): either ends the gateway
+/// the same way, its decision log signed.
+async fn shutdown() {
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(terminate) => terminate,
+            Err(e) => {
+                tracing::error!(error = %e, "SIGTERM cannot be handled; only Ctrl-C stops cleanly");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+            _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -63,7 +63,30 @@ impl Gateway {
     /// opened.
     pub fn build(config: &GatewayConfig, base: &Path) -> Result<Self, ConfigError> {
         Ok(Self {
-            inner: Arc::new(ArcSwap::from_pointee(Inner::build(config, base, None)?)),
+            inner: Arc::new(ArcSwap::from_pointee(Inner::build(
+                config,
+                base,
+                None,
+                Purpose::Serve,
+            )?)),
+        })
+    }
+
+    /// Builds the gateway `config` describes to check it (`mcp-confirm-gateway check`), writing
+    /// nothing: the decision log's settings and seed are read and checked but the log is not
+    /// opened (its writer may be a running gateway, and a stopped one's log must not be signed
+    /// by a check), and a PostgreSQL store's tables are not made. Such a gateway must not serve.
+    ///
+    /// # Errors
+    /// As [`build`](Self::build).
+    pub fn check(config: &GatewayConfig, base: &Path) -> Result<Self, ConfigError> {
+        Ok(Self {
+            inner: Arc::new(ArcSwap::from_pointee(Inner::build(
+                config,
+                base,
+                None,
+                Purpose::Check,
+            )?)),
         })
     }
 
@@ -77,7 +100,7 @@ impl Gateway {
     /// As [`build`](Self::build); the configuration in force is then unchanged.
     pub fn reload(&self, config: &GatewayConfig, base: &Path) -> Result<(), ConfigError> {
         let previous = self.inner.load_full();
-        let next = Inner::build(config, base, Some(&previous))?;
+        let next = Inner::build(config, base, Some(&previous), Purpose::Serve)?;
         if next.config.listen != previous.config.listen {
             tracing::warn!(listen = %next.config.listen, still = %previous.config.listen,
                 "the listening address changed in the file: it takes a restart");
@@ -348,18 +371,50 @@ fn contents_digest(path: &Path) -> Option<[u8; 32]> {
         .map(|bytes| sha2::Sha256::digest(&bytes).into())
 }
 
+/// What a gateway is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// To serve: the decision log opened as its writer, a store's tables made.
+    Serve,
+    /// To check the file: nothing opened for writing, nothing made.
+    Check,
+}
+
+/// The verifier key of the decision log the file names (`<name>+<id>+<key>`), which every
+/// `mcp-confirm-audit` command takes: read from its seed, the log itself not opened.
+///
+/// # Errors
+/// [`ConfigError`] if the seed cannot be read or is not one.
+pub fn log_verifier_key(
+    log: &crate::config::DecisionLog,
+    base: &Path,
+) -> Result<String, ConfigError> {
+    Ok(log_key(log, base)?.verifier().to_string())
+}
+
+/// The decision log's signing key, from its seed.
+fn log_key(
+    log: &crate::config::DecisionLog,
+    base: &Path,
+) -> Result<mcp_confirm_log::LogKey, ConfigError> {
+    let invalid = |why: String| ConfigError::Invalid(format!("decision_log: {why}"));
+    let seed = zeroize::Zeroizing::new(log.key.read(base)?);
+    let seed: zeroize::Zeroizing<[u8; 32]> = zeroize::Zeroizing::new(
+        decode_hex(&seed)
+            .and_then(|bytes| bytes.try_into().ok())
+            .ok_or_else(|| invalid(format!("{}: not 64 hex digits", log.key)))?,
+    );
+    mcp_confirm_log::LogKey::from_seed(&log.name, *seed).map_err(|e| invalid(e.to_string()))
+}
+
 /// Opens the decision log the file names.
 fn open_decision_log(
     log: &crate::config::DecisionLog,
     base: &Path,
 ) -> Result<mcp_confirm_log::AuditLog, ConfigError> {
-    use mcp_confirm_log::{AuditLog, DirWitness, LogKey, LogOptions};
+    use mcp_confirm_log::{AuditLog, DirWitness, LogOptions};
     let invalid = |why: String| ConfigError::Invalid(format!("decision_log: {why}"));
-    let seed = zeroize::Zeroizing::new(log.key.read(base)?);
-    let seed: [u8; 32] = decode_hex(&seed)
-        .and_then(|bytes| bytes.try_into().ok())
-        .ok_or_else(|| invalid(format!("{}: not 64 hex digits", log.key)))?;
-    let key = || LogKey::from_seed(&log.name, seed).map_err(|e| invalid(e.to_string()));
+    let key = || log_key(log, base);
     let mut options = LogOptions {
         every: log.checkpoint_every,
         view: log.view.as_ref().map(|v| base.join(v)),
@@ -417,7 +472,7 @@ fn decode_hex(text: &str) -> Option<Vec<u8>> {
 }
 
 /// Opens the store the file names.
-fn open_store(store: &Store, base: &Path) -> Result<StoreHandle, ConfigError> {
+fn open_store(store: &Store, base: &Path, purpose: Purpose) -> Result<StoreHandle, ConfigError> {
     Ok(match store {
         Store::Memory => StoreHandle::Memory(mcp_confirm::store::MemoryReplayStore::new()),
         Store::Redis { url } => StoreHandle::Redis(Box::new(
@@ -428,7 +483,9 @@ fn open_store(store: &Store, base: &Path) -> Result<StoreHandle, ConfigError> {
             let url = zeroize::Zeroizing::new(url.read(base)?);
             let store = mcp_confirm::store::PostgresStore::connect(&url)
                 .map_err(|e| ConfigError::Invalid(format!("store (postgres): {e}")))?;
-            create_tables(&url)?;
+            if purpose == Purpose::Serve {
+                create_tables(&url)?;
+            }
             StoreHandle::Postgres(store)
         }
     })
@@ -479,6 +536,7 @@ impl Inner {
         config: &GatewayConfig,
         base: &Path,
         previous: Option<&Inner>,
+        purpose: Purpose,
     ) -> Result<Self, ConfigError> {
         let mut random_keys = None;
         let keys = match &config.key {
@@ -519,7 +577,7 @@ impl Inner {
         let sealer = Sealer::new(keys.clone());
         let store = match previous {
             Some(previous) if previous.config.store == config.store => previous.store.clone(),
-            _ => open_store(&config.store, base)?,
+            _ => open_store(&config.store, base, purpose)?,
         };
         let decision_log = match previous {
             Some(previous) if previous.config.decision_log == config.decision_log => {
@@ -533,7 +591,18 @@ impl Inner {
                 ));
             }
             None => match &config.decision_log {
-                Some(log) => Some(open_decision_log(log, base)?),
+                Some(log) if purpose == Purpose::Check => {
+                    // Checked, not opened: its writer may be running.
+                    log_key(log, base)?;
+                    None
+                }
+                Some(log) => {
+                    let opened = open_decision_log(log, base)?;
+                    tracing::info!(verifier_key = %log_verifier_key(log, base)?,
+                        "the decision log is written; its verifier key is what \
+                         mcp-confirm-audit --key takes");
+                    Some(opened)
+                }
                 None => None,
             },
         };
