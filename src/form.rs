@@ -12,6 +12,7 @@ use crate::narrow::{NARROW_PREFIX, Narrowing, narrow_field};
 use crate::policy::{Candidate, Channel, ChoiceStyle, ToolPolicy};
 use crate::token::candidates::Shown;
 
+pub(crate) use crate::kernel::plain_label;
 pub(crate) use crate::policy::REMEMBER_FIELD;
 
 /// The `requestedSchema` for a policy and the candidates shown; `standing` is the words of the
@@ -207,50 +208,6 @@ impl Serialize for Ids<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.0.iter().map(Candidate::id))
     }
-}
-
-/// Reduces a label to one line of plain text of at most `max_chars` characters.
-///
-/// Control, format and other default-ignorable characters (bidirectional overrides, zero-width
-/// characters, tag characters, variation selectors) are dropped: they can make one title look
-/// like another, or carry text the user never sees, runs of whitespace become one space, and a cut label ends in `…`.
-pub(crate) fn plain_label(label: &str, max_chars: usize) -> String {
-    // Most labels are short printable ASCII with single spaces inside: already plain.
-    let bytes = label.as_bytes();
-    if label.len() <= max_chars
-        && bytes.iter().all(|b| (b' '..=b'~').contains(b))
-        && !label.starts_with(' ')
-        && !label.ends_with(' ')
-        && !label.contains("  ")
-    {
-        return label.to_owned();
-    }
-    reduce_label(label, max_chars)
-}
-
-/// [`plain_label`] for any text.
-fn reduce_label(label: &str, max_chars: usize) -> String {
-    let visible: String = label
-        .chars()
-        .filter_map(|c| {
-            if c.is_whitespace() {
-                Some(' ')
-            } else {
-                (!crate::kernel::is_invisible(c)).then_some(c)
-            }
-        })
-        .collect();
-    let collapsed = visible.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.chars().count() <= max_chars {
-        return collapsed;
-    }
-    let mut out: String = collapsed
-        .chars()
-        .take(max_chars.saturating_sub(1))
-        .collect();
-    out.truncate(out.trim_end().len());
-    out.push('…');
-    out
 }
 
 /// `secs` in words: "10 minutes", "1 hour", "90 seconds".
@@ -640,7 +597,7 @@ mod tests {
             let max = ((x >> 8) % 8) as usize;
             assert_eq!(
                 plain_label(&text, max),
-                reduce_label(&text, max),
+                crate::kernel::reduce_label(&text, max),
                 "{text:?} {max}"
             );
         }

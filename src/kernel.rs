@@ -184,6 +184,50 @@ pub(crate) fn is_invisible(c: char) -> bool {
             | '\u{E0000}'..='\u{E0FFF}')
 }
 
+/// Reduces a label to one line of plain text of at most `max_chars` characters.
+///
+/// Control, format and other default-ignorable characters (bidirectional overrides, zero-width
+/// characters, tag characters, variation selectors) are dropped: they can make one title look
+/// like another, or carry text the user never sees, runs of whitespace become one space, and a cut label ends in `…`.
+pub(crate) fn plain_label(label: &str, max_chars: usize) -> String {
+    // Most labels are short printable ASCII with single spaces inside: already plain.
+    let bytes = label.as_bytes();
+    if label.len() <= max_chars
+        && bytes.iter().all(|b| (b' '..=b'~').contains(b))
+        && !label.starts_with(' ')
+        && !label.ends_with(' ')
+        && !label.contains("  ")
+    {
+        return label.to_owned();
+    }
+    reduce_label(label, max_chars)
+}
+
+/// [`plain_label`] for any text.
+pub(crate) fn reduce_label(label: &str, max_chars: usize) -> String {
+    let visible: String = label
+        .chars()
+        .filter_map(|c| {
+            if c.is_whitespace() {
+                Some(' ')
+            } else {
+                (!is_invisible(c)).then_some(c)
+            }
+        })
+        .collect();
+    let collapsed = visible.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.chars().count() <= max_chars {
+        return collapsed;
+    }
+    let mut out: String = collapsed
+        .chars()
+        .take(max_chars.saturating_sub(1))
+        .collect();
+    out.truncate(out.trim_end().len());
+    out.push('…');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Nonce, RANDOM_POOL, hex, is_invisible, unhex};

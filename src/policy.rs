@@ -26,6 +26,14 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// `text` as the form shows a label: one line of plain text of at most `max_chars`
+    /// characters, control, format and other invisible characters dropped, runs of whitespace
+    /// one space, a cut text ending in `…`. For a resolver that must tell whether the labels
+    /// it builds will read apart once shown (the gateway's lookups).
+    pub fn shown_label(text: &str, max_chars: usize) -> String {
+        crate::kernel::plain_label(text, max_chars)
+    }
+
     /// A candidate shown by its id alone.
     ///
     /// An id is shown and sent back exactly, so it must be printable: a resolver that returns an

@@ -311,56 +311,10 @@ fn names_nothing(value: &Value) -> bool {
     }
 }
 
-/// `text` as one line of plain text of at most `max_chars` characters, as the layer reduces
-/// every label (whitespace runs become one space; control and invisible characters go; a cut
-/// text ends in `…`). The layer gets labels already plain, so the labels compared here for
-/// look-alikes are the ones the form shows.
+/// `text` as the form will show it: the core's own reduction of every label, so the labels
+/// compared here for look-alikes are the ones the user sees.
 fn plain(text: &str, max_chars: usize) -> String {
-    let visible: String = text
-        .chars()
-        .filter_map(|c| {
-            if c.is_whitespace() {
-                Some(' ')
-            } else {
-                (!invisible(c)).then_some(c)
-            }
-        })
-        .collect();
-    let collapsed = visible.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.chars().count() <= max_chars {
-        return collapsed;
-    }
-    let mut out: String = collapsed
-        .chars()
-        .take(max_chars.saturating_sub(1))
-        .collect();
-    out.truncate(out.trim_end().len());
-    out.push('…');
-    out
-}
-
-/// The characters the layer drops from labels (controls, and format or other
-/// default-ignorable characters: bidirectional overrides, zero-width characters, fillers,
-/// variation selectors, tags). The core keeps its list private; a test checks that the form
-/// shows exactly the labels the gateway built.
-fn invisible(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}'
-            | '\u{17B5}' | '\u{3164}' | '\u{FEFF}' | '\u{FFA0}' | '\u{06DD}' | '\u{070F}'
-            | '\u{08E2}' | '\u{110BD}' | '\u{110CD}'
-            | '\u{0600}'..='\u{0605}'
-            | '\u{0890}'..='\u{0891}'
-            | '\u{180B}'..='\u{180F}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{202A}'..='\u{202E}'
-            | '\u{2060}'..='\u{206F}'
-            | '\u{FE00}'..='\u{FE0F}'
-            | '\u{FFF0}'..='\u{FFFB}'
-            | '\u{13430}'..='\u{1343F}'
-            | '\u{1BCA0}'..='\u{1BCA3}'
-            | '\u{1D173}'..='\u{1D17A}'
-            | '\u{E0000}'..='\u{E0FFF}')
+    Candidate::shown_label(text, max_chars)
 }
 
 /// `result` as the paths see it: a result without `structuredContent` whose one text block
