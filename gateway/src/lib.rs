@@ -18,6 +18,8 @@
 //!   tool of the same upstream;
 //! - [`relay`]: an upstream's own questions relayed, and the continuations that let the
 //!   client answer them without confirming again;
+//! - [`recheck`]: the approvers' live check, asked of the deployment's endpoint right before an
+//!   approved call runs;
 //! - [`route`]: one route's requests, the layer per catalog;
 //! - [`answer`]: the gateway's own answers (its body type, JSON and text answers);
 //! - [`auth`]: who is calling: an OAuth bearer JWT, or static tokens for a first try;
@@ -54,6 +56,7 @@ pub mod lookup;
 pub mod metrics;
 pub mod oauth;
 pub mod policy;
+pub mod recheck;
 pub mod relay;
 pub mod route;
 pub mod server;

@@ -15,6 +15,7 @@ use crate::answer::{GatewayBody, json_answer, plain};
 use crate::auth::{Authenticator, StaticTokens};
 use crate::config::{Auth, ConfigError, GatewayConfig, Jwks, Store};
 use crate::oauth::{KeySource, OAuth, OAuthSettings};
+use crate::recheck::Recheck;
 use crate::relay::Sealer;
 use crate::route::{self, Route, StoreHandle};
 use crate::upstream::Upstream;
@@ -734,6 +735,35 @@ impl Inner {
                         .map_err(|e| ConfigError::Invalid(format!("principal_header: {e}")))
                 })
                 .transpose()?;
+            let mut rechecks = std::collections::BTreeMap::new();
+            for (name, tool) in &entry.tools {
+                let Some(rule) = &tool.approvers else {
+                    continue;
+                };
+                match &rule.recheck {
+                    Some(recheck) => {
+                        let made = Recheck::new(
+                            &recheck.url,
+                            recheck.timeout,
+                            base,
+                            resource.clone(),
+                            rule.role.clone(),
+                        )
+                        .map_err(|e| match e {
+                            ConfigError::Invalid(why) => ConfigError::Invalid(format!(
+                                "route {:?}, tool {name:?}: approvers.{why}",
+                                entry.path
+                            )),
+                            other => other,
+                        })?;
+                        rechecks.insert(name.clone(), made);
+                    }
+                    None if rule.role.is_some() => tracing::warn!(route = %entry.path,
+                        tool = %name, "approvers name a role without `recheck`: an approver \
+                        whose role is taken away still counts until the confirmation expires"),
+                    None => {}
+                }
+            }
             routes.push(Arc::new(Route::new(
                 path,
                 resource,
@@ -744,6 +774,7 @@ impl Inner {
                     principal_header,
                 ),
                 entry.tools.clone(),
+                rechecks,
                 entry.list_ttl,
                 shared,
             )?));

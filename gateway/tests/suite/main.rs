@@ -10,5 +10,6 @@ mod oauth;
 mod options;
 mod pages;
 mod postgres;
+mod recheck;
 mod relay;
 mod two_gateways;
