@@ -56,8 +56,9 @@ pub struct GatewayConfig {
     /// Who may call.
     pub auth: Auth,
     /// The library's pages, served by the gateway under each route's path: the approval page
-    /// (`<route>/approve/<id>`) where browser approvals are decided, and the approvers' inbox
-    /// (`<route>/inbox`). Needed by tools approved in the browser or by others.
+    /// (`<route>/approve/<id>`) where browser approvals are decided, the approvers' inbox
+    /// (`<route>/inbox`), and the standing-approvals page (`<route>/standing`) where a user
+    /// lists and revokes hers. Needed by tools approved in the browser or by others.
     #[serde(default)]
     pub pages: Option<Pages>,
     /// Signed Standard Webhooks (or Slack messages) telling approvers a call waits for them.
@@ -552,7 +553,8 @@ impl ApproverRule {
 /// A standing approval a confirmed tool's form may offer: "also allow this tool on this scope
 /// for the next `up_to`, at most `uses` times". A later call of the same principal, tool and
 /// scope then runs without a form, if its lookup (if any) finds exactly one record and the
-/// revalidation passes.
+/// revalidation passes. A grant counts only while this offer is in force: removed, or its
+/// terms changed, and then restored, what was granted before does not come back.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Standing {

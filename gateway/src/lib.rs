@@ -25,6 +25,7 @@
 //! - [`auth`]: who is calling: an OAuth bearer JWT, or static tokens for a first try;
 //! - [`oauth`]: the OAuth 2.1 resource server (JWT, JWKS, RFC 9728 metadata);
 //! - [`server`]: the gateway built from its file, and served;
+//! - [`standing`]: standing approvals that count only under the offer they were granted under;
 //! - [`metrics`]: the core's and the decision log's metrics as Prometheus text, on a listener
 //!   of their own (`[metrics]`).
 //!
@@ -60,4 +61,5 @@ pub mod recheck;
 pub mod relay;
 pub mod route;
 pub mod server;
+pub mod standing;
 pub mod upstream;

@@ -26,6 +26,7 @@ use crate::lookup::{CALLER, RecordLookup};
 use crate::policy::Verdict;
 use crate::recheck::Recheck;
 use crate::relay::{self, Relay, RelayContext, Sealer};
+use crate::standing::OfferBound;
 use crate::upstream::Upstream;
 
 use crate::answer::{GatewayBody, json_answer, plain, rpc_error, rpc_refusal};
@@ -67,6 +68,8 @@ pub struct Shared {
     pub sealer: Sealer,
     /// The replay store.
     pub store: StoreHandle,
+    /// The standing store, each grant judged against the offer in force.
+    pub offers: OfferBound,
 }
 
 /// One route's state.
@@ -105,6 +108,8 @@ pub enum Page {
     Approve,
     /// `<route>/inbox`: what waits for the visitor.
     Inbox,
+    /// `<route>/standing`: the visitor's standing approvals, listed and revoked.
+    Standing,
 }
 
 /// The frozen answers of the gateway's own refusals (the reasons go to the log).
@@ -204,6 +209,11 @@ impl Route {
     /// Its URL: the gateway's audience followed by its path.
     pub fn resource(&self) -> &str {
         &self.resource
+    }
+
+    /// Its standing store, with the offers of this configuration.
+    pub fn offers(&self) -> &OfferBound {
+        &self.shared.offers
     }
 
     /// The catalog now, listing the upstream if there is none or it is stale.
@@ -453,6 +463,16 @@ impl Route {
             }
             Page::Inbox => {
                 let mut service = built.layer.inbox_page();
+                if let Some(url) = sign_in_url {
+                    service = service.sign_in_url(url);
+                }
+                service.call(request).await
+            }
+            Page::Standing => {
+                let Some(approvals) = built.layer.standing_approvals() else {
+                    return plain(StatusCode::NOT_FOUND, "Not found.");
+                };
+                let mut service = approvals.page(format!("{}/standing", self.resource));
                 if let Some(url) = sign_in_url {
                     service = service.sign_in_url(url);
                 }
@@ -768,6 +788,8 @@ pub struct Extras {
     pub approval_url: Option<String>,
     /// The approvers' notifier.
     pub notifier: Option<mcp_confirm::notify::Webhooks>,
+    /// The route's standing store (over the shared one), in place of the shared one.
+    pub standing: Option<OfferBound>,
 }
 
 /// The base builder every route's layer starts from: keys, audience, store, and the extras.
@@ -783,6 +805,9 @@ pub fn base(keys: KeyRing, audience: String, store: StoreHandle, extras: Extras)
         }
         if let Some(notifier) = &extras.notifier {
             builder = builder.notifier(notifier.clone());
+        }
+        if let Some(standing) = &extras.standing {
+            builder = builder.standing_store(standing.clone());
         }
         builder
     })
@@ -806,6 +831,15 @@ impl StoreHandle {
             Self::Memory(store) => store,
             Self::Redis(store) => store.as_ref(),
             Self::Postgres(store) => store,
+        }
+    }
+
+    /// The standing store.
+    pub fn standing(&self) -> Arc<dyn mcp_confirm::store::standing::StandingStore> {
+        match self {
+            Self::Memory(store) => Arc::new(store.clone()),
+            Self::Redis(store) => Arc::new(store.as_ref().clone()),
+            Self::Postgres(store) => Arc::new(store.clone()),
         }
     }
 

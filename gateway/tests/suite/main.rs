@@ -12,4 +12,5 @@ mod pages;
 mod postgres;
 mod recheck;
 mod relay;
+mod standing;
 mod two_gateways;
