@@ -106,10 +106,10 @@ impl OfferBound {
         }))
     }
 
-    /// Starts [`prepare`](Self::prepare) now, when the configuration is in force (not when it is
-    /// only built: a refused reload must change nothing), so that other gateways sharing the
-    /// store see an offer restored here before this one serves a call of it. Its own calls wait
-    /// for it in any case.
+    /// Puts this build's offers in force in the shared store now, when the configuration is in
+    /// force (not when it is only built: a refused reload must change nothing), so that other
+    /// gateways sharing the store see an offer restored here before this one serves a call of
+    /// it. Its own calls wait for it in any case.
     pub fn start_preparing(&self) {
         if self.0.offers.is_empty() {
             return;
