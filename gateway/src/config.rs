@@ -56,8 +56,9 @@ pub struct GatewayConfig {
     /// Who may call.
     pub auth: Auth,
     /// The library's pages, served by the gateway under each route's path: the approval page
-    /// (`<route>/approve/<id>`) where browser approvals are decided, and the approvers' inbox
-    /// (`<route>/inbox`). Needed by tools approved in the browser or by others.
+    /// (`<route>/approve/<id>`) where browser approvals are decided, the approvers' inbox
+    /// (`<route>/inbox`), and the standing-approvals page (`<route>/standing`) where a user
+    /// lists and revokes hers. Needed by tools approved in the browser or by others.
     #[serde(default)]
     pub pages: Option<Pages>,
     /// Signed Standard Webhooks (or Slack messages) telling approvers a call waits for them.
@@ -434,6 +435,92 @@ pub struct ApproverRule {
     /// Show approvers the call's argument values (they see a digest otherwise).
     #[serde(default)]
     pub share_argument_values: bool,
+    /// The deployment's live check of each approver, right before an approved call runs: the
+    /// gateway asks this endpoint whether the approver may still approve (a role taken away,
+    /// an account disabled) and is not the caller under another name. Required by a rule that
+    /// excludes the caller (`anyone_but_caller`, `except_caller`); without it, a rule that names
+    /// a `role` counts an approval until the state expires even if the role was taken away.
+    #[serde(default)]
+    pub recheck: Option<Recheck>,
+}
+
+/// Where the gateway asks whether an approver may still approve: it POSTs
+/// `{"approver", "tool", "caller": {"subject", "roles"}, "route", "role"}` (JSON) right before
+/// the approved call runs, and the call runs only on a 2xx answer `{"still_approver": true}`.
+/// Anything else (`false`, another status, another body, a redirect, no answer within
+/// `timeout`, an endpoint that cannot be reached) refuses it, nothing run.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Recheck {
+    /// The endpoint: `https://…` (`http://` only on a loopback host). Written here, or named
+    /// (`{ env = "…" }`, `{ file = "…" }`) when it carries a credential: a URL with a user or
+    /// password in it is not written in the file.
+    pub url: Location,
+    /// How long the endpoint has to answer (default 5 s, at most 30 s).
+    #[serde(default = "default_recheck_timeout", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub timeout: Duration,
+}
+
+/// The longest a recheck endpoint may be given to answer: the approved call waits for it.
+pub const MAX_RECHECK_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn default_recheck_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// A URL written in the file, or named where it is kept (it may carry a credential).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Location {
+    /// Written in the file: no credential in it.
+    Written(String),
+    /// Kept in a file or an environment variable.
+    Named(Secret),
+}
+
+impl Location {
+    /// The URL.
+    ///
+    /// # Errors
+    /// [`ConfigError::Secret`] if a named one cannot be read.
+    pub fn read(&self, base: &Path) -> Result<String, ConfigError> {
+        match self {
+            Self::Written(url) => Ok(url.clone()),
+            Self::Named(secret) => secret.read(base),
+        }
+    }
+}
+
+/// Why a recheck endpoint's URL cannot be used (`None`: it can): not `https` (nor `http` on a
+/// loopback host), or not a URL. With `written`, a user or password in it too.
+pub fn recheck_url_problem(url: &str, written: bool) -> Option<&'static str> {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return Some("not a URL");
+    };
+    let Some(authority) = uri.authority() else {
+        return Some("not an absolute URL");
+    };
+    if written && authority.as_str().contains('@') {
+        return Some(
+            "a URL with a user or password in it is not written in the file: name it with \
+             `{ env = \"…\" }` or `{ file = \"…\" }`",
+        );
+    }
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    match uri.scheme_str() {
+        Some("https") => None,
+        Some("http") if loopback => None,
+        Some("http") => Some("`https://` (plain `http://` only on a loopback host)"),
+        _ => Some("not an http(s) URL"),
+    }
 }
 
 impl ApproverRule {
@@ -466,7 +553,8 @@ impl ApproverRule {
 /// A standing approval a confirmed tool's form may offer: "also allow this tool on this scope
 /// for the next `up_to`, at most `uses` times". A later call of the same principal, tool and
 /// scope then runs without a form, if its lookup (if any) finds exactly one record and the
-/// revalidation passes.
+/// revalidation passes. A grant counts only while this offer is in force: removed, or its
+/// terms changed, and then restored, what was granted before does not come back.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Standing {
@@ -834,6 +922,37 @@ impl GatewayConfig {
                              together: later calls would run without the approvers",
                             route.path
                         ));
+                    }
+                    // The sign-in proxy and the callers' tokens may name one person
+                    // differently (an e-mail, a user id): only the deployment's directory
+                    // knows that an approver is not the caller.
+                    if (rule.anyone_but_caller || rule.except_caller) && rule.recheck.is_none() {
+                        return invalid(format!(
+                            "route {:?}, tool {name:?}: approvers that exclude the caller need \
+                             `recheck = {{ url = \"…\" }}` on `approvers`: right before the \
+                             approved call runs, the gateway asks that endpoint whether each \
+                             approver may still approve and is not the caller under another \
+                             name (the sign-in proxy and the callers' tokens may name one person \
+                             differently)",
+                            route.path
+                        ));
+                    }
+                    if let Some(recheck) = &rule.recheck {
+                        if let Location::Written(url) = &recheck.url
+                            && let Some(why) = recheck_url_problem(url, true)
+                        {
+                            return invalid(format!(
+                                "route {:?}, tool {name:?}: approvers.recheck url {url:?}: {why}",
+                                route.path
+                            ));
+                        }
+                        if recheck.timeout.is_zero() || recheck.timeout > MAX_RECHECK_TIMEOUT {
+                            return invalid(format!(
+                                "route {:?}, tool {name:?}: approvers.recheck timeout: more than \
+                                 zero and at most 30 s (the approved call waits for the answer)",
+                                route.path
+                            ));
+                        }
                     }
                 }
                 if let Some(standing) = &entry.standing {

@@ -18,11 +18,14 @@
 //!   tool of the same upstream;
 //! - [`relay`]: an upstream's own questions relayed, and the continuations that let the
 //!   client answer them without confirming again;
+//! - [`recheck`]: the approvers' live check, asked of the deployment's endpoint right before an
+//!   approved call runs;
 //! - [`route`]: one route's requests, the layer per catalog;
 //! - [`answer`]: the gateway's own answers (its body type, JSON and text answers);
 //! - [`auth`]: who is calling: an OAuth bearer JWT, or static tokens for a first try;
 //! - [`oauth`]: the OAuth 2.1 resource server (JWT, JWKS, RFC 9728 metadata);
 //! - [`server`]: the gateway built from its file, and served;
+//! - [`standing`]: standing approvals that count only under the offer they were granted under;
 //! - [`metrics`]: the core's and the decision log's metrics as Prometheus text, on a listener
 //!   of their own (`[metrics]`).
 //!
@@ -54,7 +57,9 @@ pub mod lookup;
 pub mod metrics;
 pub mod oauth;
 pub mod policy;
+pub mod recheck;
 pub mod relay;
 pub mod route;
 pub mod server;
+pub mod standing;
 pub mod upstream;

@@ -24,7 +24,9 @@ use crate::catalog::Catalog;
 use crate::config::{ConfigError, ToolEntry};
 use crate::lookup::{CALLER, RecordLookup};
 use crate::policy::Verdict;
+use crate::recheck::Recheck;
 use crate::relay::{self, Relay, RelayContext, Sealer};
+use crate::standing::OfferBound;
 use crate::upstream::Upstream;
 
 use crate::answer::{GatewayBody, json_answer, plain, rpc_error, rpc_refusal};
@@ -66,6 +68,8 @@ pub struct Shared {
     pub sealer: Sealer,
     /// The replay store.
     pub store: StoreHandle,
+    /// The standing store, each grant judged against the offer in force.
+    pub offers: OfferBound,
 }
 
 /// One route's state.
@@ -77,6 +81,8 @@ pub struct Route {
     entries: BTreeMap<String, ToolEntry>,
     /// The operator's lookups, by the tool whose candidates they find.
     lookups: BTreeMap<String, RecordLookup>,
+    /// The approvers' live checks, by tool.
+    rechecks: BTreeMap<String, Recheck>,
     list_ttl: Duration,
     shared: Shared,
     current: ArcSwapOption<Built>,
@@ -102,6 +108,8 @@ pub enum Page {
     Approve,
     /// `<route>/inbox`: what waits for the visitor.
     Inbox,
+    /// `<route>/standing`: the visitor's standing approvals, listed and revoked.
+    Standing,
 }
 
 /// The frozen answers of the gateway's own refusals (the reasons go to the log).
@@ -124,12 +132,14 @@ impl Route {
     /// `shared`.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] for a lookup whose paths do not parse.
+    /// [`ConfigError::Invalid`] for a lookup whose paths do not parse, or entries the layer
+    /// cannot take (its reason named): refused with the file, never when a list arrives.
     pub fn new(
         path: String,
         resource: String,
         upstream: Upstream,
         entries: BTreeMap<String, ToolEntry>,
+        rechecks: BTreeMap<String, Recheck>,
         list_ttl: Duration,
         shared: Shared,
     ) -> Result<Self, ConfigError> {
@@ -142,18 +152,47 @@ impl Route {
                 lookups.insert(name.clone(), lookup);
             }
         }
-        Ok(Self {
+        let route = Self {
             path,
             resource,
             upstream,
             entries,
             lookups,
+            rechecks,
             list_ttl,
             shared,
             current: ArcSwapOption::empty(),
             listing: tokio::sync::Mutex::new(None),
             layers_built: std::sync::atomic::AtomicU64::new(0),
-        })
+        };
+        route.check_entries()?;
+        Ok(route)
+    }
+
+    /// Builds the layer once for the operator's entries alone, as if the upstream listed every
+    /// tool they name (and each lookup's tool as a read tool): a policy the core refuses is
+    /// refused with the file, its reason named, and the configuration in force kept. Found only
+    /// when a list arrived, it would refuse every call of the route, reads included.
+    fn check_entries(&self) -> Result<(), ConfigError> {
+        let definition = |name: &str| json!({"name": name, "inputSchema": {"type": "object"}});
+        let mut tools: Vec<Value> = self.entries.keys().map(|n| definition(n)).collect();
+        for lookup in self.entries.values().filter_map(|e| e.lookup.as_ref()) {
+            if !tools.iter().any(|t| t["name"] == lookup.tool.as_str()) {
+                let mut read = definition(&lookup.tool);
+                read["annotations"] = json!({"readOnlyHint": true});
+                tools.push(read);
+            }
+        }
+        let catalog = Catalog::new(tools, &self.entries, Duration::ZERO);
+        build_layer(
+            &self.shared.base,
+            &catalog,
+            &self.entries,
+            &self.lookups,
+            &self.rechecks,
+        )
+        .map(drop)
+        .map_err(|e| ConfigError::Invalid(format!("route {:?}: {e}", self.path)))
     }
 
     /// The path it serves.
@@ -170,6 +209,11 @@ impl Route {
     /// Its URL: the gateway's audience followed by its path.
     pub fn resource(&self) -> &str {
         &self.resource
+    }
+
+    /// Its standing store, with the offers of this configuration.
+    pub fn offers(&self) -> &OfferBound {
+        &self.shared.offers
     }
 
     /// The catalog now, listing the upstream if there is none or it is stale.
@@ -234,12 +278,18 @@ impl Route {
             tools = catalog.judged.len(), "the upstream's tools were judged");
         self.layers_built
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let layer = build_layer(&self.shared.base, &catalog, &self.entries, &self.lookups)
-            .map_err(|e| {
-                tracing::error!(route = %self.path, error = %e,
+        let layer = build_layer(
+            &self.shared.base,
+            &catalog,
+            &self.entries,
+            &self.lookups,
+            &self.rechecks,
+        )
+        .map_err(|e| {
+            tracing::error!(route = %self.path, error = %e,
                 "the upstream's tool list cannot be enforced: its tools/call requests are refused");
-                crate::upstream::UpstreamError::NotAList(format!("it cannot be enforced: {e}"))
-            })?;
+            crate::upstream::UpstreamError::NotAList(format!("it cannot be enforced: {e}"))
+        })?;
         let relay = self.relay_for(&catalog);
         let built = Arc::new(Built {
             service: layer.layer(relay.clone()),
@@ -418,6 +468,16 @@ impl Route {
                 }
                 service.call(request).await
             }
+            Page::Standing => {
+                let Some(approvals) = built.layer.standing_approvals() else {
+                    return plain(StatusCode::NOT_FOUND, "Not found.");
+                };
+                let mut service = approvals.page(format!("{}/standing", self.resource));
+                if let Some(url) = sign_in_url {
+                    service = service.sign_in_url(url);
+                }
+                service.call(request).await
+            }
         };
         match response {
             Ok(response) => {
@@ -555,7 +615,13 @@ impl Route {
                 // a layer that knows no tool, so a call it does not expect is still refused.
                 Err(_) => {
                     let catalog = Catalog::new(Vec::new(), &self.entries, Duration::ZERO);
-                    match build_layer(&self.shared.base, &catalog, &self.entries, &self.lookups) {
+                    match build_layer(
+                        &self.shared.base,
+                        &catalog,
+                        &self.entries,
+                        &self.lookups,
+                        &self.rechecks,
+                    ) {
                         Ok(layer) => {
                             let relay = self.relay_for(&catalog);
                             Arc::new(Built {
@@ -613,16 +679,24 @@ fn build_layer(
     catalog: &Catalog,
     entries: &BTreeMap<String, ToolEntry>,
     lookups: &BTreeMap<String, RecordLookup>,
+    rechecks: &BTreeMap<String, Recheck>,
 ) -> Result<ConfirmLayer, mcp_confirm::ConfigError> {
-    // Where the user approves, and who.
+    // Where the user approves, and who (and the approvers' live check, where the file names
+    // one).
     let channel = |name: &str, policy: ToolPolicy| match entries.get(name) {
-        Some(entry) if entry.approvers.is_some() => policy.approved_by(
-            entry
-                .approvers
-                .as_ref()
-                .map(crate::config::ApproverRule::to_approvers)
-                .unwrap_or_default(),
-        ),
+        Some(entry) if entry.approvers.is_some() => {
+            let policy = policy.approved_by(
+                entry
+                    .approvers
+                    .as_ref()
+                    .map(crate::config::ApproverRule::to_approvers)
+                    .unwrap_or_default(),
+            );
+            match rechecks.get(name) {
+                Some(recheck) => policy.recheck_approvers(recheck.hook()),
+                None => policy,
+            }
+        }
         Some(entry) if entry.approve_in == crate::config::ApproveIn::Browser => {
             policy.approve_in_browser()
         }
@@ -714,6 +788,8 @@ pub struct Extras {
     pub approval_url: Option<String>,
     /// The approvers' notifier.
     pub notifier: Option<mcp_confirm::notify::Webhooks>,
+    /// The route's standing store (over the shared one), in place of the shared one.
+    pub standing: Option<OfferBound>,
 }
 
 /// The base builder every route's layer starts from: keys, audience, store, and the extras.
@@ -729,6 +805,9 @@ pub fn base(keys: KeyRing, audience: String, store: StoreHandle, extras: Extras)
         }
         if let Some(notifier) = &extras.notifier {
             builder = builder.notifier(notifier.clone());
+        }
+        if let Some(standing) = &extras.standing {
+            builder = builder.standing_store(standing.clone());
         }
         builder
     })
@@ -752,6 +831,15 @@ impl StoreHandle {
             Self::Memory(store) => store,
             Self::Redis(store) => store.as_ref(),
             Self::Postgres(store) => store,
+        }
+    }
+
+    /// The standing store.
+    pub fn standing(&self) -> Arc<dyn mcp_confirm::store::standing::StandingStore> {
+        match self {
+            Self::Memory(store) => Arc::new(store.clone()),
+            Self::Redis(store) => Arc::new(store.as_ref().clone()),
+            Self::Postgres(store) => Arc::new(store.clone()),
         }
     }
 

@@ -15,8 +15,10 @@ use crate::answer::{GatewayBody, json_answer, plain};
 use crate::auth::{Authenticator, StaticTokens};
 use crate::config::{Auth, ConfigError, GatewayConfig, Jwks, Store};
 use crate::oauth::{KeySource, OAuth, OAuthSettings};
+use crate::recheck::Recheck;
 use crate::relay::Sealer;
 use crate::route::{self, Route, StoreHandle};
+use crate::standing::OfferBound;
 use crate::upstream::Upstream;
 
 /// How long a caller has to send its request's headers.
@@ -62,13 +64,10 @@ impl Gateway {
     /// [`ConfigError`] if a secret cannot be read, the key is not one, or a store cannot be
     /// opened.
     pub fn build(config: &GatewayConfig, base: &Path) -> Result<Self, ConfigError> {
+        let inner = Inner::build(config, base, None, Purpose::Serve)?;
+        inner.in_force();
         Ok(Self {
-            inner: Arc::new(ArcSwap::from_pointee(Inner::build(
-                config,
-                base,
-                None,
-                Purpose::Serve,
-            )?)),
+            inner: Arc::new(ArcSwap::from_pointee(inner)),
         })
     }
 
@@ -105,6 +104,7 @@ impl Gateway {
             tracing::warn!(listen = %next.config.listen, still = %previous.config.listen,
                 "the listening address changed in the file: it takes a restart");
         }
+        next.in_force();
         self.inner.store(Arc::new(next));
         tracing::info!("the configuration was reloaded");
         Ok(())
@@ -711,6 +711,17 @@ impl Inner {
             // Each route is a deployment of its own: a confirmation asked on one route is no
             // confirmation on another, whatever its tools are called.
             let resource = format!("{}{path}", audience.trim_end_matches('/'));
+            // Standing approvals count only under the offer they were granted under: an offer
+            // this configuration restores (or changes) starts anew.
+            let offers = OfferBound::new(
+                store.standing(),
+                &resource,
+                &entry.tools,
+                previous.is_some(),
+                previous
+                    .and_then(|p| p.routes.iter().find(|r| r.resource() == resource))
+                    .map(|r| r.offers()),
+            );
             let base_builder = route::base(
                 keys.clone(),
                 resource.clone(),
@@ -719,12 +730,14 @@ impl Inner {
                     log: decision_log.clone(),
                     approval_url: visitors.as_ref().map(|_| format!("{resource}/approve/")),
                     notifier: notifier.clone(),
+                    standing: Some(offers.clone()),
                 },
             );
             let shared = route::Shared {
                 base: base_builder,
                 sealer: sealer.clone(),
                 store: store.clone(),
+                offers,
             };
             let principal_header = entry
                 .principal_header
@@ -734,6 +747,35 @@ impl Inner {
                         .map_err(|e| ConfigError::Invalid(format!("principal_header: {e}")))
                 })
                 .transpose()?;
+            let mut rechecks = std::collections::BTreeMap::new();
+            for (name, tool) in &entry.tools {
+                let Some(rule) = &tool.approvers else {
+                    continue;
+                };
+                match &rule.recheck {
+                    Some(recheck) => {
+                        let made = Recheck::new(
+                            &recheck.url,
+                            recheck.timeout,
+                            base,
+                            resource.clone(),
+                            rule.role.clone(),
+                        )
+                        .map_err(|e| match e {
+                            ConfigError::Invalid(why) => ConfigError::Invalid(format!(
+                                "route {:?}, tool {name:?}: approvers.{why}",
+                                entry.path
+                            )),
+                            other => other,
+                        })?;
+                        rechecks.insert(name.clone(), made);
+                    }
+                    None if rule.role.is_some() => tracing::warn!(route = %entry.path,
+                        tool = %name, "approvers name a role without `recheck`: an approver \
+                        whose role is taken away still counts until the confirmation expires"),
+                    None => {}
+                }
+            }
             routes.push(Arc::new(Route::new(
                 path,
                 resource,
@@ -744,6 +786,7 @@ impl Inner {
                     principal_header,
                 ),
                 entry.tools.clone(),
+                rechecks,
                 entry.list_ttl,
                 shared,
             )?));
@@ -762,12 +805,23 @@ impl Inner {
 }
 
 impl Inner {
+    /// This configuration is the one in force (built to serve, and kept): what it starts in the
+    /// shared stores starts now.
+    fn in_force(&self) {
+        for route in &self.routes {
+            route.offers().start_preparing();
+        }
+    }
+
     /// The route and page a path names, if it is one of the pages the gateway serves.
     fn page_of(&self, path: &str) -> Option<(&Arc<Route>, route::Page)> {
         self.routes.iter().find_map(|route| {
             let rest = path.strip_prefix(route.path())?;
             if rest == "/inbox" {
                 return Some((route, route::Page::Inbox));
+            }
+            if rest == "/standing" {
+                return Some((route, route::Page::Standing));
             }
             let id = rest.strip_prefix("/approve/")?;
             (!id.is_empty() && !id.contains('/')).then_some((route, route::Page::Approve))

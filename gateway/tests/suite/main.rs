@@ -10,5 +10,7 @@ mod oauth;
 mod options;
 mod pages;
 mod postgres;
+mod recheck;
 mod relay;
+mod standing;
 mod two_gateways;

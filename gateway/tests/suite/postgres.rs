@@ -14,13 +14,13 @@ use crate::common::{self, ALICE, STATIC_TOKENS, postgres_up, postgres_url};
 use crate::gateway::{Seen, upstream};
 
 /// A schema of the test's own, dropped with everything in it when dropped.
-struct Schema {
+pub(crate) struct Schema {
     name: String,
     client: tokio_postgres::Client,
 }
 
 impl Schema {
-    async fn new(what: &str) -> Self {
+    pub(crate) async fn new(what: &str) -> Self {
         let (client, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
             .await
             .unwrap();
@@ -38,7 +38,7 @@ impl Schema {
     }
 
     /// The shared URL, with this schema first on the search path.
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let url = postgres_url();
         let join = if url.contains('?') { '&' } else { '?' };
         format!("{url}{join}options=-csearch_path%3D{}", self.name)
