@@ -9,6 +9,7 @@ mod batch;
 mod batch_narrowing_attacks;
 mod form_tokens;
 mod narrowing;
+mod passkey_narrowing;
 mod passkeys;
 pub(crate) mod repeated_fields;
 mod webhooks;
