@@ -23,13 +23,13 @@ pub(super) fn authenticator() -> SoftAuthenticator {
     SoftAuthenticator::new(ORIGIN_URL)
 }
 
-struct Setup {
-    f: Fixture,
-    page: ApprovalPage,
-    keys_page: PasskeyPage,
+pub(super) struct Setup {
+    pub(super) f: Fixture,
+    pub(super) page: ApprovalPage,
+    pub(super) keys_page: PasskeyPage,
 }
 
-fn setup(rule: Approvers) -> Setup {
+pub(super) fn setup(rule: Approvers) -> Setup {
     let notes = Notes::seeded();
     let clock = mcp_confirm::clock::ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
@@ -97,7 +97,7 @@ where
     (status, html)
 }
 
-const KEYS_URL: &str = "http://notes.example/passkeys";
+pub(super) const KEYS_URL: &str = "http://notes.example/passkeys";
 
 /// Registers `client`'s passkey for `who` on the passkey page; the page after it.
 pub(super) async fn register(
