@@ -142,17 +142,27 @@ pub(crate) fn form_refused(
     )
 }
 
-/// Whether a form post may have come from a page of `page_url`'s origin: a cross-site post is
-/// refused before anything is read. A request with neither header is not a browser form post;
-/// the anti-forgery token still has to match.
+/// Why a post with neither fetch-metadata header is refused, as `tracing` gets it: what was
+/// missing, and where to look (a proxy in front that drops them).
+pub(super) const NO_ORIGIN: &str = "page POST with neither Origin nor Sec-Fetch-Site (a browser \
+     sends Origin on every form POST: a proxy in front of the pages may be removing it)";
+
+/// Whether a form post came from a page of `page_url`'s origin: a cross-site post is refused
+/// before anything is read. A browser sends `Origin` on every form post, and `Sec-Fetch-Site`
+/// where it supports fetch metadata; either suffices, and each present must say this origin. A
+/// post with neither is refused too: it is no browser's form post, and the pages take no other.
 pub(super) fn same_origin(headers: &HeaderMap, page_url: Option<&str>) -> Result<(), &'static str> {
-    if let Some(site) = headers.get("sec-fetch-site")
+    let site = headers.get("sec-fetch-site");
+    if let Some(site) = site
         && site.as_bytes() != b"same-origin"
     {
         return Err("page POST from another site (Sec-Fetch-Site)");
     }
     let Some(origin) = headers.get(header::ORIGIN) else {
-        return Ok(());
+        return match site {
+            Some(_) => Ok(()),
+            None => Err(NO_ORIGIN),
+        };
     };
     let expected = page_url
         .and_then(|url| url.parse::<http::Uri>().ok())
@@ -160,5 +170,60 @@ pub(super) fn same_origin(headers: &HeaderMap, page_url: Option<&str>) -> Result
     match expected {
         Some(expected) if origin.as_bytes() == expected.as_bytes() => Ok(()),
         _ => Err("page POST from another origin"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: Option<&str> = Some("https://notes.example/confirm/");
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, http::HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn a_post_needs_one_header_saying_this_origin_and_none_saying_another() {
+        for ok in [
+            &[("origin", "https://notes.example")][..],
+            &[("sec-fetch-site", "same-origin")],
+            &[
+                ("origin", "https://notes.example"),
+                ("sec-fetch-site", "same-origin"),
+            ],
+        ] {
+            assert_eq!(same_origin(&headers(ok), PAGE), Ok(()), "{ok:?}");
+        }
+        // Neither: refused, and the log says what was missing.
+        assert_eq!(same_origin(&headers(&[]), PAGE), Err(NO_ORIGIN));
+        assert_eq!(
+            same_origin(
+                &headers(&[("referer", "https://notes.example/confirm/x")]),
+                PAGE
+            ),
+            Err(NO_ORIGIN)
+        );
+        assert!(NO_ORIGIN.contains("neither Origin nor Sec-Fetch-Site"));
+        for refused in [
+            &[("origin", "https://evil.example")][..],
+            &[("origin", "null")],
+            &[("sec-fetch-site", "cross-site")],
+            &[("sec-fetch-site", "none")],
+            &[
+                ("origin", "https://notes.example"),
+                ("sec-fetch-site", "same-site"),
+            ],
+            &[
+                ("origin", "https://evil.example"),
+                ("sec-fetch-site", "same-origin"),
+            ],
+        ] {
+            assert!(same_origin(&headers(refused), PAGE).is_err(), "{refused:?}");
+        }
     }
 }

@@ -19,8 +19,8 @@ const DOMAIN: &[u8] = b"mcp-confirm/passkey-ceremony/v1";
 /// The most a sealed ceremony may weigh, as posted back.
 pub(crate) const MAX_SEALED_BYTES: usize = 12 * 1024;
 
-/// One decision a passkey assertion is made for: the approval, the arguments of the call, the
-/// chosen record and its version, and who decides.
+/// One decision a passkey assertion is made for: the approval, the arguments of the call and the
+/// approver's narrowing of them, the chosen record and its version, and who decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Binding {
@@ -28,6 +28,11 @@ pub struct Binding {
     pub approval: String,
     /// The digest of the call's arguments (hex; empty when the record has none).
     pub arguments: String,
+    /// The approver's narrowing of those arguments, exactly as the decision records it (a JSON
+    /// object of the arguments changed, [`crate::narrow`]; empty for the call as asked). With
+    /// `arguments` it fixes the arguments that run, so an assertion made for one narrowing
+    /// approves no other, nor the call as asked.
+    pub narrowed: String,
     /// The chosen record's id (empty for a confirm-only tool).
     pub chosen: String,
     /// The chosen record's version as the page showed it (empty without one).
@@ -40,10 +45,11 @@ impl Binding {
     /// The decision's digest: SHA-256 over a domain and each field, length-prefixed.
     pub fn digest(&self) -> [u8; 32] {
         let mut hash = Sha256::new();
-        hash.update(b"mcp-confirm/passkey-approval/v1\0");
+        hash.update(b"mcp-confirm/passkey-approval/v2\0");
         for part in [
             &self.approval,
             &self.arguments,
+            &self.narrowed,
             &self.chosen,
             &self.version,
             &self.subject,
@@ -197,6 +203,7 @@ mod tests {
         Binding {
             approval: "00ff".into(),
             arguments: "ab".into(),
+            narrowed: r#"{"limit":1}"#.into(),
             chosen: "note-7".into(),
             version: "g4".into(),
             subject: "bob".into(),
@@ -210,6 +217,9 @@ mod tests {
         for change in [
             |b: &mut Binding| b.approval.push('0'),
             |b: &mut Binding| b.arguments.push('0'),
+            |b: &mut Binding| b.narrowed = r#"{"limit":2}"#.into(),
+            // A narrowed decision's challenge is not the call's as asked.
+            |b: &mut Binding| b.narrowed.clear(),
             |b: &mut Binding| b.chosen.push('0'),
             |b: &mut Binding| b.version.push('0'),
             |b: &mut Binding| b.subject.push('0'),

@@ -2,9 +2,10 @@
 //! webauthn-rs, with the assertion's challenge bound to one decision.
 //!
 //! The challenge is 16 random bytes followed by a digest of the approval's id, the call's
-//! argument digest, the chosen record's id and version, and the approver's subject. The
-//! authenticator signs it (inside `clientDataJSON`), so an assertion made for one decision
-//! verifies for no other: another approval, another record, another version, another approver.
+//! argument digest, the approver's narrowing of the arguments, the chosen record's id and
+//! version, and the approver's subject. The authenticator signs it (inside `clientDataJSON`), so
+//! an assertion made for one decision verifies for no other: another approval, another
+//! narrowing (or none), another record, another version, another approver.
 //! User verification is required at registration and at every assertion.
 //!
 //! The ceremony's state (webauthn-rs's, with our challenge written in) travels with the page as

@@ -335,9 +335,10 @@ impl ApprovalPage {
         approval: &Approval,
         principal: &Principal,
         chosen: &str,
+        narrowed: Option<&str>,
         body: &[u8],
     ) -> Result<String, Response<Full<Bytes>>> {
-        super::passkeys::step(&self.config, approval, principal, chosen, body).await
+        super::passkeys::step(&self.config, approval, principal, chosen, narrowed, body).await
     }
 
     /// Without feature `passkeys` no layer with such a rule builds; a record that says so
@@ -348,6 +349,7 @@ impl ApprovalPage {
         _: &Approval,
         _: &Principal,
         _: &str,
+        _: Option<&str>,
         _: &[u8],
     ) -> Result<String, Response<Full<Bytes>>> {
         Err(notice(
@@ -475,11 +477,17 @@ impl ApprovalPage {
             return unavailable();
         };
         let mut decider = Decider::new(principal.subject(), principal.roles(), caller);
-        // A rule that requires a passkey: an approval is made with one, bound to this decision.
-        if let Decision::Approved { chosen, .. } = &decision
+        // A rule that requires a passkey: an approval is made with one, bound to this decision,
+        // its narrowing included.
+        if let Decision::Approved {
+            chosen, narrowed, ..
+        } = &decision
             && approval.approvers.needs_passkey()
         {
-            match self.passkey(&approval, principal, chosen, body).await {
+            match self
+                .passkey(&approval, principal, chosen, narrowed.as_deref(), body)
+                .await
+            {
                 Ok(credential) => decider = decider.with_passkey(credential),
                 Err(step) => return step,
             }

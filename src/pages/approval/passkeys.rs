@@ -53,9 +53,15 @@ fn data_block(json: &str) -> Markup {
     }
 }
 
-/// The decision a passkey step binds: this approval, its arguments, the chosen record and the
-/// version the page showed, and the approver.
-pub(super) fn binding(approval: &Approval, chosen: &str, subject: &str) -> Binding {
+/// The decision a passkey step binds: this approval, its arguments and the narrowing the
+/// decision records (`narrowed`), the chosen record and the version the page showed, and the
+/// approver.
+pub(super) fn binding(
+    approval: &Approval,
+    chosen: &str,
+    narrowed: Option<&str>,
+    subject: &str,
+) -> Binding {
     let version = approval
         .choices
         .iter()
@@ -65,20 +71,31 @@ pub(super) fn binding(approval: &Approval, chosen: &str, subject: &str) -> Bindi
     Binding {
         approval: approval.id.to_hex(),
         arguments: approval.arguments.map(|a| hex(&a)).unwrap_or_default(),
+        narrowed: narrowed.unwrap_or_default().to_owned(),
         chosen: chosen.to_owned(),
         version,
         subject: subject.to_owned(),
     }
 }
 
-/// The approval page's passkey step for an approval the rule requires a passkey for: with an
-/// assertion in the form, verify it (`Ok(credential id)`); without one, the page that asks for
-/// it, carrying the rest of the form along.
+/// The fields of the decision's form the passkey step posts back as they came: the decision
+/// itself, and every narrowing field (`narrow-…`, a `Subset`'s checkboxes each), so that the
+/// verified post decides what the first post asked, read the same way.
+fn carried(name: &str) -> bool {
+    matches!(name, "csrf" | "decision" | "choice" | "typed" | "remember")
+        || name.starts_with("narrow-")
+}
+
+/// The approval page's passkey step for an approval the rule requires a passkey for, approving
+/// `chosen` with the narrowing `narrowed` (as the decision records it): with an assertion in the
+/// form, verify it over exactly that decision (`Ok(credential id)`); without one, the page that
+/// asks for it, carrying the rest of the form along.
 pub(super) async fn step(
     config: &Config,
     approval: &Approval,
     principal: &Principal,
     chosen: &str,
+    narrowed: Option<&str>,
     body: &[u8],
 ) -> Result<String, Response<Full<Bytes>>> {
     let Some(passkeys) = &config.passkeys else {
@@ -86,7 +103,7 @@ pub(super) async fn step(
     };
     let keys = config.sealer.keys();
     let now = config.sealer.now();
-    let binding = binding(approval, chosen, principal.subject());
+    let binding = binding(approval, chosen, narrowed, principal.subject());
     if let (Some(sealed), Some(response)) =
         (form_value(body, "ceremony"), form_value(body, "response"))
     {
@@ -125,10 +142,11 @@ pub(super) async fn step(
     } else {
         chosen
     };
-    // The rest of the form as it was posted, so the verified post decides the same thing.
-    let posted: Vec<(&str, String)> = ["csrf", "decision", "choice", "typed", "remember"]
-        .into_iter()
-        .filter_map(|field| form_value(body, field).map(|value| (field, value)))
+    // The rest of the form as it was posted, narrowing included, so the verified post decides
+    // the same thing; a post that changes any of it no longer matches the challenge.
+    let posted: Vec<(String, String)> = form_urlencoded::parse(body)
+        .filter(|(name, _)| carried(name))
+        .map(|(name, value)| (name.into_owned(), value.into_owned()))
         .collect();
     let html = html! {
         p {
@@ -138,6 +156,9 @@ pub(super) async fn step(
                 " " span class="version" { "version " (binding.version) }
             }
             ", requested by " (approval.subject) "."
+        }
+        @if let Some(narrowed) = narrowed {
+            p id="narrowed" { "Narrowed to: " code { (narrowed) } }
         }
         (data_block(&ceremony.options))
         form method="post" id="passkey-form" {

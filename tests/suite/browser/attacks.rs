@@ -443,10 +443,10 @@ async fn holds_lookalike_principals_neither_see_nor_decide() {
 /// her *other* approval, a duplicated field with the forged token first, `Origin: null`,
 /// another site's origin, `Sec-Fetch-Site` other than same-origin, and content types a
 /// cross-site form or fetch can send without a preflight besides form-encoding (text/plain,
-/// multipart) or near-misses of it. None decides. Without `Origin` and `Sec-Fetch-Site` (a
-/// non-browser client) the token alone must match. Checked by mutation, each failing this
-/// test: `FormTokens::accepts` always true; `same_origin` always `Ok`; the form-encoding check
-/// removed.
+/// multipart) or near-misses of it. None decides, and neither does the real form with neither
+/// `Origin` nor `Sec-Fetch-Site` (#52, 10f: no browser's form post; it used to pass on its
+/// token alone). Checked by mutation, each failing this test: `FormTokens::accepts` always
+/// true; `same_origin` always `Ok`; the form-encoding check removed.
 #[tokio::test]
 async fn holds_forged_decisions_are_refused() {
     let (f, page) = browser();
@@ -493,11 +493,15 @@ async fn holds_forged_decisions_are_refused() {
             ("content-type", "application/x-www-form-urlencodedx"),
             ("origin", ORIGIN),
         ],
-        vec![(
-            "content-type",
-            "text/plain; application/x-www-form-urlencoded",
-        )],
-        vec![("content-type", "application/json")],
+        vec![
+            (
+                "content-type",
+                "text/plain; application/x-www-form-urlencoded",
+            ),
+            ("origin", ORIGIN),
+        ],
+        vec![("content-type", "application/json"), ("origin", ORIGIN)],
+        vec![("origin", ORIGIN)],
         vec![],
     ] {
         let (status, _, body) =
@@ -537,12 +541,25 @@ async fn holds_forged_decisions_are_refused() {
     )
     .await;
     still_undecided(&f, &state, &url).await;
-    // The real form, with a charset parameter and without fetch metadata (a non-browser
-    // client): the token is what counts, and it is accepted exactly once.
-    let headers = [(
+    // The real form, with a charset parameter, without `Origin` or `Sec-Fetch-Site`: refused.
+    let content_type = (
         "content-type",
         "Application/X-WWW-Form-Urlencoded ; charset=utf-8",
-    )];
+    );
+    let (status, _, body) = visit(
+        &page,
+        "POST",
+        &url,
+        Some("alice"),
+        &[content_type],
+        form.clone(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    still_undecided(&f, &state, &url).await;
+    // With the page's own `Origin` and no fetch metadata (a browser without it): accepted
+    // exactly once.
+    let headers = [content_type, ("origin", ORIGIN)];
     let (status, _, body) = visit(&page, "POST", &url, Some("alice"), &headers, form.clone()).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (status, _, _) = visit(&page, "POST", &url, Some("alice"), &headers, form).await;

@@ -27,8 +27,8 @@ use tower::ServiceExt;
 use crate::common::browser::*;
 use crate::common::*;
 
-const STANDING_URL: &str = "http://notes.example/standing";
-const KEYS_URL: &str = "http://notes.example/passkeys";
+pub(super) const STANDING_URL: &str = "http://notes.example/standing";
+pub(super) const KEYS_URL: &str = "http://notes.example/passkeys";
 const REFUSED: &str = "This form has expired or was not issued to you";
 
 /// The session a page request comes in, as the authentication in front shows it.
@@ -104,12 +104,12 @@ fn workspace(lookup: &Lookup) -> Option<String> {
 
 /// One deployment with all three pages: `notes_destroy` approved on the approval page,
 /// `notes_delete` offering standing approvals, and passkeys.
-struct Pages {
-    f: Fixture,
-    approval: ApprovalPage,
-    standing: StandingPage,
-    passkeys: PasskeyPage,
-    approvals: StandingApprovals,
+pub(super) struct Pages {
+    pub(super) f: Fixture,
+    pub(super) approval: ApprovalPage,
+    pub(super) standing: StandingPage,
+    pub(super) passkeys: PasskeyPage,
+    pub(super) approvals: StandingApprovals,
 }
 
 fn all_pages(
@@ -141,14 +141,14 @@ fn pages_with(keys: KeyRing, clock: &ManualClock, store: &MemoryReplayStore) -> 
     }
 }
 
-fn pages() -> Pages {
+pub(super) fn pages() -> Pages {
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     pages_with(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
 }
 
 /// Alice grants a standing approval (through the form), so the standing page has one to revoke.
-async fn grant(f: &Fixture) {
+pub(super) async fn grant(f: &Fixture) {
     grant_as(f, "alice", PERSONAL, "note-7").await;
 }
 
@@ -175,7 +175,7 @@ async fn approval_url(f: &Fixture) -> String {
     elicitation(&f.alice(&destroy_call(json!(9))).await).0
 }
 
-async fn alices_standing(p: &Pages) -> usize {
+pub(super) async fn alices_standing(p: &Pages) -> usize {
     p.approvals
         .list(&Principal::new("alice"))
         .await

@@ -17,19 +17,19 @@ use serde_json::{Value, json};
 
 use crate::common::authenticator::SoftAuthenticator;
 
-const ORIGIN_URL: &str = "https://notes.example";
+pub(super) const ORIGIN_URL: &str = "https://notes.example";
 
-fn authenticator() -> SoftAuthenticator {
+pub(super) fn authenticator() -> SoftAuthenticator {
     SoftAuthenticator::new(ORIGIN_URL)
 }
 
-struct Setup {
-    f: Fixture,
-    page: ApprovalPage,
-    keys_page: PasskeyPage,
+pub(super) struct Setup {
+    pub(super) f: Fixture,
+    pub(super) page: ApprovalPage,
+    pub(super) keys_page: PasskeyPage,
 }
 
-fn setup(rule: Approvers) -> Setup {
+pub(super) fn setup(rule: Approvers) -> Setup {
     let notes = Notes::seeded();
     let clock = mcp_confirm::clock::ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
@@ -52,7 +52,7 @@ fn setup(rule: Approvers) -> Setup {
 }
 
 /// The value of hidden input `name` in `html`.
-fn hidden(html: &str, name: &str) -> String {
+pub(super) fn hidden(html: &str, name: &str) -> String {
     let marker = format!("name=\"{name}\" value=\"");
     let at = html
         .find(&marker)
@@ -65,13 +65,13 @@ fn hidden(html: &str, name: &str) -> String {
 }
 
 /// The ceremony's options the page embedded.
-fn options(html: &str) -> Value {
+pub(super) fn options(html: &str) -> Value {
     let at = html.find("id=\"options\">").expect("options") + 13;
     let end = html[at..].find("</script>").unwrap();
     serde_json::from_str(&html[at..at + end].replace("\\u003c", "<")).unwrap()
 }
 
-fn form(fields: &[(&str, &str)]) -> String {
+pub(super) fn form(fields: &[(&str, &str)]) -> String {
     let mut out = form_urlencoded::Serializer::new(String::new());
     for (k, v) in fields {
         out.append_pair(k, v);
@@ -79,7 +79,12 @@ fn form(fields: &[(&str, &str)]) -> String {
     out.finish()
 }
 
-async fn post<P>(page: &P, url: &str, who: &Principal, body: String) -> (StatusCode, String)
+pub(super) async fn post<P>(
+    page: &P,
+    url: &str,
+    who: &Principal,
+    body: String,
+) -> (StatusCode, String)
 where
     P: tower::Service<
             http::Request<http_body_util::Full<bytes::Bytes>>,
@@ -92,10 +97,10 @@ where
     (status, html)
 }
 
-const KEYS_URL: &str = "http://notes.example/passkeys";
+pub(super) const KEYS_URL: &str = "http://notes.example/passkeys";
 
 /// Registers `client`'s passkey for `who` on the passkey page; the page after it.
-async fn register(
+pub(super) async fn register(
     keys_page: &PasskeyPage,
     who: &Principal,
     client: &mut SoftAuthenticator,

@@ -175,7 +175,7 @@ async fn a_post_without_her_token_or_from_elsewhere_revokes_nothing() {
             format!("csrf={bob_token}&revoke={id}"),
             FORM_HEADERS.to_vec(),
         ),
-        // Her token, from another site or origin.
+        // Her token, from another site or origin, or from nowhere it says.
         (
             format!("csrf={token}&revoke={id}"),
             vec![
@@ -191,6 +191,10 @@ async fn a_post_without_her_token_or_from_elsewhere_revokes_nothing() {
                 ("sec-fetch-site", "cross-site"),
             ],
         ),
+        (
+            format!("csrf={token}&revoke={id}"),
+            vec![("content-type", "application/x-www-form-urlencoded")],
+        ),
     ];
     for (form, headers) in denied {
         let (status, _, html) = visit(&page, "POST", URL, Some("alice"), &headers, form).await;
@@ -202,7 +206,7 @@ async fn a_post_without_her_token_or_from_elsewhere_revokes_nothing() {
         "POST",
         URL,
         Some("alice"),
-        &[("content-type", "application/json")],
+        &[("content-type", "application/json"), ("origin", ORIGIN)],
         format!("csrf={token}&revoke={id}"),
     )
     .await;
