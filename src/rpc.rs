@@ -122,9 +122,8 @@ where
             }
             Parsed::Intercept(call, Route::Exempt) if call.is_retry() => {
                 let principal = config.message_principal(&msg.extensions);
-                let waived = decision::exempt(&call, principal.as_ref());
-                let decision = decision::retired::decide(config, call, principal, Some(waived));
-                return Box::pin(settle(Box::pin(decision), msg, inner));
+                let decision = decision::retired::decide(config, call, principal, true);
+                return Box::pin(settle(decision, msg, inner));
             }
             Parsed::Intercept(call, Route::Exempt) => {
                 let principal = config.message_principal(&msg.extensions);
@@ -142,8 +141,8 @@ where
             }
             Parsed::Retry(call) => {
                 let principal = config.message_principal(&msg.extensions);
-                let decision = decision::retired::decide(config, call, principal, None);
-                return Box::pin(settle(Box::pin(decision), msg, inner));
+                let decision = decision::retired::decide(config, call, principal, false);
+                return Box::pin(settle(decision, msg, inner));
             }
             Parsed::Intercept(call, Route::Confirm(guarded)) => (call, guarded),
         };
@@ -151,14 +150,14 @@ where
         Box::pin(span.instrument(async move {
             let principal = config.message_principal(&msg.extensions);
             let decision = decision::decide(Arc::clone(&config), guarded, call, principal, None);
-            settle(Box::pin(decision), msg, inner).await
+            settle(decision, msg, inner).await
         }))
     }
 }
 
 /// Carries out `decision` for `msg`: the layer's reply, or the inner service's.
 async fn settle<S>(
-    decision: BoxFuture<'static, Decision>,
+    decision: impl Future<Output = Decision>,
     mut msg: JsonRpcMessage,
     mut inner: S,
 ) -> Result<JsonRpcReply, S::Error>

@@ -25,7 +25,6 @@ use serde_json::Value;
 
 use crate::audit::event::{DecisionEvent, step_refused};
 use crate::config::Config;
-use crate::confirmed::Waived;
 use crate::engine::Refused;
 use crate::message::{TOOLS_CALL, ToolCall};
 use crate::principal::Principal;
@@ -41,19 +40,19 @@ pub(crate) const CALL_AGAIN: &str = "This tool's confirmation policy changed whi
      was open; nothing was changed. Call the tool again.";
 
 /// What the adapter does with `call`, a `tools/call` of a tool the layer does not confirm that
-/// carries `requestState` or `inputResponses`; `waived` goes with it if it is forwarded (an
-/// exempt tool's waiver).
+/// carries `requestState` or `inputResponses`; `exempt`: the tool is exempt by configuration,
+/// and goes on with its waiver if it is forwarded.
 pub(crate) async fn decide(
     config: Arc<Config>,
     call: ToolCall,
     principal: Option<Principal>,
-    waived: Option<Waived>,
+    exempt: bool,
 ) -> Decision {
     match judge(&config, &call, principal.as_ref()).await {
         Ok(Some(reply)) => Decision::Reply(reply),
         Ok(None) => Decision::Untouched {
+            waived: exempt.then(|| super::exempt(&call, principal.as_ref())),
             body: call.body,
-            waived,
         },
         Err(refused) => {
             config.report(refused.event(&call.tool, principal.as_ref()));

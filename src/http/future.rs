@@ -269,32 +269,9 @@ where
         }
         // A retry of a tool the layer does not confirm: on to the inner service only if what
         // it carries is not the layer's own (an old state must not run under a new policy).
+        Parsed::Retry(call) => retried(config, parts, call, inner, false),
         Parsed::Intercept(call, Route::Exempt) if call.is_retry() => {
-            let principal = config.principal(&parts.extensions);
-            let waived = decision::exempt(&call, principal.as_ref());
-            State::Deciding {
-                decision: Box::pin(decision::retired::decide(
-                    Arc::clone(config),
-                    call,
-                    principal,
-                    Some(waived),
-                )),
-                parts: Some(parts),
-                inner: Some(inner),
-            }
-        }
-        Parsed::Retry(call) => {
-            let principal = config.principal(&parts.extensions);
-            State::Deciding {
-                decision: Box::pin(decision::retired::decide(
-                    Arc::clone(config),
-                    call,
-                    principal,
-                    None,
-                )),
-                parts: Some(parts),
-                inner: Some(inner),
-            }
+            retried(config, parts, call, inner, true)
         }
         Parsed::Intercept(call, Route::Exempt) => {
             // Exempt by configuration: the same bytes, with the waiver a guarded handler needs.
@@ -350,6 +327,32 @@ where
                 inner: Some(inner),
             }
         }
+    }
+}
+
+/// Deciding a retry of a tool the layer does not confirm (`exempt`: by configuration).
+fn retried<S, B>(
+    config: &Arc<Config>,
+    parts: Parts,
+    call: crate::message::ToolCall,
+    inner: S,
+    exempt: bool,
+) -> State<S, B>
+where
+    S: Service<Request<RequestBody<B>>>,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let principal = config.principal(&parts.extensions);
+    State::Deciding {
+        decision: Box::pin(decision::retired::decide(
+            Arc::clone(config),
+            call,
+            principal,
+            exempt,
+        )),
+        parts: Some(parts),
+        inner: Some(inner),
     }
 }
 

@@ -308,29 +308,13 @@ impl RingKey {
 
     /// A tag over `data` under the sealing key (its own, apart from the anti-forgery key).
     fn page_tag(&self, domain: &[u8], data: &[u8]) -> [u8; 32] {
-        let mut mac = self.seal.clone();
-        mac.update(
-            &u64::try_from(domain.len())
-                .unwrap_or(u64::MAX)
-                .to_be_bytes(),
-        );
-        mac.update(domain);
-        mac.update(data);
-        mac.finalize().into_bytes().into()
+        domain_tag(&self.seal, domain, data)
     }
 
     /// A sealed value's tag over `data` for `domain` (length-prefixed, so no domain is the
     /// prefix of another's input).
     pub(crate) fn value_tag(&self, domain: &str, data: &[u8]) -> [u8; 32] {
-        let mut mac = self.value.clone();
-        mac.update(
-            &u64::try_from(domain.len())
-                .unwrap_or(u64::MAX)
-                .to_be_bytes(),
-        );
-        mac.update(domain.as_bytes());
-        mac.update(data);
-        mac.finalize().into_bytes().into()
+        domain_tag(&self.value, domain.as_bytes(), data)
     }
 
     /// Whether `tag` is [`value_tag`](Self::value_tag) of `data`, compared in constant time at
@@ -346,6 +330,20 @@ impl RingKey {
         mac.update(data);
         mac.finalize().into_bytes().into()
     }
+}
+
+/// A tag over `data` for `domain` under `key`, the domain length-prefixed so that no domain's
+/// input is the prefix of another's.
+fn domain_tag(key: &HmacSha256, domain: &[u8], data: &[u8]) -> [u8; 32] {
+    let mut mac = key.clone();
+    mac.update(
+        &u64::try_from(domain.len())
+            .unwrap_or(u64::MAX)
+            .to_be_bytes(),
+    );
+    mac.update(domain);
+    mac.update(data);
+    mac.finalize().into_bytes().into()
 }
 
 fn keyed(key: &[u8]) -> HmacSha256 {

@@ -180,12 +180,8 @@ impl Sealer {
             tool,
             subject,
             epoch,
-            Checks::<fn() -> RequestDigests>::Retired,
+            Checks::<fn() -> RequestDigests>::Retired { request_id },
         )
-        .and_then(|claims| match same(&claims.request_id, &request_id) {
-            true => Err(StateError::SameRequestId),
-            false => Ok(claims),
-        })
     }
 
     /// Every binding of an opened state, in the order [`Sealer::verify`] gives, but what
@@ -222,24 +218,27 @@ impl Sealer {
         if !same(&claims.tool, &tool.tool) {
             return Err(StateError::Tool);
         }
-        let request = match checks {
-            Checks::All(request) => Some(request()),
-            Checks::Retired => None,
+        // The arguments' digest and the input key with its rule, where the policy that set them
+        // is still there; the request id always.
+        let (bound, request_id) = match checks {
+            Checks::All(request) => {
+                let request = request();
+                (Some(request.arguments), request.request_id)
+            }
+            Checks::Retired { request_id } => (None, request_id),
         };
-        if let Some(request) = &request
-            && !same(&claims.arguments, &request.arguments)
+        if let Some(arguments) = &bound
+            && !same(&claims.arguments, arguments)
         {
             return Err(StateError::Arguments);
         }
         if claims.phase != Phase::Confirm {
             return Err(StateError::Phase);
         }
-        if request.is_some() && !same(&claims.input_key, &tool.input_key) {
+        if bound.is_some() && !same(&claims.input_key, &tool.input_key) {
             return Err(StateError::InputKey);
         }
-        if let Some(request) = &request
-            && same(&claims.request_id, &request.request_id)
-        {
+        if same(&claims.request_id, &request_id) {
             return Err(StateError::SameRequestId);
         }
         if !same(&claims.epoch, &epoch) {
@@ -266,9 +265,9 @@ enum Checks<R> {
     /// Everything: the request's digests (asked for once the cheaper checks passed) and the
     /// input key with its rule.
     All(R),
-    /// A state of a tool no longer confirmed: its arguments' digest and its rule depend on a
-    /// policy that is gone (nothing runs on it); the request id is checked by the caller.
-    Retired,
+    /// A state of a tool no longer confirmed, retried as `request_id`: its arguments' digest and
+    /// its rule depend on a policy that is gone (nothing runs on it).
+    Retired { request_id: [u8; 16] },
 }
 
 /// Two digests compared in constant time.
