@@ -398,11 +398,13 @@ impl ConfirmLayerBuilder {
     }
 
     /// Sends the layer's spans to `tracer` rather than to the global tracer provider's tracer
-    /// (which is asked on every call, so a provider set after the layer was built is used).
+    /// (which is asked on the calls, so a provider set after the layer was built is used; while
+    /// none is set, a thread asks again only every 256th call, so a layer without a tracer
+    /// builds no span).
     /// For an application with more than one provider, and for tests.
     #[cfg(feature = "otel")]
     pub fn otel_tracer(mut self, tracer: opentelemetry::global::BoxedTracer) -> Self {
-        self.spans.otel = Some(Arc::new(tracer));
+        self.spans.otel = crate::observe::GivenTracer::given(tracer);
         self
     }
 

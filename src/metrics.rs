@@ -132,14 +132,21 @@ pub(crate) fn decision(
     channel: &'static str,
     class: Option<&str>,
 ) {
-    metrics::counter!(DECISIONS, "tool" => tool.to_owned(), "outcome" => outcome,
-        "channel" => channel)
-    .increment(1);
+    let id = (Static(DECISIONS), Static(outcome), Static(channel));
+    series::counter(tool, id, || {
+        Key::from_parts(
+            DECISIONS,
+            vec![
+                Label::new("tool", tool.to_owned()),
+                Label::from_static_parts("outcome", outcome),
+                Label::from_static_parts("channel", channel),
+            ],
+        )
+    });
     if let Some(class) = class
         && matches!(outcome, "refused" | "replay_blocked")
     {
-        metrics::counter!(REFUSALS, "tool" => tool.to_owned(), "class" => class.to_owned())
-            .increment(1);
+        series::refusal(tool, class);
     }
     if outcome == "replay_blocked" {
         claim("replay");
@@ -148,16 +155,185 @@ pub(crate) fn decision(
 
 /// Records how long the answer took (`answer`: `accept`, `decline`, `cancel`).
 pub(crate) fn answered(tool: &str, answer: &'static str, seconds: u64) {
-    metrics::histogram!(ANSWER_SECONDS, "tool" => tool.to_owned(), "answer" => answer)
-        .record(seconds as f64);
+    let key = || {
+        Key::from_parts(
+            ANSWER_SECONDS,
+            vec![
+                Label::new("tool", tool.to_owned()),
+                Label::from_static_parts("answer", answer),
+            ],
+        )
+    };
+    let id = (Static(ANSWER_SECONDS), Static(answer), Static(""));
+    series::with_key(tool, id, key, |recorder, key| {
+        recorder
+            .register_histogram(key, &series::METADATA)
+            .record(seconds as f64);
+    });
 }
 
 /// Counts a state or claim result.
 pub(crate) fn claim(result: &'static str) {
-    metrics::counter!(CLAIMS, "result" => result).increment(1);
+    /// The key of each result, built at compile time.
+    macro_rules! keys {
+        ($($result:literal),*) => {
+            match result {
+                $($result => {
+                    static LABELS: [Label; 1] = [Label::from_static_parts("result", $result)];
+                    static KEY: Key = Key::from_static_parts(CLAIMS, &LABELS);
+                    &KEY
+                })*
+                _ => &Key::from_parts(CLAIMS, vec![Label::from_static_parts("result", result)]),
+            }
+        };
+    }
+    let key = keys!(
+        "ok",
+        "replay",
+        "expired",
+        "mismatch",
+        "invalid",
+        "restarted"
+    );
+    metrics::with_recorder(|recorder| {
+        recorder
+            .register_counter(key, &series::METADATA)
+            .increment(1);
+    });
 }
 
 /// Counts a replay store failure.
 pub(crate) fn store_error(backend: &'static str) {
     metrics::counter!(STORE_ERRORS, "backend" => backend).increment(1);
+}
+
+use metrics::{Key, Label};
+use series::Static;
+
+/// The keys of the series recorded so far, each built once per thread: a recording then
+/// allocates, hashes (beyond a lookup) and locks nothing, so with no recorder installed it costs
+/// a lookup and the facade's atomic load, and threads share no cache line. Every label is
+/// bounded (see the module's documentation), and so is this cache: past
+/// [`MAX_TOOLS`](series::MAX_TOOLS) tool labels (a deployment that renamed its tools that
+/// often), keys are built for each recording instead.
+mod series {
+    use std::cell::RefCell;
+
+    use foldhash::HashMap;
+    use metrics::{Key, Label, Level, Metadata, Recorder};
+
+    /// What the `counter!`/`histogram!` macros would say of these series.
+    pub(super) static METADATA: Metadata<'static> =
+        Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+    /// Tool labels cached at most, per thread.
+    pub(super) const MAX_TOOLS: usize = 4096;
+
+    /// A series of a tool label: the metric's name and up to two static label values.
+    type Id = (Static, Static, Static);
+
+    /// A static string, told apart by where it is: the same text at two addresses makes two
+    /// entries of the same key, never a wrong one, and a lookup compares no bytes.
+    #[derive(Clone, Copy)]
+    pub(super) struct Static(pub(super) &'static str);
+
+    impl PartialEq for Static {
+        fn eq(&self, other: &Self) -> bool {
+            std::ptr::eq(self.0, other.0)
+        }
+    }
+
+    impl Eq for Static {}
+
+    impl std::hash::Hash for Static {
+        fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+            std::ptr::hash(self.0, state);
+        }
+    }
+
+    #[derive(Default)]
+    struct ToolSeries {
+        keys: HashMap<Id, Key>,
+        /// The refusals' keys, by class (a wire reason: bounded, but not static).
+        refusals: HashMap<Box<str>, Key>,
+    }
+
+    thread_local! {
+        /// By tool label.
+        static SERIES: RefCell<HashMap<Box<str>, ToolSeries>> = RefCell::default();
+    }
+
+    /// The key `find` finds in `tool`'s series, else the one `build` makes (and the cache
+    /// keeps, through `keep`), given to `record` with the current recorder.
+    fn with_cached(
+        tool: &str,
+        find: impl Fn(&ToolSeries) -> Option<&Key>,
+        build: impl FnOnce() -> Key,
+        keep: impl FnOnce(&mut ToolSeries, Key),
+        record: impl FnOnce(&dyn Recorder, &Key),
+    ) {
+        SERIES.with(|cell| {
+            // A recorder that records through the layer from inside a recording finds the
+            // cache busy, and builds its key.
+            let Ok(mut series) = cell.try_borrow_mut() else {
+                let key = build();
+                return metrics::with_recorder(|recorder| record(recorder, &key));
+            };
+            if let Some(key) = series.get(tool).and_then(&find) {
+                return metrics::with_recorder(|recorder| record(recorder, key));
+            }
+            let key = build();
+            metrics::with_recorder(|recorder| record(recorder, &key));
+            if series.len() < MAX_TOOLS || series.contains_key(tool) {
+                keep(series.entry(tool.into()).or_default(), key);
+            }
+        });
+    }
+
+    /// Runs `record` with the current recorder and the key of (`tool`, `id`), built by
+    /// `build` the first time.
+    pub(super) fn with_key(
+        tool: &str,
+        id: Id,
+        build: impl FnOnce() -> Key,
+        record: impl FnOnce(&dyn Recorder, &Key),
+    ) {
+        with_cached(
+            tool,
+            |series| series.keys.get(&id),
+            build,
+            |series, key| {
+                series.keys.insert(id, key);
+            },
+            record,
+        );
+    }
+
+    /// Adds one to the counter (`tool`, `id`).
+    pub(super) fn counter(tool: &str, id: Id, build: impl FnOnce() -> Key) {
+        with_key(tool, id, build, |recorder, key| {
+            recorder.register_counter(key, &METADATA).increment(1);
+        });
+    }
+
+    /// Adds one to the refusals of `tool` in `class`.
+    pub(super) fn refusal(tool: &str, class: &str) {
+        with_cached(
+            tool,
+            |series| series.refusals.get(class),
+            || {
+                Key::from_parts(
+                    super::REFUSALS,
+                    vec![
+                        Label::new("tool", tool.to_owned()),
+                        Label::new("class", class.to_owned()),
+                    ],
+                )
+            },
+            |series, key| {
+                series.refusals.insert(class.into(), key);
+            },
+            |recorder, key| recorder.register_counter(key, &METADATA).increment(1),
+        );
+    }
 }

@@ -19,7 +19,9 @@ use sha2::{Digest, Sha256};
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Principal {
     subject: Arc<str>,
-    roles: Arc<[Arc<str>]>,
+    /// `None` for none (most principals, built per request, have none): never `Some` empty,
+    /// so that equal principals compare equal.
+    roles: Option<Arc<[Arc<str>]>>,
 }
 
 impl Principal {
@@ -27,7 +29,7 @@ impl Principal {
     pub fn new(subject: impl Into<Arc<str>>) -> Self {
         Self {
             subject: subject.into(),
-            roles: Arc::new([]),
+            roles: None,
         }
     }
 
@@ -43,7 +45,8 @@ impl Principal {
     /// (e.g. a token's `roles` claim); never from anything the client says about itself.
     #[must_use]
     pub fn with_roles<R: Into<Arc<str>>>(mut self, roles: impl IntoIterator<Item = R>) -> Self {
-        self.roles = roles.into_iter().map(Into::into).collect();
+        let roles: Arc<[Arc<str>]> = roles.into_iter().map(Into::into).collect();
+        self.roles = (!roles.is_empty()).then_some(roles);
         self
     }
 
@@ -54,12 +57,15 @@ impl Principal {
 
     /// The roles the authenticator supplied (none unless [`with_roles`](Self::with_roles)).
     pub fn roles(&self) -> impl Iterator<Item = &str> {
-        self.roles.iter().map(|r| &**r)
+        self.roles
+            .iter()
+            .flat_map(|roles| roles.iter())
+            .map(|r| &**r)
     }
 
     /// Whether the authenticator supplied `role`.
     pub fn has_role(&self, role: &str) -> bool {
-        self.roles.iter().any(|r| &**r == role)
+        self.roles().any(|r| r == role)
     }
 }
 
@@ -67,8 +73,8 @@ impl fmt::Debug for Principal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut tuple = f.debug_tuple("Principal");
         tuple.field(&&*self.subject);
-        if !self.roles.is_empty() {
-            tuple.field(&self.roles);
+        if let Some(roles) = &self.roles {
+            tuple.field(roles);
         }
         tuple.finish()
     }

@@ -147,10 +147,15 @@ where
             Parsed::Intercept(call, Route::Confirm(guarded)) => (call, guarded),
         };
         let span = crate::observe::call_span(&config.spans, &call);
+        let marked = span.clone();
         Box::pin(span.instrument(async move {
             let principal = config.message_principal(&msg.extensions);
-            let decision = decision::decide(Arc::clone(&config), guarded, call, principal, None);
-            settle(decision, msg, inner).await
+            let decision =
+                decision::decide(Arc::clone(&config), guarded, call, principal, None).await;
+            if let Some(code) = decision.error_code() {
+                marked.failed(code);
+            }
+            settle(std::future::ready(decision), msg, inner).await
         }))
     }
 }

@@ -73,33 +73,29 @@ pub(crate) struct Approved {
     pub(crate) standing_left: Option<u32>,
 }
 
+/// The span of a decision, a child of the call's: the adapter enters it while it polls
+/// [`decide`], inside the call's span.
+pub(crate) fn span(config: &Config) -> crate::observe::CallSpan {
+    crate::observe::decision_span(&config.spans, config.policy_revision.as_deref())
+}
+
+impl Decision {
+    /// The JSON-RPC error the layer answers with, if it refuses the call.
+    pub(crate) fn error_code(&self) -> Option<i64> {
+        match self {
+            Decision::Reply(Reply { error, .. }) => *error,
+            _ => None,
+        }
+    }
+}
+
 /// Decides what happens to an intercepted call of `guarded`.
 ///
 /// `principal` is what the request's extensions (or the local principal) say; `declared` is what
-/// the transport declared outside the body, if it declares anything.
+/// the transport declared outside the body, if it declares anything. The adapter runs this
+/// inside the call's span and the decision's ([`span`]), and marks the call failed by what it
+/// comes to ([`Decision::error_code`]).
 pub(crate) async fn decide(
-    config: Arc<Config>,
-    guarded: Arc<GuardedTool>,
-    call: ToolCall,
-    principal: Option<Principal>,
-    declared: Option<Declared>,
-) -> Decision {
-    // The adapter runs this inside the call's span; the decision is its child.
-    let call_span = crate::observe::current();
-    let span = crate::observe::decision_span(&config.spans, config.policy_revision.as_deref());
-    let decision = span
-        .instrument(decide_in_span(config, guarded, call, principal, declared))
-        .await;
-    if let Decision::Reply(Reply {
-        error: Some(code), ..
-    }) = &decision
-    {
-        call_span.failed(*code);
-    }
-    decision
-}
-
-async fn decide_in_span(
     config: Arc<Config>,
     guarded: Arc<GuardedTool>,
     call: ToolCall,

@@ -60,7 +60,13 @@ pin_project! {
         // Reading the POST body, up to the cap.
         Buffering { #[pin] collect: Collect<Limited<B>>, parts: Option<Parts>, inner: Option<S> },
         // Waiting on the resolver, the replay store or the revalidation hook.
-        Deciding { decision: BoxFuture<'static, Decision>, parts: Option<Parts>, inner: Option<S> },
+        Deciding {
+            decision: BoxFuture<'static, Decision>,
+            // The decision's span (none for a retired state's), entered inside the call's.
+            span: CallSpan,
+            parts: Option<Parts>,
+            inner: Option<S>,
+        },
         // The inner service has the request; `listing`: it is a `tools/list` whose answer is marked.
         Inner { #[pin] future: S::Future, guard: Option<CompletionGuard>, listing: Option<String> },
         // The layer answers on its own.
@@ -150,13 +156,20 @@ where
                 }
                 StateProj::Deciding {
                     decision,
+                    span,
                     parts,
                     inner,
                 } => {
-                    let decision = ready!(decision.as_mut().poll(cx));
+                    let decision = {
+                        let _entered = span.enter();
+                        ready!(decision.as_mut().poll(cx))
+                    };
                     let (Some(parts), Some(mut inner)) = (parts.take(), inner.take()) else {
                         panic!("ResponseFuture polled after completion");
                     };
+                    if let Some(code) = decision.error_code() {
+                        this.span.failed(code);
+                    }
                     match decision {
                         Decision::Reply(reply) => State::Replying { reply: Some(reply) },
                         Decision::Pass { body, waived } => {
@@ -314,6 +327,11 @@ where
             *span = crate::observe::call_span(&config.spans, &call);
             let principal = config.principal(&parts.extensions);
             let declared = headers::declared(&parts.headers);
+            // The decision's span is the call's child: made inside it.
+            let decided = {
+                let _entered = span.enter();
+                decision::span(config)
+            };
             let decision = Box::pin(decision::decide(
                 Arc::clone(config),
                 guarded,
@@ -323,6 +341,7 @@ where
             ));
             State::Deciding {
                 decision,
+                span: decided,
                 parts: Some(parts),
                 inner: Some(inner),
             }
@@ -351,6 +370,7 @@ where
             principal,
             exempt,
         )),
+        span: CallSpan::none(),
         parts: Some(parts),
         inner: Some(inner),
     }

@@ -114,8 +114,8 @@ pub(crate) fn grant(event: &DecisionEvent<'_>) {
 }
 
 fn emit(seen: &Seen<'_>) {
-    let span = Span::current();
-    if !span.is_disabled() {
+    if spans_wanted() {
+        let span = Span::current();
         span.record("mcp_confirm.outcome", seen.outcome);
         span.record("mcp_confirm.channel", seen.channel);
         if let Some(class) = seen.class {
@@ -157,7 +157,7 @@ pub(crate) struct CallSpan {
 
 /// A [`CallSpan`] entered; leaves it when dropped.
 pub(crate) struct Entered<'a> {
-    _span: tracing::span::Entered<'a>,
+    _span: Option<tracing::span::Entered<'a>>,
     #[cfg(feature = "otel")]
     _otel: Option<opentelemetry::ContextGuard>,
 }
@@ -175,7 +175,7 @@ impl CallSpan {
     /// Enters both spans on this thread until the guard is dropped.
     pub(crate) fn enter(&self) -> Entered<'_> {
         Entered {
-            _span: self.span.enter(),
+            _span: (!self.span.is_none()).then(|| self.span.enter()),
             #[cfg(feature = "otel")]
             _otel: self.otel.clone().map(opentelemetry::Context::attach),
         }
@@ -228,57 +228,68 @@ impl<F: Future> Future for Traced<F> {
 /// has no session). With the `otel` feature, its OpenTelemetry span's parent is the trace
 /// context in `params._meta`.
 pub(crate) fn call_span(_spans: &Spans, call: &ToolCall) -> CallSpan {
-    let version = call
-        .params
-        .meta
-        .as_ref()
-        .and_then(|meta| meta.get(META_PROTOCOL_VERSION))
-        .and_then(serde_json::Value::as_str);
-    let span = tracing::info_span!(target: SPAN_TARGET, "tools/call",
-        otel.name = format_args!("{TOOLS_CALL} {}", call.tool),
-        otel.kind = "server",
-        mcp.method.name = TOOLS_CALL,
-        gen_ai.operation.name = "execute_tool",
-        gen_ai.tool.name = %call.tool,
-        jsonrpc.request.id = %call.id.trim_matches('"'),
-        mcp.protocol.version = version,
-        error.type = Empty,
-        otel.status_code = Empty,
-    );
+    let span = if !spans_wanted() {
+        Span::none()
+    } else {
+        tracing::info_span!(target: SPAN_TARGET, "tools/call",
+            otel.name = format_args!("{TOOLS_CALL} {}", call.tool),
+            otel.kind = "server",
+            mcp.method.name = TOOLS_CALL,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %call.tool,
+            jsonrpc.request.id = %call.id.trim_matches('"'),
+            mcp.protocol.version = protocol_version(call),
+            error.type = Empty,
+            otel.status_code = Empty,
+        )
+    };
     CallSpan {
         span,
         #[cfg(feature = "otel")]
-        otel: Some(otel::call_span(&_spans.otel, call, version)),
+        otel: otel::call_span(&_spans.otel, call),
     }
+}
+
+/// The protocol version the call's `_meta` names (only a span that records reads it).
+fn protocol_version(call: &ToolCall) -> Option<&str> {
+    call.params
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.get(META_PROTOCOL_VERSION))
+        .and_then(serde_json::Value::as_str)
 }
 
 /// The child span of the decision proper: its outcome, channel, refusal class and the
 /// deployment's policy revision. A child of the call's spans, which are entered.
 pub(crate) fn decision_span(_spans: &Spans, policy: Option<&str>) -> CallSpan {
-    let span = tracing::info_span!(target: SPAN_TARGET, "mcp_confirm.decision",
-        mcp_confirm.outcome = Empty,
-        mcp_confirm.channel = Empty,
-        mcp_confirm.refusal_class = Empty,
-        mcp_confirm.policy = policy,
-    );
+    let span = if !spans_wanted() {
+        Span::none()
+    } else {
+        tracing::info_span!(target: SPAN_TARGET, "mcp_confirm.decision",
+            mcp_confirm.outcome = Empty,
+            mcp_confirm.channel = Empty,
+            mcp_confirm.refusal_class = Empty,
+            mcp_confirm.policy = policy,
+        )
+    };
     CallSpan {
         span,
         #[cfg(feature = "otel")]
-        otel: Some(otel::decision_span(&_spans.otel, policy)),
+        otel: otel::decision_span(&_spans.otel, policy),
     }
 }
 
-/// The call's spans, while the adapter has them entered.
-pub(crate) fn current() -> CallSpan {
-    CallSpan {
-        span: Span::current(),
-        #[cfg(feature = "otel")]
-        otel: Some(opentelemetry::Context::current()),
-    }
+/// Whether a `tracing` subscriber wants the spans. Asked first, so that without one no span
+/// is made at all (not even the disabled span `tracing` would still hand to `log` when its
+/// `log` feature is on, as axum's `tower-log` turns it on).
+fn spans_wanted() -> bool {
+    tracing::span_enabled!(target: SPAN_TARGET, tracing::Level::INFO)
 }
 
 #[cfg(feature = "otel")]
 mod otel;
+#[cfg(feature = "otel")]
+pub(crate) use otel::GivenTracer;
 
 /// A retry's state was refused (`error`): counted by what it comes to.
 pub(crate) fn state_refused(error: &crate::token::StateError) {

@@ -6,11 +6,15 @@
 //! `tracing` registry and the bridge's visitors in between (BENCHMARKS.md (g) measured that
 //! bridge at about 10 µs per span, sampled or not).
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::propagation::Extractor;
-use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::trace::{
+    Span as _, SpanBuilder, SpanKind, Status, TraceContextExt, Tracer as _,
+};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 
 use super::Seen;
@@ -24,16 +28,78 @@ static SCOPE: LazyLock<InstrumentationScope> = LazyLock::new(|| {
 });
 
 /// The tracer the application gave the layer, if any; otherwise the global provider's, asked
-/// for each call, so a provider set after the layer was built is the one used.
-pub(crate) type GivenTracer = Option<Arc<BoxedTracer>>;
+/// for each call, so a provider set after the layer was built is the one used: but while it is
+/// the no-op provider (none installed), only every [`NOOP_SKIPPED`]`+1`th call on each thread,
+/// so that a layer without a tracer builds no span at all.
+#[derive(Clone)]
+pub(crate) struct GivenTracer {
+    given: Option<Arc<BoxedTracer>>,
+    /// Tells this layer's countdown from another's in [`SKIPPING`].
+    id: u64,
+}
 
-fn start(given: &GivenTracer, builder: SpanBuilder, parent: &Context) -> Context {
-    let span = match given {
+impl Default for GivenTracer {
+    fn default() -> Self {
+        static IDS: AtomicU64 = AtomicU64::new(1);
+        Self {
+            given: None,
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+/// Calls a thread lets by without a span once the global provider turned out to be the no-op.
+const NOOP_SKIPPED: u32 = 255;
+
+thread_local! {
+    /// The layer whose calls this thread lets by without asking the global provider, and how
+    /// many more. One layer at a time: another's call asks, and takes the countdown over.
+    static SKIPPING: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+}
+
+impl GivenTracer {
+    /// The application's `tracer`.
+    pub(crate) fn given(tracer: BoxedTracer) -> Self {
+        Self {
+            given: Some(Arc::new(tracer)),
+            ..Self::default()
+        }
+    }
+
+    /// Whether this call goes without a span: the global provider was the no-op one a few
+    /// calls ago.
+    fn skips(&self) -> bool {
+        let (id, left) = SKIPPING.get();
+        let skips = self.given.is_none() && id == self.id && left > 0;
+        if skips {
+            SKIPPING.set((id, left - 1));
+        }
+        skips
+    }
+
+    /// Remembers what the global provider turned out to be.
+    fn saw(&self, noop: bool) {
+        SKIPPING.set((self.id, if noop { NOOP_SKIPPED } else { 0 }));
+    }
+}
+
+/// Starts the span `builder` describes under `parent`; `None` when the tracer is a no-op (no
+/// provider installed): its span is its parent's, so there is nothing to enter or to mark, and
+/// the call is spared a context attached at every poll.
+fn start(tracer: &GivenTracer, builder: SpanBuilder, parent: &Context) -> Option<Context> {
+    let span = match &tracer.given {
         Some(tracer) => tracer.build_with_context(builder, parent),
         None => opentelemetry::global::tracer_with_scope(SCOPE.clone())
             .build_with_context(builder, parent),
     };
-    parent.with_span(span)
+    // Every SDK span, sampled or not, has a span id of its own; a no-op span repeats its
+    // parent's (or the invalid id, without a parent).
+    let own = span.span_context().span_id() != parent.span().span_context().span_id();
+    let noop = !own && !span.is_recording();
+    if tracer.given.is_none() {
+        tracer.saw(noop);
+    }
+    (!noop).then(|| parent.with_span(span))
 }
 
 /// `params._meta` as a carrier: its string members only.
@@ -50,40 +116,73 @@ impl Extractor for Meta<'_> {
 
 /// The parent of a call's span: the W3C trace context the client put in `params._meta`
 /// (SEP-414), read through the application's global propagator; else the current context.
-fn parent(meta: Option<&serde_json::Value>) -> Context {
+/// The client's trace context alone, for a call without a span of the layer's: the handler
+/// still sees it (for what it propagates further).
+fn remote_parent(meta: Option<&serde_json::Value>) -> Option<Context> {
+    match parent(meta) {
+        (parent, true) => Some(parent),
+        (_, false) => None,
+    }
+}
+
+/// Whether it came from the request is the second member.
+fn parent(meta: Option<&serde_json::Value>) -> (Context, bool) {
     match meta.and_then(serde_json::Value::as_object) {
-        Some(meta) if meta.contains_key("traceparent") => {
+        Some(meta) if meta.contains_key("traceparent") => (
             opentelemetry::global::get_text_map_propagator(|propagator| {
                 propagator.extract(&Meta(meta))
-            })
-        }
-        _ => Context::current(),
+            }),
+            true,
+        ),
+        _ => (Context::current(), false),
     }
 }
 
 /// The call's span, `tools/call <tool>`, kind server, with the attributes of the MCP
-/// conventions; the context that holds it.
-pub(crate) fn call_span(given: &GivenTracer, call: &ToolCall, version: Option<&str>) -> Context {
-    let mut attributes = Vec::with_capacity(5);
-    attributes.push(KeyValue::new("mcp.method.name", TOOLS_CALL));
-    attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
-    attributes.push(KeyValue::new("gen_ai.tool.name", call.tool.clone()));
-    attributes.push(KeyValue::new(
-        "jsonrpc.request.id",
-        call.id.trim_matches('"').to_owned(),
-    ));
-    if let Some(version) = version {
-        attributes.push(KeyValue::new("mcp.protocol.version", version.to_owned()));
+/// conventions; the context that holds it. The sampler sees the name, the kind, the method and
+/// the tool; the request id and the protocol version, which no sampler needs, are added only
+/// to a span that records, so that a call without a tracer builds next to nothing.
+pub(crate) fn call_span(tracer: &GivenTracer, call: &ToolCall) -> Option<Context> {
+    if tracer.skips() {
+        return remote_parent(call.params.meta.as_ref());
     }
-    let builder = SpanBuilder::from_name(format!("{TOOLS_CALL} {}", call.tool))
+    let mut name = String::with_capacity(TOOLS_CALL.len() + 1 + call.tool.len());
+    name.push_str(TOOLS_CALL);
+    name.push(' ');
+    name.push_str(&call.tool);
+    let builder = SpanBuilder::from_name(name)
         .with_kind(SpanKind::Server)
-        .with_attributes(attributes);
-    start(given, builder, &parent(call.params.meta.as_ref()))
+        .with_attributes([
+            KeyValue::new("mcp.method.name", TOOLS_CALL),
+            KeyValue::new("gen_ai.operation.name", "execute_tool"),
+            KeyValue::new("gen_ai.tool.name", call.tool.clone()),
+        ]);
+    let (parent, remote) = parent(call.params.meta.as_ref());
+    let Some(cx) = start(tracer, builder, &parent) else {
+        // Without a tracer, the client's trace context still reaches the handler (for what it
+        // propagates further).
+        return remote.then_some(parent);
+    };
+    let span = cx.span();
+    if span.is_recording() {
+        span.set_attribute(KeyValue::new(
+            "jsonrpc.request.id",
+            call.id.trim_matches('"').to_owned(),
+        ));
+        if let Some(version) = super::protocol_version(call) {
+            span.set_attribute(KeyValue::new("mcp.protocol.version", version.to_owned()));
+        }
+    }
+    Some(cx)
 }
 
 /// The decision's span, a child of the current context (the call's, which the adapter
 /// attaches while it polls).
-pub(crate) fn decision_span(given: &GivenTracer, policy: Option<&str>) -> Context {
+pub(crate) fn decision_span(given: &GivenTracer, policy: Option<&str>) -> Option<Context> {
+    // No span in the context: the call's tracer is a no-op, and so is this one.
+    if !Context::map_current(TraceContextExt::has_active_span) {
+        return None;
+    }
     let builder = SpanBuilder::from_name("mcp_confirm.decision").with_attributes(
         policy.map(|policy| KeyValue::new("mcp_confirm.policy", policy.to_owned())),
     );
