@@ -4,7 +4,6 @@
 //! It sits below the layer, the services and the decision path, which all read it; it imports
 //! none of them.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +36,9 @@ pub(crate) struct Config {
     pub(crate) approvals: Option<Arc<dyn ApprovalStore>>,
     /// Where standing approvals are kept; the builder sees to it that a tool offering one has one.
     pub(crate) standing: Option<Arc<dyn StandingStore>>,
-    pub(crate) tools: HashMap<String, Arc<GuardedTool>>,
+    /// Looked up by the name each call gives: foldhash (randomly seeded), as the map is built
+    /// from the configuration alone.
+    pub(crate) tools: foldhash::HashMap<String, Arc<GuardedTool>>,
     pub(crate) supported_versions: Vec<String>,
     pub(crate) principal: Arc<dyn PrincipalExtractor>,
     pub(crate) local_principal: Option<Principal>,

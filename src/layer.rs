@@ -793,7 +793,8 @@ impl ConfirmLayerBuilder {
                  use that store, or let the layer claim"
             )));
         }
-        let mut tools = HashMap::with_capacity(policies.len());
+        let mut tools =
+            foldhash::HashMap::with_capacity_and_hasher(policies.len(), Default::default());
         for (name, policy) in policies {
             let header = param_header(&name, &policy, listed.as_ref())?;
             let structured = listed

@@ -15,6 +15,9 @@
 //!
 //! The decision log (`mcp-confirm-log`, feature `metrics`) adds `mcp_confirm_log_*`.
 
+use metrics::{Key, Label};
+use series::Static;
+
 /// Decisions, by `tool`, `outcome` (`challenged`, `accepted`, `standing_used`, `declined`,
 /// `cancelled`, `refused`, `replay_blocked`, `waived`, `approval_approved`,
 /// `approval_declined`, `approval_endorsed`, `standing_granted`, `grant_issued`, `grant_begun`,
@@ -132,22 +135,24 @@ pub(crate) fn decision(
     channel: &'static str,
     class: Option<&str>,
 ) {
-    let id = (Static(DECISIONS), Static(outcome), Static(channel));
-    series::counter(tool, id, || {
-        Key::from_parts(
-            DECISIONS,
-            vec![
-                Label::new("tool", tool.to_owned()),
-                Label::from_static_parts("outcome", outcome),
-                Label::from_static_parts("channel", channel),
-            ],
-        )
+    let refused = class.filter(|_| matches!(outcome, "refused" | "replay_blocked"));
+    series::with_tool(tool, |series| {
+        let id = (Static(DECISIONS), Static(outcome), Static(channel));
+        let key = series.key(id, || {
+            Key::from_parts(
+                DECISIONS,
+                vec![
+                    Label::new("tool", tool.to_owned()),
+                    Label::from_static_parts("outcome", outcome),
+                    Label::from_static_parts("channel", channel),
+                ],
+            )
+        });
+        series::count(key);
+        if let Some(class) = refused {
+            series::count(series.refusal(tool, class));
+        }
     });
-    if let Some(class) = class
-        && matches!(outcome, "refused" | "replay_blocked")
-    {
-        series::refusal(tool, class);
-    }
     if outcome == "replay_blocked" {
         claim("replay");
     }
@@ -155,20 +160,22 @@ pub(crate) fn decision(
 
 /// Records how long the answer took (`answer`: `accept`, `decline`, `cancel`).
 pub(crate) fn answered(tool: &str, answer: &'static str, seconds: u64) {
-    let key = || {
-        Key::from_parts(
-            ANSWER_SECONDS,
-            vec![
-                Label::new("tool", tool.to_owned()),
-                Label::from_static_parts("answer", answer),
-            ],
-        )
-    };
-    let id = (Static(ANSWER_SECONDS), Static(answer), Static(""));
-    series::with_key(tool, id, key, |recorder, key| {
-        recorder
-            .register_histogram(key, &series::METADATA)
-            .record(seconds as f64);
+    series::with_tool(tool, |series| {
+        let id = (Static(ANSWER_SECONDS), Static(answer), Static(""));
+        let key = series.key(id, || {
+            Key::from_parts(
+                ANSWER_SECONDS,
+                vec![
+                    Label::new("tool", tool.to_owned()),
+                    Label::from_static_parts("answer", answer),
+                ],
+            )
+        });
+        metrics::with_recorder(|recorder| {
+            recorder
+                .register_histogram(key, &series::METADATA)
+                .record(seconds as f64);
+        });
     });
 }
 
@@ -195,20 +202,13 @@ pub(crate) fn claim(result: &'static str) {
         "invalid",
         "restarted"
     );
-    metrics::with_recorder(|recorder| {
-        recorder
-            .register_counter(key, &series::METADATA)
-            .increment(1);
-    });
+    series::count(key);
 }
 
 /// Counts a replay store failure.
 pub(crate) fn store_error(backend: &'static str) {
     metrics::counter!(STORE_ERRORS, "backend" => backend).increment(1);
 }
-
-use metrics::{Key, Label};
-use series::Static;
 
 /// The keys of the series recorded so far, each built once per thread: a recording then
 /// allocates, hashes (beyond a lookup) and locks nothing, so with no recorder installed it costs
@@ -220,7 +220,7 @@ mod series {
     use std::cell::RefCell;
 
     use foldhash::HashMap;
-    use metrics::{Key, Label, Level, Metadata, Recorder};
+    use metrics::{Key, Label, Level, Metadata};
 
     /// What the `counter!`/`histogram!` macros would say of these series.
     pub(super) static METADATA: Metadata<'static> =
@@ -251,11 +251,34 @@ mod series {
         }
     }
 
+    /// The keys of one tool label.
     #[derive(Default)]
-    struct ToolSeries {
+    pub(super) struct ToolSeries {
         keys: HashMap<Id, Key>,
         /// The refusals' keys, by class (a wire reason: bounded, but not static).
         refusals: HashMap<Box<str>, Key>,
+    }
+
+    impl ToolSeries {
+        /// The key of `id`, built by `build` the first time.
+        pub(super) fn key(&mut self, id: Id, build: impl FnOnce() -> Key) -> &Key {
+            self.keys.entry(id).or_insert_with(build)
+        }
+
+        /// The key of `tool`'s refusals in `class`.
+        pub(super) fn refusal(&mut self, tool: &str, class: &str) -> &Key {
+            if !self.refusals.contains_key(class) {
+                let key = Key::from_parts(
+                    super::REFUSALS,
+                    vec![
+                        Label::new("tool", tool.to_owned()),
+                        Label::new("class", class.to_owned()),
+                    ],
+                );
+                self.refusals.insert(class.into(), key);
+            }
+            &self.refusals[class]
+        }
     }
 
     thread_local! {
@@ -263,77 +286,26 @@ mod series {
         static SERIES: RefCell<HashMap<Box<str>, ToolSeries>> = RefCell::default();
     }
 
-    /// The key `find` finds in `tool`'s series, else the one `build` makes (and the cache
-    /// keeps, through `keep`), given to `record` with the current recorder.
-    fn with_cached(
-        tool: &str,
-        find: impl Fn(&ToolSeries) -> Option<&Key>,
-        build: impl FnOnce() -> Key,
-        keep: impl FnOnce(&mut ToolSeries, Key),
-        record: impl FnOnce(&dyn Recorder, &Key),
-    ) {
+    /// Runs `f` on `tool`'s cached keys (on keys kept for this call only past [`MAX_TOOLS`],
+    /// or when a recorder records through the layer from inside a recording and finds the
+    /// cache busy).
+    pub(super) fn with_tool<R>(tool: &str, f: impl FnOnce(&mut ToolSeries) -> R) -> R {
         SERIES.with(|cell| {
-            // A recorder that records through the layer from inside a recording finds the
-            // cache busy, and builds its key.
             let Ok(mut series) = cell.try_borrow_mut() else {
-                let key = build();
-                return metrics::with_recorder(|recorder| record(recorder, &key));
+                return f(&mut ToolSeries::default());
             };
-            if let Some(key) = series.get(tool).and_then(&find) {
-                return metrics::with_recorder(|recorder| record(recorder, key));
+            if let Some(cached) = series.get_mut(tool) {
+                return f(cached);
             }
-            let key = build();
-            metrics::with_recorder(|recorder| record(recorder, &key));
-            if series.len() < MAX_TOOLS || series.contains_key(tool) {
-                keep(series.entry(tool.into()).or_default(), key);
+            if series.len() >= MAX_TOOLS {
+                return f(&mut ToolSeries::default());
             }
-        });
+            f(series.entry(tool.into()).or_default())
+        })
     }
 
-    /// Runs `record` with the current recorder and the key of (`tool`, `id`), built by
-    /// `build` the first time.
-    pub(super) fn with_key(
-        tool: &str,
-        id: Id,
-        build: impl FnOnce() -> Key,
-        record: impl FnOnce(&dyn Recorder, &Key),
-    ) {
-        with_cached(
-            tool,
-            |series| series.keys.get(&id),
-            build,
-            |series, key| {
-                series.keys.insert(id, key);
-            },
-            record,
-        );
-    }
-
-    /// Adds one to the counter (`tool`, `id`).
-    pub(super) fn counter(tool: &str, id: Id, build: impl FnOnce() -> Key) {
-        with_key(tool, id, build, |recorder, key| {
-            recorder.register_counter(key, &METADATA).increment(1);
-        });
-    }
-
-    /// Adds one to the refusals of `tool` in `class`.
-    pub(super) fn refusal(tool: &str, class: &str) {
-        with_cached(
-            tool,
-            |series| series.refusals.get(class),
-            || {
-                Key::from_parts(
-                    super::REFUSALS,
-                    vec![
-                        Label::new("tool", tool.to_owned()),
-                        Label::new("class", class.to_owned()),
-                    ],
-                )
-            },
-            |series, key| {
-                series.refusals.insert(class.into(), key);
-            },
-            |recorder, key| recorder.register_counter(key, &METADATA).increment(1),
-        );
+    /// Adds one to the counter `key`.
+    pub(super) fn count(key: &Key) {
+        metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA).increment(1));
     }
 }

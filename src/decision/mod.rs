@@ -283,9 +283,11 @@ async fn try_decide(
     };
     // Whatever an earlier request declared, this one must be able to show (or answer) the form.
     engine::check_elicitation(call, guarded.policy.channel != Channel::Form)?;
+    // Each round's future is boxed: the decision's own stays small (under the allocator's
+    // large-chunk size), so a call refused before either round allocates and copies little.
     match claims {
-        None => attempt.challenge().await,
-        Some(claims) => attempt.settle(&claims, token).await,
+        None => Box::pin(attempt.challenge()).await,
+        Some(claims) => Box::pin(attempt.settle(&claims, token)).await,
     }
 }
 

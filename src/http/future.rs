@@ -126,8 +126,9 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            let span = this.span.clone();
-            let _entered = span.enter();
+            // A clone, as the states below take the span by `&mut`: none for a call without one.
+            let span = (!this.span.is_none()).then(|| this.span.clone());
+            let _entered = span.as_ref().map(CallSpan::enter);
             let next = match this.state.as_mut().project() {
                 StateProj::Buffering {
                     collect,

@@ -172,6 +172,15 @@ impl CallSpan {
         }
     }
 
+    /// Whether there is no span at all (nothing to enter).
+    pub(crate) fn is_none(&self) -> bool {
+        #[cfg(feature = "otel")]
+        if self.otel.is_some() {
+            return false;
+        }
+        self.span.is_none()
+    }
+
     /// Enters both spans on this thread until the guard is dropped.
     pub(crate) fn enter(&self) -> Entered<'_> {
         Entered {
