@@ -87,6 +87,12 @@ impl Nonce {
         hex(&self.0)
     }
 
+    /// The nonce [`to_hex`](Self::to_hex) wrote; `None` for anything else (another length,
+    /// upper-case or non-hex digits).
+    pub fn from_hex(text: &str) -> Option<Self> {
+        unhex(text).map(Self)
+    }
+
     /// The first four bytes in hex: enough to correlate log lines, too little to be a store key.
     pub(crate) fn short(&self) -> String {
         hex(&self.0[..4])
@@ -251,6 +257,20 @@ mod tests {
             }
         }
         assert_eq!(all.len(), 4 * per_thread);
+    }
+
+    #[test]
+    fn a_nonce_reads_back_from_its_hex_and_from_nothing_else() {
+        let nonce = Nonce::random();
+        assert_eq!(Nonce::from_hex(&nonce.to_hex()), Some(nonce));
+        let upper = nonce.to_hex().to_uppercase();
+        for bad in ["", "00", &nonce.to_hex()[1..], &format!("{}0", nonce.to_hex())] {
+            assert_eq!(Nonce::from_hex(bad), None, "{bad:?}");
+        }
+        if upper != nonce.to_hex() {
+            assert_eq!(Nonce::from_hex(&upper), None);
+        }
+        assert_eq!(Nonce::from_hex(&"g".repeat(32)), None);
     }
 
     #[test]

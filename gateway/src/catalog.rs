@@ -108,7 +108,7 @@ impl Catalog {
             whole.update((entry.len() as u64).to_be_bytes());
             whole.update(entry.as_bytes());
         }
-        let revision = mcp_confirm::__private::hex(&whole.finalize()[..8]);
+        let revision = hex::encode(&whole.finalize()[..8]);
         let listed_at = Instant::now();
         Self {
             tools,

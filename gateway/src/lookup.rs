@@ -351,7 +351,7 @@ fn with_structured_content(result: &Value) -> std::borrow::Cow<'_, Value> {
 /// A record's default version: SHA-256 of its canonical JSON, first 16 bytes, as hex.
 fn digest(record: &Value) -> String {
     let hash = Sha256::digest(crate::catalog::canonical(record).as_bytes());
-    mcp_confirm::__private::hex(&hash[..16])
+    hex::encode(&hash[..16])
 }
 
 #[cfg(test)]

@@ -140,7 +140,7 @@ impl Sealer {
 /// The core's digest (hex) of `arguments` without `select_into`: what a continuation binds,
 /// computed as a `requestState` binds them.
 pub fn arguments_digest(arguments: &Value, select_into: Option<&str>) -> String {
-    mcp_confirm::__private::hex(&mcp_confirm::token::arguments_digest(
+    hex::encode(&mcp_confirm::token::arguments_digest(
         Some(arguments),
         select_into,
     ))
@@ -299,7 +299,7 @@ impl Rewriter {
         let continuation = Continuation {
             bound,
             up,
-            n: mcp_confirm::__private::hex(mcp_confirm::store::Nonce::random().as_bytes()),
+            n: mcp_confirm::store::Nonce::random().to_hex(),
             exp,
             ep: self.context.epoch.clone(),
         };

@@ -336,7 +336,7 @@ impl Route {
         let definition = built
             .catalog
             .judge(tool)
-            .map(|j| mcp_confirm::__private::hex(&j.hash));
+            .map(|j| hex::encode(&j.hash));
         let arguments = message
             .pointer("/params/arguments")
             .cloned()
@@ -366,7 +366,7 @@ impl Route {
         if continuation.ep != self.shared.store.epoch() {
             return refuse("issued before the replay store restarted");
         }
-        let Some(nonce) = mcp_confirm::__private::unhex::<16>(&continuation.n) else {
+        let Some(nonce) = mcp_confirm::store::Nonce::from_hex(&continuation.n) else {
             return refuse("a bad nonce");
         };
         let expires_at =
@@ -379,7 +379,7 @@ impl Route {
             mcp_confirm::store::PrincipalKey::from_bytes(key)
         };
         let claim = mcp_confirm::store::ClaimRequest::new(
-            mcp_confirm::store::Nonce::from_bytes(nonce),
+            nonce,
             mcp_confirm::store::Owner::random(),
             principal_key,
             expires_at,
@@ -492,7 +492,7 @@ impl Route {
         let definitions = catalog
             .judged
             .iter()
-            .map(|(name, j)| (name.clone(), mcp_confirm::__private::hex(&j.hash)))
+            .map(|(name, j)| (name.clone(), hex::encode(&j.hash)))
             .collect();
         Relay::new(
             self.upstream.clone(),
@@ -847,7 +847,7 @@ impl StoreHandle {
     pub fn epoch(&self) -> Option<String> {
         self.replay()
             .boot_epoch()
-            .map(|e| mcp_confirm::__private::hex(e.as_bytes()))
+            .map(|e| hex::encode(e.as_bytes()))
     }
 
     fn apply(&self, builder: ConfirmLayerBuilder) -> ConfirmLayerBuilder {

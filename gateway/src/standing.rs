@@ -265,7 +265,7 @@ fn terms_digest(tool: &str, standing: &crate::config::Standing) -> String {
     }
     hash.update(standing.up_to.as_millis().to_be_bytes());
     hash.update(standing.uses.to_be_bytes());
-    mcp_confirm::__private::hex(&hash.finalize()[..16])
+    hex::encode(&hash.finalize()[..16])
 }
 
 impl StandingStore for OfferBound {
