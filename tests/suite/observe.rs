@@ -483,8 +483,14 @@ async fn what_the_inner_service_traces_while_it_runs_the_call_is_a_child_of_its_
 #[tokio::test]
 async fn without_a_tracer_of_its_own_the_layer_uses_the_global_provider_set_after_it_was_built() {
     // Built before any provider is set: the global one is asked on each call. (The only test
-    // that sets it; other tests' calls may land in it too, so this one looks for its own id.)
+    // that sets it; other tests' calls may land in it too, so this one looks for its own ids.)
     let f = fixture();
+    // Another layer served a call while no provider was set: this thread lets its next calls
+    // by without asking again (a layer without a tracer builds no span), but not for long.
+    let early = fixture();
+    early
+        .alice(&delete_call(json!("before-any-provider"), "Groceries"))
+        .await;
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
@@ -492,8 +498,25 @@ async fn without_a_tracer_of_its_own_the_layer_uses_the_global_provider_set_afte
     opentelemetry::global::set_tracer_provider(provider.clone());
     f.alice(&delete_call(json!("global-provider"), "Groceries"))
         .await;
+    for n in 0..300 {
+        early
+            .alice(&delete_call(json!(format!("early-{n}")), "Groceries"))
+            .await;
+    }
     provider.force_flush().unwrap();
     let finished = exporter.get_finished_spans().unwrap();
+    let early_traced: Vec<u32> = finished
+        .iter()
+        .filter_map(|s| attribute(s, "jsonrpc.request.id")?.strip_prefix("early-")?.parse().ok())
+        .collect();
+    let first = early_traced.iter().min().copied();
+    assert!(
+        first.is_some_and(|first| first <= 256),
+        "the provider set later was not asked within 256 calls: {first:?}"
+    );
+    // From then on, every call.
+    let first = first.unwrap_or_default();
+    assert_eq!(early_traced.len() as u32, 300 - first, "{early_traced:?}");
     let call = finished
         .iter()
         .find(|s| attribute(s, "jsonrpc.request.id").as_deref() == Some("global-provider"))
