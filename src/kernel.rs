@@ -264,7 +264,12 @@ mod tests {
         let nonce = Nonce::random();
         assert_eq!(Nonce::from_hex(&nonce.to_hex()), Some(nonce));
         let upper = nonce.to_hex().to_uppercase();
-        for bad in ["", "00", &nonce.to_hex()[1..], &format!("{}0", nonce.to_hex())] {
+        for bad in [
+            "",
+            "00",
+            &nonce.to_hex()[1..],
+            &format!("{}0", nonce.to_hex()),
+        ] {
             assert_eq!(Nonce::from_hex(bad), None, "{bad:?}");
         }
         if upper != nonce.to_hex() {

@@ -140,7 +140,7 @@ impl Sealer {
 /// The core's digest (hex) of `arguments` without `select_into`: what a continuation binds,
 /// computed as a `requestState` binds them.
 pub fn arguments_digest(arguments: &Value, select_into: Option<&str>) -> String {
-    hex::encode(&mcp_confirm::token::arguments_digest(
+    hex::encode(mcp_confirm::token::arguments_digest(
         Some(arguments),
         select_into,
     ))

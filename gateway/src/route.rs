@@ -333,10 +333,7 @@ impl Route {
             .unwrap_or_default()
             .to_owned();
         let tool = tool.as_str();
-        let definition = built
-            .catalog
-            .judge(tool)
-            .map(|j| hex::encode(&j.hash));
+        let definition = built.catalog.judge(tool).map(|j| hex::encode(j.hash));
         let arguments = message
             .pointer("/params/arguments")
             .cloned()
@@ -492,7 +489,7 @@ impl Route {
         let definitions = catalog
             .judged
             .iter()
-            .map(|(name, j)| (name.clone(), hex::encode(&j.hash)))
+            .map(|(name, j)| (name.clone(), hex::encode(j.hash)))
             .collect();
         Relay::new(
             self.upstream.clone(),

@@ -507,7 +507,12 @@ async fn without_a_tracer_of_its_own_the_layer_uses_the_global_provider_set_afte
     let finished = exporter.get_finished_spans().unwrap();
     let early_traced: Vec<u32> = finished
         .iter()
-        .filter_map(|s| attribute(s, "jsonrpc.request.id")?.strip_prefix("early-")?.parse().ok())
+        .filter_map(|s| {
+            attribute(s, "jsonrpc.request.id")?
+                .strip_prefix("early-")?
+                .parse()
+                .ok()
+        })
         .collect();
     let first = early_traced.iter().min().copied();
     assert!(
