@@ -66,12 +66,18 @@ impl GivenTracer {
         }
     }
 
-    /// Whether this call goes without a span: the global provider was the no-op one a few
-    /// calls ago.
-    fn skips(&self) -> bool {
+    /// Whether this layer's calls on this thread go without a span for now: the global
+    /// provider was the no-op one a few calls ago.
+    fn skipping(&self) -> bool {
         let (id, left) = SKIPPING.get();
-        let skips = self.given.is_none() && id == self.id && left > 0;
+        self.given.is_none() && id == self.id && left > 0
+    }
+
+    /// Whether this call goes without a span ([`skipping`](Self::skipping)), counted.
+    fn skips(&self) -> bool {
+        let skips = self.skipping();
         if skips {
+            let (id, left) = SKIPPING.get();
             SKIPPING.set((id, left - 1));
         }
         skips
@@ -114,8 +120,6 @@ impl Extractor for Meta<'_> {
     }
 }
 
-/// The parent of a call's span: the W3C trace context the client put in `params._meta`
-/// (SEP-414), read through the application's global propagator; else the current context.
 /// The client's trace context alone, for a call without a span of the layer's: the handler
 /// still sees it (for what it propagates further).
 fn remote_parent(meta: Option<&serde_json::Value>) -> Option<Context> {
@@ -125,6 +129,8 @@ fn remote_parent(meta: Option<&serde_json::Value>) -> Option<Context> {
     }
 }
 
+/// The parent of a call's span: the W3C trace context the client put in `params._meta`
+/// (SEP-414), read through the application's global propagator; else the current context.
 /// Whether it came from the request is the second member.
 fn parent(meta: Option<&serde_json::Value>) -> (Context, bool) {
     match meta.and_then(serde_json::Value::as_object) {
@@ -179,8 +185,9 @@ pub(crate) fn call_span(tracer: &GivenTracer, call: &ToolCall) -> Option<Context
 /// The decision's span, a child of the current context (the call's, which the adapter
 /// attaches while it polls).
 pub(crate) fn decision_span(given: &GivenTracer, policy: Option<&str>) -> Option<Context> {
-    // No span in the context: the call's tracer is a no-op, and so is this one.
-    if !Context::map_current(TraceContextExt::has_active_span) {
+    // No span in the context, or a call let by: the call's tracer is a no-op, and so is this
+    // one (a client's `traceparent` alone is no span of ours).
+    if given.skipping() || !Context::map_current(TraceContextExt::has_active_span) {
         return None;
     }
     let builder = SpanBuilder::from_name("mcp_confirm.decision").with_attributes(
