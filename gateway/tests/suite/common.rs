@@ -218,3 +218,43 @@ fn backend_up(name: &str, url: &str, scheme: &str) -> bool {
     }
     up
 }
+
+/// The sign-in proxy's shared secret in the page tests' files (`proxy-secret`).
+pub const SECRET: &str = "proxy-secret-0123456789";
+
+/// The `[pages]` section of the page tests' files: visitors named by a trusted sign-in proxy.
+pub const PAGES: &str = r#"
+    [pages.visitor]
+    kind = "trusted_proxy_header"
+    user_header = "x-forwarded-user"
+    secret_header = "x-proxy-secret"
+    secret = { file = "proxy-secret" }
+"#;
+
+/// A page request through the gateway at `origin`, as the sign-in proxy would send it for
+/// `user` (with `secret`, or none): a form post carries the browser's same-origin headers.
+pub async fn proxy_page(
+    client: &Client,
+    origin: &str,
+    (method, url): (&str, &str),
+    user: Option<&str>,
+    secret: Option<&str>,
+    form: Option<&str>,
+) -> (u16, String) {
+    let mut request = http::Request::builder().method(method).uri(url);
+    if let Some(user) = user {
+        request = request.header("x-forwarded-user", user);
+    }
+    if let Some(secret) = secret {
+        request = request.header("x-proxy-secret", secret);
+    }
+    if form.is_some() {
+        request = request
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("origin", origin)
+            .header("sec-fetch-site", "same-origin");
+    }
+    let body = form.unwrap_or_default().to_owned();
+    let (status, _, text) = send(client, request, body).await;
+    (status, text)
+}

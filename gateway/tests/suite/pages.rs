@@ -5,7 +5,7 @@
 use crate::common;
 use std::sync::{Arc, Mutex};
 
-use crate::common::{ALICE, OWN_KEY, STATIC_TOKENS};
+use crate::common::{ALICE, OWN_KEY, PAGES, SECRET, STATIC_TOKENS};
 use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -43,21 +43,11 @@ async fn serve_upstream(
     axum::Json(json!({"jsonrpc": "2.0", "id": message["id"], "result": result}))
 }
 
-const SECRET: &str = "proxy-secret-0123456789";
-
 struct Fixture {
     origin: String,
     up: Upstream,
     client: common::Client,
 }
-
-const PAGES: &str = r#"
-    [pages.visitor]
-    kind = "trusted_proxy_header"
-    user_header = "x-forwarded-user"
-    secret_header = "x-proxy-secret"
-    secret = { file = "proxy-secret" }
-"#;
 
 const TOOLS: &str = r#"
     [route.tools.notes_delete]
@@ -121,22 +111,15 @@ impl Fixture {
         secret: Option<&str>,
         form: Option<&str>,
     ) -> (u16, String) {
-        let mut request = http::Request::builder().method(method).uri(url);
-        if let Some(user) = user {
-            request = request.header("x-forwarded-user", user);
-        }
-        if let Some(secret) = secret {
-            request = request.header("x-proxy-secret", secret);
-        }
-        if form.is_some() {
-            request = request
-                .header("content-type", "application/x-www-form-urlencoded")
-                .header("origin", &self.origin)
-                .header("sec-fetch-site", "same-origin");
-        }
-        let body = form.unwrap_or_default().to_owned();
-        let (status, _, text) = common::send(&self.client, request, body).await;
-        (status, text)
+        common::proxy_page(
+            &self.client,
+            &self.origin,
+            (method, url),
+            user,
+            secret,
+            form,
+        )
+        .await
     }
 }
 

@@ -7,7 +7,7 @@ use crate::common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{ALICE, OWN_KEY, STATIC_TOKENS};
+use crate::common::{ALICE, OWN_KEY, PAGES, SECRET, STATIC_TOKENS};
 use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
@@ -74,16 +74,6 @@ async fn recheck(
     }
 }
 
-const SECRET: &str = "proxy-secret-0123456789";
-
-const PAGES: &str = r#"
-    [pages.visitor]
-    kind = "trusted_proxy_header"
-    user_header = "x-forwarded-user"
-    secret_header = "x-proxy-secret"
-    secret = { file = "proxy-secret" }
-"#;
-
 struct Fixture {
     origin: String,
     upstream: String,
@@ -143,20 +133,15 @@ impl Fixture {
 
     /// A page request as the sign-in proxy sends it for `user`.
     async fn page(&self, method: &str, url: &str, user: &str, form: Option<&str>) -> (u16, String) {
-        let mut request = http::Request::builder()
-            .method(method)
-            .uri(url)
-            .header("x-forwarded-user", user)
-            .header("x-proxy-secret", SECRET);
-        if form.is_some() {
-            request = request
-                .header("content-type", "application/x-www-form-urlencoded")
-                .header("origin", &self.origin)
-                .header("sec-fetch-site", "same-origin");
-        }
-        let body = form.unwrap_or_default().to_owned();
-        let (status, _, text) = common::send(&self.client, request, body).await;
-        (status, text)
+        common::proxy_page(
+            &self.client,
+            &self.origin,
+            (method, url),
+            Some(user),
+            Some(SECRET),
+            form,
+        )
+        .await
     }
 
     /// Alice calls `tool`; bob approves it on its page; alice retries. The retry's answer.

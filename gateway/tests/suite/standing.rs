@@ -7,7 +7,7 @@ use crate::common;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use crate::common::{ALICE, STATIC_TOKENS};
+use crate::common::{ALICE, PAGES, SECRET, STATIC_TOKENS};
 use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
@@ -36,16 +36,7 @@ async fn serve_upstream(State(ran): State<Ran>, body: axum::Json<Value>) -> axum
     axum::Json(json!({"jsonrpc": "2.0", "id": message["id"], "result": result}))
 }
 
-const SECRET: &str = "proxy-secret-0123456789";
 const KEY: &str = "46c240e4d0c11b5a48d250f10a96b4d63b9d4f64b2faf7ea559c2627e90750cd";
-
-const PAGES: &str = r#"
-    [pages.visitor]
-    kind = "trusted_proxy_header"
-    user_header = "x-forwarded-user"
-    secret_header = "x-proxy-secret"
-    secret = { file = "proxy-secret" }
-"#;
 
 /// The offer.
 const OFFERED: &str = r#"
@@ -148,20 +139,15 @@ impl Served {
     /// A page request as the sign-in proxy sends it for alice.
     async fn page(&self, method: &str, form: Option<&str>) -> (u16, String) {
         let url = format!("{}/notes/mcp/standing", self.origin);
-        let mut request = http::Request::builder()
-            .method(method)
-            .uri(url)
-            .header("x-forwarded-user", "alice")
-            .header("x-proxy-secret", SECRET);
-        if form.is_some() {
-            request = request
-                .header("content-type", "application/x-www-form-urlencoded")
-                .header("origin", &self.audience)
-                .header("sec-fetch-site", "same-origin");
-        }
-        let body = form.unwrap_or_default().to_owned();
-        let (status, _, text) = common::send(&self.client, request, body).await;
-        (status, text)
+        common::proxy_page(
+            &self.client,
+            &self.audience,
+            (method, &url),
+            Some("alice"),
+            Some(SECRET),
+            form,
+        )
+        .await
     }
 }
 
