@@ -77,8 +77,7 @@ impl GivenTracer {
     fn skips(&self) -> bool {
         let skips = self.skipping();
         if skips {
-            let (id, left) = SKIPPING.get();
-            SKIPPING.set((id, left - 1));
+            SKIPPING.set((self.id, SKIPPING.get().1 - 1));
         }
         skips
     }
@@ -120,28 +119,14 @@ impl Extractor for Meta<'_> {
     }
 }
 
-/// The client's trace context alone, for a call without a span of the layer's: the handler
-/// still sees it (for what it propagates further).
+/// The W3C trace context the client put in `params._meta` (SEP-414), read through the
+/// application's global propagator: the parent of the call's span, and, for a call without a
+/// span of the layer's, what the handler still sees (for what it propagates further).
 fn remote_parent(meta: Option<&serde_json::Value>) -> Option<Context> {
-    match parent(meta) {
-        (parent, true) => Some(parent),
-        (_, false) => None,
-    }
-}
-
-/// The parent of a call's span: the W3C trace context the client put in `params._meta`
-/// (SEP-414), read through the application's global propagator; else the current context.
-/// Whether it came from the request is the second member.
-fn parent(meta: Option<&serde_json::Value>) -> (Context, bool) {
-    match meta.and_then(serde_json::Value::as_object) {
-        Some(meta) if meta.contains_key("traceparent") => (
-            opentelemetry::global::get_text_map_propagator(|propagator| {
-                propagator.extract(&Meta(meta))
-            }),
-            true,
-        ),
-        _ => (Context::current(), false),
-    }
+    let meta = meta?.as_object()?;
+    meta.contains_key("traceparent").then(|| {
+        opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&Meta(meta)))
+    })
 }
 
 /// The call's span, `tools/call <tool>`, kind server, with the attributes of the MCP
@@ -163,11 +148,10 @@ pub(crate) fn call_span(tracer: &GivenTracer, call: &ToolCall) -> Option<Context
             KeyValue::new("gen_ai.operation.name", "execute_tool"),
             KeyValue::new("gen_ai.tool.name", call.tool.clone()),
         ]);
-    let (parent, remote) = parent(call.params.meta.as_ref());
+    let remote = remote_parent(call.params.meta.as_ref());
+    let parent = remote.clone().unwrap_or_else(Context::current);
     let Some(cx) = start(tracer, builder, &parent) else {
-        // Without a tracer, the client's trace context still reaches the handler (for what it
-        // propagates further).
-        return remote.then_some(parent);
+        return remote;
     };
     let span = cx.span();
     if span.is_recording() {
