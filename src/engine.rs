@@ -50,14 +50,14 @@ pub(crate) struct Refused {
 /// The audit side of a refusal.
 #[derive(Debug)]
 enum Why {
-    /// A `refused` event with this reason.
-    Reason(String),
+    /// A `refused` event with this reason (most are static: a refusal formats nothing).
+    Reason(Cow<'static, str>),
     /// A `replay_blocked` event: the state's nonce is held (`in_flight`) or spent.
     Replay { nonce: Nonce, state: &'static str },
 }
 
 impl Refused {
-    pub(crate) fn new(error: RpcError, reason: impl Into<String>) -> Self {
+    pub(crate) fn new(error: RpcError, reason: impl Into<Cow<'static, str>>) -> Self {
         Self {
             error,
             why: Why::Reason(reason.into()),
@@ -71,7 +71,7 @@ impl Refused {
             StateError::Restarted => RpcError::restarted(),
             _ => RpcError::invalid_state(),
         };
-        Self::new(error, format!("requestState: {e}"))
+        Self::new(error, e.audit_reason())
     }
 
     /// A verified state whose nonce was already claimed: refused like any invalid state on the
@@ -91,10 +91,7 @@ impl Refused {
     ) -> DecisionEvent<'a> {
         let class = self
             .error
-            .data
-            .as_ref()
-            .and_then(|d| d.get("reason"))
-            .and_then(serde_json::Value::as_str)
+            .reason()
             .map_or_else(|| Cow::Owned(self.error.code.to_string()), Cow::Borrowed);
         match &self.why {
             Why::Reason(reason) => DecisionEvent::Refused {
@@ -102,7 +99,7 @@ impl Refused {
                 principal,
                 nonce: None,
                 class: Some(class),
-                reason: Cow::Borrowed(reason),
+                reason: Cow::Borrowed(reason.as_ref()),
             },
             Why::Replay { nonce, state } => DecisionEvent::ReplayBlocked {
                 tool,

@@ -4,6 +4,8 @@
 //! a secret. The answer is checked against the schema and against the ids the signed state carries;
 //! the client's own validation counts for nothing.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
@@ -13,6 +15,7 @@ use crate::policy::{Candidate, Channel, ChoiceStyle, ToolPolicy};
 use crate::token::candidates::Shown;
 
 pub(crate) use crate::kernel::plain_label;
+use crate::kernel::plain_text;
 pub(crate) use crate::policy::REMEMBER_FIELD;
 
 /// The `requestedSchema` for a policy and the candidates shown; `standing` is the words of the
@@ -28,9 +31,9 @@ pub(crate) fn schema<'a>(
             .iter()
             .map(|c| {
                 c.label()
-                    .map(|l| plain_label(l, policy.max_label_chars))
+                    .map(|l| plain_text(l, policy.max_label_chars))
                     .filter(|l| !l.is_empty())
-                    .unwrap_or_else(|| plain_label(c.id(), policy.max_label_chars))
+                    .unwrap_or_else(|| plain_text(c.id(), policy.max_label_chars))
             })
             .collect(),
         _ => Vec::new(),
@@ -89,7 +92,7 @@ pub(crate) struct Schema<'a> {
     policy: &'a ToolPolicy,
     candidates: &'a [Candidate],
     /// Plain-text titles, one per candidate, for [`ChoiceStyle::Titled`].
-    titles: Vec<String>,
+    titles: Vec<Cow<'a, str>>,
     /// The standing approval offered, in words.
     standing: Option<String>,
     /// The call's arguments, for the narrowing fields.
@@ -183,7 +186,7 @@ impl Serialize for Choice<'_, '_> {
     }
 }
 
-struct Options<'a>(&'a [Candidate], &'a [String]);
+struct Options<'a>(&'a [Candidate], &'a [Cow<'a, str>]);
 
 impl Serialize for Options<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -193,12 +196,10 @@ impl Serialize for Options<'_> {
             id: &'a str,
             title: &'a str,
         }
-        s.collect_seq(
-            self.0
-                .iter()
-                .zip(self.1)
-                .map(|(c, title)| OneOf { id: c.id(), title }),
-        )
+        s.collect_seq(self.0.iter().zip(self.1).map(|(c, title)| OneOf {
+            id: c.id(),
+            title: title.as_ref(),
+        }))
     }
 }
 

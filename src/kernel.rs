@@ -196,7 +196,12 @@ pub(crate) fn is_invisible(c: char) -> bool {
 /// characters, tag characters, variation selectors) are dropped: they can make one title look
 /// like another, or carry text the user never sees, runs of whitespace become one space, and a cut label ends in `…`.
 pub(crate) fn plain_label(label: &str, max_chars: usize) -> String {
-    // Most labels are short printable ASCII with single spaces inside: already plain.
+    plain_text(label, max_chars).into_owned()
+}
+
+/// [`plain_label`], borrowing `label` when it is plain already (most are: short printable
+/// ASCII with single spaces inside), so a form's titles copy nothing.
+pub(crate) fn plain_text(label: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
     let bytes = label.as_bytes();
     if label.len() <= max_chars
         && bytes.iter().all(|b| (b' '..=b'~').contains(b))
@@ -204,9 +209,9 @@ pub(crate) fn plain_label(label: &str, max_chars: usize) -> String {
         && !label.ends_with(' ')
         && !label.contains("  ")
     {
-        return label.to_owned();
+        return std::borrow::Cow::Borrowed(label);
     }
-    reduce_label(label, max_chars)
+    std::borrow::Cow::Owned(reduce_label(label, max_chars))
 }
 
 /// [`plain_label`] for any text.

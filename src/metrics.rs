@@ -243,41 +243,46 @@ mod series {
         }
     }
 
-    impl Eq for Static {}
-
-    impl std::hash::Hash for Static {
-        fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-            std::ptr::hash(self.0, state);
-        }
-    }
-
-    /// The keys of one tool label.
+    /// The keys of one tool label. A tool sees a handful of (outcome, channel) pairs and refusal
+    /// classes, all from bounded sets, so a scan of a short vector finds a key with a few
+    /// pointer or byte comparisons, cheaper than hashing the id or the class.
     #[derive(Default)]
     pub(super) struct ToolSeries {
-        keys: HashMap<Id, Key>,
+        keys: Vec<(Id, Key)>,
         /// The refusals' keys, by class (a wire reason: bounded, but not static).
-        refusals: HashMap<Box<str>, Key>,
+        refusals: Vec<(Box<str>, Key)>,
     }
 
     impl ToolSeries {
         /// The key of `id`, built by `build` the first time.
         pub(super) fn key(&mut self, id: Id, build: impl FnOnce() -> Key) -> &Key {
-            self.keys.entry(id).or_insert_with(build)
+            let at = match self.keys.iter().position(|(seen, _)| *seen == id) {
+                Some(at) => at,
+                None => {
+                    self.keys.push((id, build()));
+                    self.keys.len() - 1
+                }
+            };
+            &self.keys[at].1
         }
 
         /// The key of `tool`'s refusals in `class`.
         pub(super) fn refusal(&mut self, tool: &str, class: &str) -> &Key {
-            if !self.refusals.contains_key(class) {
-                let key = Key::from_parts(
-                    super::REFUSALS,
-                    vec![
-                        Label::new("tool", tool.to_owned()),
-                        Label::new("class", class.to_owned()),
-                    ],
-                );
-                self.refusals.insert(class.into(), key);
-            }
-            &self.refusals[class]
+            let at = match self.refusals.iter().position(|(seen, _)| **seen == *class) {
+                Some(at) => at,
+                None => {
+                    let key = Key::from_parts(
+                        super::REFUSALS,
+                        vec![
+                            Label::new("tool", tool.to_owned()),
+                            Label::new("class", class.to_owned()),
+                        ],
+                    );
+                    self.refusals.push((class.into(), key));
+                    self.refusals.len() - 1
+                }
+            };
+            &self.refusals[at].1
         }
     }
 

@@ -68,12 +68,36 @@ pub(crate) struct RpcError {
     pub(crate) code: i64,
     pub(crate) message: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) data: Option<Value>,
+    pub(crate) data: Option<ErrorData>,
     #[serde(skip)]
     pub(crate) status: StatusCode,
     /// Whole seconds for the HTTP `Retry-After` header.
     #[serde(skip)]
     pub(crate) retry_after: Option<u64>,
+}
+
+/// An error's `data`: most refusals carry only a frozen `reason`, which is written without
+/// building a JSON map (a refusal is what an attacker can make the layer do cheaply).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ErrorData {
+    /// `{"reason": …}`.
+    Reason(&'static str),
+    /// Anything else.
+    Value(Value),
+}
+
+impl Serialize for ErrorData {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Reason(reason) => {
+                use serde::ser::SerializeMap;
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry("reason", reason)?;
+                map.end()
+            }
+            Self::Value(value) => value.serialize(serializer),
+        }
+    }
 }
 
 impl RpcError {
@@ -88,8 +112,21 @@ impl RpcError {
     }
 
     fn with_data(mut self, data: Value) -> Self {
-        self.data = Some(data);
+        self.data = Some(ErrorData::Value(data));
         self
+    }
+
+    fn with_reason(mut self, reason: &'static str) -> Self {
+        self.data = Some(ErrorData::Reason(reason));
+        self
+    }
+
+    /// The frozen `data.reason` of this error, if it has one.
+    pub(crate) fn reason(&self) -> Option<&str> {
+        match self.data.as_ref()? {
+            ErrorData::Reason(reason) => Some(reason),
+            ErrorData::Value(value) => value.get("reason")?.as_str(),
+        }
     }
 
     pub(crate) fn parse_error() -> Self {
@@ -137,7 +174,7 @@ impl RpcError {
             "Invalid params: request _meta is missing or has malformed required fields",
             StatusCode::BAD_REQUEST,
         )
-        .with_data(json!({ "reason": "invalid_meta" }))
+        .with_reason("invalid_meta")
     }
 
     pub(crate) fn header_mismatch() -> Self {
@@ -196,7 +233,7 @@ impl RpcError {
             "Invalid or expired requestState",
             StatusCode::OK,
         )
-        .with_data(json!({ "reason": "invalid_request_state" }))
+        .with_reason("invalid_request_state")
     }
 
     pub(crate) fn invalid_input_responses() -> Self {
@@ -205,7 +242,7 @@ impl RpcError {
             "Invalid inputResponses",
             StatusCode::OK,
         )
-        .with_data(json!({ "reason": "invalid_input_responses" }))
+        .with_reason("invalid_input_responses")
     }
 
     pub(crate) fn arguments_too_large_to_queue() -> Self {
@@ -214,7 +251,7 @@ impl RpcError {
             "Invalid params: arguments too large to queue",
             StatusCode::OK,
         )
-        .with_data(json!({ "reason": "arguments_too_large" }))
+        .with_reason("arguments_too_large")
     }
 
     pub(crate) fn invalid_arguments() -> Self {
@@ -223,7 +260,7 @@ impl RpcError {
             "Invalid params: arguments must be an object",
             StatusCode::OK,
         )
-        .with_data(json!({ "reason": "invalid_arguments" }))
+        .with_reason("invalid_arguments")
     }
 
     pub(crate) fn unauthenticated() -> Self {
@@ -232,7 +269,7 @@ impl RpcError {
             "Authentication required to confirm this tool call",
             StatusCode::UNAUTHORIZED,
         )
-        .with_data(json!({ "reason": "unauthenticated" }))
+        .with_reason("unauthenticated")
     }
 
     pub(crate) fn store_unavailable() -> Self {
@@ -262,7 +299,7 @@ impl RpcError {
             "requestState was issued before a restart; ask again",
             StatusCode::OK,
         )
-        .with_data(json!({ "reason": "request_state_restarted" }))
+        .with_reason("request_state_restarted")
     }
 
     /// The principal holds its budget of live confirmations in the replay store.
@@ -301,7 +338,7 @@ impl RpcError {
             "This tool needs a confirmation the server is not configured to ask for; nothing was changed.",
             StatusCode::OK,
         )
-        .with_data(json!({ "reason": "confirmation_not_configured" }))
+        .with_reason("confirmation_not_configured")
     }
 
     /// A `tools/list` answer the layer could not read (too large): it does not go out.
@@ -311,7 +348,7 @@ impl RpcError {
             "The tool list could not be checked by the confirmation layer.",
             StatusCode::OK,
         )
-        .with_data(json!({ "reason": "listing_unreadable" }))
+        .with_reason("listing_unreadable")
     }
 
     /// A call of a tool that is not in the tool list the layer was built with.
@@ -321,7 +358,7 @@ impl RpcError {
             "This tool is not in the list the confirmation layer was built with; nothing was changed.",
             StatusCode::OK,
         )
-        .with_data(json!({ "reason": "tool_not_listed" }))
+        .with_reason("tool_not_listed")
     }
 
     /// A call that an outer `ConfirmLayer` already confirmed reached a second one.
@@ -331,7 +368,7 @@ impl RpcError {
             "This call passed two confirmation layers; nothing was changed.",
             StatusCode::OK,
         )
-        .with_data(json!({ "reason": "stacked_layers" }))
+        .with_reason("stacked_layers")
     }
 
     pub(crate) fn internal() -> Self {
@@ -340,7 +377,7 @@ impl RpcError {
             "Could not prepare the confirmation",
             StatusCode::OK,
         )
-        .with_data(json!({ "reason": "confirmation_unavailable" }))
+        .with_reason("confirmation_unavailable")
     }
 }
 
@@ -394,7 +431,10 @@ impl Reply {
 
 fn envelope(id: &str, member: &str, value: &impl Serialize) -> Bytes {
     // `id` is raw JSON already validated by the parser; write it back byte for byte.
-    let mut out = Vec::with_capacity(256 + id.len());
+    // An error fits in 256 bytes; a result may carry a form and its state (about 1.5 KiB for
+    // three candidates), which would otherwise grow the buffer three times.
+    let capacity = if member == "result" { 2048 } else { 256 };
+    let mut out = Vec::with_capacity(capacity + id.len());
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(b",\"");

@@ -10,11 +10,16 @@ use crate::engine::{Declared, Field};
 /// What the MCP headers of a request declare, each read strictly.
 pub(super) fn declared(headers: &HeaderMap) -> Declared {
     Declared {
-        protocol_version: read(headers, "mcp-protocol-version"),
-        method: read(headers, "mcp-method"),
-        name: read(headers, "mcp-name"),
+        protocol_version: read(headers, &PROTOCOL_VERSION),
+        method: read(headers, &METHOD),
+        name: read(headers, &NAME),
     }
 }
+
+// Named once, not parsed from text at each lookup.
+const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const NAME: HeaderName = HeaderName::from_static("mcp-name");
 
 /// Whether `Accept` lists both `application/json` and `text/event-stream`, as Streamable HTTP
 /// requires of every POST (a range weighted `q=0` does not count). The layer checks it before it
@@ -83,14 +88,12 @@ fn zero_weight(value: &str) -> bool {
 /// Reads `name` from `headers`: present exactly once, as text, decoding the `=?base64?…?=` form
 /// MCP uses for non-ASCII values. A repeated, non-text or badly encoded header is
 /// [`Field::Invalid`].
-fn read(headers: &HeaderMap, name: &str) -> Field {
+fn read(headers: &HeaderMap, name: &HeaderName) -> Field {
     let mut values = headers.get_all(name).iter();
-    let (Some(value), None) = (values.next(), values.next()) else {
-        return if headers.contains_key(name) {
-            Field::Invalid
-        } else {
-            Field::Absent
-        };
+    let value = match (values.next(), values.next()) {
+        (Some(value), None) => value,
+        (None, _) => return Field::Absent,
+        (Some(_), Some(_)) => return Field::Invalid,
     };
     let Ok(text) = value.to_str() else {
         return Field::Invalid;
@@ -140,12 +143,12 @@ mod tests {
             "mcp-name",
             HeaderValue::from_static("=?base64?bm90ZXNfZGVsZXRl?="),
         );
-        assert_eq!(read(&h, "mcp-name"), Field::Value("notes_delete".into()));
+        assert_eq!(read(&h, &NAME), Field::Value("notes_delete".into()));
         h.append("mcp-name", HeaderValue::from_static("notes_delete"));
-        assert_eq!(read(&h, "mcp-name"), Field::Invalid);
-        assert_eq!(read(&h, "mcp-method"), Field::Absent);
+        assert_eq!(read(&h, &NAME), Field::Invalid);
+        assert_eq!(read(&h, &METHOD), Field::Absent);
         h.insert("mcp-method", HeaderValue::from_static("=?base64?!!?="));
-        assert_eq!(read(&h, "mcp-method"), Field::Invalid);
+        assert_eq!(read(&h, &METHOD), Field::Invalid);
     }
 
     fn accept(values: &[&'static str]) -> HeaderMap {

@@ -37,64 +37,82 @@ pub fn arguments_digest(arguments: Option<&serde_json::Value>, without: Option<&
 ///
 /// The wire never sees these: every variant becomes the same frozen JSON-RPC error (a restart
 /// excepted, which asks the user to start again), and the variant goes to the audit log only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StateError {
     /// Longer than [`MAX_TOKEN_LEN`], or claims too large to seal.
-    #[error("state too large")]
     TooLarge,
     /// Not `mcpc1.` followed by canonical unpadded base64url of a plausible body.
-    #[error("state is not well formed")]
     Format,
     /// An unknown format version.
-    #[error("unknown state version")]
     Version,
     /// Signed by a key that is not (or no longer) in the ring.
-    #[error("unknown key id")]
     UnknownKey,
     /// The tag does not verify.
-    #[error("bad signature")]
     BadMac,
     /// The signed payload does not parse strictly.
-    #[error("malformed payload")]
     Malformed,
     /// Past its expiry (plus the allowed clock skew).
-    #[error("state expired")]
     Expired,
     /// Issued in the future (beyond the allowed clock skew), or with a lifetime above the TTL.
-    #[error("state lifetime is implausible")]
     BadLifetime,
     /// Issued for another audience (deployment).
-    #[error("audience mismatch")]
     Audience,
     /// Issued to another principal.
-    #[error("principal mismatch")]
     Principal,
     /// Issued for another method.
-    #[error("method mismatch")]
     Method,
     /// Issued for another tool.
-    #[error("tool mismatch")]
     Tool,
     /// The arguments changed since the form was shown.
-    #[error("arguments changed")]
     Arguments,
     /// Issued for another phase of the confirmation.
-    #[error("phase mismatch")]
     Phase,
     /// Issued for another `inputRequests` key.
-    #[error("input key mismatch")]
     InputKey,
     /// The retry reuses the JSON-RPC id of the request that was challenged.
-    #[error("retry reuses the original request id")]
     SameRequestId,
     /// The state's nonce is being used by another retry right now.
-    #[error("state already in use")]
     InFlight,
     /// The state's nonce was already used.
-    #[error("state already used")]
     Consumed,
     /// Issued before the (in-memory) replay store started: whether it was used before the
     /// restart is unknown, so it is refused.
-    #[error("state issued before a restart")]
     Restarted,
 }
+
+impl StateError {
+    /// The audit log's reason for a refusal with this error: static, so refusing a forged
+    /// state formats nothing.
+    pub(crate) fn audit_reason(self) -> &'static str {
+        match self {
+            Self::TooLarge => "requestState: state too large",
+            Self::Format => "requestState: state is not well formed",
+            Self::Version => "requestState: unknown state version",
+            Self::UnknownKey => "requestState: unknown key id",
+            Self::BadMac => "requestState: bad signature",
+            Self::Malformed => "requestState: malformed payload",
+            Self::Expired => "requestState: state expired",
+            Self::BadLifetime => "requestState: state lifetime is implausible",
+            Self::Audience => "requestState: audience mismatch",
+            Self::Principal => "requestState: principal mismatch",
+            Self::Method => "requestState: method mismatch",
+            Self::Tool => "requestState: tool mismatch",
+            Self::Arguments => "requestState: arguments changed",
+            Self::Phase => "requestState: phase mismatch",
+            Self::InputKey => "requestState: input key mismatch",
+            Self::SameRequestId => "requestState: retry reuses the original request id",
+            Self::InFlight => "requestState: state already in use",
+            Self::Consumed => "requestState: state already used",
+            Self::Restarted => "requestState: state issued before a restart",
+        }
+    }
+}
+
+impl std::fmt::Display for StateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let reason = self.audit_reason();
+        f.write_str(reason.strip_prefix("requestState: ").unwrap_or(reason))
+    }
+}
+
+impl std::error::Error for StateError {}
