@@ -218,7 +218,14 @@ impl ConfirmLayer {
     #[cfg(feature = "pages")]
     #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
     pub fn approval_page(&self) -> crate::approval::ApprovalPage {
-        crate::approval::ApprovalPage::new(Arc::clone(&self.config))
+        crate::approval::ApprovalPage::new(self.approval_desk())
+    }
+
+    /// The browser channel's port: what a page may do with this layer (read and decide its
+    /// deployment's approvals, report, sign its forms), for pages of one's own.
+    #[must_use]
+    pub fn approval_desk(&self) -> crate::approval::ApprovalDesk {
+        crate::approval::ApprovalDesk::new(Arc::clone(&self.config))
     }
 
     /// The approvers' inbox: the approvals waiting for the signed-in principal
@@ -227,7 +234,7 @@ impl ConfirmLayer {
     #[cfg(feature = "pages")]
     #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
     pub fn inbox_page(&self) -> crate::approval::InboxPage {
-        crate::approval::InboxPage::new(Arc::clone(&self.config))
+        crate::approval::InboxPage::new(self.approval_desk())
     }
 
     /// Where approvers register and remove their passkeys: a tower service to mount behind the
@@ -239,7 +246,7 @@ impl ConfirmLayer {
         self.config
             .passkeys
             .is_some()
-            .then(|| crate::approval::PasskeyPage::new(Arc::clone(&self.config)))
+            .then(|| crate::approval::PasskeyPage::new(self.approval_desk()))
     }
 
     /// The standing approvals this layer grants ([`ToolPolicy::standing`]): list and revoke a

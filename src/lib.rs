@@ -126,7 +126,8 @@
 //!   [`Approvers`] say who decides ([`ToolPolicy::approved_by`]: named principals, a role, four
 //!   eyes, several approvals), and the inbox (feature `pages`) lists what waits for an approver;
 //!   [`approval::batch`]: one decision over several waiting calls
-//!   ([`ToolPolicy::batch_group`]).
+//!   ([`ToolPolicy::batch_group`]); [`approval::ApprovalDesk`]: the port through which every
+//!   page (ours or one's own) reads and decides approvals, reports, and signs its forms.
 //! - [`narrow`]: what an approver may narrow before approving, and the check that an edit only
 //!   narrows ([`ToolPolicy::narrowable`]).
 //! - [`notify`]: telling approvers of a new approval (signed Standard Webhooks, feature

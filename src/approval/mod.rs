@@ -21,6 +21,8 @@
 //! for one principal are shown, and may be decided, as one list ([`batch`]): one decision over the
 //! exact set shown, kept once, then applied to each member.
 
+mod desk;
+
 pub use crate::approvers::{Approvers, MAX_NAMED_APPROVERS, MAX_REQUIRED_APPROVALS};
 #[cfg(feature = "pages")]
 #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
@@ -35,6 +37,7 @@ pub use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decider, Decision, Endorsement,
     MAX_PENDING_APPROVALS, MAX_SHOWN_ARGUMENTS,
 };
+pub use desk::{ApprovalDesk, MIN_FORM_TAG_BYTES};
 
 /// One decision over several approvals of one principal (a batch): the set shown, the record
 /// of its decision, and how that record reaches each member.

@@ -11,13 +11,12 @@ use http_body_util::Full;
 use super::form::form_value;
 use super::skeleton::notice;
 use super::visitor::Visitor;
-use crate::audit::event::DecisionEvent;
+use crate::approval::ApprovalDesk;
 use crate::guard::origin_of;
 use crate::kernel::{hex, unhex};
 use crate::principal::Principal;
 use crate::store::approval::ApprovalId;
 use crate::store::batch::SetDigest;
-use crate::token::sealer::Sealer;
 
 /// What a form is for: a token of one is no token of another.
 #[derive(Clone, Copy)]
@@ -53,14 +52,14 @@ const FORM_TAG_BYTES: usize = 24;
 /// and the expiry it implies. It is good for one purpose, principal and session, from its
 /// issue until `ttl` later; checked in constant time under every key of the ring.
 pub(crate) struct FormTokens<'a> {
-    sealer: &'a Sealer,
+    desk: &'a ApprovalDesk,
     ttl: Duration,
 }
 
 impl<'a> FormTokens<'a> {
-    /// The tokens under `sealer`'s keys and clock, each good for `ttl`.
-    pub(crate) fn new(sealer: &'a Sealer, ttl: Duration) -> Self {
-        Self { sealer, ttl }
+    /// The tokens under the layer's keys and clock, each good for `ttl`.
+    pub(crate) fn new(desk: &'a ApprovalDesk, ttl: Duration) -> Self {
+        Self { desk, ttl }
     }
 
     /// What the tag covers for a token issued at `issued` (unix seconds).
@@ -81,16 +80,13 @@ impl<'a> FormTokens<'a> {
     }
 
     fn now(&self) -> u64 {
-        crate::clock::unix_secs(self.sealer.now())
+        crate::clock::unix_secs(self.desk.now())
     }
 
     /// A token for a form `visitor` is shown now, for `purpose`.
     pub(crate) fn issue(&self, purpose: FormPurpose<'_>, visitor: &Visitor) -> String {
         let issued = self.now();
-        let tag = self
-            .sealer
-            .keys()
-            .form_tag(&self.data(purpose, visitor, issued));
+        let tag = self.desk.form_tag(&self.data(purpose, visitor, issued));
         let mut token = [0u8; 8 + FORM_TAG_BYTES];
         token[..8].copy_from_slice(&issued.to_be_bytes());
         token[8..].copy_from_slice(&tag[..FORM_TAG_BYTES]);
@@ -111,11 +107,10 @@ impl<'a> FormTokens<'a> {
         issued.copy_from_slice(&token[..8]);
         let issued = u64::from_be_bytes(issued);
         let now = self.now();
-        let fresh = issued <= now.saturating_add(self.sealer.skew().as_secs())
+        let fresh = issued <= now.saturating_add(self.desk.skew().as_secs())
             && now < issued.saturating_add(self.ttl.as_secs());
         let genuine = self
-            .sealer
-            .keys()
+            .desk
             .form_tag_matches(&self.data(purpose, visitor, issued), &token[8..]);
         fresh & genuine
     }
@@ -125,16 +120,12 @@ impl<'a> FormTokens<'a> {
 /// session's, another page's, or expired): one page for all of them. `channel` and `why` go
 /// to the audit log.
 pub(crate) fn form_refused(
+    desk: &ApprovalDesk,
     channel: &'static str,
     principal: &Principal,
     why: &str,
 ) -> Response<Full<Bytes>> {
-    DecisionEvent::PageRefused {
-        channel,
-        principal,
-        reason: why,
-    }
-    .trace();
+    desk.page_refused(channel, principal, why);
     notice(
         StatusCode::FORBIDDEN,
         "Refused",

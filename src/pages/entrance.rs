@@ -11,14 +11,13 @@ use super::anti_forgery::same_origin;
 use super::form::{read_form, repeated_refused, repeats};
 use super::skeleton::{notice, page};
 use super::visitor::Visitor;
-use crate::audit::event::DecisionEvent;
-use crate::principal::PrincipalExtractor;
+use crate::approval::ApprovalDesk;
 
 /// The way into a page, the same for each: what it is, and where a visitor who must sign in is
 /// sent.
 pub(crate) struct Entrance<'a> {
-    /// Who authentication says the visitor is.
-    pub(crate) extractor: &'a dyn PrincipalExtractor,
+    /// The layer: who authentication says the visitor is, and where refusals are reported.
+    pub(crate) desk: &'a ApprovalDesk,
     /// Whether the page takes form posts (else `GET` only).
     pub(crate) posts: bool,
     /// The URL whose origin a post must come from.
@@ -60,7 +59,11 @@ impl Entrance<'_> {
                 "GET"
             }));
         }
-        match Visitor::of(self.extractor, request.headers(), request.extensions()) {
+        match Visitor::of(
+            self.desk.principals(),
+            request.headers(),
+            request.extensions(),
+        ) {
             Some(visitor) => Ok((visitor, post)),
             None => Err(sign_in(
                 self.sign_in,
@@ -83,12 +86,8 @@ impl Entrance<'_> {
             return Ok(Entry::Show(visitor));
         }
         if let Err(refusal) = same_origin(request.headers(), self.origin) {
-            DecisionEvent::PageRefused {
-                channel: self.channel,
-                principal: &visitor.principal,
-                reason: refusal,
-            }
-            .trace();
+            self.desk
+                .page_refused(self.channel, &visitor.principal, refusal);
             return Err(notice(
                 StatusCode::FORBIDDEN,
                 "Refused",
@@ -98,7 +97,11 @@ impl Entrance<'_> {
         let (parts, body) = request.into_parts();
         let body = read_form(&parts.headers, body).await?;
         if repeats(&body, self.lists) {
-            return Err(repeated_refused(self.channel, &visitor.principal));
+            return Err(repeated_refused(
+                self.desk,
+                self.channel,
+                &visitor.principal,
+            ));
         }
         Ok(Entry::Post(visitor, body))
     }

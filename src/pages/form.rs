@@ -8,7 +8,7 @@ use http_body::Body;
 use http_body_util::{BodyExt, Full, Limited};
 
 use super::skeleton::notice;
-use crate::audit::event::DecisionEvent;
+use crate::approval::ApprovalDesk;
 use crate::guard::media_type;
 use crate::principal::Principal;
 
@@ -59,15 +59,11 @@ pub(crate) fn no_lists(_: &str) -> bool {
 /// The answer to a post that repeats a field: one page for every such post, nothing decided or
 /// changed. `channel` goes to the audit log with the reason.
 pub(crate) fn repeated_refused(
+    desk: &ApprovalDesk,
     channel: &'static str,
     principal: &Principal,
 ) -> Response<Full<Bytes>> {
-    DecisionEvent::PageRefused {
-        channel,
-        principal,
-        reason: "page POST repeats a form field",
-    }
-    .trace();
+    desk.page_refused(channel, principal, "page POST repeats a form field");
     notice(
         StatusCode::BAD_REQUEST,
         "Refused",

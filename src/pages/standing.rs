@@ -8,8 +8,6 @@
 //! forbids framing, caching and scripts. Another principal's id revokes nothing and is answered
 //! like an id that does not exist.
 
-use std::convert::Infallible;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,7 +15,7 @@ use http::{Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
 
-use crate::kernel::BoxFuture;
+use crate::approval::ApprovalDesk;
 use crate::pages::{
     DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, form_refused, form_value,
     http_date, notice, page,
@@ -35,6 +33,7 @@ const CHANNEL: &str = "standing_page";
 #[derive(Clone)]
 pub struct StandingPage {
     approvals: StandingApprovals,
+    desk: ApprovalDesk,
     url: String,
     sign_in: Option<String>,
     form_ttl: Duration,
@@ -57,14 +56,15 @@ impl StandingApprovals {
     /// behind the same authentication as the [approval page](crate::ConfirmLayer::approval_page).
     #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
     pub fn page(&self, url: impl Into<String>) -> StandingPage {
-        StandingPage::new(self.clone(), url.into())
+        StandingPage::new(self.clone(), self.desk(), url.into())
     }
 }
 
 impl StandingPage {
-    fn new(approvals: StandingApprovals, url: String) -> Self {
+    fn new(approvals: StandingApprovals, desk: ApprovalDesk, url: String) -> Self {
         Self {
             approvals,
+            desk,
             url,
             sign_in: None,
             form_ttl: DEFAULT_FORM_TTL,
@@ -88,7 +88,7 @@ impl StandingPage {
     }
 
     fn tokens(&self) -> FormTokens<'_> {
-        FormTokens::new(&self.approvals.config().sealer, self.form_ttl)
+        FormTokens::new(&self.desk, self.form_ttl)
     }
 
     async fn answer<B>(self, request: Request<B>) -> Response<Full<Bytes>>
@@ -99,7 +99,7 @@ impl StandingPage {
     {
         let entrance = Entrance {
             // Only who authentication says; never the layer's local principal.
-            extractor: &*self.approvals.config().principal,
+            desk: &self.desk,
             posts: true,
             origin: Some(&self.url),
             sign_in: self.sign_in.as_deref(),
@@ -136,6 +136,7 @@ impl StandingPage {
             .accepts(FormPurpose::StandingPage, visitor, body)
         {
             return form_refused(
+                &self.desk,
                 CHANNEL,
                 &visitor.principal,
                 "standing page POST without a valid anti-forgery token",
@@ -166,25 +167,7 @@ impl StandingPage {
     }
 }
 
-impl<B> tower_service::Service<Request<B>> for StandingPage
-where
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        let page = self.clone();
-        Box::pin(async move { Ok(page.answer(request).await) })
-    }
-}
+crate::pages::page_service!(StandingPage);
 
 fn unavailable() -> Response<Full<Bytes>> {
     notice(

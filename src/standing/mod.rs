@@ -24,10 +24,11 @@ pub struct StandingApprovals {
 }
 
 impl StandingApprovals {
-    /// The layer's configuration (the page reads its keys and authentication).
+    /// The layer's port for pages (the standing page signs its forms and finds its visitor
+    /// through it).
     #[cfg(feature = "pages")]
-    pub(crate) fn config(&self) -> &Config {
-        &self.config
+    pub(crate) fn desk(&self) -> crate::approval::ApprovalDesk {
+        crate::approval::ApprovalDesk::new(Arc::clone(&self.config))
     }
 }
 

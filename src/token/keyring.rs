@@ -178,14 +178,12 @@ impl KeyRing {
     }
 
     /// The pages' anti-forgery tag over `data` (what a form token binds), by the signing key.
-    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     pub(crate) fn form_tag(&self, data: &[u8]) -> [u8; 32] {
         self.signing().form_tag(data)
     }
 
     /// Whether `tag` begins [`form_tag`](Self::form_tag) of `data` under any key of the ring,
     /// compared in constant time, every key tried.
-    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     pub(crate) fn form_tag_matches(&self, data: &[u8], tag: &[u8]) -> bool {
         self.keys.iter().fold(false, |found, key| {
             let full = key.form_tag(data);
@@ -211,7 +209,6 @@ impl KeyRing {
 
     /// Whether `digest` is `subject`'s principal digest under any key of the ring (a record made
     /// before a rotation still belongs to its principal), compared in constant time.
-    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     pub(crate) fn principal_matches_any(&self, digest: &PrincipalKey, subject: &str) -> bool {
         self.keys.iter().fold(false, |found, key| {
             found | key.principal_matches(digest, subject)

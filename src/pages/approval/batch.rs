@@ -15,7 +15,6 @@ use maud::{Markup, html};
 
 use super::html::{notice, page, unavailable};
 use super::page::{Access, ApprovalPage};
-use crate::audit::event::{DecisionEvent, step_refused};
 use crate::pages::{FormPurpose, Visitor, form_refused, form_value, form_values, http_date};
 use crate::principal::Principal;
 use crate::store::approval::{Approval, ApprovalId, Decider, Decision};
@@ -43,7 +42,7 @@ impl ApprovalPage {
         principal: &Principal,
     ) -> Option<Vec<Approval>> {
         anchor.batch_group.as_ref()?;
-        let store = self.config.approvals.as_deref()?;
+        let store = self.desk.approvals()?;
         let siblings = store
             .siblings(&anchor.audience, &anchor.principal)
             .await
@@ -67,11 +66,7 @@ impl ApprovalPage {
     async fn may_join(&self, anchor: &Approval, a: &Approval, principal: &Principal) -> bool {
         let fits = (a.id == anchor.id && a.decision.is_none())
             || batch::batchable(anchor, a, self.batch_window);
-        let caller = super::page::is_caller(&self.config, a, principal);
-        fits && a
-            .approvers
-            .admits(principal.subject(), principal.roles(), caller)
-            && !self.answered_by_client(a).await
+        fits && self.desk.admits(a, principal) && !self.desk.answered_by_client(a).await
     }
 
     /// The batch as a list, with its one decision form.
@@ -111,6 +106,7 @@ impl ApprovalPage {
             .accepts(FormPurpose::Batch(&set), visitor, body)
         {
             return form_refused(
+                &self.desk,
                 "approval_page",
                 principal,
                 "batch POST without a valid anti-forgery token",
@@ -122,16 +118,16 @@ impl ApprovalPage {
         {
             Ok((approval, Access::Decide { caller })) => (approval, caller),
             Ok((approval, Access::Watch)) => {
-                step_refused(
+                self.desk.refused(
                     &approval.tool,
-                    Some(principal),
+                    principal,
                     "the caller decided their own batch where others must",
                 );
                 return super::html::not_yours();
             }
             Err(refusal) => return refusal,
         };
-        let Some(store) = self.config.approvals.as_deref() else {
+        let Some(store) = self.desk.approvals() else {
             return unavailable();
         };
         // Decided before (another tab, another instance): the kept decision stands, and is
@@ -186,9 +182,9 @@ impl ApprovalPage {
             };
         }
         if !intact || SetDigest::of(&members) != set {
-            step_refused(
+            self.desk.refused(
                 &anchor.tool,
-                Some(principal),
+                principal,
                 "batch decided after its set changed",
             );
             return notice(
@@ -240,7 +236,7 @@ impl ApprovalPage {
             .map(|(a, (_, d))| (a, d))
             .collect();
         let decider = Decider::new(principal.subject(), principal.roles(), caller);
-        let kept = BatchDecision::new(&shown, &decider, ask == Ask::All, self.config.sealer.now());
+        let kept = BatchDecision::new(&shown, &decider, ask == Ask::All, self.desk.now());
         if kept.set != set || kept.principal != anchor.principal || kept.audience != anchor.audience
         {
             return unavailable();
@@ -256,10 +252,7 @@ impl ApprovalPage {
             }
             Err(_) => return unavailable(),
         }
-        self.config.report(DecisionEvent::BatchDecided {
-            batch: &kept,
-            principal,
-        });
+        self.desk.report_batch(&kept, principal);
         let Ok(applied) = batch::apply(store, &kept).await else {
             // Kept: the next post of this set, or a member's retry, applies the rest.
             return unavailable();
@@ -270,7 +263,7 @@ impl ApprovalPage {
             {
                 let mut marked = approval.clone();
                 marked.batch = Some(kept.mark());
-                self.report_decided(&marked, principal, decision, true);
+                self.desk.report_decided(&marked, principal, decision, true);
             }
         }
         let missed = applied.missed.len();
@@ -307,12 +300,13 @@ impl ApprovalPage {
         if kept.principal != anchor.principal || kept.audience != anchor.audience {
             return super::html::gone();
         }
-        if let Some(store) = self.config.approvals.as_deref()
+        if let Some(store) = self.desk.approvals()
             && batch::apply(store, kept).await.is_err()
         {
             return unavailable();
         }
-        step_refused(&anchor.tool, Some(principal), "batch decided twice");
+        self.desk
+            .refused(&anchor.tool, principal, "batch decided twice");
         notice(
             StatusCode::CONFLICT,
             "Already decided",

@@ -3,9 +3,6 @@
 //! batch are listed as one row, linking to it. It only reads; every decision is made on
 //! the approval page, under its rules (admission, anti-forgery, same origin, passkey).
 
-use std::convert::Infallible;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,11 +10,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 
 use super::html::{page, unavailable};
-use crate::approvers::routes_of;
-use crate::config::Config;
-use crate::kernel::BoxFuture;
+use crate::approval::ApprovalDesk;
 use crate::pages::{DEFAULT_BATCH_WINDOW, Entrance, http_date};
-use crate::principal::Principal;
 use crate::store::approval::Approval;
 use crate::store::batch::{self, MAX_BATCH};
 use maud::{Markup, html};
@@ -31,7 +25,7 @@ pub const INBOX_LIMIT: usize = 50;
 /// authentication as the approval page.
 #[derive(Clone)]
 pub struct InboxPage {
-    config: Arc<Config>,
+    desk: ApprovalDesk,
     sign_in: Option<String>,
     batch_window: Duration,
 }
@@ -45,9 +39,9 @@ impl std::fmt::Debug for InboxPage {
 }
 
 impl InboxPage {
-    pub(crate) fn new(config: Arc<Config>) -> Self {
+    pub(crate) fn new(desk: ApprovalDesk) -> Self {
         Self {
-            config,
+            desk,
             sign_in: None,
             batch_window: DEFAULT_BATCH_WINDOW,
         }
@@ -70,36 +64,10 @@ impl InboxPage {
         self
     }
 
-    /// The approvals `principal` may decide now, newest first: the store's candidates for their
-    /// routes, kept only where the rule admits them (the caller of a four-eyes approval is not
-    /// admitted) and they have not approved already.
-    pub(crate) async fn waiting(&self, principal: &Principal) -> Result<Vec<Approval>, ()> {
-        let Some(approvals) = &self.config.approvals else {
-            return Ok(Vec::new());
-        };
-        let routes = routes_of(principal.subject(), principal.roles());
-        let found = approvals
-            .inbox(&self.config.audience, &routes, INBOX_LIMIT)
-            .await
-            .map_err(|_| ())?;
-        Ok(found
-            .into_iter()
-            .filter(|a| {
-                let caller = super::page::is_caller(&self.config, a, principal);
-                a.approvers
-                    .admits(principal.subject(), principal.roles(), caller)
-                    && !a
-                        .endorsements
-                        .iter()
-                        .any(|e| e.subject == principal.subject())
-            })
-            .collect())
-    }
-
     async fn answer<B>(self, request: Request<B>) -> Response<Full<Bytes>> {
         let entrance = Entrance {
             // Only who authentication says, as on the approval page.
-            extractor: &*self.config.principal,
+            desk: &self.desk,
             posts: false,
             origin: None,
             sign_in: self.sign_in.as_deref(),
@@ -114,7 +82,7 @@ impl InboxPage {
             Ok((visitor, _)) => visitor,
             Err(answer) => return answer,
         };
-        let Ok(waiting) = self.waiting(&visitor.principal).await else {
+        let Ok(waiting) = self.desk.inbox(&visitor.principal, INBOX_LIMIT).await else {
             return unavailable();
         };
         page(
@@ -128,7 +96,7 @@ impl InboxPage {
         if waiting.is_empty() {
             return html! { p id="empty" { "Nothing waits for your approval." } };
         }
-        let base = self.config.approval_url.as_deref().unwrap_or_default();
+        let base = self.desk.approval_url().unwrap_or_default();
         let (batches, single) = batches(waiting, self.batch_window);
         html! {
             @if !batches.is_empty() {
@@ -207,20 +175,4 @@ fn batches(waiting: &[Approval], window: Duration) -> (Vec<Vec<&Approval>>, Vec<
     (groups, single)
 }
 
-impl<B> tower_service::Service<Request<B>> for InboxPage
-where
-    B: Send + 'static,
-{
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        let page = self.clone();
-        Box::pin(async move { Ok(page.answer(request).await) })
-    }
-}
+crate::pages::page_service!(InboxPage);

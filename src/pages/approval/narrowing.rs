@@ -5,7 +5,7 @@
 use maud::{Markup, html};
 use serde_json::{Map, Value};
 
-use crate::config::Config;
+use crate::approval::ApprovalDesk;
 use crate::narrow::{self, Narrowing};
 use crate::pages::form_values;
 use crate::store::approval::Approval;
@@ -23,40 +23,37 @@ fn field(name: &str) -> String {
 /// tool declares nothing, the arguments were too large to keep, or a later approver follows the
 /// first one's narrowing.
 pub(super) fn offered(
-    config: &Config,
+    desk: &ApprovalDesk,
     approval: &Approval,
 ) -> Option<(Declared, Map<String, Value>)> {
     if !approval.endorsements.is_empty() {
         return None;
     }
-    declared(config, approval)
+    declared(desk, approval)
 }
 
 /// The tool's declaration as configured now and the arguments kept with `approval`, whoever
 /// approved before.
-fn declared(config: &Config, approval: &Approval) -> Option<(Declared, Map<String, Value>)> {
-    let declared = &config.tools.get(&approval.tool)?.policy.narrowing;
+fn declared(desk: &ApprovalDesk, approval: &Approval) -> Option<(Declared, Map<String, Value>)> {
+    let declared = desk.narrowing(&approval.tool);
     if declared.is_empty() {
         return None;
     }
     match serde_json::from_str(approval.shown_arguments.as_deref()?) {
-        Ok(Value::Object(asked)) => Some((declared.clone(), asked)),
+        Ok(Value::Object(asked)) => Some((declared.to_vec(), asked)),
         _ => None,
     }
 }
 
 /// Whether form field `name` may repeat in a post deciding `approval`: the checkboxes of an
 /// argument the tool, as configured now, declares narrowable to a subset.
-pub(super) fn is_list(config: &Config, approval: &Approval, name: &str) -> bool {
+pub(super) fn is_list(desk: &ApprovalDesk, approval: &Approval, name: &str) -> bool {
     let Some(argument) = name.strip_prefix("narrow-") else {
         return false;
     };
-    config.tools.get(&approval.tool).is_some_and(|tool| {
-        tool.policy
-            .narrowing
-            .iter()
-            .any(|(declared, how)| declared == argument && *how == Narrowing::Subset)
-    })
+    desk.narrowing(&approval.tool)
+        .iter()
+        .any(|(declared, how)| declared == argument && *how == Narrowing::Subset)
 }
 
 /// Whether a post carries any narrowing field.
@@ -147,12 +144,12 @@ pub(super) struct Refused {
 /// declares nothing (or the arguments were too large to keep), any narrowing or tool field is
 /// refused.
 pub(super) fn of_post(
-    config: &Config,
+    desk: &ApprovalDesk,
     approval: &Approval,
     body: &[u8],
 ) -> Result<Option<String>, Refused> {
     if let Some(first) = approval.endorsements.first() {
-        let theirs = match declared(config, approval) {
+        let theirs = match declared(desk, approval) {
             Some((declared, asked)) if posted(body) => read(&declared, &asked, body).ok(),
             _ => Some(first.narrowed.clone()),
         };
@@ -166,7 +163,7 @@ pub(super) fn of_post(
             })
         };
     }
-    let (declared, asked, why) = match offered(config, approval) {
+    let (declared, asked, why) = match offered(desk, approval) {
         Some((declared, asked)) => (
             declared,
             asked,

@@ -8,9 +8,6 @@
 //! [`DEFAULT_FORM_TTL`] (`crate::pages::FormTokens`). Every answer forbids framing, caching and
 //! scripts.
 
-use std::convert::Infallible;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,26 +17,13 @@ use http_body_util::Full;
 
 use super::html::{self, gone, not_yours, notice, page, render, unavailable, waiting};
 use super::narrowing;
-use crate::audit::event::{self, DecisionEvent, step_refused};
-use crate::config::Config;
-use crate::kernel::BoxFuture;
+use crate::approval::ApprovalDesk;
 use crate::pages::{
     DEFAULT_BATCH_WINDOW, DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor,
     form_refused, form_value, repeated_refused, repeats,
 };
 use crate::principal::Principal;
 use crate::store::approval::{Approval, ApprovalId, Decided, Decider, Decision};
-
-/// Whether `principal` is the one who asked for `approval`: their keyed digest under any key
-/// of the ring, or their subject as recorded. Either suffices, so a page whose ring lacks the
-/// key the approval was made under still knows the caller (and refuses them under four eyes).
-pub(super) fn is_caller(config: &Config, approval: &Approval, principal: &Principal) -> bool {
-    let by_digest = config
-        .sealer
-        .keys()
-        .principal_matches_any(&approval.principal, principal.subject());
-    by_digest | (approval.subject == principal.subject())
-}
 
 /// What the signed-in principal may do with an approval.
 pub(super) enum Access {
@@ -69,7 +53,7 @@ fn own_request() -> Response<Full<Bytes>> {
 /// [`ConfirmLayer::approval_page`](crate::ConfirmLayer::approval_page).
 #[derive(Clone)]
 pub struct ApprovalPage {
-    pub(super) config: Arc<Config>,
+    pub(super) desk: ApprovalDesk,
     sign_in: Option<String>,
     form_ttl: Duration,
     pub(super) batch_window: Duration,
@@ -78,7 +62,7 @@ pub struct ApprovalPage {
 impl std::fmt::Debug for ApprovalPage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApprovalPage")
-            .field("approval_url", &self.config.approval_url)
+            .field("approval_url", &self.desk.approval_url())
             .field("sign_in", &self.sign_in)
             .field("form_ttl", &self.form_ttl)
             .field("batch_window", &self.batch_window)
@@ -87,9 +71,9 @@ impl std::fmt::Debug for ApprovalPage {
 }
 
 impl ApprovalPage {
-    pub(crate) fn new(config: Arc<Config>) -> Self {
+    pub(crate) fn new(desk: ApprovalDesk) -> Self {
         Self {
-            config,
+            desk,
             sign_in: None,
             form_ttl: DEFAULT_FORM_TTL,
             batch_window: DEFAULT_BATCH_WINDOW,
@@ -123,7 +107,7 @@ impl ApprovalPage {
     }
 
     pub(super) fn tokens(&self) -> FormTokens<'_> {
-        FormTokens::new(&self.config.sealer, self.form_ttl)
+        FormTokens::new(&self.desk, self.form_ttl)
     }
 
     async fn answer<B>(self, request: Request<B>) -> Response<Full<Bytes>>
@@ -144,9 +128,9 @@ impl ApprovalPage {
         let entrance = Entrance {
             // Only who authentication says; never the layer's local principal, which would let
             // anyone who reaches the page decide as that user.
-            extractor: &*self.config.principal,
+            desk: &self.desk,
             posts: true,
-            origin: self.config.approval_url.as_deref(),
+            origin: self.desk.approval_url(),
             sign_in: self.sign_in.as_deref(),
             sign_in_title: html::SIGN_IN_TITLE,
             channel: "approval_page",
@@ -178,25 +162,14 @@ impl ApprovalPage {
         principal: &Principal,
         why: &str,
     ) -> Result<(Approval, Access), Response<Full<Bytes>>> {
-        // A layer without an approval store has no browser-approved tool: nothing to show.
-        let Some(approvals) = &self.config.approvals else {
-            return Err(gone());
-        };
-        let approval = match approvals.approval(id).await {
-            // Another deployment's approval (sharing this store) is none of this page's business.
-            Ok(Some(approval)) if approval.audience == self.config.audience => approval,
-            Ok(Some(approval)) => {
-                step_refused(
-                    &approval.tool,
-                    Some(principal),
-                    "approval of another audience",
-                );
-                return Err(gone());
-            }
+        // Another deployment's approval (sharing this store) is none of this page's business,
+        // and a layer without an approval store has no browser-approved tool: nothing to show.
+        let approval = match self.desk.approval(id, principal).await {
+            Ok(Some(approval)) => approval,
             Ok(None) => return Err(gone()),
             Err(_) => return Err(unavailable()),
         };
-        let caller = is_caller(&self.config, &approval, principal);
+        let caller = self.desk.is_caller(&approval, principal);
         if approval
             .approvers
             .admits(principal.subject(), principal.roles(), caller)
@@ -206,18 +179,8 @@ impl ApprovalPage {
         if caller {
             return Ok((approval, Access::Watch));
         }
-        step_refused(&approval.tool, Some(principal), why);
+        self.desk.refused(&approval.tool, principal, why);
         Err(not_yours())
-    }
-
-    /// Whether the client already spent the confirmation (declined, or a retry claimed it): the
-    /// page then has nothing left to decide. A store that cannot answer counts as answered.
-    pub(super) async fn answered_by_client(&self, approval: &Approval) -> bool {
-        self.config
-            .store
-            .is_used(approval.nonce, approval.principal)
-            .await
-            .unwrap_or(true)
     }
 
     /// The approval as its principal sees it, with the decision form while it is open.
@@ -241,7 +204,7 @@ impl ApprovalPage {
             Ok((approval, Access::Decide { .. })) => approval,
             Err(refusal) => return refusal,
         };
-        if approval.decision.is_none() && self.answered_by_client(&approval).await {
+        if approval.decision.is_none() && self.desk.answered_by_client(&approval).await {
             return notice(
                 StatusCode::OK,
                 "Already answered",
@@ -280,7 +243,7 @@ impl ApprovalPage {
         let token = self.tokens().issue(FormPurpose::Approval(&id), visitor);
         let narrowing = match approval.endorsements.first() {
             Some(first) => first.narrowed.as_deref().map(narrowing::render_approved),
-            None => narrowing::offered(&self.config, &approval)
+            None => narrowing::offered(&self.desk, &approval)
                 .map(|(declared, asked)| narrowing::render(&declared, &asked)),
         };
         page(
@@ -300,33 +263,6 @@ impl ApprovalPage {
         self.show(id, visitor, error, true).await
     }
 
-    /// Reports the page's decision: who decided, the choice and its version as the page
-    /// showed them, and (for the log) a digest of all it showed.
-    pub(super) fn report_decided(
-        &self,
-        approval: &Approval,
-        principal: &Principal,
-        decision: &Decision,
-        last: bool,
-    ) {
-        let shown = self.config.logging().then(|| {
-            event::shown_digest(
-                approval
-                    .choices
-                    .iter()
-                    .map(|c| (c.id.as_str(), c.version.as_deref(), Some(c.label.as_str()))),
-                approval.standing.as_deref(),
-            )
-        });
-        self.config.report(DecisionEvent::ApprovalDecided {
-            approval,
-            principal,
-            decision,
-            last,
-            shown,
-        });
-    }
-
     /// The passkey step of an approval (feature `passkeys`): the verified credential's id, or
     /// the page to answer (the step itself, or a refusal).
     #[cfg(feature = "passkeys")]
@@ -338,7 +274,7 @@ impl ApprovalPage {
         narrowed: Option<&str>,
         body: &[u8],
     ) -> Result<String, Response<Full<Bytes>>> {
-        super::passkeys::step(&self.config, approval, principal, chosen, narrowed, body).await
+        super::passkeys::step(&self.desk, approval, principal, chosen, narrowed, body).await
     }
 
     /// Without feature `passkeys` no layer with such a rule builds; a record that says so
@@ -371,6 +307,7 @@ impl ApprovalPage {
             .accepts(FormPurpose::Approval(&id), visitor, body)
         {
             return form_refused(
+                &self.desk,
                 "approval_page",
                 principal,
                 "approval POST without a valid anti-forgery token",
@@ -386,9 +323,9 @@ impl ApprovalPage {
         {
             Ok((approval, Access::Decide { caller })) => (approval, caller),
             Ok((approval, Access::Watch)) => {
-                step_refused(
+                self.desk.refused(
                     &approval.tool,
-                    Some(principal),
+                    principal,
                     "the caller decided their own request where others must",
                 );
                 return own_request();
@@ -396,15 +333,13 @@ impl ApprovalPage {
             Err(refusal) => return refusal,
         };
         // One approval decides no batch rows, and only a list the tool declares repeats.
-        if repeats(body, |name| {
-            narrowing::is_list(&self.config, &approval, name)
-        }) {
-            return repeated_refused("approval_page", principal);
+        if repeats(body, |name| narrowing::is_list(&self.desk, &approval, name)) {
+            return repeated_refused(&self.desk, "approval_page", principal);
         }
-        if self.answered_by_client(&approval).await {
-            step_refused(
+        if self.desk.answered_by_client(&approval).await {
+            self.desk.refused(
                 &approval.tool,
-                Some(principal),
+                principal,
                 "approval decided after the client answered",
             );
             return notice(
@@ -447,10 +382,10 @@ impl ApprovalPage {
                     }
                 };
                 // The approver's narrowing, checked before anything is recorded.
-                let narrowed = match narrowing::of_post(&self.config, &approval, body) {
+                let narrowed = match narrowing::of_post(&self.desk, &approval, body) {
                     Ok(narrowed) => narrowed,
                     Err(refused) => {
-                        step_refused(&approval.tool, Some(principal), refused.why);
+                        self.desk.refused(&approval.tool, principal, refused.why);
                         return self.show_one(id, visitor, Some(refused.words)).await;
                     }
                 };
@@ -473,7 +408,7 @@ impl ApprovalPage {
                 return notice(StatusCode::BAD_REQUEST, "Refused", "Approve or decline.");
             }
         };
-        let Some(approvals) = &self.config.approvals else {
+        let Some(approvals) = self.desk.approvals() else {
             return unavailable();
         };
         let mut decider = Decider::new(principal.subject(), principal.roles(), caller);
@@ -497,7 +432,8 @@ impl ApprovalPage {
                 approvals,
                 required,
             }) => {
-                self.report_decided(&approval, principal, &decision, false);
+                self.desk
+                    .report_decided(&approval, principal, &decision, false);
                 page(
                     StatusCode::OK,
                     "Approval recorded",
@@ -508,7 +444,8 @@ impl ApprovalPage {
                 )
             }
             Ok(Decided::Recorded) => {
-                self.report_decided(&approval, principal, &decision, true);
+                self.desk
+                    .report_decided(&approval, principal, &decision, true);
                 let text = match decision {
                     Decision::Approved { .. } => {
                         "Approved. Return to your client and continue: the request runs there."
@@ -520,7 +457,8 @@ impl ApprovalPage {
                 notice(StatusCode::OK, "Done", text)
             }
             Ok(Decided::AlreadyDecided) => {
-                step_refused(&approval.tool, Some(principal), "approval decided twice");
+                self.desk
+                    .refused(&approval.tool, principal, "approval decided twice");
                 notice(
                     StatusCode::CONFLICT,
                     "Already decided",
@@ -528,11 +466,8 @@ impl ApprovalPage {
                 )
             }
             Ok(Decided::AlreadyApproved) => {
-                step_refused(
-                    &approval.tool,
-                    Some(principal),
-                    "approved twice by one approver",
-                );
+                self.desk
+                    .refused(&approval.tool, principal, "approved twice by one approver");
                 notice(
                     StatusCode::CONFLICT,
                     "Already approved",
@@ -540,9 +475,9 @@ impl ApprovalPage {
                 )
             }
             Ok(Decided::OwnRequest) => {
-                step_refused(
+                self.desk.refused(
                     &approval.tool,
-                    Some(principal),
+                    principal,
                     "the caller decided their own request where others must",
                 );
                 own_request()
@@ -563,22 +498,4 @@ impl ApprovalPage {
     }
 }
 
-impl<B> tower_service::Service<Request<B>> for ApprovalPage
-where
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        let page = self.clone();
-        Box::pin(async move { Ok(page.answer(request).await) })
-    }
-}
+crate::pages::page_service!(ApprovalPage);

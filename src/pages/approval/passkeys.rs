@@ -4,9 +4,6 @@
 //! signed-in principal only, an anti-forgery token bound to the page, the principal and the
 //! session and expiring, same origin, no framing, no caching).
 
-use std::convert::Infallible;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,9 +12,8 @@ use http_body::Body;
 use http_body_util::Full;
 
 use super::html::{notice, unavailable};
-use crate::audit::event::step_refused;
-use crate::config::Config;
-use crate::kernel::{BoxFuture, hex};
+use crate::approval::ApprovalDesk;
+use crate::kernel::hex;
 use crate::pages::{
     DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, form_refused, form_value,
     page_with_script,
@@ -25,6 +21,7 @@ use crate::pages::{
 use crate::passkey::{Binding, PasskeyError, Passkeys};
 use crate::principal::Principal;
 use crate::store::approval::Approval;
+use crate::token::keyring::KeyRing;
 use maud::{Markup, PreEscaped, html};
 
 /// The approval page's passkey step (`js/passkey-assert.js`: `navigator.credentials.get`, then
@@ -91,18 +88,17 @@ fn carried(name: &str) -> bool {
 /// form, verify it over exactly that decision (`Ok(credential id)`); without one, the page that
 /// asks for it, carrying the rest of the form along.
 pub(super) async fn step(
-    config: &Config,
+    desk: &ApprovalDesk,
     approval: &Approval,
     principal: &Principal,
     chosen: &str,
     narrowed: Option<&str>,
     body: &[u8],
 ) -> Result<String, Response<Full<Bytes>>> {
-    let Some(passkeys) = &config.passkeys else {
+    let Some((passkeys, keys)) = desk.passkeys() else {
         return Err(refused_page());
     };
-    let keys = config.sealer.keys();
-    let now = config.sealer.now();
+    let now = desk.now();
     let binding = binding(approval, chosen, narrowed, principal.subject());
     if let (Some(sealed), Some(response)) =
         (form_value(body, "ceremony"), form_value(body, "response"))
@@ -111,7 +107,7 @@ pub(super) async fn step(
             .verify_assertion(keys, principal.subject(), &binding, &sealed, &response, now)
             .await
             .map_err(|e| {
-                step_refused(&approval.tool, Some(principal), format!("passkey: {e}"));
+                desk.refused(&approval.tool, principal, &format!("passkey: {e}"));
                 match e {
                     PasskeyError::Store(_) => unavailable(),
                     _ => refused_page(),
@@ -133,7 +129,7 @@ pub(super) async fn step(
         }
         Err(PasskeyError::Store(_)) => return Err(unavailable()),
         Err(e) => {
-            step_refused(&approval.tool, Some(principal), format!("passkey: {e}"));
+            desk.refused(&approval.tool, principal, &format!("passkey: {e}"));
             return Err(refused_page());
         }
     };
@@ -194,7 +190,7 @@ fn refused_page() -> Response<Full<Bytes>> {
 /// [`ConfirmLayer::passkey_page`](crate::ConfirmLayer::passkey_page).
 #[derive(Clone)]
 pub struct PasskeyPage {
-    config: Arc<Config>,
+    desk: ApprovalDesk,
     sign_in: Option<String>,
     form_ttl: Duration,
 }
@@ -209,9 +205,9 @@ impl std::fmt::Debug for PasskeyPage {
 }
 
 impl PasskeyPage {
-    pub(crate) fn new(config: Arc<Config>) -> Self {
+    pub(crate) fn new(desk: ApprovalDesk) -> Self {
         Self {
-            config,
+            desk,
             sign_in: None,
             form_ttl: DEFAULT_FORM_TTL,
         }
@@ -233,12 +229,12 @@ impl PasskeyPage {
         self
     }
 
-    fn passkeys(&self) -> Option<&Passkeys> {
-        self.config.passkeys.as_ref()
+    fn passkeys(&self) -> Option<(&Passkeys, &KeyRing)> {
+        self.desk.passkeys()
     }
 
     fn tokens(&self) -> FormTokens<'_> {
-        FormTokens::new(&self.config.sealer, self.form_ttl)
+        FormTokens::new(&self.desk, self.form_ttl)
     }
 
     async fn answer<B>(self, request: Request<B>) -> Response<Full<Bytes>>
@@ -248,9 +244,9 @@ impl PasskeyPage {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let entrance = Entrance {
-            extractor: &*self.config.principal,
+            desk: &self.desk,
             posts: true,
-            origin: self.config.approval_url.as_deref(),
+            origin: self.desk.approval_url(),
             sign_in: self.sign_in.as_deref(),
             sign_in_title: "Sign in to manage your passkeys",
             channel: "passkey_page",
@@ -267,16 +263,17 @@ impl PasskeyPage {
             .accepts(FormPurpose::PasskeyPage, &visitor, &body)
         {
             return form_refused(
+                &self.desk,
                 "passkey_page",
                 &visitor.principal,
                 "passkey POST without a valid anti-forgery token",
             );
         }
-        let (principal, keys) = (&visitor.principal, self.config.sealer.keys());
-        let Some(passkeys) = self.passkeys() else {
+        let principal = &visitor.principal;
+        let Some((passkeys, keys)) = self.passkeys() else {
             return unavailable();
         };
-        let now = self.config.sealer.now();
+        let now = self.desk.now();
         match form_value(&body, "action").as_deref() {
             Some("register") => {
                 let (Some(sealed), Some(response)) =
@@ -297,7 +294,8 @@ impl PasskeyPage {
                     Ok(_) => self.show(&visitor, None).await,
                     Err(PasskeyError::Store(_)) => unavailable(),
                     Err(e) => {
-                        step_refused("-", Some(principal), format!("passkey registration: {e}"));
+                        self.desk
+                            .refused("-", principal, &format!("passkey registration: {e}"));
                         self.show(&visitor, Some("The passkey was not registered."))
                             .await
                     }
@@ -316,11 +314,10 @@ impl PasskeyPage {
 
     async fn show(&self, visitor: &Visitor, error: Option<&str>) -> Response<Full<Bytes>> {
         let principal = &visitor.principal;
-        let Some(passkeys) = self.passkeys() else {
+        let Some((passkeys, keys)) = self.passkeys() else {
             return unavailable();
         };
-        let keys = self.config.sealer.keys();
-        let now = self.config.sealer.now();
+        let now = self.desk.now();
         let Ok(held) = passkeys.registered(principal.subject()).await else {
             return unavailable();
         };
@@ -369,22 +366,4 @@ impl PasskeyPage {
     }
 }
 
-impl<B> tower_service::Service<Request<B>> for PasskeyPage
-where
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        let page = self.clone();
-        Box::pin(async move { Ok(page.answer(request).await) })
-    }
-}
+crate::pages::page_service!(PasskeyPage);

@@ -7,6 +7,7 @@ mod approvers;
 mod attacks;
 mod batch;
 mod batch_narrowing_attacks;
+mod desk;
 mod fetch_metadata;
 mod form_tokens;
 mod narrowing;
