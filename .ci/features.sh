@@ -22,6 +22,7 @@ text = open(path).read()
 text = re.sub(r'(?m)^mcp-confirm = \{ path = "\.".*\n', "", text)
 text = re.sub(r'(?m)^mcp-confirm-demo = \{ path = "demo".*\n', "", text)
 text = re.sub(r'(?m)^mcp-confirm-log = \{ path = "log".*\n', "", text)
+text = re.sub(r'(?m)^mcp-confirm-pages = \{ path = "pages".*\n', "", text)
 text = re.sub(r'(?ms)^\[\[bench\]\]\n.*?(?=^\[)', "", text)
 text, members = re.subn(r'(?m)^members = \[.*\]$', 'members = ["macros"]', text)
 text, defaults = re.subn(r'(?m)^default-members = \[.*\]$', 'default-members = ["."]', text)
@@ -40,7 +41,7 @@ if grep -rn --include='*.rs' 'not(test)' src; then
   echo "the library has code compiled only outside tests: build each feature alone with cargo build too" >&2
   exit 1
 fi
-for features in "" fs redis redis-cluster postgres rmcp macros testing test-support webhooks pages passkeys metrics otel; do
+for features in "" fs redis redis-cluster postgres rmcp macros testing test-support webhooks metrics otel; do
   if [[ -z $features ]]; then
     echo "== [+$SECONDS s] --no-default-features: build, unit tests"
     cargo build -q --lib --no-default-features
@@ -61,6 +62,16 @@ for features in "" postgres metrics; do
   echo "== [+$SECONDS s] mcp-confirm-log ${features:+--features $features}: check"
   cargo check -q -p mcp-confirm-log --lib --bins ${features:+--features "$features"}
 done
+# The pages' crate, with no feature and with passkeys: checked likewise.
+for features in "" passkeys; do
+  echo "== [+$SECONDS s] mcp-confirm-pages ${features:+--features $features}: check"
+  cargo check -q -p mcp-confirm-pages --lib ${features:+--features "$features"}
+done
+# The core leaves the pages' dependencies to their crate: no HTML builder, no WebAuthn.
+if cargo tree -q -p mcp-confirm --all-features -e normal --prefix none | grep -E '^(maud|webauthn-rs) '; then
+  echo "the core depends on a page dependency again" >&2
+  exit 1
+fi
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   echo "== [+$SECONDS s] docs as docs.rs builds them (nightly, --cfg docsrs, all features)"
   RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo +nightly doc -q --no-deps --all-features \

@@ -73,6 +73,7 @@
 
 mod common;
 use common::ready;
+use mcp_confirm_pages::LayerPages as _;
 
 use std::convert::Infallible;
 use std::hint::black_box;
@@ -594,7 +595,7 @@ fn memory_propose(held: usize) -> impl FnMut(u64) -> Duration {
 /// clock; its page; the store and the clock.
 fn browser_layer() -> (
     mcp_confirm::Confirm<Inner>,
-    mcp_confirm::ApprovalPage,
+    mcp_confirm_pages::ApprovalPage,
     MemoryReplayStore,
     ManualClock,
 ) {
@@ -654,7 +655,7 @@ fn page_post(url: &str, principal: &str, form: &str) -> http::Request<Full<Bytes
 /// the page URL and the approving form (with the page's anti-forgery token).
 async fn proposed_form(
     svc: &mcp_confirm::Confirm<Inner>,
-    page: &mcp_confirm::ApprovalPage,
+    page: &mcp_confirm_pages::ApprovalPage,
     principal: &str,
 ) -> (String, String) {
     let (_, answer) = send(svc, request(&destroy_call(1), principal)).await;

@@ -292,7 +292,6 @@ const ANYONE: &str = "anyone";
 
 /// The inbox routes a principal with `subject` and `roles` reads: their own, each role's, and
 /// everyone's. Routes are digests, so a store's keys name no one.
-#[cfg_attr(not(feature = "pages"), allow(dead_code))]
 pub(crate) fn routes_of<'r>(subject: &str, roles: impl Iterator<Item = &'r str>) -> Vec<String> {
     let mut routes = vec![route("subject", subject), ANYONE.to_owned()];
     routes.extend(roles.map(|r| route("role", r)));
@@ -308,6 +307,15 @@ fn route(kind: &str, name: &str) -> String {
     hash.update(name.as_bytes());
     crate::kernel::hex(&hash.finalize()[..16])
 }
+
+/// What verifies approvers' passkeys where a rule requires them
+/// ([`Approvers::with_passkey`]). The layer holds it so that a rule nothing could meet is
+/// refused when the layer is built
+/// ([`ConfigError::MissingPasskeys`](crate::ConfigError::MissingPasskeys)); the pages read it
+/// back through [`ApprovalDesk::passkeys`](crate::approval::ApprovalDesk::passkeys) and
+/// downcast it (`mcp-confirm-pages`'s `Passkeys`, over WebAuthn, is one). The core itself verifies nothing with it: every store refuses an
+/// approval under such a rule whose decider carries no passkey.
+pub trait PasskeyVerifier: std::any::Any + Send + Sync + std::fmt::Debug {}
 
 #[cfg(test)]
 mod tests {

@@ -59,9 +59,8 @@ pub(crate) struct Config {
     pub(crate) grant_ttl: Duration,
     /// The approval page's URL up to the id (ends with `/`), for browser-approved tools.
     pub(crate) approval_url: Option<String>,
-    /// Verifies the passkeys of rules that require them.
-    #[cfg(feature = "passkeys")]
-    pub(crate) passkeys: Option<crate::passkey::Passkeys>,
+    /// Verifies the passkeys of rules that require them (the pages read it).
+    pub(crate) passkeys: Option<Arc<dyn crate::approvers::PasskeyVerifier>>,
     /// Hears of each new approval that others decide.
     pub(crate) notifier: Option<Arc<dyn crate::notify::Notifier>>,
     /// Where every decision is recorded as evidence.

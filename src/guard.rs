@@ -131,26 +131,10 @@ impl Rules {
     }
 }
 
-/// The origin a browser sends for pages under `uri` (`Origin`'s spelling): lower-case scheme
-/// and host, and the port only when it is not the scheme's default. The approval page accepts
-/// decisions from the origin of its own URL only.
-#[cfg_attr(not(feature = "pages"), allow(dead_code))]
-pub(crate) fn origin_of(uri: &http::Uri) -> Option<String> {
-    let scheme = uri.scheme_str()?.to_ascii_lowercase();
-    let host = uri.host()?.to_ascii_lowercase();
-    let default = match scheme.as_str() {
-        "https" => 443,
-        _ => 80,
-    };
-    Some(match uri.port_u16() {
-        Some(port) if port != default => format!("{scheme}://{host}:{port}"),
-        _ => format!("{scheme}://{host}"),
-    })
-}
-
 /// The media type `Content-Type` names, lowercased and without parameters, if the header is
-/// there exactly once and readable: the one reading of it, for the layer and the approval page.
-pub(crate) fn media_type(headers: &http::HeaderMap) -> Option<String> {
+/// there exactly once and readable: the one reading of it, for the layer and its pages
+/// (`mcp-confirm-pages`).
+pub fn media_type(headers: &http::HeaderMap) -> Option<String> {
     let mut values = headers.get_all(http::header::CONTENT_TYPE).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         return None;

@@ -145,8 +145,9 @@ pub enum ConfigError {
     #[error("browser-approved tools need an absolute http(s) approval_url")]
     InvalidApprovalUrl,
     /// A rule requires passkeys ([`Approvers::with_passkey`](crate::approval::Approvers::with_passkey))
-    /// and the layer has no `passkeys` to verify them (feature `passkeys`).
-    #[error("an approver rule requires passkeys: enable feature `passkeys` and give `passkeys`")]
+    /// and the layer was given nothing to verify them with
+    /// ([`passkeys`](ConfirmLayerBuilder::passkeys)): no approval under it could be made.
+    #[error("an approver rule requires passkeys: give the layer the passkeys that verify them")]
     MissingPasskeys,
     /// The grant TTL is zero or longer than [`MAX_GRANT_TTL`].
     #[error("the grant TTL must be between 1 second and 7 days")]
@@ -203,7 +204,6 @@ impl ConfirmLayer {
             grant_ttl: DEFAULT_GRANT_TTL,
             approval_url: None,
             notifier: None,
-            #[cfg(feature = "passkeys")]
             passkeys: None,
             log: None,
             policy_revision: None,
@@ -211,42 +211,12 @@ impl ConfirmLayer {
         }
     }
 
-    /// The approval page of [browser-approved](ToolPolicy::approve_in_browser) tools: a tower
-    /// service to mount at the builder's [`approval_url`](ConfirmLayerBuilder::approval_url)
-    /// (e.g. `/confirm/{id}` in axum), behind the same authentication as the MCP endpoint. It
-    /// shares this layer's keys, store and principal extractor.
-    #[cfg(feature = "pages")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-    pub fn approval_page(&self) -> crate::approval::ApprovalPage {
-        crate::approval::ApprovalPage::new(self.approval_desk())
-    }
-
     /// The browser channel's port: what a page may do with this layer (read and decide its
-    /// deployment's approvals, report, sign its forms), for pages of one's own.
+    /// deployment's approvals, report, sign its forms). The crate `mcp-confirm-pages` builds
+    /// the approval page, the inbox, the standing-approvals page and the passkey page over it.
     #[must_use]
     pub fn approval_desk(&self) -> crate::approval::ApprovalDesk {
         crate::approval::ApprovalDesk::new(Arc::clone(&self.config))
-    }
-
-    /// The approvers' inbox: the approvals waiting for the signed-in principal
-    /// ([`ToolPolicy::approved_by`]), each linking to its approval page. Mount it behind the same
-    /// authentication as the approval page.
-    #[cfg(feature = "pages")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-    pub fn inbox_page(&self) -> crate::approval::InboxPage {
-        crate::approval::InboxPage::new(self.approval_desk())
-    }
-
-    /// Where approvers register and remove their passkeys: a tower service to mount behind the
-    /// same authentication as the approval page (e.g. at `/passkeys`). `None` without
-    /// [`passkeys`](ConfirmLayerBuilder::passkeys).
-    #[cfg(feature = "passkeys")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]
-    pub fn passkey_page(&self) -> Option<crate::approval::PasskeyPage> {
-        self.config
-            .passkeys
-            .is_some()
-            .then(|| crate::approval::PasskeyPage::new(self.approval_desk()))
     }
 
     /// The standing approvals this layer grants ([`ToolPolicy::standing`]): list and revoke a
@@ -319,9 +289,8 @@ pub struct ConfirmLayerBuilder {
     grants: Option<Arc<dyn GrantStore>>,
     grant_ttl: Duration,
     approval_url: Option<String>,
+    passkeys: Option<Arc<dyn crate::approvers::PasskeyVerifier>>,
     notifier: Option<Arc<dyn Notifier>>,
-    #[cfg(feature = "passkeys")]
-    passkeys: Option<crate::passkey::Passkeys>,
     log: Option<Arc<dyn crate::audit::DecisionLog>>,
     policy_revision: Option<String>,
     spans: crate::observe::Spans,
@@ -627,12 +596,12 @@ impl ConfirmLayerBuilder {
     }
 
     /// Verifies approvers' passkeys where a rule requires them
-    /// ([`Approvers::with_passkey`](crate::approval::Approvers::with_passkey)); required with
-    /// such a rule ([`ConfigError::MissingPasskeys`]).
-    #[cfg(feature = "passkeys")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]
-    pub fn passkeys(mut self, passkeys: crate::passkey::Passkeys) -> Self {
-        self.passkeys = Some(passkeys);
+    /// ([`Approvers::with_passkey`](crate::approval::Approvers::with_passkey)): `Passkeys` of
+    /// the crate `mcp-confirm-pages` (WebAuthn). The pages read it back through
+    /// [`ApprovalDesk::passkeys`](crate::approval::ApprovalDesk::passkeys); required with such
+    /// a rule ([`ConfigError::MissingPasskeys`]).
+    pub fn passkeys(mut self, passkeys: impl crate::approvers::PasskeyVerifier) -> Self {
+        self.passkeys = Some(Arc::new(passkeys));
         self
     }
 
@@ -762,11 +731,7 @@ impl ConfirmLayerBuilder {
                 Some(ChallengeLimiter::new(per_second, burst))
             }
         };
-        #[cfg(feature = "passkeys")]
-        let verifies_passkeys = self.passkeys.is_some();
-        #[cfg(not(feature = "passkeys"))]
-        let verifies_passkeys = false;
-        if !verifies_passkeys && policies.values().any(|p| p.approvers.needs_passkey()) {
+        if self.passkeys.is_none() && policies.values().any(|p| p.approvers.needs_passkey()) {
             return Err(ConfigError::MissingPasskeys);
         }
         let browser = policies.values().any(|p| p.channel != Channel::Form);
@@ -850,7 +815,6 @@ impl ConfirmLayerBuilder {
                 grant_ttl: self.grant_ttl,
                 approval_url: self.approval_url,
                 notifier: self.notifier,
-                #[cfg(feature = "passkeys")]
                 passkeys: self.passkeys,
                 log: self.log,
                 policy_revision: self.policy_revision,

@@ -122,18 +122,18 @@
 //! - [`ConfirmLayer`] and its builder; [`ToolPolicy`] and [`Candidate`] say what is confirmed
 //!   and how; [`Confirmed`] and [`Waived`] are what the inner service learns.
 //! - [`store`]: replay stores (memory, Redis, Postgres) that make a confirmation single-use.
-//! - [`approval`]: approval in the browser, its store and (feature `pages`) its page;
+//! - [`approval`]: approval in the browser and its store (the pages are the crate
+//!   `mcp-confirm-pages`);
 //!   [`Approvers`] say who decides ([`ToolPolicy::approved_by`]: named principals, a role, four
-//!   eyes, several approvals), and the inbox (feature `pages`) lists what waits for an approver;
+//!   eyes, several approvals);
 //!   [`approval::batch`]: one decision over several waiting calls
 //!   ([`ToolPolicy::batch_group`]); [`approval::ApprovalDesk`]: the port through which every
 //!   page (ours or one's own) reads and decides approvals, reports, and signs its forms.
 //! - [`narrow`]: what an approver may narrow before approving, and the check that an edit only
 //!   narrows ([`ToolPolicy::narrowable`]).
 //! - [`notify`]: telling approvers of a new approval (signed Standard Webhooks, feature
-//!   `webhooks` for the sender); `passkey` (feature `passkeys`): approvals made with a passkey,
-//!   bound to the exact decision.
-//! - [`StandingApprovals`] (and, feature `pages`, its `StandingPage`): the standing approvals a
+//!   `webhooks` for the sender).
+//! - [`StandingApprovals`]: the standing approvals a
 //!   [policy](ToolPolicy::standing) lets the user give ("allow for 10 minutes"), listed and
 //!   revoked through the API or a page; [`store::standing`] keeps them.
 //! - [`grant`]: durable grants for work that runs later, and the worker API.
@@ -189,11 +189,6 @@ pub mod metrics;
 pub mod narrow;
 pub mod notify;
 pub mod observe;
-#[cfg(feature = "pages")]
-mod pages;
-#[cfg(feature = "passkeys")]
-#[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]
-pub mod passkey;
 mod policy;
 mod principal;
 mod protocol;
@@ -399,21 +394,12 @@ pub mod defaults {
         DEFAULT_GRANT_TTL, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LISTING_BYTES, DEFAULT_TTL,
         MAX_GRANT_TTL, MAX_TTL,
     };
-    #[cfg(feature = "pages")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-    pub use crate::pages::{DEFAULT_BATCH_WINDOW, DEFAULT_FORM_TTL};
     pub use crate::policy::MAX_STANDING_FOR;
 }
-#[cfg(feature = "pages")]
-#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-pub use approval::ApprovalPage;
 pub use approvers::Approvers;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use mcp_confirm_macros::{confirm, confirm_router};
-#[cfg(feature = "pages")]
-#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-pub use pages::standing::StandingPage;
 pub use policy::{
     ApproverCheck, ApproverQuery, Candidate, Condition, Lookup, PolicyError, Refusal, Resolver,
     Revalidate, Revalidation, Scope, ToolPolicy,

@@ -43,7 +43,8 @@ impl Narrowing {
     /// a flag the call did not set), a string of the declared order. Anything else (a `"true"`
     /// or a `"50"` sent as a string, `null`, a list for a `OneOf`) cannot: every channel shows
     /// it as it was sent and approves it as asked, and [`narrow`] refuses any edit of it.
-    pub(crate) fn can_narrow(&self, value: Option<&Value>) -> bool {
+    #[must_use]
+    pub fn can_narrow(&self, value: Option<&Value>) -> bool {
         match (self, value) {
             (Self::Subset, Some(Value::Array(items))) => !items.is_empty(),
             (Self::AtMost, Some(Value::Number(n))) => {

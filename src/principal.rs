@@ -106,8 +106,8 @@ impl PageSession {
     }
 
     /// The digest the pages bind their forms to.
-    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
-    pub(crate) fn digest(&self) -> &[u8; 32] {
+    #[must_use]
+    pub fn digest(&self) -> &[u8; 32] {
         &self.0
     }
 }

@@ -13,7 +13,6 @@ use mcp_confirm::approval::ApprovalStore;
 use mcp_confirm::grant::GrantStore;
 use mcp_confirm::guard::HostOriginLayer;
 use mcp_confirm::notify::Webhooks;
-use mcp_confirm::passkey::Passkeys;
 use mcp_confirm::rmcp::Confirmation;
 use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::store::ReplayStore;
@@ -23,6 +22,8 @@ use mcp_confirm::{
     ApproverQuery, Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, Principal, Refusal,
     Revalidation, confirm_router,
 };
+use mcp_confirm_pages::LayerPages as _;
+use mcp_confirm_pages::passkey::Passkeys;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -205,19 +206,17 @@ pub fn app_with_gauges(
         .passkey_page()
         .map(|page| signed_in().service(page.sign_in_url("/signin")));
     // The standing-approvals page: the same session, headers and origin rules.
-    let standing = confirm.standing_approvals().map(|approvals| {
-        ServiceBuilder::new()
-            .layer(HostOriginLayer::localhost())
-            .layer(middleware::from_fn_with_state(
-                sessions.clone(),
-                signin::from_cookie,
-            ))
-            .service(
-                approvals
-                    .page(format!("{}/standing", options.public_url))
-                    .sign_in_url("/signin"),
-            )
-    });
+    let standing = confirm
+        .standing_page(format!("{}/standing", options.public_url))
+        .map(|page| {
+            ServiceBuilder::new()
+                .layer(HostOriginLayer::localhost())
+                .layer(middleware::from_fn_with_state(
+                    sessions.clone(),
+                    signin::from_cookie,
+                ))
+                .service(page.sign_in_url("/signin"))
+        });
     let sign_in = axum::routing::get(signin::form)
         .post(signin::submit)
         .fallback(signin::method_not_allowed("GET, HEAD, POST"))

@@ -7,6 +7,7 @@
 //! tool changed. A `tools/call` of a tool the catalog does not know lists the tools again first
 //! (at most once per [`MISS_RELIST`]); an upstream that cannot be listed gets no `tools/call`.
 
+use mcp_confirm_pages::LayerPages as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -466,10 +467,10 @@ impl Route {
                 service.call(request).await
             }
             Page::Standing => {
-                let Some(approvals) = built.layer.standing_approvals() else {
+                let standing = format!("{}/standing", self.resource);
+                let Some(mut service) = built.layer.standing_page(standing) else {
                     return plain(StatusCode::NOT_FOUND, "Not found.");
                 };
-                let mut service = approvals.page(format!("{}/standing", self.resource));
                 if let Some(url) = sign_in_url {
                     service = service.sign_in_url(url);
                 }

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::approvers::routes_of;
+use crate::approvers::{PasskeyVerifier, routes_of};
 use crate::audit::event::{self, DecisionEvent, step_refused};
 use crate::config::Config;
 use crate::narrow::Narrowing;
@@ -249,19 +249,40 @@ impl ApprovalDesk {
             .report(DecisionEvent::BatchDecided { batch, principal });
     }
 
-    /// The layer's passkeys (feature `passkeys`), if configured, with the key ring their
-    /// ceremonies are sealed under.
-    #[cfg(feature = "passkeys")]
-    pub(crate) fn passkeys(
-        &self,
-    ) -> Option<(&crate::passkey::Passkeys, &crate::token::keyring::KeyRing)> {
-        let passkeys = self.config.passkeys.as_ref()?;
-        Some((passkeys, self.config.sealer.keys()))
+    /// A tag over `data` for a page's own sealed value (a passkey ceremony's state, say), under
+    /// the ring's newest key and a key derived for the pages alone; `domain` keeps each use's
+    /// tags apart.
+    #[must_use]
+    pub fn page_tag(&self, domain: &[u8], data: &[u8]) -> [u8; 32] {
+        self.config.sealer.keys().page_tag(domain, data)
     }
 
-    /// The standing approvals this layer grants, if it keeps any.
+    /// Whether `tag` is a whole [`page_tag`](Self::page_tag) of `data` in `domain` under any
+    /// key of the ring, compared in constant time.
     #[must_use]
-    pub fn standing(&self) -> Option<crate::standing::StandingApprovals> {
-        crate::standing::StandingApprovals::new(Arc::clone(&self.config))
+    pub fn page_tag_matches(&self, domain: &[u8], data: &[u8], tag: &[u8]) -> bool {
+        self.config
+            .sealer
+            .keys()
+            .page_tag_matches(domain, data, tag)
+    }
+
+    /// What the layer was given to verify approvers' passkeys with
+    /// ([`ConfirmLayerBuilder::passkeys`](crate::ConfirmLayerBuilder::passkeys)), if anything:
+    /// a page downcasts it to the verifier it knows.
+    #[must_use]
+    pub fn passkeys(&self) -> Option<&dyn PasskeyVerifier> {
+        self.config.passkeys.as_deref()
+    }
+
+    /// Whether any tool's rule requires approvals made with a passkey
+    /// ([`Approvers::with_passkey`](crate::approval::Approvers::with_passkey)): a page that
+    /// cannot verify passkeys can then approve none of them.
+    #[must_use]
+    pub fn needs_passkeys(&self) -> bool {
+        self.config
+            .tools
+            .values()
+            .any(|tool| tool.policy.approvers.needs_passkey())
     }
 }

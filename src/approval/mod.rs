@@ -2,15 +2,14 @@
 //!
 //! A [`ToolPolicy::approve_in_browser`](crate::ToolPolicy::approve_in_browser) tool's first call
 //! stores an [`Approval`] in the [`ApprovalStore`] and answers with a URL-mode elicitation to the
-//! `ApprovalPage` (feature `pages`). There the person, signed in as the principal the confirmation is bound to,
+//! approval page (the crate `mcp-confirm-pages`). There the person, signed in as the principal the confirmation is bound to,
 //! sees what will happen and approves or declines, once; the retry reads that decision. The page
 //! and the retry may reach different instances: the record lives in a store they share.
 //!
 //! - the [`Approval`] record, its one [`Decision`] and the [`ApprovalStore`] trait live with the
 //!   stores that keep them (`store/approval.rs`), and are published here;
-//! - the pages (feature `pages`, in `pages/approval/`): the `ApprovalPage` tower service (show,
-//!   decide once), the `InboxPage`, where an approver sees what waits for them, and the
-//!   `PasskeyPage` (feature `passkeys`).
+//! - [`ApprovalDesk`]: the port every page goes through (the approval page, the inbox, the
+//!   passkey page of `mcp-confirm-pages`, or one's own).
 //!
 //! Someone other than the caller may decide: [`Approvers`] names who (the caller, named
 //! principals, a role, anyone but the caller) and how many, given with
@@ -23,16 +22,9 @@
 
 mod desk;
 
-pub use crate::approvers::{Approvers, MAX_NAMED_APPROVERS, MAX_REQUIRED_APPROVALS};
-#[cfg(feature = "pages")]
-#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-pub use crate::pages::approval::inbox::{INBOX_LIMIT, InboxPage};
-#[cfg(feature = "pages")]
-#[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-pub use crate::pages::approval::page::ApprovalPage;
-#[cfg(feature = "passkeys")]
-#[cfg_attr(docsrs, doc(cfg(feature = "passkeys")))]
-pub use crate::pages::approval::passkeys::PasskeyPage;
+pub use crate::approvers::{
+    Approvers, MAX_NAMED_APPROVERS, MAX_REQUIRED_APPROVALS, PasskeyVerifier,
+};
 pub use crate::store::approval::{
     Approval, ApprovalChoice, ApprovalId, ApprovalStore, Decided, Decider, Decision, Endorsement,
     MAX_PENDING_APPROVALS, MAX_SHOWN_ARGUMENTS,

@@ -117,7 +117,6 @@ pub(crate) enum DecisionEvent<'a> {
     },
     /// A page (`channel`: `approval_page`, `standing_page`, …) refused a post before reading
     /// what it names.
-    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     PageRefused {
         channel: &'static str,
         principal: &'a Principal,
@@ -214,7 +213,6 @@ pub(crate) enum DecisionEvent<'a> {
     },
     /// A person decided an approval on the page (`last`: the decision; otherwise one of the
     /// endorsements its rule requires).
-    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     ApprovalDecided {
         approval: &'a Approval,
         principal: &'a Principal,
@@ -225,7 +223,6 @@ pub(crate) enum DecisionEvent<'a> {
     },
     /// A person decided a batch of approvals on the page, in one decision over the exact set
     /// shown (each member's own decision follows as an `ApprovalDecided` carrying the set).
-    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     BatchDecided {
         batch: &'a BatchDecision,
         principal: &'a Principal,

@@ -23,15 +23,6 @@ pub struct StandingApprovals {
     store: Arc<dyn StandingStore>,
 }
 
-impl StandingApprovals {
-    /// The layer's port for pages (the standing page signs its forms and finds its visitor
-    /// through it).
-    #[cfg(feature = "pages")]
-    pub(crate) fn desk(&self) -> crate::approval::ApprovalDesk {
-        crate::approval::ApprovalDesk::new(Arc::clone(&self.config))
-    }
-}
-
 impl fmt::Debug for StandingApprovals {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StandingApprovals")
@@ -41,6 +32,13 @@ impl fmt::Debug for StandingApprovals {
 }
 
 impl StandingApprovals {
+    /// The port of the layer these approvals are granted by, for pages (`mcp-confirm-pages`'s
+    /// standing-approvals page lists and revokes through it).
+    #[must_use]
+    pub fn approval_desk(&self) -> crate::approval::ApprovalDesk {
+        crate::approval::ApprovalDesk::new(Arc::clone(&self.config))
+    }
+
     pub(crate) fn new(config: Arc<Config>) -> Option<Self> {
         let store = Arc::clone(config.standing.as_ref()?);
         Some(Self { config, store })

@@ -79,7 +79,6 @@ pub(crate) struct RingKey {
     mac: HmacSha256,
     principal: HmacSha256,
     /// Tags the pages' anti-forgery tokens (`crate::page::FormTokens`).
-    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     form: HmacSha256,
     /// Tags the pages' own sealed values (a passkey ceremony's state).
     seal: HmacSha256,
@@ -193,14 +192,12 @@ impl KeyRing {
 
     /// A tag over `data` for the pages' own sealed values (`domain` separates their uses), by
     /// the signing key.
-    #[cfg_attr(not(feature = "passkeys"), allow(dead_code))]
     pub(crate) fn page_tag(&self, domain: &[u8], data: &[u8]) -> [u8; 32] {
         self.signing().page_tag(domain, data)
     }
 
     /// Whether `tag` is [`page_tag`](Self::page_tag) of `data` under any key of the ring,
     /// compared in constant time.
-    #[cfg_attr(not(feature = "passkeys"), allow(dead_code))]
     pub(crate) fn page_tag_matches(&self, domain: &[u8], data: &[u8], tag: &[u8]) -> bool {
         self.keys.iter().fold(false, |found, key| {
             found | bool::from(key.page_tag(domain, data)[..].ct_eq(tag))
@@ -321,7 +318,6 @@ impl RingKey {
     }
 
     /// A tag over `data` under the anti-forgery key (its own, apart from the sealing key).
-    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     fn form_tag(&self, data: &[u8]) -> [u8; 32] {
         let mut mac = self.form.clone();
         mac.update(data);

@@ -94,7 +94,6 @@ impl Sealer {
     }
 
     /// How far apart the instances' clocks may be.
-    #[cfg_attr(not(feature = "pages"), allow(dead_code))]
     pub(crate) fn skew(&self) -> Duration {
         self.skew
     }

@@ -1,18 +1,17 @@
 //! The browser-approval fixture: `notes_destroy` approved on the layer's page, the URL-mode
 //! calls, and requests to the page as the authentication layer in front would make them.
 
+use mcp_confirm_pages::LayerPages as _;
+use mcp_confirm_pages::{ApprovalPage, InboxPage};
 use std::convert::Infallible;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use mcp_confirm::approval::InboxPage;
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::store::MemoryReplayStore;
-use mcp_confirm::{
-    ApprovalPage, ConfirmLayer, ConfirmLayerBuilder, KeyRing, Principal, ToolPolicy,
-};
+use mcp_confirm::{ConfirmLayer, ConfirmLayerBuilder, KeyRing, Principal, ToolPolicy};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

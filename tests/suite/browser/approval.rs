@@ -5,6 +5,7 @@ use crate::common::browser::*;
 use crate::common::*;
 use http::StatusCode;
 use mcp_confirm::{ConfigError, ConfirmLayer, KeyRing, Principal, ToolPolicy};
+use mcp_confirm_pages::LayerPages as _;
 use serde_json::json;
 
 #[tokio::test]

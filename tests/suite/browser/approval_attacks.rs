@@ -4,6 +4,7 @@
 //! Tests named `holds_` held when written; the others failed then, and their doc comment says
 //! **Was broken**, what broke and how it was fixed.
 
+use mcp_confirm_pages::LayerPages as _;
 use std::time::Duration;
 
 use crate::common::browser::*;

@@ -14,18 +14,18 @@
 //! timestamp past what the clock holds (now `Stale`), and a passkey rule the page could not meet
 //! (now verified by the passkey step, and refused at build without `passkeys`).
 
+use mcp_confirm_pages::LayerPages as _;
+use mcp_confirm_pages::{ApprovalPage, InboxPage};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use http::StatusCode;
-use mcp_confirm::approval::{Approvers, InboxPage};
+use mcp_confirm::approval::Approvers;
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::notify::signature::DEFAULT_TOLERANCE;
 use mcp_confirm::notify::{self, ApprovalNotice, Notifier, Payload, WebhookError, WebhookSecret};
 use mcp_confirm::store::MemoryReplayStore;
-use mcp_confirm::{
-    ApprovalPage, ApproverQuery, ConfirmLayer, KeyRing, PolicyError, Principal, ToolPolicy,
-};
+use mcp_confirm::{ApproverQuery, ConfirmLayer, KeyRing, PolicyError, Principal, ToolPolicy};
 use serde_json::{Value, json};
 use tower::Layer;
 

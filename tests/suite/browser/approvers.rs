@@ -1,13 +1,15 @@
 //! Someone else approves (issue 23): approver rules on the approval page, the caller's pending
 //! retries, four eyes, several approvals, the inbox, and the attacks on each.
 
+use mcp_confirm_pages::LayerPages as _;
+use mcp_confirm_pages::{ApprovalPage, InboxPage};
 use std::sync::{Arc, Mutex};
 
 use crate::common::browser::*;
 use crate::common::*;
 use http::StatusCode;
-use mcp_confirm::approval::{Approvers, InboxPage};
-use mcp_confirm::{ApprovalPage, ApproverQuery, ConfirmLayer, KeyRing, PolicyError, Principal};
+use mcp_confirm::approval::Approvers;
+use mcp_confirm::{ApproverQuery, ConfirmLayer, KeyRing, PolicyError, Principal};
 use serde_json::json;
 
 use super::attacks::{on_store_with, stores};

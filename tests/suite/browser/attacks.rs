@@ -6,6 +6,8 @@
 //! refused from the start.
 
 use mcp_confirm_demo::{app, notes};
+use mcp_confirm_pages::ApprovalPage;
+use mcp_confirm_pages::LayerPages as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,9 +16,7 @@ use crate::common::*;
 use http::StatusCode;
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::store::MemoryReplayStore;
-use mcp_confirm::{
-    ApprovalPage, Candidate, Confirm, ConfirmLayer, KeyRing, Lookup, PolicyError, ToolPolicy,
-};
+use mcp_confirm::{Candidate, Confirm, ConfirmLayer, KeyRing, Lookup, PolicyError, ToolPolicy};
 use serde_json::{Value, json};
 use tower::Layer;
 

@@ -8,10 +8,11 @@ use http::StatusCode;
 use mcp_confirm::approval::batch::{self, BatchDecision};
 use mcp_confirm::approval::{ApprovalId, ApprovalStore, Decider, Decision};
 use mcp_confirm::{ConfigError, ConfirmLayer, KeyRing, ToolPolicy};
+use mcp_confirm_pages::LayerPages as _;
 use serde_json::{Value, json};
 
 /// The fixture with `notes_destroy` batchable in group `notes`.
-fn batched() -> (Fixture, mcp_confirm::ApprovalPage) {
+fn batched() -> (Fixture, mcp_confirm_pages::ApprovalPage) {
     browser_with(|p| p.batch_group("notes"))
 }
 

@@ -2,6 +2,8 @@
 //! confirmation meant (another principal's decision, a set other than the one shown, a member
 //! that may never be batched, an edit that widens or is silently dropped) and checks what ran.
 
+use mcp_confirm_pages::LayerPages as _;
+use mcp_confirm_pages::{ApprovalPage, InboxPage};
 use std::time::Duration;
 
 use super::narrowing::{bulk_policy, question};
@@ -9,13 +11,11 @@ use crate::common::browser::*;
 use crate::common::*;
 use http::StatusCode;
 use mcp_confirm::approval::batch::BatchDecision;
-use mcp_confirm::approval::{
-    ApprovalId, ApprovalStore, Approvers, Decided, Decider, Decision, InboxPage,
-};
+use mcp_confirm::approval::{ApprovalId, ApprovalStore, Approvers, Decided, Decider, Decision};
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::narrow::Narrowing;
 use mcp_confirm::store::MemoryReplayStore;
-use mcp_confirm::{ApprovalPage, KeyRing, ToolPolicy};
+use mcp_confirm::{KeyRing, ToolPolicy};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------

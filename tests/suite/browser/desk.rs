@@ -7,7 +7,7 @@ use mcp_confirm::approval::{ApprovalDesk, ApprovalId, MIN_FORM_TAG_BYTES};
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::narrow::Narrowing;
 use mcp_confirm::store::MemoryReplayStore;
-use mcp_confirm::{ConfirmLayer, KeyRing, Principal};
+use mcp_confirm::{KeyRing, Principal};
 use serde_json::json;
 
 use crate::common::browser::*;
@@ -59,13 +59,8 @@ async fn another_deployments_approval_is_not_read_through_the_desk() {
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());
     let layer = builder(KeyRing::single("k1", KEY).unwrap(), &notes, &clock, &store).build();
-    let other = ConfirmLayer::builder(KeyRing::single("k1", KEY).unwrap())
-        .without_tool_list_unchecked()
+    let other = builder(KeyRing::single("k1", KEY).unwrap(), &notes, &clock, &store)
         .audience("https://other.example/mcp")
-        .clock(clock.clone())
-        .store(store.clone())
-        .approval_url(BASE)
-        .tool("notes_destroy", destroy_policy(&notes))
         .build();
     let (desk, theirs) = (layer.approval_desk(), other.approval_desk());
     assert_eq!(desk.audience(), "https://notes.example/mcp");

@@ -7,20 +7,21 @@
 //! Before the fix the standing and passkey pages' token was a fixed keyed hash of the
 //! principal: the tests of another session and of expiry failed there.
 
+use mcp_confirm_pages::LayerPages as _;
+use mcp_confirm_pages::StandingPages as _;
+use mcp_confirm_pages::{ApprovalPage, PasskeyPage, StandingPage};
 use std::convert::Infallible;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use mcp_confirm::approval::PasskeyPage;
 use mcp_confirm::clock::ManualClock;
-use mcp_confirm::passkey::Passkeys;
 use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{
-    ApprovalPage, ConfirmLayerBuilder, KeyRing, Lookup, PageSession, Principal, StandingApprovals,
-    StandingPage,
+    ConfirmLayerBuilder, KeyRing, Lookup, PageSession, Principal, StandingApprovals,
 };
+use mcp_confirm_pages::passkey::Passkeys;
 use serde_json::json;
 use tower::ServiceExt;
 

@@ -3,6 +3,8 @@
 //! beside the original; anything else (wider, undeclared, another tool) is refused and nothing
 //! runs.
 
+use mcp_confirm_pages::ApprovalPage;
+use mcp_confirm_pages::LayerPages as _;
 use std::sync::Arc;
 
 use crate::common::browser::*;
@@ -12,7 +14,7 @@ use http::StatusCode;
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::narrow::Narrowing;
 use mcp_confirm::store::MemoryReplayStore;
-use mcp_confirm::{ApprovalPage, KeyRing, ToolPolicy};
+use mcp_confirm::{KeyRing, ToolPolicy};
 use serde_json::{Value, json};
 
 /// `notes_bulk_delete(ids, limit, dry_run, mode, workspaceUri)`, approved in the browser, its

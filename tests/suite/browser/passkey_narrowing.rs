@@ -8,13 +8,13 @@
 use crate::common::browser::*;
 use crate::common::*;
 use http::StatusCode;
-use mcp_confirm::approval::{
-    ApprovalId, ApprovalPage, ApprovalStore, Approvers, Decision, PasskeyPage,
-};
+use mcp_confirm::approval::{ApprovalId, ApprovalStore, Approvers, Decision};
 use mcp_confirm::narrow::Narrowing;
-use mcp_confirm::passkey::Passkeys;
 use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{KeyRing, Principal, ToolPolicy};
+use mcp_confirm_pages::LayerPages as _;
+use mcp_confirm_pages::passkey::Passkeys;
+use mcp_confirm_pages::{ApprovalPage, PasskeyPage};
 use serde_json::{Value, json};
 
 use super::narrowing::{bulk_policy, question};

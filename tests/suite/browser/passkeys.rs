@@ -4,15 +4,17 @@
 //! authenticator (`tests/common/authenticator.rs`) makes the registrations and assertions,
 //! verified by webauthn-rs; CI does the same in Chromium with a virtual authenticator.
 
+use mcp_confirm_pages::LayerPages as _;
+use mcp_confirm_pages::{ApprovalPage, PasskeyPage};
 use std::sync::Arc;
 
 use crate::common::browser::*;
 use crate::common::*;
 use http::StatusCode;
-use mcp_confirm::approval::{Approvers, PasskeyPage};
-use mcp_confirm::passkey::Passkeys;
+use mcp_confirm::approval::Approvers;
 use mcp_confirm::store::MemoryReplayStore;
-use mcp_confirm::{ApprovalPage, ConfigError, ConfirmLayer, KeyRing, Principal};
+use mcp_confirm::{ConfigError, ConfirmLayer, KeyRing, Principal};
+use mcp_confirm_pages::passkey::Passkeys;
 use serde_json::{Value, json};
 
 use crate::common::authenticator::SoftAuthenticator;
@@ -652,4 +654,54 @@ async fn registered_on_one_instance_approved_on_another_retried_on_a_third() {
         );
         assert_eq!(seen.count(), 1, "{backend}");
     }
+}
+
+/// The layer holds its passkey verifier type-erased (the pages left the core, #53). A verifier
+/// that is not the pages' WebAuthn `Passkeys` (a hurried deployment's own marker type, say)
+/// satisfies the build, but the page cannot verify with it: it approves nothing under a rule
+/// that requires a passkey, records nothing, offers no passkey page, and the retry waits.
+#[tokio::test]
+async fn a_verifier_the_pages_cannot_use_approves_nothing() {
+    #[derive(Debug)]
+    struct NotWebAuthn;
+    impl mcp_confirm::approval::PasskeyVerifier for NotWebAuthn {}
+
+    let notes = Notes::seeded();
+    let clock = mcp_confirm::clock::ManualClock::new(now());
+    let store = MemoryReplayStore::with_clock(10_000, clock.clone());
+    let layer = base(KeyRing::single("k1", KEY).unwrap(), &clock, &store)
+        .tool(
+            "notes_destroy",
+            destroy_policy(&notes)
+                .approved_by(Approvers::anyone_but_caller().with_passkey())
+                .recheck_approvers(different_people),
+        )
+        .passkeys(NotWebAuthn)
+        .build();
+    assert!(layer.passkey_page().is_none());
+    let (page, desk) = (layer.approval_page(), layer.approval_desk());
+    assert!(desk.needs_passkeys() && desk.passkeys().is_some());
+    let f = Fixture::new(layer, notes, clock, store);
+    let (url, _, state) = elicitation(&f.alice(&destroy_call(json!(1))).await);
+    let bob = Principal::new("bob");
+    let (_, _, html) = visit_as(&page, "GET", &url, Some(bob.clone()), &[], "").await;
+    let body = form(&[
+        ("csrf", &csrf(&html)),
+        ("choice", "note-7"),
+        ("decision", "approve"),
+    ]);
+    let (status, answer) = post(&page, &url, &bob, body).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
+    assert!(answer.contains("cannot verify"), "{answer}");
+    let id = mcp_confirm::approval::ApprovalId::from_hex(url.rsplit('/').next().unwrap()).unwrap();
+    let approval = desk.approval(id, &bob).await.unwrap().unwrap();
+    assert!(approval.decision.is_none() && approval.endorsements.is_empty());
+    let retry = pending(&f, &state, 2).await;
+    assert_eq!(
+        retry.result()["resultType"],
+        "input_required",
+        "{}",
+        retry.json()
+    );
+    assert_eq!(f.seen.count(), 0, "nothing reached the tool");
 }

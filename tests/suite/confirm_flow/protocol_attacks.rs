@@ -10,6 +10,7 @@ use http::StatusCode;
 use mcp_confirm::clock::ManualClock;
 use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::{Candidate, ConfirmLayer, KeyRing, Lookup, PolicyError, ToolPolicy};
+use mcp_confirm_pages::LayerPages as _;
 use serde_json::{Value, json};
 
 use crate::demo::cluster::*;
@@ -117,7 +118,10 @@ async fn a_quoted_comma_in_accept_spends_no_confirmation() {
 // =============================================================================================
 
 /// A layer with one pick-one tool `pick` whose resolver returns `candidates`.
-fn picking(candidates: Vec<Candidate>, browser_page: bool) -> (Fixture, mcp_confirm::ApprovalPage) {
+fn picking(
+    candidates: Vec<Candidate>,
+    browser_page: bool,
+) -> (Fixture, mcp_confirm_pages::ApprovalPage) {
     let notes = Notes::seeded();
     let clock = ManualClock::new(now());
     let store = MemoryReplayStore::with_clock(10_000, clock.clone());

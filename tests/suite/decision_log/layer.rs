@@ -2,6 +2,7 @@
 //! note-7" answered and proved from the log alone, and what a destructive call gets while the
 //! log cannot take its record (fail closed by default: nothing runs, no confirmation is spent).
 
+use mcp_confirm_pages::LayerPages as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -7,6 +7,9 @@
 //! Each test is one attack, named `holds_…` and asserting the safe behaviour: a test that fails
 //! is a finding. The doc comment of each says what it tries.
 
+use mcp_confirm_pages::LayerPages as _;
+use mcp_confirm_pages::StandingPage;
+use mcp_confirm_pages::StandingPages as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -17,9 +20,7 @@ use mcp_confirm::store::standing::{
     MAX_STANDING_PER_PRINCIPAL, Standing, StandingId, StandingStore,
 };
 use mcp_confirm::store::{MemoryReplayStore, Nonce, PrincipalKey, StoreError};
-use mcp_confirm::{
-    ConfirmLayer, KeyRing, Lookup, Principal, StandingApprovals, StandingPage, ToolPolicy,
-};
+use mcp_confirm::{ConfirmLayer, KeyRing, Lookup, Principal, StandingApprovals, ToolPolicy};
 use serde_json::{Value, json};
 
 use crate::backends::on_every_backend;

@@ -11,7 +11,7 @@ use crate::common::*;
 use std::time::Duration;
 
 /// The browser fixture whose `notes_destroy` offers a standing approval of three calls.
-fn offering() -> (Fixture, mcp_confirm::ApprovalPage) {
+fn offering() -> (Fixture, mcp_confirm_pages::ApprovalPage) {
     browser_with(|p| p.standing(Duration::from_secs(600), 3, workspace))
 }
 

@@ -3,12 +3,14 @@
 //! same origin, form posts only, bounded bodies, no framing or caching).
 
 use http::StatusCode;
+use mcp_confirm_pages::StandingPage;
+use mcp_confirm_pages::StandingPages as _;
 use serde_json::json;
 
 use super::{call, grant, standing_fixture_with_handle};
 use crate::common::browser::{FORM_HEADERS, ORIGIN, csrf, page_as, visit};
 use crate::common::*;
-use mcp_confirm::{Principal, StandingPage};
+use mcp_confirm::Principal;
 
 const URL: &str = "http://notes.example/standing";
 

@@ -7,7 +7,9 @@
 
 use http::StatusCode;
 use mcp_confirm::approval::Approvers;
-use mcp_confirm::{ApprovalPage, ApproverQuery, ConfigError, KeyRing, PolicyError, Principal};
+use mcp_confirm::{ApproverQuery, ConfigError, KeyRing, PolicyError, Principal};
+use mcp_confirm_pages::ApprovalPage;
+use mcp_confirm_pages::LayerPages as _;
 use serde_json::json;
 
 use crate::common::browser::*;

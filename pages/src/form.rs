@@ -8,9 +8,9 @@ use http_body::Body;
 use http_body_util::{BodyExt, Full, Limited};
 
 use super::skeleton::notice;
-use crate::approval::ApprovalDesk;
-use crate::guard::media_type;
-use crate::principal::Principal;
+use mcp_confirm::Principal;
+use mcp_confirm::approval::ApprovalDesk;
+use mcp_confirm::guard::media_type;
 
 /// The most a page's form post may hold.
 pub(crate) const MAX_FORM_BYTES: usize = 16 * 1024;

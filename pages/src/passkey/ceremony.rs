@@ -11,7 +11,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::PasskeyError;
-use crate::token::keyring::KeyRing;
+use mcp_confirm::approval::ApprovalDesk;
 
 /// The tag's domain: what else the ring's sealing key tags cannot be taken for a ceremony.
 const DOMAIN: &[u8] = b"mcp-confirm/passkey-ceremony/v1";
@@ -29,7 +29,7 @@ pub struct Binding {
     /// The digest of the call's arguments (hex; empty when the record has none).
     pub arguments: String,
     /// The approver's narrowing of those arguments, exactly as the decision records it (a JSON
-    /// object of the arguments changed, [`crate::narrow`]; empty for the call as asked). With
+    /// object of the arguments changed, [`mcp_confirm::narrow`]; empty for the call as asked). With
     /// `arguments` it fixes the arguments that run, so an assertion made for one narrowing
     /// approves no other, nor the call as asked.
     pub narrowed: String,
@@ -62,7 +62,7 @@ impl Binding {
 
     /// A fresh challenge for this decision: 16 random bytes, then its digest (48 bytes).
     pub(crate) fn challenge(&self) -> Vec<u8> {
-        let nonce = crate::kernel::Nonce::random();
+        let nonce = mcp_confirm::store::Nonce::random();
         [nonce.as_bytes().as_slice(), &self.digest()].concat()
     }
 
@@ -105,7 +105,7 @@ impl Sealed {
         Self {
             kind,
             subject: subject.to_owned(),
-            decision: decision.map(|d| crate::kernel::hex(&d)),
+            decision: decision.map(|d| crate::encoding::hex(&d)),
             expires: expires
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -114,7 +114,7 @@ impl Sealed {
     }
 
     /// `base64url(json) "." base64url(tag)`.
-    pub(crate) fn seal(&self, keys: &KeyRing) -> String {
+    pub(crate) fn seal(&self, keys: &ApprovalDesk) -> String {
         let payload = serde_json::to_vec(self).unwrap_or_default();
         let tag = keys.page_tag(DOMAIN, &payload);
         format!(
@@ -127,7 +127,7 @@ impl Sealed {
     /// The sealed value, if it is ours (tag under any key of the ring), of `kind`, for
     /// `subject` and `decision`, and unexpired at `now`.
     pub(crate) fn open(
-        keys: &KeyRing,
+        keys: &ApprovalDesk,
         text: &str,
         kind: Kind,
         subject: &str,
@@ -150,7 +150,7 @@ impl Sealed {
         let sealed: Sealed =
             serde_json::from_slice(&payload).map_err(|_| PasskeyError::Ceremony)?;
         let expires = UNIX_EPOCH + Duration::from_secs(sealed.expires);
-        let decision = decision.map(|d| crate::kernel::hex(&d));
+        let decision = decision.map(|d| crate::encoding::hex(&d));
         if sealed.kind != kind
             || sealed.subject != subject
             || sealed.decision != decision
@@ -199,6 +199,14 @@ pub(crate) fn signed_challenge(client_data_json: &[u8]) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
+    fn desk() -> ApprovalDesk {
+        mcp_confirm::ConfirmLayer::builder(mcp_confirm::KeyRing::random())
+            .without_tool_list_unchecked()
+            .audience("https://notes.example/mcp")
+            .build()
+            .approval_desk()
+    }
+
     fn binding() -> Binding {
         Binding {
             approval: "00ff".into(),
@@ -245,7 +253,7 @@ mod tests {
 
     #[test]
     fn a_sealed_ceremony_opens_only_as_sealed() {
-        let keys = KeyRing::random();
+        let keys = desk();
         let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let d = binding().digest();
         let sealed = Sealed::new(
@@ -258,9 +266,12 @@ mod tests {
         let text = sealed.seal(&keys);
         assert!(Sealed::open(&keys, &text, Kind::Assert, "bob", Some(d), now).is_ok());
         let refused =
-            |t: &str, k: Kind, s: &str, d2: Option<[u8; 32]>, at: SystemTime, ring: &KeyRing| {
-                Sealed::open(ring, t, k, s, d2, at).is_err()
-            };
+            |t: &str,
+             k: Kind,
+             s: &str,
+             d2: Option<[u8; 32]>,
+             at: SystemTime,
+             ring: &ApprovalDesk| { Sealed::open(ring, t, k, s, d2, at).is_err() };
         assert!(refused(&text, Kind::Register, "bob", Some(d), now, &keys));
         assert!(refused(&text, Kind::Assert, "alice", Some(d), now, &keys));
         assert!(refused(
@@ -280,14 +291,7 @@ mod tests {
             now + Duration::from_secs(300),
             &keys
         ));
-        assert!(refused(
-            &text,
-            Kind::Assert,
-            "bob",
-            Some(d),
-            now,
-            &KeyRing::random()
-        ));
+        assert!(refused(&text, Kind::Assert, "bob", Some(d), now, &desk()));
         let (payload, tag) = text.split_once('.').unwrap_or_default();
         let mut bytes = URL_SAFE_NO_PAD.decode(payload).unwrap_or_default();
         if let Some(b) = bytes.iter_mut().find(|b| **b == b'1') {

@@ -5,7 +5,7 @@
 //! behind the same authentication. The URL carries only the approval's opaque id. Reading the page
 //! changes nothing; a decision is a `POST` from the page's own origin with an anti-forgery token
 //! bound to the approval, the principal and the session the page was shown in, good for
-//! [`DEFAULT_FORM_TTL`] (`crate::pages::FormTokens`). Every answer forbids framing, caching and
+//! [`DEFAULT_FORM_TTL`] (`crate::FormTokens`). Every answer forbids framing, caching and
 //! scripts.
 
 use std::time::Duration;
@@ -17,13 +17,14 @@ use http_body_util::Full;
 
 use super::html::{self, gone, not_yours, notice, page, render, unavailable, waiting};
 use super::narrowing;
-use crate::approval::ApprovalDesk;
-use crate::pages::{
-    DEFAULT_BATCH_WINDOW, DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor,
-    form_refused, form_value, repeated_refused, repeats,
-};
-use crate::principal::Principal;
-use crate::store::approval::{Approval, ApprovalId, Decided, Decider, Decision};
+use crate::anti_forgery::{FormPurpose, FormTokens, form_refused};
+use crate::defaults::{DEFAULT_BATCH_WINDOW, DEFAULT_FORM_TTL};
+use crate::entrance::{Entrance, Entry};
+use crate::form::{form_value, repeated_refused, repeats};
+use crate::visitor::Visitor;
+use mcp_confirm::Principal;
+use mcp_confirm::approval::ApprovalDesk;
+use mcp_confirm::approval::{Approval, ApprovalId, Decided, Decider, Decision};
 
 /// What the signed-in principal may do with an approval.
 pub(super) enum Access {
@@ -40,6 +41,16 @@ fn lists(name: &str) -> bool {
     matches!(name, "member" | "approve") || name.starts_with("narrow-")
 }
 
+/// The answer to an approval that requires a passkey on a page that cannot verify one.
+fn cannot_verify_passkeys() -> Response<Full<Bytes>> {
+    notice(
+        StatusCode::FORBIDDEN,
+        "Passkey required",
+        "This approval must be made with a passkey, which this deployment cannot verify. \
+         Nothing changed.",
+    )
+}
+
 /// The answer to a caller who tries to decide their own request where others must.
 fn own_request() -> Response<Full<Bytes>> {
     notice(
@@ -50,7 +61,7 @@ fn own_request() -> Response<Full<Bytes>> {
 }
 
 /// The approval page: `GET …/{id}` shows the approval, `POST …/{id}` decides it. Get it from
-/// [`ConfirmLayer::approval_page`](crate::ConfirmLayer::approval_page).
+/// [`ConfirmLayer::approval_page`](crate::LayerPages::approval_page).
 #[derive(Clone)]
 pub struct ApprovalPage {
     pub(super) desk: ApprovalDesk,
@@ -98,7 +109,7 @@ impl ApprovalPage {
 
     /// How far apart two calls of one principal may have been made for the page to offer them
     /// as one batch (default [`DEFAULT_BATCH_WINDOW`](crate::defaults::DEFAULT_BATCH_WINDOW),
-    /// 2 minutes; only tools of one [`batch_group`](crate::ToolPolicy::batch_group) are ever
+    /// 2 minutes; only tools of one [`batch_group`](mcp_confirm::ToolPolicy::batch_group) are ever
     /// batched). `Duration::ZERO` batches only calls made in the same millisecond.
     #[must_use]
     pub fn batch_window(mut self, window: Duration) -> Self {
@@ -216,6 +227,7 @@ impl ApprovalPage {
             let text = match decision {
                 Decision::Approved { .. } => "This request was approved.",
                 Decision::Declined => "This request was declined.",
+                _ => "This request was decided.",
             };
             return notice(
                 StatusCode::OK,
@@ -274,25 +286,33 @@ impl ApprovalPage {
         narrowed: Option<&str>,
         body: &[u8],
     ) -> Result<String, Response<Full<Bytes>>> {
-        super::passkeys::step(&self.desk, approval, principal, chosen, narrowed, body).await
+        let Some(passkeys) = crate::passkey::Passkeys::of(&self.desk) else {
+            tracing::error!(target: "mcp_confirm::audit", tool = %approval.tool,
+                "an approval requires a passkey and the layer's passkey verifier is not \
+                 mcp-confirm-pages' Passkeys: it cannot be approved here");
+            return Err(cannot_verify_passkeys());
+        };
+        super::passkeys::step(
+            &self.desk, passkeys, approval, principal, chosen, narrowed, body,
+        )
+        .await
     }
 
-    /// Without feature `passkeys` no layer with such a rule builds; a record that says so
-    /// anyway is refused here (and by the store, which finds no passkey).
+    /// Without feature `passkeys` a passkey cannot be verified: an approval whose rule requires
+    /// one is refused here (and by the store, which finds no passkey).
     #[cfg(not(feature = "passkeys"))]
     async fn passkey(
         &self,
-        _: &Approval,
+        approval: &Approval,
         _: &Principal,
         _: &str,
         _: Option<&str>,
         _: &[u8],
     ) -> Result<String, Response<Full<Bytes>>> {
-        Err(notice(
-            StatusCode::FORBIDDEN,
-            "Passkey required",
-            "This approval must be made with a passkey, which this deployment cannot verify.",
-        ))
+        tracing::error!(target: "mcp_confirm::audit", tool = %approval.tool,
+            "an approval requires a passkey and mcp-confirm-pages was built without feature \
+             `passkeys`: it cannot be approved");
+        Err(cannot_verify_passkeys())
     }
 
     async fn decide(
@@ -453,6 +473,7 @@ impl ApprovalPage {
                     Decision::Declined => {
                         "Declined. Nothing will be changed; return to your client."
                     }
+                    _ => "Recorded. Return to your client.",
                 };
                 notice(StatusCode::OK, "Done", text)
             }
@@ -493,9 +514,11 @@ impl ApprovalPage {
                     .await
             }
             Ok(Decided::Unknown) => gone(),
+            // An answer of a later core this page does not know: nothing it can vouch for.
+            Ok(_) => unavailable(),
             Err(_) => unavailable(),
         }
     }
 }
 
-crate::pages::page_service!(ApprovalPage);
+crate::service::page_service!(ApprovalPage);

@@ -10,18 +10,20 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 
 use super::html::{page, unavailable};
-use crate::approval::ApprovalDesk;
-use crate::pages::{DEFAULT_BATCH_WINDOW, Entrance, http_date};
-use crate::store::approval::Approval;
-use crate::store::batch::{self, MAX_BATCH};
+use crate::defaults::DEFAULT_BATCH_WINDOW;
+use crate::entrance::Entrance;
+use crate::skeleton::http_date;
 use maud::{Markup, html};
+use mcp_confirm::approval::Approval;
+use mcp_confirm::approval::ApprovalDesk;
+use mcp_confirm::approval::batch::{self, MAX_BATCH};
 
 /// The most approvals the inbox lists.
 pub const INBOX_LIMIT: usize = 50;
 
 /// The inbox: `GET` lists the approvals the signed-in principal may decide and has not yet
 /// approved, newest first, with their expiry and each one's link. Get it from
-/// [`ConfirmLayer::inbox_page`](crate::ConfirmLayer::inbox_page) and mount it behind the same
+/// [`ConfirmLayer::inbox_page`](crate::LayerPages::inbox_page) and mount it behind the same
 /// authentication as the approval page.
 #[derive(Clone)]
 pub struct InboxPage {
@@ -48,7 +50,7 @@ impl InboxPage {
     }
 
     /// The window within which calls are listed as one batch: give it the
-    /// [approval page's](crate::approval::ApprovalPage::batch_window), so a listed batch is the
+    /// [approval page's](crate::ApprovalPage::batch_window), so a listed batch is the
     /// one its page shows.
     #[must_use]
     pub fn batch_window(mut self, window: Duration) -> Self {
@@ -57,7 +59,7 @@ impl InboxPage {
     }
 
     /// Where a visitor who is not signed in is sent, as for the
-    /// [approval page](crate::approval::ApprovalPage::sign_in_url).
+    /// [approval page](crate::ApprovalPage::sign_in_url).
     #[must_use]
     pub fn sign_in_url(mut self, url: impl Into<String>) -> Self {
         self.sign_in = Some(url.into());
@@ -75,7 +77,7 @@ impl InboxPage {
             channel: "inbox",
             name: "the inbox",
             // It takes no posts.
-            lists: crate::pages::no_lists,
+            lists: crate::form::no_lists,
         };
         // It only reads: `GET` alone, and nothing of a body is taken.
         let visitor = match entrance.admit(&request) {
@@ -175,4 +177,4 @@ fn batches(waiting: &[Approval], window: Duration) -> (Vec<Vec<&Approval>>, Vec<
     (groups, single)
 }
 
-crate::pages::page_service!(InboxPage);
+crate::service::page_service!(InboxPage);

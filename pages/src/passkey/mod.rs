@@ -29,9 +29,9 @@ use webauthn_rs::prelude::{
 pub use ceremony::Binding;
 use ceremony::{Kind, Sealed};
 
-use crate::store::StoreError;
-use crate::store::passkey::{PasskeyStore, Registered, RegisteredPasskey};
-use crate::token::keyring::KeyRing;
+use mcp_confirm::approval::ApprovalDesk;
+use mcp_confirm::store::StoreError;
+use mcp_confirm::store::passkey::{PasskeyStore, Registered, RegisteredPasskey};
 
 /// How long a ceremony (the options shown, the assertion posted back) may take.
 pub const CEREMONY_TTL: Duration = Duration::from_secs(300);
@@ -66,16 +66,26 @@ pub enum PasskeyError {
 }
 
 /// Passkeys for approvers: the relying party and the store the registered passkeys are kept in.
-/// Give it to [`ConfirmLayerBuilder::passkeys`](crate::ConfirmLayerBuilder::passkeys); the
-/// approval page then asks for a passkey wherever the rule says
-/// [`with_passkey`](crate::approval::Approvers::with_passkey), and
-/// [`ConfirmLayer::passkey_page`](crate::ConfirmLayer::passkey_page) lets approvers register
+/// Give it to the layer ([`ConfirmLayerBuilder::passkeys`](mcp_confirm::ConfirmLayerBuilder::passkeys));
+/// the approval page then asks for a passkey wherever the rule says
+/// [`with_passkey`](mcp_confirm::approval::Approvers::with_passkey), and
+/// [`LayerPages::passkey_page`](crate::LayerPages::passkey_page) lets approvers register
 /// theirs.
 #[derive(Clone)]
 pub struct Passkeys {
     webauthn: Arc<Webauthn>,
     store: Arc<dyn PasskeyStore>,
     rp_id: String,
+}
+
+impl mcp_confirm::approval::PasskeyVerifier for Passkeys {}
+
+impl Passkeys {
+    /// The passkeys the layer behind `desk` was given, if they are these (WebAuthn).
+    pub(crate) fn of(desk: &ApprovalDesk) -> Option<&Self> {
+        let verifier: &dyn std::any::Any = desk.passkeys()?;
+        verifier.downcast_ref::<Self>()
+    }
 }
 
 impl fmt::Debug for Passkeys {
@@ -139,7 +149,7 @@ impl Passkeys {
     /// passkeys excluded, so one authenticator is not registered twice).
     pub(crate) async fn start_registration(
         &self,
-        keys: &KeyRing,
+        keys: &ApprovalDesk,
         subject: &str,
         now: SystemTime,
     ) -> Result<Ceremony, PasskeyError> {
@@ -166,7 +176,7 @@ impl Passkeys {
     /// sealed state, then kept for `subject` under `name`.
     pub(crate) async fn finish_registration(
         &self,
-        keys: &KeyRing,
+        keys: &ApprovalDesk,
         subject: &str,
         sealed: &str,
         response: &str,
@@ -191,13 +201,16 @@ impl Passkeys {
             Registered::Added => Ok(record),
             Registered::Exists => Err(PasskeyError::Refused("this passkey is registered already")),
             Registered::Full => Err(PasskeyError::Refused("the most passkeys one may register")),
+            _ => Err(PasskeyError::Refused(
+                "the store did not register this passkey",
+            )),
         }
     }
 
     /// Starts an assertion by `subject` over `binding`, offering their registered passkeys.
     pub(crate) async fn start_assertion(
         &self,
-        keys: &KeyRing,
+        keys: &ApprovalDesk,
         subject: &str,
         binding: &Binding,
         now: SystemTime,
@@ -233,7 +246,7 @@ impl Passkeys {
     /// credential's id, after keeping its new counter.
     pub(crate) async fn verify_assertion(
         &self,
-        keys: &KeyRing,
+        keys: &ApprovalDesk,
         subject: &str,
         binding: &Binding,
         sealed: &str,

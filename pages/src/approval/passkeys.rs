@@ -12,17 +12,18 @@ use http_body::Body;
 use http_body_util::Full;
 
 use super::html::{notice, unavailable};
-use crate::approval::ApprovalDesk;
-use crate::kernel::hex;
-use crate::pages::{
-    DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, form_refused, form_value,
-    page_with_script,
-};
+use crate::anti_forgery::{FormPurpose, FormTokens, form_refused};
+use crate::defaults::DEFAULT_FORM_TTL;
+use crate::encoding::hex;
+use crate::entrance::{Entrance, Entry};
+use crate::form::form_value;
 use crate::passkey::{Binding, PasskeyError, Passkeys};
-use crate::principal::Principal;
-use crate::store::approval::Approval;
-use crate::token::keyring::KeyRing;
+use crate::skeleton::page_with_script;
+use crate::visitor::Visitor;
 use maud::{Markup, PreEscaped, html};
+use mcp_confirm::Principal;
+use mcp_confirm::approval::Approval;
+use mcp_confirm::approval::ApprovalDesk;
 
 /// The approval page's passkey step (`js/passkey-assert.js`: `navigator.credentials.get`, then
 /// post the assertion), in one scope with what both ceremonies share (`js/passkey-common.js`).
@@ -89,15 +90,14 @@ fn carried(name: &str) -> bool {
 /// asks for it, carrying the rest of the form along.
 pub(super) async fn step(
     desk: &ApprovalDesk,
+    passkeys: &Passkeys,
     approval: &Approval,
     principal: &Principal,
     chosen: &str,
     narrowed: Option<&str>,
     body: &[u8],
 ) -> Result<String, Response<Full<Bytes>>> {
-    let Some((passkeys, keys)) = desk.passkeys() else {
-        return Err(refused_page());
-    };
+    let keys = desk;
     let now = desk.now();
     let binding = binding(approval, chosen, narrowed, principal.subject());
     if let (Some(sealed), Some(response)) =
@@ -187,10 +187,11 @@ fn refused_page() -> Response<Full<Bytes>> {
 /// Where approvers register and remove their passkeys: `GET` lists the signed-in principal's
 /// passkeys and offers to register one; `POST` registers (`action=register`) or removes
 /// (`action=remove`). Get it from
-/// [`ConfirmLayer::passkey_page`](crate::ConfirmLayer::passkey_page).
+/// [`ConfirmLayer::passkey_page`](crate::LayerPages::passkey_page).
 #[derive(Clone)]
 pub struct PasskeyPage {
     desk: ApprovalDesk,
+    passkeys: Passkeys,
     sign_in: Option<String>,
     form_ttl: Duration,
 }
@@ -205,9 +206,10 @@ impl std::fmt::Debug for PasskeyPage {
 }
 
 impl PasskeyPage {
-    pub(crate) fn new(desk: ApprovalDesk) -> Self {
+    pub(crate) fn new(desk: ApprovalDesk, passkeys: Passkeys) -> Self {
         Self {
             desk,
+            passkeys,
             sign_in: None,
             form_ttl: DEFAULT_FORM_TTL,
         }
@@ -229,8 +231,8 @@ impl PasskeyPage {
         self
     }
 
-    fn passkeys(&self) -> Option<(&Passkeys, &KeyRing)> {
-        self.desk.passkeys()
+    fn passkeys(&self) -> Option<(&Passkeys, &ApprovalDesk)> {
+        Some((&self.passkeys, &self.desk))
     }
 
     fn tokens(&self) -> FormTokens<'_> {
@@ -251,7 +253,7 @@ impl PasskeyPage {
             sign_in_title: "Sign in to manage your passkeys",
             channel: "passkey_page",
             name: "the passkey page",
-            lists: crate::pages::no_lists,
+            lists: crate::form::no_lists,
         };
         let (visitor, body) = match entrance.enter(request).await {
             Ok(Entry::Show(visitor)) => return self.show(&visitor, None).await,
@@ -366,4 +368,4 @@ impl PasskeyPage {
     }
 }
 
-crate::pages::page_service!(PasskeyPage);
+crate::service::page_service!(PasskeyPage);

@@ -1,12 +1,12 @@
 //! The approval page's batch: approvals of one principal that wait together (tools of one
-//! [`batch_group`](crate::ToolPolicy::batch_group), made within the page's window of each other)
+//! [`batch_group`](mcp_confirm::ToolPolicy::batch_group), made within the page's window of each other)
 //! are shown as one list and decided in one post: approve all, decline all, or approve some.
 //!
 //! The form binds the exact set shown: its anti-forgery token is for that set's digest, and the
 //! post is refused, changing nothing, unless the members it names are still that set, each
 //! undecided and unanswered. The decision is kept once per set (a second one, from another tab
 //! or instance, is answered 409 and changes nothing), then applied to each member
-//! ([`crate::approval::batch`]).
+//! ([`mcp_confirm::approval::batch`]).
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
@@ -15,10 +15,13 @@ use maud::{Markup, html};
 
 use super::html::{notice, page, unavailable};
 use super::page::{Access, ApprovalPage};
-use crate::pages::{FormPurpose, Visitor, form_refused, form_value, form_values, http_date};
-use crate::principal::Principal;
-use crate::store::approval::{Approval, ApprovalId, Decider, Decision};
-use crate::store::batch::{self, BatchDecision, MAX_BATCH, SetDigest};
+use crate::anti_forgery::{FormPurpose, form_refused};
+use crate::form::{form_value, form_values};
+use crate::skeleton::http_date;
+use crate::visitor::Visitor;
+use mcp_confirm::Principal;
+use mcp_confirm::approval::batch::{self, BatchDecision, MAX_BATCH, SetDigest};
+use mcp_confirm::approval::{Approval, ApprovalId, Decider, Decision};
 
 /// What a batch post asks for.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -11,12 +11,11 @@ use http_body_util::Full;
 use super::form::form_value;
 use super::skeleton::notice;
 use super::visitor::Visitor;
-use crate::approval::ApprovalDesk;
-use crate::guard::origin_of;
-use crate::kernel::{hex, unhex};
-use crate::principal::Principal;
-use crate::store::approval::ApprovalId;
-use crate::store::batch::SetDigest;
+use crate::encoding::{hex, unhex};
+use mcp_confirm::Principal;
+use mcp_confirm::approval::ApprovalDesk;
+use mcp_confirm::approval::ApprovalId;
+use mcp_confirm::approval::batch::SetDigest;
 
 /// What a form is for: a token of one is no token of another.
 #[derive(Clone, Copy)]
@@ -80,7 +79,7 @@ impl<'a> FormTokens<'a> {
     }
 
     fn now(&self) -> u64 {
-        crate::clock::unix_secs(self.desk.now())
+        unix_secs(self.desk.now())
     }
 
     /// A token for a form `visitor` is shown now, for `purpose`.
@@ -162,6 +161,28 @@ pub(super) fn same_origin(headers: &HeaderMap, page_url: Option<&str>) -> Result
         Some(expected) if origin.as_bytes() == expected.as_bytes() => Ok(()),
         _ => Err("page POST from another origin"),
     }
+}
+
+/// The origin a browser sends for pages under `uri` (`Origin`'s spelling): lower-case scheme
+/// and host, and the port only when it is not the scheme's default. The approval page accepts
+/// decisions from the origin of its own URL only.
+fn origin_of(uri: &http::Uri) -> Option<String> {
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let host = uri.host()?.to_ascii_lowercase();
+    let default = match scheme.as_str() {
+        "https" => 443,
+        _ => 80,
+    };
+    Some(match uri.port_u16() {
+        Some(port) if port != default => format!("{scheme}://{host}:{port}"),
+        _ => format!("{scheme}://{host}"),
+    })
+}
+
+/// Whole seconds since the Unix epoch (0 before it).
+fn unix_secs(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use super::anti_forgery::same_origin;
 use super::form::{read_form, repeated_refused, repeats};
 use super::skeleton::{notice, page};
 use super::visitor::Visitor;
-use crate::approval::ApprovalDesk;
+use mcp_confirm::approval::ApprovalDesk;
 
 /// The way into a page, the same for each: what it is, and where a visitor who must sign in is
 /// sent.

@@ -5,9 +5,9 @@ use http::{Response, StatusCode};
 use http_body_util::Full;
 use maud::{Markup, html};
 
-use crate::pages::http_date;
-pub(super) use crate::pages::{notice, page};
-use crate::store::approval::{Approval, Decision};
+use crate::skeleton::http_date;
+pub(super) use crate::skeleton::{notice, page};
+use mcp_confirm::approval::{Approval, Decision};
 
 /// The title of the sign-in page a visitor with no principal gets.
 pub(super) const SIGN_IN_TITLE: &str = "Sign in to approve";
@@ -33,6 +33,7 @@ pub(super) fn waiting(approval: &Approval) -> Response<Full<Bytes>> {
     let text = match &approval.decision {
         Some(Decision::Approved { .. }) => "It was approved. Return to your client to continue.",
         Some(Decision::Declined) => "It was declined. Nothing will be changed.",
+        Some(_) => "It was decided. Return to your client to continue.",
         None => {
             "It waits for its approvers; your client will see the decision when you continue there."
         }

@@ -4,7 +4,7 @@
 use http::{Extensions, HeaderMap, header};
 use sha2::{Digest, Sha256};
 
-use crate::principal::{Principal, PrincipalExtractor};
+use mcp_confirm::{Principal, PrincipalExtractor};
 
 /// Who a page request comes from: the principal its authentication names (never the layer's
 /// local one) and a digest of the session it came in.
@@ -15,7 +15,7 @@ pub(crate) struct Visitor {
 
 impl Visitor {
     /// The visitor of a request: `None` when authentication names no principal. The session is
-    /// the authentication's [`PageSession`](crate::PageSession), or else the credentials the
+    /// the authentication's [`PageSession`](mcp_confirm::PageSession), or else the credentials the
     /// request carried.
     pub(crate) fn of(
         extractor: &dyn PrincipalExtractor,

@@ -4,7 +4,7 @@
 //! It keeps the approval page's rules: only the principal authentication names (never the
 //! layer's local one), reading changes nothing, a revocation is a `POST` from the page's own
 //! origin with an anti-forgery token bound to this page, the principal and the session the page
-//! was shown in, good for [`DEFAULT_FORM_TTL`] (`crate::pages::FormTokens`), and every answer
+//! was shown in, good for [`DEFAULT_FORM_TTL`] (`crate::FormTokens`), and every answer
 //! forbids framing, caching and scripts. Another principal's id revokes nothing and is answered
 //! like an id that does not exist.
 
@@ -15,21 +15,24 @@ use http::{Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
 
-use crate::approval::ApprovalDesk;
-use crate::pages::{
-    DEFAULT_FORM_TTL, Entrance, Entry, FormPurpose, FormTokens, Visitor, form_refused, form_value,
-    http_date, notice, page,
-};
-use crate::standing::StandingApprovals;
-use crate::store::standing::{Standing, StandingId};
+use crate::anti_forgery::{FormPurpose, FormTokens, form_refused};
+use crate::defaults::DEFAULT_FORM_TTL;
+use crate::entrance::{Entrance, Entry};
+use crate::form::form_value;
+use crate::skeleton::{http_date, notice, page};
+use crate::visitor::Visitor;
 use maud::{Markup, html};
+use mcp_confirm::StandingApprovals;
+use mcp_confirm::approval::ApprovalDesk;
+use mcp_confirm::store::standing::{Standing, StandingId};
 
 /// The page's channel name in the audit log.
 const CHANNEL: &str = "standing_page";
 
 /// The standing-approvals page: `GET` lists the signed-in principal's standing approvals, `POST`
 /// revokes one (`revoke=<id>`) or all (`revoke=all`). Get it from
-/// [`StandingApprovals::page`].
+/// [`LayerPages::standing_page`](crate::LayerPages::standing_page) or
+/// [`StandingPages::page`](crate::StandingPages::page).
 #[derive(Clone)]
 pub struct StandingPage {
     approvals: StandingApprovals,
@@ -49,19 +52,14 @@ impl std::fmt::Debug for StandingPage {
     }
 }
 
-impl StandingApprovals {
+impl StandingPage {
     /// The page where a signed-in person lists and revokes her standing approvals: a tower
     /// service to mount at `url` (the page's own absolute URL, e.g.
     /// `https://notes.example/standing`: its origin is the only one a revocation may come from),
-    /// behind the same authentication as the [approval page](crate::ConfirmLayer::approval_page).
-    #[cfg_attr(docsrs, doc(cfg(feature = "pages")))]
-    pub fn page(&self, url: impl Into<String>) -> StandingPage {
-        StandingPage::new(self.clone(), self.desk(), url.into())
-    }
-}
-
-impl StandingPage {
-    fn new(approvals: StandingApprovals, desk: ApprovalDesk, url: String) -> Self {
+    /// behind the same authentication as the [approval page](crate::LayerPages::approval_page).
+    /// `None` when the layer keeps no standing approvals.
+    /// The page over `approvals`, the standing approvals of `desk`'s layer.
+    pub(crate) fn of(approvals: StandingApprovals, desk: ApprovalDesk, url: String) -> Self {
         Self {
             approvals,
             desk,
@@ -106,7 +104,7 @@ impl StandingPage {
             sign_in_title: "Sign in to see your standing approvals",
             channel: CHANNEL,
             name: "the standing-approvals page",
-            lists: crate::pages::no_lists,
+            lists: crate::form::no_lists,
         };
         match entrance.enter(request).await {
             Ok(Entry::Show(visitor)) => self.show(&visitor, None).await,
@@ -167,7 +165,7 @@ impl StandingPage {
     }
 }
 
-crate::pages::page_service!(StandingPage);
+crate::service::page_service!(StandingPage);
 
 fn unavailable() -> Response<Full<Bytes>> {
     notice(
@@ -197,7 +195,7 @@ fn render(live: &[Standing], token: &str, url: &str, note: Option<&str>) -> Mark
                         @let id = standing.id.to_hex();
                         tr id={ "standing-" (id) } {
                             td class="tool" { (standing.tool) }
-                            td class="scope" { (crate::form::plain_label(&standing.scope, 80)) }
+                            td class="scope" { (mcp_confirm::Candidate::shown_label(&standing.scope, 80)) }
                             td class="left" {
                                 (standing.uses.saturating_sub(standing.used)) " of " (standing.uses)
                             }

@@ -5,10 +5,10 @@
 use maud::{Markup, html};
 use serde_json::{Map, Value};
 
-use crate::approval::ApprovalDesk;
-use crate::narrow::{self, Narrowing};
-use crate::pages::form_values;
-use crate::store::approval::Approval;
+use crate::form::form_values;
+use mcp_confirm::approval::Approval;
+use mcp_confirm::approval::ApprovalDesk;
+use mcp_confirm::narrow::{self, Narrowing};
 
 /// A tool's narrowable arguments and how each may be narrowed.
 type Declared = Vec<(String, Narrowing)>;
