@@ -29,6 +29,8 @@
 //! - `passkey/` (feature `passkeys`): WebAuthn registration and assertion, bound to the exact
 //!   decision.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub(crate) mod anti_forgery;
 pub(crate) mod approval;
 mod defaults;
