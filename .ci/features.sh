@@ -41,7 +41,7 @@ if grep -rn --include='*.rs' 'not(test)' src; then
   echo "the library has code compiled only outside tests: build each feature alone with cargo build too" >&2
   exit 1
 fi
-for features in "" fs redis redis-cluster postgres rmcp macros testing test-support webhooks metrics otel; do
+for features in "" fs redis redis-cluster postgres rmcp macros testing test-support metrics otel; do
   if [[ -z $features ]]; then
     echo "== [+$SECONDS s] --no-default-features: build, unit tests"
     cargo build -q --lib --no-default-features
@@ -63,12 +63,13 @@ for features in "" postgres metrics; do
   cargo check -q -p mcp-confirm-log --lib --bins ${features:+--features "$features"}
 done
 # The pages' crate, with no feature and with passkeys: checked likewise.
-for features in "" passkeys; do
+for features in "" passkeys webhooks; do
   echo "== [+$SECONDS s] mcp-confirm-pages ${features:+--features $features}: check"
   cargo check -q -p mcp-confirm-pages --lib ${features:+--features "$features"}
 done
-# The core leaves the pages' dependencies to their crate: no HTML builder, no WebAuthn.
-if cargo tree -q -p mcp-confirm --all-features -e normal --prefix none | grep -E '^(maud|webauthn-rs) '; then
+# The core leaves the pages' dependencies to their crate: no HTML builder, no WebAuthn, no HTTP
+# client.
+if cargo tree -q -p mcp-confirm --all-features -e normal --prefix none | grep -E '^(maud|webauthn-rs|reqwest) '; then
   echo "the core depends on a page dependency again" >&2
   exit 1
 fi

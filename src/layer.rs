@@ -588,8 +588,8 @@ impl ConfirmLayerBuilder {
 
     /// Tells approvers of each new approval that others decide
     /// ([`approved_by`](ToolPolicy::approved_by)): e.g. signed webhooks
-    /// (`notify::Webhooks`, feature `webhooks`). Called after the approval is stored, never
-    /// waited on; the caller's own approvals notify no one.
+    /// (`mcp_confirm_pages::webhooks::Webhooks`, feature `webhooks`). Called after the approval
+    /// is stored, never waited on; the caller's own approvals notify no one.
     pub fn notifier(mut self, notifier: impl Notifier) -> Self {
         self.notifier = Some(Arc::new(notifier));
         self

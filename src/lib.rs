@@ -131,8 +131,8 @@
 //!   page (ours or one's own) reads and decides approvals, reports, and signs its forms.
 //! - [`narrow`]: what an approver may narrow before approving, and the check that an edit only
 //!   narrows ([`ToolPolicy::narrowable`]).
-//! - [`notify`]: telling approvers of a new approval (signed Standard Webhooks, feature
-//!   `webhooks` for the sender).
+//! - [`notify`]: telling approvers of a new approval (signed Standard Webhooks; the sender is
+//!   `mcp-confirm-pages`' feature `webhooks`).
 //! - [`StandingApprovals`]: the standing approvals a
 //!   [policy](ToolPolicy::standing) lets the user give ("allow for 10 minutes"), listed and
 //!   revoked through the API or a page; [`store::standing`] keeps them.

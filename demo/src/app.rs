@@ -12,7 +12,6 @@ use http::StatusCode;
 use mcp_confirm::approval::ApprovalStore;
 use mcp_confirm::grant::GrantStore;
 use mcp_confirm::guard::HostOriginLayer;
-use mcp_confirm::notify::Webhooks;
 use mcp_confirm::rmcp::Confirmation;
 use mcp_confirm::store::MemoryReplayStore;
 use mcp_confirm::store::ReplayStore;
@@ -24,6 +23,7 @@ use mcp_confirm::{
 };
 use mcp_confirm_pages::LayerPages as _;
 use mcp_confirm_pages::passkey::Passkeys;
+use mcp_confirm_pages::webhooks::Webhooks;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{

@@ -485,8 +485,9 @@ fn webhook_secret_file(flags: &Flags) -> PathBuf {
 
 /// The approvers' notifier: signed webhooks to `url`, the secret kept in its file (created, mode
 /// 0600, on first start) for the receiving side to read; never printed.
-fn webhooks(flags: &Flags, url: &str) -> Result<mcp_confirm::notify::Webhooks, String> {
-    use mcp_confirm::notify::{Payload, WebhookEndpoint, WebhookSecret, Webhooks};
+fn webhooks(flags: &Flags, url: &str) -> Result<mcp_confirm_pages::webhooks::Webhooks, String> {
+    use mcp_confirm::notify::{Payload, WebhookSecret};
+    use mcp_confirm_pages::webhooks::{WebhookEndpoint, Webhooks};
     let file = webhook_secret_file(flags);
     let secret = match std::fs::read_to_string(&file) {
         Ok(text) => WebhookSecret::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?,

@@ -785,7 +785,7 @@ pub struct Extras {
     /// The approval page's URL prefix, when the gateway serves the pages.
     pub approval_url: Option<String>,
     /// The approvers' notifier.
-    pub notifier: Option<mcp_confirm::notify::Webhooks>,
+    pub notifier: Option<mcp_confirm_pages::webhooks::Webhooks>,
     /// The route's standing store (over the shared one), in place of the shared one.
     pub standing: Option<OfferBound>,
 }

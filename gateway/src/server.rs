@@ -665,14 +665,15 @@ impl Inner {
             for hook in &config.webhooks {
                 let secret = mcp_confirm::notify::WebhookSecret::parse(&hook.secret.read(base)?)
                     .map_err(|e| ConfigError::Invalid(format!("webhook {}: {e}", hook.url)))?;
-                let mut endpoint = mcp_confirm::notify::WebhookEndpoint::new(&hook.url, secret);
+                let mut endpoint =
+                    mcp_confirm_pages::webhooks::WebhookEndpoint::new(&hook.url, secret);
                 if hook.slack {
                     endpoint = endpoint.payload(mcp_confirm::notify::Payload::Slack);
                 }
                 endpoints.push(endpoint);
             }
             Some(
-                mcp_confirm::notify::Webhooks::new(endpoints)
+                mcp_confirm_pages::webhooks::Webhooks::new(endpoints)
                     .map_err(|e| ConfigError::Invalid(format!("webhooks: {e}")))?,
             )
         };

@@ -27,7 +27,9 @@
 //!   scripts in `approval/js/`);
 //! - `standing.rs`: the standing-approvals page;
 //! - `passkey/` (feature `passkeys`): WebAuthn registration and assertion, bound to the exact
-//!   decision.
+//!   decision;
+//! - `webhooks.rs` (feature `webhooks`): the notifier that tells approvers, as signed Standard
+//!   Webhooks.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -44,6 +46,9 @@ pub(crate) mod service;
 pub(crate) mod skeleton;
 pub(crate) mod standing;
 pub(crate) mod visitor;
+#[cfg(feature = "webhooks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
+pub mod webhooks;
 
 pub use defaults::{DEFAULT_BATCH_WINDOW, DEFAULT_FORM_TTL};
 

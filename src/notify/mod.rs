@@ -1,7 +1,7 @@
 //! Telling approvers that an approval waits for them: a [`Notifier`] the layer calls once per
-//! new approval, never waiting on it, and (feature `webhooks`) `Webhooks`, which delivers
-//! signed [Standard Webhooks](https://www.standardwebhooks.com) with retries from a bounded
-//! queue.
+//! new approval, never waiting on it. `mcp-confirm-pages` (feature `webhooks`) has `Webhooks`,
+//! which delivers signed [Standard Webhooks](https://www.standardwebhooks.com) with retries
+//! from a bounded queue.
 //!
 //! A notice carries the approval page's link, the tool, who asks, the approver rule and the
 //! expiry: no text taken from the call or from its records. Each kind of such text is sent only
@@ -14,20 +14,15 @@
 //!
 //! - [`signature`]: signing and verifying Standard Webhooks (what a receiver runs);
 //! - [`payload`]: the JSON a notice becomes (the Standard Webhooks event, or a Slack message);
-//! - `webhooks` (feature `webhooks`): the delivering notifier.
 
 pub mod payload;
 pub mod signature;
-#[cfg(feature = "webhooks")]
-mod webhooks;
 
 use std::fmt;
 use std::time::SystemTime;
 
 pub use payload::Payload;
 pub use signature::{WebhookError, WebhookSecret, sign, verify};
-#[cfg(feature = "webhooks")]
-pub use webhooks::{WebhookEndpoint, Webhooks, WebhooksBuilder, WebhooksError, WebhooksStats};
 
 use crate::store::approval::Approval;
 

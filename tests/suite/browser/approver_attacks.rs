@@ -802,9 +802,15 @@ async fn holds_a_full_webhook_queue_never_blocks_the_request() {
             held.push(socket);
         }
     });
-    let webhooks = notify::Webhooks::builder()
-        .endpoint(notify::WebhookEndpoint::new(&url, WebhookSecret::random()))
-        .endpoint(notify::WebhookEndpoint::new(&url, WebhookSecret::random()))
+    let webhooks = mcp_confirm_pages::webhooks::Webhooks::builder()
+        .endpoint(mcp_confirm_pages::webhooks::WebhookEndpoint::new(
+            &url,
+            WebhookSecret::random(),
+        ))
+        .endpoint(mcp_confirm_pages::webhooks::WebhookEndpoint::new(
+            &url,
+            WebhookSecret::random(),
+        ))
         .queue(1)
         .timeout(Duration::from_secs(60))
         .build()

@@ -10,10 +10,9 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use mcp_confirm::approval::Approvers;
-use mcp_confirm::notify::{
-    self, Payload, WebhookEndpoint, WebhookSecret, Webhooks, signature::DEFAULT_TOLERANCE,
-};
+use mcp_confirm::notify::{self, Payload, WebhookSecret, signature::DEFAULT_TOLERANCE};
 use mcp_confirm::{ConfirmLayer, KeyRing};
+use mcp_confirm_pages::webhooks::{WebhookEndpoint, Webhooks};
 use serde_json::{Value, json};
 
 use crate::common::browser::*;

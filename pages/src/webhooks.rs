@@ -8,9 +8,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use super::payload::Payload;
-use super::signature::{WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, WebhookSecret, sign};
-use super::{ApprovalNotice, Notifier};
+use mcp_confirm::notify::signature::{
+    WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, WebhookSecret, sign,
+};
+use mcp_confirm::notify::{ApprovalNotice, Notifier, Payload};
 
 /// One receiver: where to post, the secret it verifies with, and the body's shape.
 #[derive(Debug, Clone)]
@@ -231,7 +232,7 @@ impl Notifier for Webhooks {
         for endpoint in self.endpoints.iter() {
             let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(target: crate::audit::TARGET, approval = %notice.id,
+                tracing::warn!(target: mcp_confirm::audit::TARGET, approval = %notice.id,
                     "webhook queue full: notification dropped");
                 continue;
             };
@@ -259,7 +260,7 @@ impl Worker {
             .enable_all()
             .build()
         else {
-            tracing::error!(target: crate::audit::TARGET,
+            tracing::error!(target: mcp_confirm::audit::TARGET,
                 "webhooks: no runtime for deliveries; notifications are dropped");
             return;
         };
@@ -271,7 +272,7 @@ impl Worker {
             {
                 Ok(client) => client,
                 Err(e) => {
-                    tracing::error!(target: crate::audit::TARGET, error = %e,
+                    tracing::error!(target: mcp_confirm::audit::TARGET, error = %e,
                         "webhooks: no HTTP client; notifications are dropped");
                     return;
                 }
@@ -324,13 +325,13 @@ impl Worker {
             match delays.next() {
                 Some(delay) if again => {
                     self.counters.retried.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(target: crate::audit::TARGET, approval = %job.notice.id,
+                    tracing::debug!(target: mcp_confirm::audit::TARGET, approval = %job.notice.id,
                         why, "webhook attempt failed; trying again");
                     tokio::time::sleep(*delay).await;
                 }
                 _ => {
                     self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(target: crate::audit::TARGET, approval = %job.notice.id,
+                    tracing::warn!(target: mcp_confirm::audit::TARGET, approval = %job.notice.id,
                         why, "webhook delivery given up");
                     return;
                 }
