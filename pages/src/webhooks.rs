@@ -71,7 +71,7 @@ struct Job {
 /// Delivers each new approval's notice to every endpoint, as a signed Standard Webhook:
 /// `webhook-id` (the same on every retry, so a receiver drops repeats), `webhook-timestamp` and
 /// `webhook-signature`. Hand it to
-/// [`ConfirmLayerBuilder::notifier`](crate::ConfirmLayerBuilder::notifier).
+/// [`ConfirmLayerBuilder::notifier`](mcp_confirm::ConfirmLayerBuilder::notifier).
 ///
 /// Deliveries wait in a bounded queue (by default 1,024, in flight and retrying included) and
 /// run on a thread of their own; attempts time out after 10 s and are retried after 1 s, 5 s,
