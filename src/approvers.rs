@@ -313,8 +313,9 @@ fn route(kind: &str, name: &str) -> String {
 /// refused when the layer is built
 /// ([`ConfigError::MissingPasskeys`](crate::ConfigError::MissingPasskeys)); the pages read it
 /// back through [`ApprovalDesk::passkeys`](crate::approval::ApprovalDesk::passkeys) and
-/// downcast it (`mcp-confirm-pages`'s `Passkeys`, over WebAuthn, is one). The core itself verifies nothing with it: every store refuses an
-/// approval under such a rule whose decider carries no passkey.
+/// downcast it (`mcp-confirm-pages`'s `Passkeys`, over WebAuthn, is one). The core itself
+/// verifies nothing with it: every store refuses an approval under such a rule whose decider
+/// carries no passkey.
 pub trait PasskeyVerifier: std::any::Any + Send + Sync + std::fmt::Debug {}
 
 #[cfg(test)]

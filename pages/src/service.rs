@@ -1,8 +1,5 @@
-//! The tower plumbing every page shares: one `Service` text, and the future it answers with.
-
-/// A boxed, sendable future: what a page's `Service` answers with.
-pub(crate) type BoxFuture<'a, T> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+//! The tower plumbing every page shares: one `Service` text, answering with the core's boxed
+//! future (`mcp_confirm::store::BoxFuture`).
 
 /// The tower `Service` of a page, one text for all of them: a page is always ready, never
 /// fails (every refusal is a page), and answers each request from a clone of itself with its
@@ -17,7 +14,8 @@ macro_rules! page_service {
         {
             type Response = http::Response<http_body_util::Full<bytes::Bytes>>;
             type Error = std::convert::Infallible;
-            type Future = crate::service::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+            type Future =
+                mcp_confirm::store::BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
             fn poll_ready(
                 &mut self,

@@ -77,7 +77,7 @@ impl StandingPage {
     }
 
     /// How long the page's forms stay good once shown (default
-    /// [`DEFAULT_FORM_TTL`](crate::defaults::DEFAULT_FORM_TTL), 30 minutes); a form posted later
+    /// [`DEFAULT_FORM_TTL`](crate::DEFAULT_FORM_TTL), 30 minutes); a form posted later
     /// is refused, and the page asks to be reloaded.
     #[must_use]
     pub fn form_ttl(mut self, ttl: Duration) -> Self {

@@ -23,7 +23,7 @@ pub const INBOX_LIMIT: usize = 50;
 
 /// The inbox: `GET` lists the approvals the signed-in principal may decide and has not yet
 /// approved, newest first, with their expiry and each one's link. Get it from
-/// [`ConfirmLayer::inbox_page`](crate::LayerPages::inbox_page) and mount it behind the same
+/// [`LayerPages::inbox_page`](crate::LayerPages::inbox_page) and mount it behind the same
 /// authentication as the approval page.
 #[derive(Clone)]
 pub struct InboxPage {

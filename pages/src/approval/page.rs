@@ -1,11 +1,11 @@
 //! The approval page of browser-approved tools: the person, signed in as the principal the
 //! confirmation is bound to, sees what will happen and approves or declines, once.
 //!
-//! It is a plain tower service over the layer's configuration, mounted next to the MCP endpoint
+//! It is a plain tower service over the layer's `ApprovalDesk`, mounted next to the MCP endpoint
 //! behind the same authentication. The URL carries only the approval's opaque id. Reading the page
 //! changes nothing; a decision is a `POST` from the page's own origin with an anti-forgery token
 //! bound to the approval, the principal and the session the page was shown in, good for
-//! [`DEFAULT_FORM_TTL`] (`crate::FormTokens`). Every answer forbids framing, caching and
+//! [`DEFAULT_FORM_TTL`] (`FormTokens`, in `anti_forgery.rs`). Every answer forbids framing, caching and
 //! scripts.
 
 use std::time::Duration;
@@ -61,7 +61,7 @@ fn own_request() -> Response<Full<Bytes>> {
 }
 
 /// The approval page: `GET …/{id}` shows the approval, `POST …/{id}` decides it. Get it from
-/// [`ConfirmLayer::approval_page`](crate::LayerPages::approval_page).
+/// [`LayerPages::approval_page`](crate::LayerPages::approval_page).
 #[derive(Clone)]
 pub struct ApprovalPage {
     pub(super) desk: ApprovalDesk,
@@ -99,7 +99,7 @@ impl ApprovalPage {
     }
 
     /// How long the decision form stays good once shown (default
-    /// [`DEFAULT_FORM_TTL`](crate::defaults::DEFAULT_FORM_TTL), 30 minutes; the approval's own
+    /// [`DEFAULT_FORM_TTL`](crate::DEFAULT_FORM_TTL), 30 minutes; the approval's own
     /// expiry still ends it sooner).
     #[must_use]
     pub fn form_ttl(mut self, ttl: Duration) -> Self {
@@ -108,7 +108,7 @@ impl ApprovalPage {
     }
 
     /// How far apart two calls of one principal may have been made for the page to offer them
-    /// as one batch (default [`DEFAULT_BATCH_WINDOW`](crate::defaults::DEFAULT_BATCH_WINDOW),
+    /// as one batch (default [`DEFAULT_BATCH_WINDOW`](crate::DEFAULT_BATCH_WINDOW),
     /// 2 minutes; only tools of one [`batch_group`](mcp_confirm::ToolPolicy::batch_group) are ever
     /// batched). `Duration::ZERO` batches only calls made in the same millisecond.
     #[must_use]

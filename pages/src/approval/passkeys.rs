@@ -187,7 +187,7 @@ fn refused_page() -> Response<Full<Bytes>> {
 /// Where approvers register and remove their passkeys: `GET` lists the signed-in principal's
 /// passkeys and offers to register one; `POST` registers (`action=register`) or removes
 /// (`action=remove`). Get it from
-/// [`ConfirmLayer::passkey_page`](crate::LayerPages::passkey_page).
+/// [`LayerPages::passkey_page`](crate::LayerPages::passkey_page).
 #[derive(Clone)]
 pub struct PasskeyPage {
     desk: ApprovalDesk,
@@ -223,7 +223,7 @@ impl PasskeyPage {
     }
 
     /// How long the page's forms stay good once shown (default
-    /// [`DEFAULT_FORM_TTL`](crate::defaults::DEFAULT_FORM_TTL), 30 minutes); a form posted later
+    /// [`DEFAULT_FORM_TTL`](crate::DEFAULT_FORM_TTL), 30 minutes); a form posted later
     /// is refused, and the page asks to be reloaded.
     #[must_use]
     pub fn form_ttl(mut self, ttl: Duration) -> Self {
